@@ -1,0 +1,17 @@
+"""traceanalyzer: offline analysis of PyTorch profiler traces and CUDA memory snapshots.
+
+Python API::
+
+    import traceanalyzer as ta
+    model = ta.load("rank0.pt.trace.json.gz")      # a TraceModel (or a snapshot model)
+    report = ta.analyze("rank0.pt.trace.json.gz")  # load → analyses → rules → Report
+    report.to_json()["analyses"]["overview"]["gpu_busy_pct"]
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from traceanalyzer.pipeline import analyze, build_report, load, write_outputs  # noqa: E402
+
+__all__ = ["__version__", "analyze", "build_report", "load", "write_outputs"]

@@ -1,0 +1,218 @@
+"""Analyses: pure functions from a model (and earlier results) to a frozen result.
+
+Contract
+--------
+An analysis is registered with :func:`analysis`::
+
+    @analysis("kernels", input="trace", depends_on=("steps",), title="Kernels")
+    def kernels(model: TraceModel, results: Results, config: Config) -> KernelsResult: ...
+
+* It is pure: no I/O, no plotting, no printing, no logging-as-error-handling.
+* It reads ``model`` tables, the results named in ``depends_on`` (``results[name]``)
+  and thresholds from ``config.get(f"{name}.{param}", default)``.
+* When the signal it needs is absent it raises
+  :class:`~traceanalyzer.errors.NotApplicable` with a reason users can act on; the
+  pipeline records it and the report lists the check as "could not run".
+* It returns a frozen dataclass implementing :class:`Result`: ``to_json()`` (every
+  number, JSON-safe) plus optional ``summary()`` (label, value) pairs and
+  ``tables()`` (title → polars frame) that generic renderers show.
+
+Modules in this package are discovered automatically: adding an analysis is one new
+module plus its test.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping, Protocol, runtime_checkable
+
+import polars as pl
+
+from traceanalyzer.config import Config
+from traceanalyzer.errors import NotApplicable
+
+
+@runtime_checkable
+class Result(Protocol):
+    """What every analysis result offers renderers and rules."""
+
+    def to_json(self) -> dict[str, Any]:
+        """Every number of the result, JSON-safe (ints for ns and bytes)."""
+        ...
+
+
+def summary_of(result: Any) -> list[tuple[str, str]]:
+    """``result.summary()`` if defined, else nothing: key numbers as (label, text)."""
+    fn = getattr(result, "summary", None)
+    return list(fn()) if callable(fn) else []
+
+
+def tables_of(result: Any) -> dict[str, pl.DataFrame]:
+    """``result.tables()`` if defined, else nothing: titled tables for reports."""
+    fn = getattr(result, "tables", None)
+    return dict(fn()) if callable(fn) else {}
+
+
+AnalysisFunc = Callable[[Any, "Results", Config], Any]
+
+
+@dataclass(frozen=True)
+class AnalysisSpec:
+    name: str
+    func: AnalysisFunc
+    input: str
+    depends_on: tuple[str, ...]
+    title: str
+    order: int
+    doc: str
+
+
+_REGISTRY: dict[str, AnalysisSpec] = {}
+
+
+def analysis(
+    name: str,
+    *,
+    input: str = "trace",
+    depends_on: tuple[str, ...] = (),
+    title: str | None = None,
+    order: int = 100,
+) -> Callable[[AnalysisFunc], AnalysisFunc]:
+    """Register an analysis. ``input`` is the model ``kind`` it applies to;
+    ``order`` sorts report sections (lower first)."""
+
+    def deco(func: AnalysisFunc) -> AnalysisFunc:
+        if name in _REGISTRY and _REGISTRY[name].func is not func:
+            raise ValueError(f"analysis {name!r} registered twice")
+        _REGISTRY[name] = AnalysisSpec(
+            name=name,
+            func=func,
+            input=input,
+            depends_on=depends_on,
+            title=title or name.replace("_", " ").capitalize(),
+            order=order,
+            doc=(func.__doc__ or "").strip(),
+        )
+        return func
+
+    return deco
+
+
+_discovered = False
+
+
+def discover() -> None:
+    """Import every module of this package so their decorators register."""
+    global _discovered
+    if _discovered:
+        return
+    for mod in pkgutil.iter_modules(__path__):
+        if not mod.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{mod.name}")
+    _discovered = True
+
+
+def registry() -> dict[str, AnalysisSpec]:
+    discover()
+    return dict(_REGISTRY)
+
+
+@dataclass
+class Results(Mapping[str, Any]):
+    """Results of one run: name → result, plus the analyses that could not run.
+
+    ``skipped`` maps an analysis name to the reason it could not run (its own
+    :class:`NotApplicable` reason, or a missing dependency); ``failed`` maps a name to
+    an internal error message (a bug: reported, never silently dropped).
+    """
+
+    values: dict[str, Any] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+def _toposort(specs: dict[str, AnalysisSpec]) -> list[AnalysisSpec]:
+    done: list[AnalysisSpec] = []
+    seen: set[str] = set()
+
+    def visit(spec: AnalysisSpec, stack: tuple[str, ...]) -> None:
+        if spec.name in seen:
+            return
+        if spec.name in stack:
+            raise ValueError(f"dependency cycle: {' -> '.join(stack + (spec.name,))}")
+        for dep in spec.depends_on:
+            if dep in specs:
+                visit(specs[dep], stack + (spec.name,))
+        seen.add(spec.name)
+        done.append(spec)
+
+    for spec in sorted(specs.values(), key=lambda s: (s.order, s.name)):
+        visit(spec, ())
+    return done
+
+
+def run_analyses(
+    model: Any,
+    config: Config | None = None,
+    only: tuple[str, ...] | None = None,
+    strict: bool = False,
+) -> Results:
+    """Run every registered analysis for ``model.kind`` in dependency order.
+
+    ``only`` restricts to those names (and their dependencies). With ``strict``,
+    an internal error propagates (tests use it); otherwise it is recorded in
+    ``Results.failed`` and the run goes on.
+    """
+    config = config or Config()
+    specs = {n: s for n, s in registry().items() if s.input == model.kind}
+    if only is not None:
+        wanted: set[str] = set()
+        todo = [n for n in only if n in specs]
+        while todo:
+            n = todo.pop()
+            if n not in wanted:
+                wanted.add(n)
+                todo.extend(d for d in specs[n].depends_on if d in specs)
+        specs = {n: s for n, s in specs.items() if n in wanted}
+    results = Results()
+    for spec in _toposort(specs):
+        missing = [d for d in spec.depends_on if d not in results.values]
+        if missing:
+            why = "; ".join(
+                results.skipped.get(d) or results.failed.get(d) or f"{d} is not available" for d in missing
+            )
+            results.skipped[spec.name] = f"needs {', '.join(missing)}: {why}"
+            continue
+        try:
+            results.values[spec.name] = spec.func(model, results, config)
+        except NotApplicable as na:
+            results.skipped[spec.name] = na.reason
+        except Exception as exc:  # noqa: BLE001 - one broken analysis must not sink the report
+            if strict:
+                raise
+            results.failed[spec.name] = f"{type(exc).__name__}: {exc}"
+    return results
+
+
+__all__ = [
+    "AnalysisSpec",
+    "Result",
+    "Results",
+    "analysis",
+    "discover",
+    "registry",
+    "run_analyses",
+    "summary_of",
+    "tables_of",
+]

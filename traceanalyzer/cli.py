@@ -1,0 +1,81 @@
+"""The ``traceanalyzer`` command: a thin click layer over :mod:`traceanalyzer.pipeline`.
+
+Sub-commands live one per module in :mod:`traceanalyzer.commands` and are
+discovered automatically. Exit codes: 0 ok, 1 a ``--fail-on``/regression gate
+tripped, 2 bad input or usage, 3 internal error (a bug; set
+``TRACEANALYZER_DEBUG=1`` for the traceback).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import sys
+
+import click
+
+from traceanalyzer import __version__
+from traceanalyzer.errors import TraceAnalyzerError
+
+EPILOG = """\b
+Examples:
+  traceanalyzer analyze rank0.pt.trace.json.gz
+  traceanalyzer analyze trace.json -o out/ --format json,md
+  traceanalyzer rules
+"""
+
+
+class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(super().list_commands(ctx))
+
+
+@click.group(cls=_Group, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="traceanalyzer")
+def cli() -> None:
+    """Analyze PyTorch profiler traces and CUDA memory snapshots, offline."""
+
+
+def _register_commands() -> None:
+    import traceanalyzer.commands as pkg
+
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        if mod.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{pkg.__name__}.{mod.name}")
+        command = getattr(module, "command", None)
+        if isinstance(command, click.Command):
+            cli.add_command(command)
+
+
+_register_commands()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: one-line errors, never a traceback (unless TRACEANALYZER_DEBUG=1)."""
+    try:
+        cli.main(args=argv, prog_name="traceanalyzer", standalone_mode=False)
+    except TraceAnalyzerError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2 if exc.exit_code in (1, 2) else exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+        if os.environ.get("TRACEANALYZER_DEBUG"):
+            raise
+        click.echo(f"internal error (please report; TRACEANALYZER_DEBUG=1 shows details): "
+                   f"{type(exc).__name__}: {exc}", err=True)
+        sys.exit(3)
+    sys.exit(0)

@@ -1,0 +1,97 @@
+"""``traceanalyzer analyze``: one trace or snapshot → terminal summary + report files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from traceanalyzer.analyses import summary_of
+from traceanalyzer.commands.options import config_options, make_config
+from traceanalyzer.pipeline import analyze as run_analyze
+from traceanalyzer.pipeline import resolve_formats, write_outputs
+from traceanalyzer.report import registry as renderer_registry
+from traceanalyzer.report.document import Report
+from traceanalyzer.report.text import fmt_bytes, shorten
+
+
+def default_outdir(path: str) -> Path:
+    """``./<file name without .json/.gz>.traceanalyzer`` in the current directory
+    (the input's own directory may be read-only, e.g. a shared mount)."""
+    name = Path(path).name
+    for suffix in (".gz", ".json", ".pickle", ".pkl"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return Path.cwd() / f"{name}.traceanalyzer"
+
+
+def terminal_summary(report: Report, top_findings: int = 5) -> str:
+    """The short summary printed after an analysis (key numbers + top findings)."""
+    lines = [click.style(f"{report.source}", bold=True) + f"  [{report.kind}]"]
+    for w in report.warnings:
+        lines.append(click.style(f"  warning: {w}", fg="yellow"))
+    for _, title, result in report.sections()[:3]:
+        summary = summary_of(result)
+        if not summary:
+            continue
+        lines.append(f"  {title}")
+        width = max(len(k) for k, _ in summary)
+        lines += [f"    {k.ljust(width)}  {v}" for k, v in summary]
+    overview = report.results.values.get("overview")
+    if overview is not None and getattr(overview, "top_kernels", None) is not None and overview.top_kernels.height:
+        lines.append("  Top kernels (total GPU time)")
+        for row in overview.top_kernels.head(5).iter_rows(named=True):
+            lines.append(
+                f"    {row['total_ns'] / 1e6:9.3f} ms  {row['pct_of_kernel_time']:5.1f} %  "
+                f"{row['count']:>6}×  {shorten(row['name'], 70)}"
+            )
+    if report.findings:
+        lines.append(f"  Findings ({len(report.findings)})")
+        for f in report.findings[:top_findings]:
+            if f.cost_ms_per_step is not None:
+                cost = f"{f.cost_ms_per_step:.2f} ms/step"
+            elif f.cost_bytes is not None:
+                cost = fmt_bytes(f.cost_bytes)
+            else:
+                cost = ""
+            lines.append(f"    [{f.severity}] {shorten(f.title, 80)}  {cost}")
+    n_skip = len(report.results.skipped) + len(report.not_run)
+    if n_skip:
+        lines.append(f"  {n_skip} checks could not run (see the report for why)")
+    return "\n".join(lines)
+
+
+@click.command("analyze", epilog="""\b
+Examples:
+  traceanalyzer analyze rank0.pt.trace.json.gz
+  traceanalyzer analyze trace.json -o out/ --format json,md
+  traceanalyzer analyze snapshot.pickle --set idle_gaps.long_gap_us=200
+""")
+@click.argument("path", type=click.Path(dir_okay=True, path_type=str))
+@click.option("-o", "--outdir", type=click.Path(file_okay=False), default=None,
+              help="Directory for report files [default: ./<input>.traceanalyzer].")
+@click.option("-f", "--format", "formats", multiple=True, metavar="FMT[,FMT…]",
+              help="Output formats (comma-separated or repeated); 'all' for every default format.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@config_options
+def command(path: str, outdir: str | None, formats: tuple[str, ...], quiet: bool,
+            config_path: str | None, assignments: tuple[str, ...]) -> None:
+    """Analyze one trace (.json/.json.gz) or memory snapshot (.pickle).
+
+    The input kind is recognised by content. Writes the report files into OUTDIR
+    and prints a short summary: steps, span, GPU busy %, kernel count, top kernels
+    and the top findings. Formats available:
+    """
+    config = make_config(config_path, assignments)
+    fmts = resolve_formats(formats)
+    report = run_analyze(path, config)
+    out = Path(outdir) if outdir else default_outdir(path)
+    written = write_outputs(report, out, fmts)
+    if not quiet:
+        click.echo(terminal_summary(report))
+        click.echo("  wrote: " + ", ".join(str(p) for p in written))
+
+
+command.help = (command.help or "") + " " + ", ".join(
+    f"{n} ({s.description})" for n, s in sorted(renderer_registry().items())
+) + "."

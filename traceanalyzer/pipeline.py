@@ -1,0 +1,75 @@
+"""load → model → analyses → rules → report → outputs, for one input.
+
+``batch`` and ``compare`` reuse these functions; the CLI only parses options.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+from traceanalyzer.analyses import run_analyses
+from traceanalyzer.config import Config
+from traceanalyzer.errors import ConfigError
+from traceanalyzer.load import load as _load
+from traceanalyzer.report import registry as renderer_registry
+from traceanalyzer.report.document import Report
+from traceanalyzer.rules import run_rules
+
+
+def load(path: str | Path) -> Any:
+    """Load any supported input (trace, snapshot, memory timeline), sniffed by content."""
+    return _load(path)
+
+
+def build_report(model: Any, config: Config | None = None, source: str | None = None) -> Report:
+    """Run every applicable analysis and rule on a loaded model."""
+    config = config or Config()
+    results = run_analyses(model, config)
+    outcome = run_rules(results, config)
+    meta = model.meta.to_json() if hasattr(model, "meta") else {}
+    return Report(
+        source=source or str(meta.get("path", "")),
+        kind=model.kind,
+        meta=meta,
+        results=results,
+        findings=outcome.findings,
+        not_run=outcome.not_run,
+        rule_failures=outcome.failed,
+        warnings=tuple(getattr(model, "warnings", ())),
+    )
+
+
+def analyze(path: str | Path, config: Config | None = None) -> Report:
+    """Load ``path`` and build its report (no files written)."""
+    return build_report(load(path), config, source=str(path))
+
+
+def resolve_formats(formats: Iterable[str] | None) -> list[str]:
+    """Validate a list of format names (``None``/``all`` → every default format)."""
+    known = renderer_registry()
+    if not formats:
+        return [n for n, s in known.items() if s.default]
+    out: list[str] = []
+    for f in formats:
+        for name in (p.strip() for p in f.split(",")):
+            if not name:
+                continue
+            if name == "all":
+                out.extend(n for n, s in known.items() if s.default)
+            elif name not in known:
+                raise ConfigError(f"unknown format {name!r}; choose from: {', '.join(sorted(known))}")
+            else:
+                out.append(name)
+    return list(dict.fromkeys(out))
+
+
+def write_outputs(report: Report, outdir: str | Path, formats: Iterable[str] | None = None) -> list[Path]:
+    """Render ``report`` into ``outdir`` in each format; returns the files written."""
+    out = Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    known = renderer_registry()
+    for name in resolve_formats(formats):
+        written.extend(known[name].func(report, out))
+    return written

@@ -1,0 +1,69 @@
+"""Renderers: turn a :class:`~traceanalyzer.report.document.Report` into files.
+
+A renderer is one module in this package with a decorated function::
+
+    @renderer("md", description="Markdown summary for tickets")
+    def render(report: Report, outdir: Path) -> list[Path]: ...
+
+Renderers never recompute: they only format what the report holds. Modules here are
+discovered automatically, so a new output format is one module plus its test.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from traceanalyzer.report.document import Report
+
+RenderFunc = Callable[["Report", Path], list[Path]]
+
+
+@dataclass(frozen=True)
+class RendererSpec:
+    name: str
+    func: RenderFunc
+    description: str
+    default: bool
+
+
+_REGISTRY: dict[str, RendererSpec] = {}
+
+
+def renderer(name: str, *, description: str, default: bool = True) -> Callable[[RenderFunc], RenderFunc]:
+    """Register an output format; ``default`` formats are written when none is asked for."""
+
+    def deco(func: RenderFunc) -> RenderFunc:
+        _REGISTRY[name] = RendererSpec(name, func, description, default)
+        return func
+
+    return deco
+
+
+_discovered = False
+
+
+def discover() -> None:
+    global _discovered
+    if _discovered:
+        return
+    for mod in pkgutil.iter_modules(__path__):
+        if not mod.name.startswith("_") and mod.name not in ("document",):
+            importlib.import_module(f"{__name__}.{mod.name}")
+    _discovered = True
+
+
+def registry() -> dict[str, RendererSpec]:
+    discover()
+    return dict(_REGISTRY)
+
+
+def default_formats() -> list[str]:
+    return [n for n, s in registry().items() if s.default]
+
+
+__all__ = ["RendererSpec", "default_formats", "registry", "renderer"]

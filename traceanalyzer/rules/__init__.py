@@ -1,0 +1,206 @@
+"""Rules: read analysis results, yield findings with evidence, cost and a fix.
+
+Contract
+--------
+A rule is one module in this package with one decorated function::
+
+    @rule("pageable_memcpy", needs=("copies",), severity=Severity.WARNING,
+          params={"min_ms_per_step": 0.5})
+    def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
+        '''Docstring: what the rule detects, its signal, thresholds and fix.'''
+
+* ``needs`` names the analyses it reads. When one is missing (skipped or failed)
+  the rule does not run and the report lists it under "checks that could not run"
+  with the analysis' reason. A rule may also raise
+  :class:`~traceanalyzer.errors.NotApplicable` itself.
+* ``params`` are its thresholds with their defaults; ``params.x`` reads the value in
+  effect (``--set pageable_memcpy.min_ms_per_step=1`` or a config file overrides).
+* The docstring is its documentation (``traceanalyzer rules`` prints it).
+
+Findings are ranked by estimated cost (ms per step, then bytes).
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+from traceanalyzer.config import Config
+from traceanalyzer.errors import NotApplicable
+
+
+class Severity(enum.IntEnum):
+    INFO = 1
+    WARNING = 2
+    CRITICAL = 3
+
+    @classmethod
+    def parse(cls, text: str) -> "Severity":
+        return cls[text.strip().upper()]
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One recommendation.
+
+    ``cost_ms_per_step`` / ``cost_pct_of_step`` estimate what fixing it could buy
+    (time per step); ``cost_bytes`` is used for memory findings. ``confidence``
+    (0–1) is below 1 when the signal is indirect. ``evidence`` holds the numbers,
+    steps and top offenders that support the finding.
+    """
+
+    rule_id: str
+    severity: Severity
+    title: str
+    evidence: Mapping[str, Any]
+    fix: str
+    code_hint: str = ""
+    cost_ms_per_step: float | None = None
+    cost_pct_of_step: float | None = None
+    cost_bytes: int | None = None
+    confidence: float = 1.0
+
+    def sort_key(self) -> tuple[float, float, int]:
+        return (-(self.cost_ms_per_step or 0.0), -float(self.cost_bytes or 0), -int(self.severity))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rule_id": self.rule_id,
+            "severity": str(self.severity),
+            "title": self.title,
+            "evidence": dict(self.evidence),
+            "fix": self.fix,
+            "code_hint": self.code_hint,
+            "cost_ms_per_step": self.cost_ms_per_step,
+            "cost_pct_of_step": self.cost_pct_of_step,
+            "cost_bytes": self.cost_bytes,
+            "confidence": self.confidence,
+        }
+
+
+class Params:
+    """Thresholds of one rule: defaults overridden by ``config`` keys ``<rule_id>.<param>``."""
+
+    def __init__(self, rule_id: str, defaults: Mapping[str, Any], config: Config) -> None:
+        self._values = {k: config.get(f"{rule_id}.{k}", v) for k, v in defaults.items()}
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
+CheckFunc = Callable[[Mapping[str, Any], Config, Params], Iterable[Finding]]
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    rule_id: str
+    func: CheckFunc
+    needs: tuple[str, ...]
+    severity: Severity
+    params: Mapping[str, Any]
+    doc: str
+
+    @property
+    def summary(self) -> str:
+        return self.doc.splitlines()[0] if self.doc else ""
+
+
+_REGISTRY: dict[str, RuleSpec] = {}
+
+
+def rule(
+    rule_id: str,
+    *,
+    needs: tuple[str, ...],
+    severity: Severity = Severity.WARNING,
+    params: Mapping[str, Any] | None = None,
+) -> Callable[[CheckFunc], CheckFunc]:
+    """Register a rule; see the module docstring."""
+
+    def deco(func: CheckFunc) -> CheckFunc:
+        if rule_id in _REGISTRY and _REGISTRY[rule_id].func is not func:
+            raise ValueError(f"rule {rule_id!r} registered twice")
+        _REGISTRY[rule_id] = RuleSpec(
+            rule_id=rule_id,
+            func=func,
+            needs=needs,
+            severity=severity,
+            params=dict(params or {}),
+            doc=(func.__doc__ or "").strip(),
+        )
+        return func
+
+    return deco
+
+
+_discovered = False
+
+
+def discover() -> None:
+    global _discovered
+    if _discovered:
+        return
+    for mod in pkgutil.iter_modules(__path__):
+        if not mod.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{mod.name}")
+    _discovered = True
+
+
+def registry() -> dict[str, RuleSpec]:
+    discover()
+    return dict(_REGISTRY)
+
+
+@dataclass
+class RuleOutcome:
+    """Findings ranked by cost, plus the rules that could not run and why."""
+
+    findings: list[Finding] = field(default_factory=list)
+    not_run: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def run_rules(results: Any, config: Config | None = None, strict: bool = False) -> RuleOutcome:
+    """Run every registered rule whose ``needs`` are present in ``results``.
+
+    ``results`` is an :class:`~traceanalyzer.analyses.Results`; its ``skipped`` and
+    ``failed`` reasons explain rules that cannot run.
+    """
+    config = config or Config()
+    out = RuleOutcome()
+    skipped: Mapping[str, str] = getattr(results, "skipped", {})
+    failed: Mapping[str, str] = getattr(results, "failed", {})
+    for rid, spec in sorted(registry().items()):
+        missing = [n for n in spec.needs if n not in results]
+        if missing:
+            reasons = [skipped.get(n) or failed.get(n) for n in missing]
+            # Rules for another kind of input (e.g. memory rules on a trace without
+            # memory data) are reported with the analysis' own reason.
+            why = "; ".join(r for r in reasons if r) or f"needs {', '.join(missing)}"
+            out.not_run[rid] = why
+            continue
+        try:
+            out.findings.extend(spec.func(results, config, Params(rid, spec.params, config)))
+        except NotApplicable as na:
+            out.not_run[rid] = na.reason
+        except Exception as exc:  # noqa: BLE001 - a broken rule must not sink the report
+            if strict:
+                raise
+            out.failed[rid] = f"{type(exc).__name__}: {exc}"
+    out.findings.sort(key=Finding.sort_key)
+    return out
+
+
+__all__ = ["Finding", "Params", "RuleOutcome", "RuleSpec", "Severity", "registry", "rule", "run_rules"]

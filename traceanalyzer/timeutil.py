@@ -1,0 +1,78 @@
+"""Interval arithmetic on int64-ns columns, vectorised with polars.
+
+Shared by every analysis that needs unions, gaps or overlaps of GPU activity, so
+that "overlapping streams counted once" has one implementation.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import polars as pl
+
+
+def merge_intervals(
+    df: pl.DataFrame,
+    start: str = "ts_ns",
+    end: str = "end_ns",
+    by: Sequence[str] = (),
+) -> pl.DataFrame:
+    """Union of the intervals ``[start, end)`` in ``df``, per group ``by``.
+
+    Returns columns ``*by, start_ns, end_ns`` with disjoint, sorted intervals.
+    Touching intervals (end == next start) merge. Zero-length intervals are kept
+    only when isolated (they have no length, so they never change a union length).
+    """
+    by = list(by)
+    if df.is_empty():
+        return pl.DataFrame(
+            schema={**{b: df.schema[b] for b in by}, "start_ns": pl.Int64, "end_ns": pl.Int64}
+        )
+    s = df.select([*by, pl.col(start).alias("start_ns"), pl.col(end).alias("end_ns")]).sort([*by, "start_ns"])
+    over = by if by else None
+    prev_max_end = (
+        pl.col("end_ns").cum_max().shift(1).over(over) if over else pl.col("end_ns").cum_max().shift(1)
+    )
+    s = s.with_columns(new=(prev_max_end.is_null() | (pl.col("start_ns") > prev_max_end)))
+    s = s.with_columns(grp=pl.col("new").cast(pl.Int64).cum_sum())
+    return (
+        s.group_by([*by, "grp"], maintain_order=True)
+        .agg(start_ns=pl.col("start_ns").min(), end_ns=pl.col("end_ns").max())
+        .drop("grp")
+        .sort([*by, "start_ns"])
+    )
+
+
+def union_length_ns(starts: pl.Series, ends: pl.Series) -> int:
+    """Total length of the union of intervals ``[starts[i], ends[i])``."""
+    if starts.len() == 0:
+        return 0
+    merged = merge_intervals(pl.DataFrame({"ts_ns": starts, "end_ns": ends}))
+    return int((merged["end_ns"] - merged["start_ns"]).sum())
+
+
+def gaps_between(merged: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
+    """Gaps between consecutive merged intervals (output of :func:`merge_intervals`).
+
+    Returns ``*by, start_ns, end_ns, dur_ns`` for each gap of positive length.
+    """
+    by = list(by)
+    over = by if by else None
+    nxt = pl.col("start_ns").shift(-1).over(over) if over else pl.col("start_ns").shift(-1)
+    return (
+        merged.with_columns(next_start=nxt)
+        .filter(pl.col("next_start").is_not_null() & (pl.col("next_start") > pl.col("end_ns")))
+        .select([*by, pl.col("end_ns").alias("start_ns"), pl.col("next_start").alias("end_ns")])
+        .with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns"))
+    )
+
+
+def clip_length_ns(merged: pl.DataFrame, lo: int, hi: int) -> int:
+    """Length of the part of disjoint intervals ``merged`` inside ``[lo, hi)``."""
+    if merged.is_empty() or hi <= lo:
+        return 0
+    clipped = merged.select(
+        s=pl.col("start_ns").clip(lo, hi),
+        e=pl.col("end_ns").clip(lo, hi),
+    )
+    return int((clipped["e"] - clipped["s"]).sum())
