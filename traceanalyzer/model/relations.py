@@ -1,0 +1,188 @@
+"""Relations between events that several analyses need, computed with polars joins.
+
+* :func:`nest` — depth and parent of properly nested intervals on each thread.
+* :func:`deepest_at` — for points in time on a thread, the deepest interval that
+  covers each point (e.g. "what was the CPU thread doing when this gap began").
+* :func:`launches` — every runtime/driver call joined by correlation id to the GPU
+  activity it caused (one row per pair; a ``cudaGraphLaunch`` yields one row per
+  replayed kernel).
+* :func:`cpu_context` — the CPU-side intervals of a trace (ops, annotations, Python
+  frames) in one frame, the usual input of :func:`deepest_at`.
+
+All of these are vectorised: sorting plus as-of joins, no per-event Python.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import polars as pl
+
+from traceanalyzer.model.trace import TraceModel
+
+# Runtime/driver calls that enqueue device work. HTA joins only the first few; we
+# also count driver launches (Triton), graph launches, memcpy/memset APIs, HIP and
+# XPU (Unified Runtime / Level Zero) equivalents.
+LAUNCH_APIS: frozenset[str] = frozenset(
+    {
+        "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
+        "cudaLaunchCooperativeKernelMultiDevice", "cuLaunchKernel", "cuLaunchKernelEx",
+        "cuLaunchCooperativeKernel", "cudaGraphLaunch", "cuGraphLaunch",
+        "cudaMemcpyAsync", "cudaMemcpy", "cudaMemcpy2DAsync", "cudaMemcpy2D", "cudaMemcpyPeerAsync",
+        "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol", "cudaMemsetAsync", "cudaMemset", "cuMemcpyAsync",
+        "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemsetD8Async", "cuMemsetD32Async",
+        "hipLaunchKernel", "hipExtLaunchKernel", "hipExtModuleLaunchKernel", "hipModuleLaunchKernel",
+        "hipLaunchCooperativeKernel", "hipGraphLaunch", "hipMemcpyAsync", "hipMemcpy",
+        "hipMemcpyWithStream", "hipMemcpy2DAsync", "hipMemsetAsync", "hipMemset", "hipMemcpyDtoDAsync",
+        "hipMemcpyHtoDAsync", "hipMemcpyDtoHAsync", "hipExtLaunchMultiKernelMultiDevice",
+        "urEnqueueKernelLaunch", "urEnqueueUSMMemcpy", "urEnqueueUSMFill", "urEnqueueMemBufferCopy",
+        "urEnqueueMemBufferWrite", "urEnqueueMemBufferRead", "zeCommandListAppendLaunchKernel",
+        "zeCommandListAppendMemoryCopy", "zeCommandListAppendMemoryFill",
+    }
+)
+
+
+def is_launch_api(name: pl.Expr) -> pl.Expr:
+    """True for runtime/driver call names that enqueue device work.
+
+    Exact names from :data:`LAUNCH_APIS`, plus any ``*LaunchKernel*`` spelling
+    (versioned driver entry points such as ``cuLaunchKernel_ptsz``).
+    """
+    return name.is_in(list(LAUNCH_APIS)) | name.str.contains("LaunchKernel")
+
+
+def nest(intervals: pl.DataFrame, by: Sequence[str] = ("pid", "tid")) -> pl.DataFrame:
+    """Depth and parent of each interval among the intervals of its group ``by``.
+
+    ``intervals`` needs ``id`` (unique Int64), ``ts_ns``, ``end_ns`` and the ``by``
+    columns. Returns ``id, depth, parent_id`` (depth 1 = top level, parent null).
+    Intervals are assumed properly nested per thread, as profilers record them; a
+    child that overhangs its parent by a rounding error is still placed under the
+    interval that was open at its start. Zero-length intervals get depth from their
+    position but never become parents.
+    """
+    by = list(by)
+    if intervals.is_empty():
+        return pl.DataFrame(schema={"id": pl.Int64, "depth": pl.Int64, "parent_id": pl.Int64})
+    b = _boundaries(intervals, by)
+    starts = b.filter(pl.col("kind") == 1).select([*by, "pos", "id", "depth"])
+    parents = starts.select([*by, "pos", pl.col("id").alias("parent_id"), pl.col("depth").alias("pdepth")])
+    linked = (
+        starts.with_columns(pdepth=pl.col("depth") - 1)
+        .sort("pos")
+        .join_asof(
+            parents.sort("pos"),
+            on="pos",
+            by=[*by, "pdepth"],
+            strategy="backward",
+            allow_exact_matches=False,
+            check_sortedness=False,
+        )
+    )
+    return linked.select("id", "depth", "parent_id")
+
+
+def _boundaries(intervals: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Start/end boundary rows in processing order with the depth after each.
+
+    At equal times, ends come before starts (half-open intervals: an interval that
+    ends at t does not cover t); among starts the longer first (parent before child);
+    among ends the later-started first (child closes before parent).
+    """
+    iv = intervals.select([*by, "id", "ts_ns", "end_ns"]).with_columns(
+        end_ns=pl.max_horizontal("end_ns", "ts_ns")
+    )
+    starts = iv.select([*by, "id", pl.col("ts_ns").alias("t"), pl.lit(1, pl.Int8).alias("kind"),
+                        (-pl.col("end_ns")).alias("sec")])
+    ends = iv.select([*by, "id", pl.col("end_ns").alias("t"), pl.lit(0, pl.Int8).alias("kind"),
+                      (-pl.col("ts_ns")).alias("sec")])
+    b = pl.concat([starts, ends]).sort([*by, "t", "kind", "sec", "id"])
+    delta = pl.when(pl.col("kind") == 1).then(1).otherwise(-1)
+    return b.with_columns(
+        pos=pl.int_range(pl.len(), dtype=pl.Int64),
+        depth=delta.cum_sum().over(by) if by else delta.cum_sum(),
+    )
+
+
+def deepest_at(
+    intervals: pl.DataFrame,
+    points: pl.DataFrame,
+    by: Sequence[str] = ("pid", "tid"),
+    point_col: str = "ts_ns",
+) -> pl.Series:
+    """For each row of ``points``, the ``id`` of the deepest interval covering it.
+
+    ``intervals``: ``id, ts_ns, end_ns`` + ``by``; ``points``: ``point_col`` + ``by``.
+    An interval ``[ts, end)`` covers t when ts ≤ t < end. Returns an Int64 series
+    aligned with ``points`` (null where nothing covers the point).
+    """
+    by = list(by)
+    if intervals.is_empty() or points.is_empty():
+        return pl.Series("id", [None] * points.height, dtype=pl.Int64)
+    b = _boundaries(intervals.filter(pl.col("end_ns") > pl.col("ts_ns")), by)
+    links = nest(intervals.filter(pl.col("end_ns") > pl.col("ts_ns")), by)
+    b = b.join(links.select("id", "parent_id"), on="id", how="left")
+    # After a start the interval itself is the deepest; after an end, its parent.
+    b = b.with_columns(current=pl.when(pl.col("kind") == 1).then(pl.col("id")).otherwise(pl.col("parent_id")))
+    # The state after all boundaries at one instant is what covers that instant.
+    state = b.group_by([*by, "t"], maintain_order=True).agg(pl.col("current").last()).sort([*by, "t"])
+    casted = {c: state.schema[c] for c in by}
+    p = points.select([pl.col(c).cast(casted[c]) for c in by] + [pl.col(point_col).alias("t")]).with_row_index("_row")
+    joined = p.sort("t").join_asof(
+        state, on="t", by=by or None, strategy="backward", check_sortedness=False
+    ).sort("_row")
+    return joined["current"].alias("id")
+
+
+def cpu_context(model: TraceModel, include_python: bool = True) -> pl.DataFrame:
+    """CPU-side intervals (cpu ops, user annotations, optionally Python frames).
+
+    Columns: ``id`` (unique across the frame), ``source`` (``cpu_op`` /
+    ``annotation`` / ``python``), ``name, ts_ns, end_ns, pid, tid``.
+    """
+    cols = ["name", "ts_ns", "end_ns", "pid", "tid"]
+    parts = [
+        model.cpu_ops.select(cols).with_columns(source=pl.lit("cpu_op")),
+        model.annotations.filter(~pl.col("name").str.starts_with("ProfilerStep#"))
+        .select(cols)
+        .with_columns(source=pl.lit("annotation")),
+    ]
+    if include_python:
+        parts.append(model.python_frames.select(cols).with_columns(source=pl.lit("python")))
+    return pl.concat(parts).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+
+
+def launches(model: TraceModel) -> pl.DataFrame:
+    """Runtime/driver calls joined to the GPU activity they enqueued.
+
+    One row per (call, GPU activity) pair matched on ``correlation``; calls with no
+    GPU activity (syncs, event records, or a launch whose kernel was not captured)
+    are kept with null GPU columns. Columns:
+
+    ``api, api_cat, cpu_ts_ns, cpu_dur_ns, cpu_end_ns, pid, tid, correlation,
+    external_id, is_launch`` and ``gpu_name, activity, gpu_ts_ns, gpu_dur_ns,
+    gpu_end_ns, device, stream, launch_delay_ns`` (GPU start − call start).
+    """
+    rt = model.runtime.select(
+        pl.col("name").alias("api"),
+        pl.col("cat").alias("api_cat"),
+        pl.col("ts_ns").alias("cpu_ts_ns"),
+        pl.col("dur_ns").alias("cpu_dur_ns"),
+        pl.col("end_ns").alias("cpu_end_ns"),
+        "pid",
+        "tid",
+        "correlation",
+        "external_id",
+    ).with_columns(is_launch=is_launch_api(pl.col("api")))
+    gpu = model.gpu_activity().select(
+        pl.col("name").alias("gpu_name"),
+        "activity",
+        pl.col("ts_ns").alias("gpu_ts_ns"),
+        pl.col("dur_ns").alias("gpu_dur_ns"),
+        pl.col("end_ns").alias("gpu_end_ns"),
+        "device",
+        "stream",
+        "correlation",
+    ).filter(pl.col("correlation").is_not_null())
+    joined = rt.join(gpu, on="correlation", how="left", nulls_equal=False)
+    return joined.with_columns(launch_delay_ns=pl.col("gpu_ts_ns") - pl.col("cpu_ts_ns"))
