@@ -1,0 +1,38 @@
+"""Shared test fixtures: the ../shared reference data and tiny hand-built traces."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+SHARED_TRACES = SHARED / "data" / "traces"
+
+needs_shared = pytest.mark.skipif(not SHARED_TRACES.exists(), reason="../shared reference data not present")
+
+
+def shared_trace_files() -> list[Path]:
+    """Every JSON(.gz) file under ../shared/data/traces (empty if absent)."""
+    if not SHARED_TRACES.exists():
+        return []
+    return sorted(p for p in SHARED_TRACES.rglob("*") if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".gz")))
+
+
+def write_trace(path: Path, doc: Any) -> Path:
+    data = orjson.dumps(doc)
+    if path.name.endswith(".gz"):
+        data = gzip.compress(data)
+    path.write_bytes(data)
+    return path
+
+
+def kineto_doc(events: list[dict[str, Any]], **top: Any) -> dict[str, Any]:
+    """A minimal modern Kineto document around ``events``."""
+    doc: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": [], "traceEvents": events}
+    doc.update(top)
+    return doc
