@@ -1,0 +1,560 @@
+"""CUDA memory snapshot pickles → :class:`~traceanalyzer.model.memory.SnapshotModel`.
+
+Accepts every layout PyTorch has written (``docs/memory.md``, shared
+``SNAPSHOT_FORMAT.md``): the ``_dump_snapshot``/``_snapshot`` dict of 2.1 → today,
+2.0 legacy dicts whose blocks carry ``history``, the bare segment list of
+``torch.cuda.memory_snapshot()``, gzip-compressed pickles, protocols 2–5, integers up
+to ``2**64-1``, several devices, any subset of optional keys. The pickle is read
+with :mod:`traceanalyzer.load.safe_pickle`: no class is ever imported, no code runs.
+
+Memory: the unpickled object tree is the dominant cost (≈ 450 B per trace entry in
+CPython); it is converted device by device into columns and released as it goes,
+so the tables (≈ 70 B per entry) are what stays.
+"""
+
+from __future__ import annotations
+
+import gzip
+import pickle
+import zlib
+from collections import Counter
+from pathlib import Path
+from typing import Any, BinaryIO, Iterable
+
+import polars as pl
+
+from traceanalyzer.errors import InputError
+from traceanalyzer.load.safe_pickle import (
+    DEFAULT_SCAN_LIMIT,
+    RestrictedUnpickler,
+    UnsafePickleError,
+    scan_opcodes,
+)
+from traceanalyzer.model.memory import (
+    ACTIONS,
+    SNAPSHOT_SCHEMAS,
+    SnapshotMeta,
+    SnapshotModel,
+    empty_snapshot_table,
+)
+
+_U64 = (1 << 64) - 1
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+# ---------------------------------------------------------------------------------------
+# Reading the pickle
+# ---------------------------------------------------------------------------------------
+
+def _open(path: Path) -> tuple[BinaryIO, int]:
+    if not path.exists():
+        raise InputError(path, "no such file")
+    if path.is_dir():
+        raise InputError(path, "is a directory, not a memory snapshot")
+    try:
+        size = path.stat().st_size
+        f: BinaryIO = path.open("rb")
+    except OSError as exc:
+        raise InputError(path, f"cannot read file: {exc.strerror or exc}") from None
+    if size == 0:
+        f.close()
+        raise InputError(path, "empty file")
+    if f.read(2) == b"\x1f\x8b":
+        f.seek(0)
+        return gzip.GzipFile(fileobj=f, mode="rb"), size  # type: ignore[return-value]
+    f.seek(0)
+    return f, size
+
+
+def read_snapshot_object(path: str | Path, scan_limit: int = DEFAULT_SCAN_LIMIT) -> tuple[Any, int | None, int]:
+    """Safely unpickle ``path`` (plain or gzip); returns (object, protocol, file bytes).
+
+    Small inputs (≤ ``scan_limit`` bytes unpacked) are opcode-scanned first so a
+    hostile file is refused with the exact opcode; every input is unpickled with the
+    class-refusing unpickler. Large inputs are streamed, never read whole.
+    """
+    p = Path(path)
+    f, size = _open(p)
+    try:
+        head = f.read(2)
+        if head[:1] != b"\x80":
+            raise InputError(p, "not a pickle (a memory snapshot starts with the pickle protocol byte 0x80)")
+        protocol = head[1] if len(head) > 1 else None
+        if size <= scan_limit:
+            data = head + f.read()
+            scan_opcodes(data)
+            obj = RestrictedUnpickler(_BytesReader(data)).load()
+        else:
+            obj = RestrictedUnpickler(_Prefixed(head, f)).load()
+    except UnsafePickleError as exc:
+        raise InputError(p, str(exc)) from None
+    except InputError:
+        raise
+    except RecursionError:
+        raise InputError(p, "corrupt or hostile pickle: nesting too deep") from None
+    except MemoryError:
+        raise InputError(p, "pickle too large to load in the available memory") from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(p, f"truncated or corrupt file: {exc or type(exc).__name__}") from None
+    except Exception as exc:  # noqa: BLE001 - any failure of untrusted bytes is an input problem
+        raise InputError(p, f"corrupt pickle: {type(exc).__name__}: {exc}") from None
+    finally:
+        f.close()
+    return obj, protocol, size
+
+
+class _BytesReader:
+    """Minimal file-like over bytes (``io.BytesIO`` without the copy on ``read``)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._view = memoryview(data)
+        self._pos = 0
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._view) if n is None or n < 0 else min(len(self._view), self._pos + n)
+        out = self._view[self._pos:end].tobytes()
+        self._pos = end
+        return out
+
+    def readinto(self, buf: Any) -> int:
+        n = min(len(buf), len(self._view) - self._pos)
+        buf[:n] = self._view[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+    def readline(self) -> bytes:
+        rest = self._view[self._pos:].tobytes()
+        i = rest.find(b"\n")
+        line = rest if i < 0 else rest[: i + 1]
+        self._pos += len(line)
+        return line
+
+
+class _Prefixed:
+    """A stream whose first bytes were already consumed (the sniffed header)."""
+
+    def __init__(self, head: bytes, f: BinaryIO) -> None:
+        self._head = head
+        self._f = f
+
+    def read(self, n: int = -1) -> bytes:
+        if self._head:
+            if n is None or n < 0:
+                out, self._head = self._head + self._f.read(), b""
+                return out
+            out, self._head = self._head[:n], self._head[n:]
+            if len(out) < n:
+                out += self._f.read(n - len(out))
+            return out
+        return self._f.read(n)
+
+    def readinto(self, buf: Any) -> int:
+        data = self.read(len(buf))
+        buf[: len(data)] = data
+        return len(data)
+
+    def readline(self) -> bytes:
+        if self._head:
+            out, self._head = self._head, b""
+            return out + self._f.readline()
+        return self._f.readline()
+
+
+# ---------------------------------------------------------------------------------------
+# Columns
+# ---------------------------------------------------------------------------------------
+
+class _Fix:
+    """Counts of values the loader had to repair, reported as warnings."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+
+def _series(path: Path, fix: _Fix, name: str, values: list[Any], dtype: Any) -> pl.Series:
+    """Build a typed column; repair what can be repaired, refuse what cannot.
+
+    Unsigned columns (addresses, streams) wrap negative ints modulo 2**64 (some
+    back-ends write them signed); signed columns map out-of-range ints (a frame line of
+    2**64−1 means "no line") to null.
+    """
+    try:
+        return pl.Series(name, values, dtype=dtype)
+    except (TypeError, OverflowError, pl.exceptions.PolarsError):
+        pass
+    out: list[Any] = []
+    bad = 0
+    for v in values:
+        if v is None:
+            out.append(None)
+        elif dtype == pl.String:
+            out.append(str(v))
+        elif isinstance(v, bool) or not isinstance(v, int):
+            if isinstance(v, float) and v.is_integer():
+                out.append(int(v))
+            else:
+                bad += 1
+                out.append(None)
+        elif dtype == pl.UInt64:
+            out.append(v & _U64)
+        elif _I64_MIN <= v <= _I64_MAX:
+            out.append(v)
+        else:
+            fix.counts[f"{name} out of the 64-bit range (set to null)"] += 1
+            out.append(None)
+    if bad:
+        if bad > max(10, len(values) // 100):
+            raise InputError(path, f"malformed snapshot: {bad:,} values of {name!r} are not integers")
+        fix.counts[f"{name} not an integer (set to null)"] += bad
+    return pl.Series(name, out, dtype=dtype)
+
+
+class _Stacks:
+    """Interns frame lists into stack ids.
+
+    Real snapshots share frame-list objects between entries (pickle memo), so the
+    fast path is a lookup by object identity; distinct but equal lists are merged by
+    content. The interned lists are pinned so their ids stay valid while the object
+    tree is released piece by piece.
+    """
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, int | None] = {}
+        self.by_content: dict[tuple[Any, ...], int] = {}
+        self._pinned: list[Any] = []
+        self.stack_id: list[int] = []
+        self.depth: list[int] = []
+        self.name: list[Any] = []
+        self.filename: list[Any] = []
+        self.line: list[Any] = []
+
+    def intern(self, frames: Any) -> int | None:
+        key = id(frames)
+        sid = self.by_id.get(key, -1)
+        if sid != -1:
+            return sid
+        self._pinned.append(frames)
+        sid = self._intern_content(frames)
+        self.by_id[key] = sid
+        return sid
+
+    def _intern_content(self, frames: Any) -> int | None:
+        if not frames or not isinstance(frames, (list, tuple)):
+            return None
+        rows = []
+        for fr in frames:
+            if isinstance(fr, dict):
+                rows.append((fr.get("name"), fr.get("filename"), fr.get("line")))
+            elif isinstance(fr, str):  # forward_frames-like pre-formatted strings
+                rows.append((fr, None, None))
+        content = tuple(rows)
+        if not content:
+            return None
+        sid = self.by_content.get(content)
+        if sid is None:
+            sid = len(self.by_content)
+            self.by_content[content] = sid
+            for depth, (n, fn, ln) in enumerate(content):
+                self.stack_id.append(sid)
+                self.depth.append(depth)
+                self.name.append(n if isinstance(n, str) else (None if n is None else str(n)))
+                self.filename.append(fn if isinstance(fn, str) else (None if fn is None else str(fn)))
+                self.line.append(ln)
+        return sid
+
+    def table(self, path: Path, fix: _Fix) -> pl.DataFrame:
+        if not self.stack_id:
+            return empty_snapshot_table("frames")
+        return pl.DataFrame([
+            pl.Series("stack_id", self.stack_id, dtype=pl.Int64),
+            pl.Series("depth", self.depth, dtype=pl.Int64),
+            pl.Series("name", self.name, dtype=pl.String),
+            pl.Series("filename", self.filename, dtype=pl.String),
+            _series(path, fix, "line", self.line, pl.Int64),
+        ])
+
+
+def _pool_text(v: Any) -> str:
+    if v is None:
+        return "0,0"
+    if isinstance(v, (tuple, list)):
+        return ",".join(str(x) for x in v)
+    return str(v)
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+# ---------------------------------------------------------------------------------------
+# Segments and blocks
+# ---------------------------------------------------------------------------------------
+
+def _block_frames(b: dict[str, Any]) -> Any:
+    frames = b.get("frames")
+    if frames:
+        return frames
+    hist = b.get("history")
+    # 2.0 legacy: the last history entry is the block's current allocation; its stack
+    # only describes the block while the block is in use.
+    if hist and isinstance(hist, list) and b.get("state") != "inactive":
+        last = hist[-1] if isinstance(hist[-1], dict) else {}
+        return last.get("frames") or last.get("cpp_frames")
+    return None
+
+
+def _segments_and_blocks(path: Path, segs: list[Any], stacks: _Stacks, fix: _Fix
+                         ) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
+    s_cols: dict[str, list[Any]] = {k: [] for k in SNAPSHOT_SCHEMAS["segments"]}
+    b_cols: dict[str, list[Any]] = {k: [] for k in SNAPSHOT_SCHEMAS["blocks"]}
+    warnings: list[str] = []
+    n_sum_mismatch = 0
+    n_not_dict = 0
+    for i, s in enumerate(segs):
+        if not isinstance(s, dict):
+            n_not_dict += 1
+            continue
+        addr = _int(s.get("address"))
+        dev = _int(s.get("device"))
+        total = _int(s.get("total_size"))
+        blocks = s.get("blocks") or []
+        if not isinstance(blocks, list):
+            blocks = []
+        pool = _pool_text(s.get("segment_pool_id"))
+        s_cols["segment_idx"].append(i)
+        s_cols["device"].append(dev if dev is not None else 0)
+        s_cols["address"].append(addr)
+        s_cols["total_bytes"].append(total)
+        s_cols["allocated_bytes"].append(_int(s.get("allocated_size")))
+        s_cols["active_bytes"].append(_int(s.get("active_size")))
+        s_cols["requested_bytes"].append(_int(s.get("requested_size")))
+        s_cols["stream"].append(_int(s.get("stream")))
+        s_cols["segment_type"].append(s.get("segment_type") if isinstance(s.get("segment_type"), str) else None)
+        s_cols["pool_id"].append(pool)
+        s_cols["is_private_pool"].append(pool not in ("0,0", "0"))
+        s_cols["is_expandable"].append(bool(s.get("is_expandable", False)))
+        s_cols["stack_id"].append(stacks.intern(s.get("frames")))
+        cursor = addr
+        block_sum = 0
+        for b in blocks:
+            if not isinstance(b, dict):
+                continue
+            size = _int(b.get("size")) or 0
+            baddr = _int(b.get("address"))
+            if baddr is None:  # 2.0 legacy: blocks are contiguous from the segment base
+                baddr = cursor
+            b_cols["segment_idx"].append(i)
+            b_cols["device"].append(dev if dev is not None else 0)
+            b_cols["address"].append(baddr)
+            b_cols["bytes"].append(size)
+            b_cols["requested_bytes"].append(_int(b.get("requested_size")))
+            b_cols["state"].append(b.get("state") if isinstance(b.get("state"), str) else None)
+            b_cols["stack_id"].append(stacks.intern(_block_frames(b)))
+            cursor = None if baddr is None else baddr + size
+            block_sum += size
+        if total is not None and blocks and block_sum != total:
+            n_sum_mismatch += 1
+    if n_not_dict:
+        warnings.append(f"{n_not_dict:,} segment entries are not dicts (skipped)")
+    if n_sum_mismatch:
+        warnings.append(f"{n_sum_mismatch:,} segments whose block sizes do not add up to total_size "
+                        "(synthetic or hand-edited snapshot?)")
+    seg_df = pl.DataFrame([_series(path, fix, k, v, SNAPSHOT_SCHEMAS["segments"][k]) for k, v in s_cols.items()])
+    blk_df = pl.DataFrame([_series(path, fix, k, v, SNAPSHOT_SCHEMAS["blocks"][k]) for k, v in b_cols.items()])
+    return seg_df, blk_df, warnings
+
+
+# ---------------------------------------------------------------------------------------
+# Trace entries
+# ---------------------------------------------------------------------------------------
+
+def _trace_device(path: Path, device: int, entries: list[Any], stacks: _Stacks, fix: _Fix) -> pl.DataFrame:
+    """One device's entries → columns. Comprehensions (one C-level loop per column)
+    are about 3× faster here than one Python loop appending to ten lists."""
+    entries = [e for e in entries if isinstance(e, dict)]
+    n = len(entries)
+    intern = stacks.intern
+    by_id = stacks.by_id
+    empty: list[Any] = []
+
+    def sid(e: dict[str, Any]) -> int | None:
+        fr = e.get("frames") or e.get("cpp_frames") or empty
+        s = by_id.get(id(fr), -1)
+        return intern(fr) if s == -1 else s
+
+    cols = [
+        pl.Series("device", [device] * n, dtype=pl.Int64) if n else pl.Series("device", [], dtype=pl.Int64),
+        pl.Series("event_idx", range(n), dtype=pl.Int64),
+        _series(path, fix, "action", [e.get("action") for e in entries], pl.String),
+        _series(path, fix, "addr", [e.get("addr") for e in entries], pl.UInt64),
+        _series(path, fix, "bytes", [e.get("size") for e in entries], pl.Int64),
+        _series(path, fix, "stream", [e.get("stream") for e in entries], pl.UInt64),
+        _series(path, fix, "ts_ns", [e.get("time_us") for e in entries], pl.Int64) * 1000,
+        _series(path, fix, "device_free_bytes", [e.get("device_free") for e in entries], pl.Int64),
+        pl.Series("stack_id", [sid(e) for e in entries], dtype=pl.Int64),
+        _series(path, fix, "compile_context", [e.get("compile_context") for e in entries], pl.String),
+        _series(path, fix, "user_metadata", [e.get("user_metadata") for e in entries], pl.String),
+    ]
+    return pl.DataFrame(cols)
+
+
+def _annotations(path: Path, anns: Any, fix: _Fix) -> pl.DataFrame:
+    if not isinstance(anns, list) or not anns:
+        return empty_snapshot_table("annotations")
+    anns = [a for a in anns if isinstance(a, dict)]
+    return pl.DataFrame([
+        _series(path, fix, "device", [a.get("device", 0) for a in anns], pl.Int64),
+        _series(path, fix, "ts_ns", [a.get("time_us") for a in anns], pl.Int64) * 1000,
+        _series(path, fix, "name", [a.get("name") for a in anns], pl.String),
+        _series(path, fix, "stage", [a.get("stage") for a in anns], pl.String),
+    ])
+
+
+def _release_hint(doc: dict[str, Any], sample_entries: Iterable[dict[str, Any]], legacy: bool,
+                  segs: list[Any]) -> str:
+    if legacy:
+        return "2.0"
+    keys: set[str] = set()
+    for e in sample_entries:
+        keys.update(e)
+    settings = doc.get("allocator_settings") or {}
+    if "max_round_threshold" in settings:
+        return ">=2.13"
+    if "pool_id" in keys:
+        return ">=2.12"
+    if "forward_frames" in keys:
+        return ">=2.11"
+    if "user_metadata" in keys:
+        return ">=2.10"
+    if "graph_capture_record_stream_reuse" in settings:
+        return ">=2.9"
+    if "compile_context" in keys:
+        return ">=2.8"
+    if "external_annotations" in doc:
+        return ">=2.5"
+    if "allocator_settings" in doc:
+        return ">=2.3"
+    if "time_us" in keys:
+        return ">=2.2"
+    if any(isinstance(s, dict) and "segment_pool_id" in s for s in segs[:5]):
+        return ">=2.1"
+    return "unknown"
+
+
+def _count_truncation(trace: pl.DataFrame) -> int:
+    """Frees whose allocation is not in the history (recorded before it started)."""
+    if trace.is_empty():
+        return 0
+    t = trace.filter(pl.col("action").is_in(["alloc", "free_requested", "free_completed"]))
+    t = t.with_columns(
+        ver=(pl.col("action") == "alloc").cast(pl.Int64).cum_sum().over(["device", "addr"], order_by="event_idx")
+    )
+    return int(t.filter((pl.col("action") != "alloc") & (pl.col("ver") == 0)).height)
+
+
+def load_snapshot(path: str | Path) -> SnapshotModel:
+    """Load a CUDA memory snapshot pickle (see the module docstring)."""
+    p = Path(path)
+    obj, protocol, size = read_snapshot_object(p)
+    fix = _Fix()
+    warnings: list[str] = []
+    if isinstance(obj, list):
+        layout = "segments-list"
+        doc: dict[str, Any] = {"segments": obj}
+        warnings.append("bare segment list (torch.cuda.memory_snapshot()): state at dump time only, no history")
+    elif isinstance(obj, dict) and isinstance(obj.get("segments"), list):
+        doc = obj
+        layout = "dict"
+    elif isinstance(obj, dict):
+        keys = ", ".join(sorted(map(str, obj))[:8])
+        raise InputError(p, f"a pickle, but not a memory snapshot (no 'segments' list; top-level keys: {keys})")
+    else:
+        raise InputError(p, f"a pickle of a {type(obj).__name__}, not a memory snapshot")
+    del obj
+
+    segs: list[Any] = doc["segments"]
+    legacy = any(isinstance(b, dict) and "history" in b
+                 for s in segs[:50] if isinstance(s, dict) for b in (s.get("blocks") or [])[:50]) or (
+        bool(segs) and all(isinstance(s, dict) and "segment_pool_id" not in s and "is_expandable" not in s
+                           for s in segs[:50])
+        and any(isinstance(s, dict) and s.get("blocks") and "address" not in s["blocks"][0] for s in segs[:50])
+    )
+    if legacy and layout == "dict":
+        layout = "dict-legacy"
+    stacks = _Stacks()
+    seg_df, blk_df, seg_warnings = _segments_and_blocks(p, segs, stacks, fix)
+    warnings += seg_warnings
+
+    traces = doc.get("device_traces")
+    if traces is None:
+        traces = []
+    if not isinstance(traces, list):
+        raise InputError(p, "malformed snapshot: 'device_traces' is not a list")
+    sample = [e for t in traces if isinstance(t, list) for e in t[:20] if isinstance(e, dict)]
+    hint = _release_hint(doc, sample, legacy, segs)
+    frames_per_dev: list[pl.DataFrame] = []
+    for dev in range(len(traces)):
+        lst = traces[dev]
+        if isinstance(lst, list) and lst:
+            frames_per_dev.append(_trace_device(p, dev, lst, stacks, fix))
+        traces[dev] = None  # release the object tree as we go (peak memory)
+        del lst
+    trace = pl.concat(frames_per_dev) if frames_per_dev else empty_snapshot_table("trace")
+    unknown = trace.filter(~pl.col("action").is_in(list(ACTIONS)))
+    if unknown.height:
+        names = ", ".join(sorted(set(str(a) for a in unknown["action"].unique().to_list()))[:5])
+        warnings.append(f"{unknown.height:,} trace entries with unknown actions ({names}): ignored by the replay")
+    annotations = _annotations(p, doc.get("external_annotations"), fix)
+    settings = doc.get("allocator_settings")
+    frames = stacks.table(p, fix)
+    n_stacks = len(stacks.by_content)
+    del doc, segs, traces, stacks, sample  # nothing below needs the object tree
+
+    for what, n in sorted(fix.counts.items()):
+        warnings.append(f"{n:,} values of {what}")
+    devices = sorted(set(seg_df["device"].to_list()) | set(trace["device"].unique().to_list()))
+    n_trunc = _count_truncation(trace)
+    live_blocks = blk_df.filter(pl.col("state") != "inactive").height
+    has_history = trace.filter(pl.col("action").is_in(["alloc", "free_requested", "free_completed",
+                                                        "segment_alloc", "segment_free"])).height > 0
+    if layout != "segments-list" and not has_history:
+        if trace.height:
+            warnings.append(f"the history holds only {trace.height} entr{'y' if trace.height == 1 else 'ies'} "
+                            "and no allocation (ring buffer of size 1, the 2.0 default): state at dump only")
+        else:
+            warnings.append("no allocation history (recorded without _record_memory_history or "
+                            "include_traces=False): state at dump only")
+    if n_trunc:
+        warnings.append(f"history truncated: {n_trunc:,} frees of allocations made before recording started "
+                        "(ring buffer or late start); their allocation time is unknown")
+    meta = SnapshotMeta(
+        path=str(p),
+        file_bytes=size,
+        protocol=protocol,
+        layout=layout,
+        release_hint=hint,
+        devices=tuple(int(d) for d in devices),
+        n_segments=seg_df.height,
+        n_blocks=blk_df.height,
+        n_trace_entries=trace.height,
+        n_stacks=n_stacks,
+        has_history=has_history,
+        has_time=bool(trace.height) and trace["ts_ns"].null_count() < trace.height,
+        has_stacks=frames.height > 0,
+        history_truncated=n_trunc > 0,
+        allocator_settings=settings if isinstance(settings, dict) else None,
+        extra={"live_blocks": live_blocks,
+               "n_annotations": annotations.height},
+    )
+    return SnapshotModel(
+        meta=meta,
+        segments=seg_df,
+        blocks=blk_df,
+        trace=trace,
+        frames=frames,
+        annotations=annotations,
+        warnings=tuple(warnings),
+    )
+
+
+__all__ = ["load_snapshot", "read_snapshot_object"]
