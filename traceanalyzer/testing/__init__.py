@@ -1,0 +1,1 @@
+"""Test-support code: a deterministic generator of synthetic Kineto traces with planted facts."""
