@@ -1,0 +1,82 @@
+"""GPU busy/idle breakdown (union, precedence) and the tb_plugin exclusive step breakdown."""
+
+from __future__ import annotations
+
+import pytest
+
+from timeline_trace import Trace, ns
+from traceanalyzer.analyses import run_analyses
+
+
+def _scenario(with_steps: bool = False) -> Trace:
+    t = Trace()
+    if with_steps:
+        t.step(1, 0, 80)
+        t.step(2, 80, 220)
+    t.op("aten::train_loop", 0, 300)
+    t.ann("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", 200, 50)
+    t.launch(1, 2, 10, 40, name="gemm", stream=7)  # compute 10..50
+    t.launch(4, 2, 30, 40, name="gemm", stream=8)  # compute 30..70 (overlaps: counted once)
+    t.launch(7, 2, 60, 40, name="ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+             stream=9)  # comm 60..100, exposed 70..100
+    t.launch(10, 2, 90, 30, name="Memcpy DtoD (Device -> Device)", api="cudaMemcpyAsync",
+             activity="memcpy")  # memcpy 90..120, exposed 100..120
+    t.launch(13, 2, 115, 10, name="Memset (Device)", api="cudaMemsetAsync", activity="memset")  # 120..125
+    return t
+
+
+def test_device_breakdown_union_with_precedence():
+    r = run_analyses(_scenario().model(), only=("gpu_time",), strict=True)["gpu_time"]
+    row = r.per_device.row(0, named=True)
+    assert row["device"] == 0
+    assert row["window_ns"] == ns(300)
+    assert row["compute_ns"] == ns(60)
+    assert row["communication_ns"] == ns(30)
+    assert row["memcpy_ns"] == ns(20)
+    assert row["memset_ns"] == ns(5)
+    assert row["busy_ns"] == ns(115)
+    assert row["idle_ns"] == ns(185)
+    assert row["busy_pct"] == pytest.approx(115 / 300 * 100, abs=1e-3)
+    span = r.gpu_span.row(0, named=True)
+    assert (span["span_ns"], span["busy_ns"], span["compute_ns"], span["non_compute_ns"], span["idle_ns"]) == (
+        ns(115), ns(115), ns(60), ns(55), 0)
+
+
+def test_tb_plugin_breakdown_adds_up_with_priority():
+    r = run_analyses(_scenario().model(), only=("gpu_time",), strict=True)["gpu_time"]
+    row = r.tb_breakdown.row(0, named=True)
+    assert row["kernel_ns"] == ns(60)
+    assert row["memcpy_ns"] == ns(30)  # memcpy 90..120 minus kernels (<70)
+    assert row["memset_ns"] == ns(5)
+    assert row["communication_ns"] == ns(20)  # 70..90
+    assert row["runtime_ns"] == ns(6)  # the three launch calls before the first kernel
+    assert row["dataloader_ns"] == ns(50)
+    assert row["cpu_exec_ns"] == ns(300 - 60 - 30 - 5 - 20 - 6 - 50)
+    assert row["other_ns"] == 0
+    parts = [row[c] for c in row if c.endswith("_ns") and c != "total_ns"]
+    assert sum(parts) == row["total_ns"] == ns(300)
+
+
+def test_per_step_rows_sum_to_device_totals():
+    r = run_analyses(_scenario(with_steps=True).model(), only=("gpu_time",), strict=True)["gpu_time"]
+    ps = r.per_step
+    assert ps["step"].to_list() == [1, 2]
+    # Everything was launched inside step 1, whose window extends to the end of that
+    # work (125) although its CPU range ends at 80; step 2 starts there.
+    assert ps["dur_ns"].to_list() == [ns(125), ns(175)]
+    assert ps["compute_ns"].to_list() == [ns(60), 0]
+    assert ps["communication_ns"].to_list() == [ns(30), 0]
+    assert ps["idle_ns"].to_list() == [ns(10), ns(175)]
+    dev = r.per_device.row(0, named=True)
+    for c in ("busy_ns", "compute_ns", "communication_ns", "memcpy_ns", "memset_ns", "idle_ns"):
+        assert ps[c].sum() == dev[c]
+    assert r.tb_breakdown["total_ns"].to_list() == [ns(125), ns(175)]
+
+
+def test_cpu_only_trace_is_not_applicable():
+    t = Trace()
+    t.op("aten::mm", 0, 10)
+    res = run_analyses(t.model(), only=("gpu_time", "idle_gaps", "kernels", "launches"))
+    for name in ("gpu_time", "idle_gaps", "kernels", "launches"):
+        assert name in res.skipped, name
+    assert "no GPU activity" in res.skipped["gpu_time"]

@@ -1,0 +1,229 @@
+"""Interval helpers shared by the GPU timeline analyses (steps, gpu_time, idle_gaps, launches).
+
+Private to the analyses package (the leading underscore keeps :func:`discover` from
+treating it as an analysis). Everything here is vectorised polars: sorts and as-of
+joins, never a Python loop over events.
+
+The central trick is :func:`covered_before`: for a set of disjoint sorted intervals
+(the output of :func:`traceanalyzer.timeutil.merge_intervals`) it returns, for any
+point ``t``, the covered length in ``(-inf, t)``. The covered length inside any
+window ``[a, b)`` is then ``covered_before(b) - covered_before(a)``, which gives
+per-step, per-device union lengths with two as-of joins however many steps there are.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import polars as pl
+
+from traceanalyzer.timeutil import merge_intervals
+
+# Kernel names of collective-communication libraries (NCCL, RCCL, HCCL, MSCCL++ and
+# vLLM's custom all-reduce). HTA also treats every name starting with "hip" as
+# communication; we do not (it is a bug there: hipMemcpy-like kernels are not comms).
+COMM_KERNEL_RE = r"(?i)nccl|rccl|^hccl|msccl|cross_device_reduce"
+
+# Runtime/driver calls that block the calling thread until device work finishes.
+SYNC_API_RE = (
+    r"Synchronize|^urQueueFinish$|^urEventWait$|^zeCommandQueueSynchronize$|^zeEventHostSynchronize$"
+)
+# Runtime/driver calls that copy memory (blocking or not).
+MEMCPY_API_RE = r"(?i)memcpy|^urEnqueueMemBuffer(Read|Write|Copy)"
+# CPU ranges of the PyTorch data loader.
+DATALOADER_RE = r"^enumerate\((DataLoader|DataPipe)\)#"
+
+
+def covered_before(
+    merged: pl.DataFrame,
+    points: pl.DataFrame,
+    by: Sequence[str] = (),
+    point_col: str = "t",
+) -> pl.Series:
+    """Covered length of disjoint intervals ``merged`` in ``(-inf, t)`` for each point.
+
+    ``merged``: ``*by, start_ns, end_ns`` (disjoint per group, any order);
+    ``points``: ``*by, point_col``. Returns an Int64 series aligned with ``points``.
+    """
+    by = list(by)
+    if points.is_empty():
+        return pl.Series("covered", [], dtype=pl.Int64)
+    if merged.is_empty():
+        return pl.Series("covered", [0] * points.height, dtype=pl.Int64)
+    length = pl.col("end_ns") - pl.col("start_ns")
+    cum = length.cum_sum().over(by) if by else length.cum_sum()
+    m = merged.sort([*by, "start_ns"]).with_columns(_before=cum - length)
+    casts = [pl.col(c).cast(m.schema[c]) for c in by]
+    p = points.select([*casts, pl.col(point_col).alias("_t")]).with_row_index("_row")
+    j = (
+        p.sort("_t")
+        .join_asof(
+            m.select([*by, "start_ns", "end_ns", "_before"]),
+            left_on="_t",
+            right_on="start_ns",
+            by=by or None,
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .sort("_row")
+    )
+    inside = (pl.min_horizontal(pl.col("_t"), pl.col("end_ns")) - pl.col("start_ns")).clip(lower_bound=0)
+    return j.select((pl.col("_before") + inside).fill_null(0).cast(pl.Int64).alias("covered"))["covered"]
+
+
+def window_union_lengths(
+    activity: pl.DataFrame,
+    windows: pl.DataFrame,
+    by: Sequence[str] = (),
+    start: str = "ts_ns",
+    end: str = "end_ns",
+) -> pl.DataFrame:
+    """Length of the union of ``activity`` intervals inside each window, per group.
+
+    ``windows``: ``window, start_ns, end_ns`` (disjoint or not, each counted alone).
+    Returns ``*by, window, length_ns`` for every (group present in ``activity``) × window.
+    """
+    by = list(by)
+    if activity.is_empty() or windows.is_empty():
+        return pl.DataFrame(
+            schema={**{b: activity.schema[b] for b in by}, "window": pl.Int64, "length_ns": pl.Int64}
+        )
+    merged = merge_intervals(activity.filter(pl.col(end) > pl.col(start)), start, end, by)
+    groups = activity.select(by).unique() if by else pl.DataFrame({"_g": [0]})
+    grid = groups.join(windows.select("window", "start_ns", "end_ns"), how="cross")
+    lo = covered_before(merged, grid.select([*by, pl.col("start_ns").alias("t")]), by)
+    hi = covered_before(merged, grid.select([*by, pl.col("end_ns").alias("t")]), by)
+    out = grid.with_columns(length_ns=(hi - lo))
+    return out.select([*by, "window", "length_ns"])
+
+
+def assign_window(
+    df: pl.DataFrame,
+    windows: pl.DataFrame,
+    ts_col: str = "ts_ns",
+    out_col: str = "window",
+) -> pl.DataFrame:
+    """Add ``out_col``: the index of the window ``[start_ns, end_ns)`` containing ``ts_col``.
+
+    ``windows`` must be disjoint; rows outside every window get null.
+    """
+    if df.is_empty():
+        return df.with_columns(pl.lit(None, dtype=pl.Int64).alias(out_col))
+    w = windows.select(
+        pl.col("window").alias("_w"), pl.col("start_ns").alias("_ws"), pl.col("end_ns").alias("_we")
+    ).sort("_ws")
+    j = (
+        df.with_row_index("_row")
+        .with_columns(pl.col(ts_col).alias("_t"))
+        .sort("_t")
+        .join_asof(w, left_on="_t", right_on="_ws", strategy="backward", check_sortedness=False)
+        .sort("_row")
+    )
+    inside = pl.col("_t").is_not_null() & (pl.col("_t") < pl.col("_we"))
+    return j.with_columns(pl.when(inside).then(pl.col("_w")).otherwise(None).cast(pl.Int64).alias(out_col)).drop(
+        "_row", "_t", "_w", "_ws", "_we"
+    )
+
+
+def is_comm_kernel(name: pl.Expr, comm_name: pl.Expr | None = None) -> pl.Expr:
+    """True for collective-communication kernels (by name, or carrying collective args)."""
+    expr = name.str.contains(COMM_KERNEL_RE)
+    if comm_name is not None:
+        expr = expr | comm_name.is_not_null()
+    return expr.fill_null(False)
+
+
+def gpu_activity_classes(model: object) -> pl.DataFrame:
+    """All device activity with a ``category`` column: compute / communication / memcpy / memset.
+
+    Columns: ``name, ts_ns, dur_ns, end_ns, device, stream, correlation, external_id,
+    activity, category``.
+    """
+    k = model.kernels  # type: ignore[attr-defined]
+    gpu = model.gpu_activity()  # type: ignore[attr-defined]
+    comm = k.select(is_comm_kernel(pl.col("name"), pl.col("comm_name")).alias("c"))["c"]
+    # gpu_activity() concatenates kernels first, in their order: align the flag.
+    flag = pl.concat([comm, pl.Series([False] * (gpu.height - k.height), dtype=pl.Boolean)])
+    return gpu.with_columns(
+        category=pl.when(pl.col("activity") != "kernel")
+        .then(pl.col("activity"))
+        .when(flag)
+        .then(pl.lit("communication"))
+        .otherwise(pl.lit("compute"))
+    )
+
+
+def pct(part: float | int, whole: float | int) -> float | None:
+    """``part`` as a percentage of ``whole`` (3 decimals), None when whole is 0."""
+    return round(float(part) * 100.0 / float(whole), 3) if whole else None
+
+
+def dist_stats(s: pl.Series) -> dict[str, float | int | None]:
+    """count, mean, median, p95, std, min, max of an ns series (ints where exact)."""
+    s = s.drop_nulls()
+    n = s.len()
+    if n == 0:
+        return {"count": 0, "mean": None, "median": None, "p95": None, "std": None, "min": None, "max": None}
+    std = s.std() if n > 1 else 0.0
+    return {
+        "count": int(n),
+        "mean": round(float(s.mean()), 1),  # type: ignore[arg-type]
+        "median": round(float(s.median()), 1),  # type: ignore[arg-type]
+        "p95": round(float(s.quantile(0.95, "linear")), 1),  # type: ignore[arg-type]
+        "std": round(float(std), 1),  # type: ignore[arg-type]
+        "min": int(s.min()),  # type: ignore[arg-type]
+        "max": int(s.max()),  # type: ignore[arg-type]
+    }
+
+
+def ms(ns: float | int | None) -> str:
+    return "n/a" if ns is None else f"{ns / 1e6:,.3f} ms"
+
+
+def us(ns: float | int | None) -> str:
+    return "n/a" if ns is None else f"{ns / 1e3:,.1f} µs"
+
+
+# Log-spaced duration bins (ns), shared by the gap and kernel histograms.
+LOG_BINS_NS: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000)
+SHORT_BINS_NS: tuple[int, ...] = (1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 1_000_000)
+
+
+def _bin_label(lo: int | None, hi: int | None) -> str:
+    def f(v: int) -> str:
+        return f"{v // 1_000_000} ms" if v >= 1_000_000 else f"{v // 1_000} µs"
+
+    if lo is None:
+        return f"< {f(hi)}"  # type: ignore[arg-type]
+    if hi is None:
+        return f">= {f(lo)}"
+    return f"{f(lo)} – {f(hi)}"
+
+
+def histogram(durations: pl.Series, edges: Sequence[int] = LOG_BINS_NS) -> pl.DataFrame:
+    """Count and total of ns ``durations`` per bin ``[edge_i, edge_i+1)``; every bin present."""
+    edges = list(edges)
+    lows: list[int | None] = [None, *edges]
+    highs: list[int | None] = [*edges, None]
+    labels = [_bin_label(lo, hi) for lo, hi in zip(lows, highs)]
+    d = pl.DataFrame({"d": durations.cast(pl.Int64)}).drop_nulls()
+    idx = d.select(
+        b=pl.sum_horizontal([(pl.col("d") >= e).cast(pl.Int32) for e in edges]) if edges else pl.lit(0),
+        d=pl.col("d"),
+    )
+    agg = idx.group_by("b").agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("d").sum())
+    base = pl.DataFrame(
+        {
+            "b": list(range(len(labels))),
+            "bin": labels,
+            "lo_ns": lows,
+            "hi_ns": highs,
+        },
+        schema={"b": pl.Int32, "bin": pl.String, "lo_ns": pl.Int64, "hi_ns": pl.Int64},
+    )
+    return (
+        base.join(agg.with_columns(pl.col("b").cast(pl.Int32)), on="b", how="left")
+        .with_columns(pl.col("count").fill_null(0), pl.col("total_ns").fill_null(0))
+        .sort("b")
+        .drop("b")
+    )

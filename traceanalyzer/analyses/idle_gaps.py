@@ -1,0 +1,330 @@
+"""Idle gaps: every stretch of time a device (or a stream) had nothing running, and why.
+
+Definitions
+-----------
+* **Device gap**: a hole between consecutive intervals of the union of all kernels,
+  copies and memsets of one device (overlapping streams counted once), from the end of
+  the activity that drained the device to the start of the next one. Time before the
+  first and after the last activity of a device is not a gap (it is idle in
+  ``gpu_time``'s step windows). The sum of device gaps equals ``gpu_time``'s
+  ``gpu_span`` idle.
+* **Stream gap**: the same on one stream alone (what HTA's idle-time breakdown uses).
+* The **next activity** ends the gap; its runtime call (joined by correlation id) is
+  the **launch**, on the **launching thread**. ``queued`` is true when that launch call
+  started before the gap began (work was already issued when the device drained).
+
+Causes (one per gap; per-gap overlaps are computed on the launching process)
+* ``host_bound`` — not queued: the CPU issued the launch only after the GPU drained,
+  and none of the more specific causes below overlaps the gap;
+* ``sync`` / ``memcpy`` / ``data_loader`` — not queued, and a synchronising runtime call
+  (``*Synchronize``; its end extended by ``idle_gaps.sync_tolerance_us``, default 10 µs,
+  because the GPU drains just before a sync returns), a blocking memcpy call (a
+  synchronous API, or any copy from/to pageable host memory), or an
+  ``enumerate(DataLoader)#…`` range overlaps the gap: the one overlapping most wins
+  (ties: sync, memcpy, data loader);
+* ``stream_dependency`` — stream gaps only: queued, and another stream of the device
+  was busy during the gap (the stream waited on an event of another stream);
+* ``other`` — queued with the device idle (waiting on another device or a collective
+  peer, or device-side launch latency), or no launch call found.
+
+CPU attribution: each gap with a launch is attributed to the deepest CPU interval
+(CPU op, user annotation or Python frame) covering the gap's midpoint on the launching
+thread (``cpu_context``), and separately to the deepest user annotation. Aggregates
+over **long** gaps (≥ ``idle_gaps.long_gap_us``, default 100 µs) answer "what was the
+CPU doing while the GPU idled". Every other number is threshold-free; a histogram of
+gap lengths is given per device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses._intervals import (
+    DATALOADER_RE,
+    LOG_BINS_NS,
+    MEMCPY_API_RE,
+    SYNC_API_RE,
+    covered_before,
+    gpu_activity_classes,
+    histogram,
+    ms,
+    pct,
+)
+from traceanalyzer.analyses.steps import StepsResult, assign_steps
+from traceanalyzer.config import Config
+from traceanalyzer.errors import NotApplicable
+from traceanalyzer.model import TraceModel
+from traceanalyzer.model.relations import cpu_context, deepest_at
+from traceanalyzer.timeutil import gaps_between, merge_intervals
+
+CAUSES = ("host_bound", "sync", "memcpy", "data_loader", "stream_dependency", "other")
+
+
+@dataclass(frozen=True)
+class IdleGapsResult:
+    """Gaps per device and per stream with causes and CPU attribution."""
+
+    device_gaps: pl.DataFrame
+    stream_gaps: pl.DataFrame
+    per_device: pl.DataFrame  # device, n_gaps, idle_ns, <cause>_ns …
+    per_stream: pl.DataFrame  # device, stream, n_gaps, idle_ns, queued_ns, <cause>_ns …
+    per_step: pl.DataFrame  # window, step, device, n_gaps, idle_ns, <cause>_ns …
+    histogram: pl.DataFrame  # device, bin, lo_ns, hi_ns, count, total_ns
+    attribution: pl.DataFrame  # long gaps grouped by deepest CPU context
+    attribution_annotation: pl.DataFrame  # long gaps grouped by deepest user annotation
+    long_gap_ns: int
+    thresholds: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "thresholds": self.thresholds,
+            "long_gap_ns": self.long_gap_ns,
+            "per_device": self.per_device.to_dicts(),
+            "per_stream": self.per_stream.to_dicts(),
+            "per_step": self.per_step.to_dicts(),
+            "histogram": self.histogram.to_dicts(),
+            "attribution": self.attribution.to_dicts(),
+            "attribution_annotation": self.attribution_annotation.to_dicts(),
+            "n_device_gaps": self.device_gaps.height,
+            "n_stream_gaps": self.stream_gaps.height,
+            "longest_gaps": self.device_gaps.sort("dur_ns", descending=True).head(50).to_dicts(),
+        }
+
+    def summary(self) -> list[tuple[str, str]]:
+        out = []
+        for r in self.per_device.iter_rows(named=True):
+            idle = r["idle_ns"]
+            causes = ", ".join(
+                f"{c} {pct(r[f'{c}_ns'], idle) or 0:.0f} %" for c in CAUSES if r.get(f"{c}_ns")
+            )
+            out.append((f"GPU {r['device']} gaps", f"{r['n_gaps']:,} gaps, {ms(idle)} idle ({causes})"))
+        if self.attribution.height:
+            top = self.attribution.row(0, named=True)
+            out.append(
+                (
+                    "Idle time attributed",
+                    f"{top['pct_of_idle']:.0f} % of idle time is inside `{top['cpu_context']}` ({top['source']})",
+                )
+            )
+        return out
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        return {
+            "Idle per device": self.per_device,
+            "Idle per stream": self.per_stream,
+            "Idle per step": self.per_step,
+            "Gap length histogram": self.histogram,
+            "Longest gaps": self.device_gaps.sort("dur_ns", descending=True).head(20),
+            "What the CPU was doing during long gaps": self.attribution.head(20),
+        }
+
+
+def _next_activity(gaps: pl.DataFrame, act: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Join each gap to the first activity starting at or after its end, per ``by``."""
+    cols = [*by, pl.col("ts_ns").alias("next_ts_ns"), pl.col("name").alias("next_name"),
+            pl.col("correlation").alias("next_correlation")]
+    if "stream" not in by:
+        cols.append(pl.col("stream").alias("next_stream"))
+    nxt = act.select(cols).sort("next_ts_ns")
+    return (
+        gaps.with_row_index("_row")
+        .sort("end_ns")
+        .join_asof(nxt, left_on="end_ns", right_on="next_ts_ns", by=by, strategy="forward", check_sortedness=False)
+        .sort("_row")
+        .drop("_row", "next_ts_ns")
+    )
+
+
+def _overlap(gaps: pl.DataFrame, intervals: pl.DataFrame, by: list[str]) -> pl.Series:
+    """Length of each gap ``[start_ns, end_ns)`` covered by the union of ``intervals`` per ``by``."""
+    if gaps.is_empty():
+        return pl.Series("o", [], dtype=pl.Int64)
+    merged = merge_intervals(intervals, by=by)
+    lo = covered_before(merged, gaps.select([*by, pl.col("start_ns").alias("t")]), by)
+    hi = covered_before(merged, gaps.select([*by, pl.col("end_ns").alias("t")]), by)
+    return (hi - lo).fill_null(0)
+
+
+def _blocking_copies(model: TraceModel) -> pl.DataFrame:
+    """Memcpy API calls that block the host: synchronous APIs, or any copy to/from pageable memory."""
+    rt = model.runtime.filter(pl.col("name").str.contains(MEMCPY_API_RE))
+    pageable = (
+        model.memcpy.filter((pl.col("src") == "Pageable") | (pl.col("dst") == "Pageable"))
+        .select("correlation")
+        .drop_nulls()
+        .unique()
+        .with_columns(_pg=pl.lit(True))
+    )
+    rt = rt.join(pageable, on="correlation", how="left")
+    return rt.filter(~pl.col("name").str.contains("(?i)async") | pl.col("_pg").fill_null(False))
+
+
+def _classify(
+    gaps: pl.DataFrame,
+    model: TraceModel,
+    launch: pl.DataFrame,
+    sync_tol_ns: int,
+    device_merged: pl.DataFrame | None,
+) -> pl.DataFrame:
+    """Add launch columns, ``queued`` and ``cause`` to gaps carrying ``next_correlation``."""
+    g = gaps.join(launch, left_on="next_correlation", right_on="correlation", how="left")
+    g = g.with_columns(
+        queued=pl.col("launch_ts_ns").is_not_null() & (pl.col("launch_ts_ns") < pl.col("start_ns"))
+    )
+    rt = model.runtime
+    sync_iv = rt.filter(pl.col("name").str.contains(SYNC_API_RE)).select(
+        pl.col("pid").alias("launch_pid"), "ts_ns", (pl.col("end_ns") + sync_tol_ns).alias("end_ns")
+    )
+    memcpy_iv = _blocking_copies(model).select(pl.col("pid").alias("launch_pid"), "ts_ns", "end_ns")
+    dl_iv = pl.concat(
+        [
+            model.annotations.select("name", "pid", "ts_ns", "end_ns"),
+            model.cpu_ops.select("name", "pid", "ts_ns", "end_ns"),
+        ]
+    ).filter(pl.col("name").str.contains(DATALOADER_RE)).select(pl.col("pid").alias("launch_pid"), "ts_ns", "end_ns")
+    has = g.filter(pl.col("launch_pid").is_not_null())
+    rest = g.filter(pl.col("launch_pid").is_null())
+    has = has.with_columns(
+        _sync=_overlap(has, sync_iv, ["launch_pid"]),
+        _memcpy=_overlap(has, memcpy_iv, ["launch_pid"]),
+        _dl=_overlap(has, dl_iv, ["launch_pid"]),
+    )
+    rest = rest.with_columns(
+        _sync=pl.lit(0, pl.Int64), _memcpy=pl.lit(0, pl.Int64), _dl=pl.lit(0, pl.Int64)
+    )
+    g = pl.concat([has, rest]).sort(["start_ns"])
+    if device_merged is not None and g.height:
+        lo = covered_before(device_merged, g.select("device", pl.col("start_ns").alias("t")), ["device"])
+        hi = covered_before(device_merged, g.select("device", pl.col("end_ns").alias("t")), ["device"])
+        g = g.with_columns(other_streams_busy_ns=(hi - lo))
+    else:
+        g = g.with_columns(other_streams_busy_ns=pl.lit(0, pl.Int64))
+    best = pl.max_horizontal("_sync", "_memcpy", "_dl")
+    host = (
+        pl.when(best <= 0)
+        .then(pl.lit("host_bound"))
+        .when(pl.col("_sync") == best)
+        .then(pl.lit("sync"))
+        .when(pl.col("_memcpy") == best)
+        .then(pl.lit("memcpy"))
+        .otherwise(pl.lit("data_loader"))
+    )
+    cause = (
+        pl.when(pl.col("launch_ts_ns").is_null())
+        .then(pl.lit("other"))
+        .when(~pl.col("queued"))
+        .then(host)
+        .when(pl.col("other_streams_busy_ns") > 0)
+        .then(pl.lit("stream_dependency"))
+        .otherwise(pl.lit("other"))
+    )
+    return g.with_columns(cause=cause).drop("_sync", "_memcpy", "_dl")
+
+
+def _attribute(gaps: pl.DataFrame, model: TraceModel) -> pl.DataFrame:
+    """Add ``cpu_context``/``source`` and ``annotation``: deepest intervals at the gap midpoint."""
+    if gaps.is_empty():
+        return gaps.with_columns(
+            cpu_context=pl.lit(None, pl.String), source=pl.lit(None, pl.String), annotation=pl.lit(None, pl.String)
+        )
+    ctx = cpu_context(model)
+    pts = gaps.select(
+        pl.col("launch_pid").alias("pid"),
+        pl.col("launch_tid").alias("tid"),
+        ((pl.col("start_ns") + pl.col("end_ns")) // 2).alias("ts_ns"),
+    )
+    ids = deepest_at(ctx, pts)
+    ann = ctx.filter(pl.col("source") == "annotation")
+    aids = deepest_at(ann, pts)
+    names = ctx.select("id", "name", "source")
+    g = gaps.with_columns(_cid=ids, _aid=aids)
+    g = g.join(names.rename({"id": "_cid", "name": "cpu_context"}), on="_cid", how="left")
+    g = g.join(names.select(pl.col("id").alias("_aid"), pl.col("name").alias("annotation")), on="_aid", how="left")
+    return g.drop("_cid", "_aid")
+
+
+def _per(gaps: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    aggs = [pl.len().cast(pl.Int64).alias("n_gaps"), pl.col("dur_ns").sum().alias("idle_ns")]
+    aggs += [pl.col("dur_ns").filter(pl.col("cause") == c).sum().alias(f"{c}_ns") for c in CAUSES]
+    aggs += [pl.col("dur_ns").filter(pl.col("queued")).sum().alias("queued_ns")]
+    return gaps.group_by(by).agg(aggs).sort(by)
+
+
+@analysis("idle_gaps", depends_on=("steps",), title="GPU idle gaps", order=30)
+def idle_gaps(model: TraceModel, results: Results, config: Config) -> IdleGapsResult:
+    """Every device/stream gap with a cause and what the launching CPU thread was doing."""
+    if not model.has_gpu:
+        raise NotApplicable("no GPU activity in this trace (no kernels, memcpy or memset)")
+    long_us = config.get("idle_gaps.long_gap_us", 100.0)
+    tol_us = config.get("idle_gaps.sync_tolerance_us", 10.0)
+    long_ns, tol_ns = int(long_us * 1000), int(tol_us * 1000)
+    sr: StepsResult = results["steps"]
+    act = gpu_activity_classes(model).filter(pl.col("device").is_not_null() & pl.col("stream").is_not_null())
+    act = act.filter(pl.col("end_ns") >= pl.col("ts_ns"))
+    launch = (
+        model.runtime.filter(pl.col("correlation").is_not_null())
+        .unique("correlation", keep="first")
+        .select(
+            "correlation",
+            pl.col("name").alias("launch_api"),
+            pl.col("ts_ns").alias("launch_ts_ns"),
+            pl.col("pid").alias("launch_pid"),
+            pl.col("tid").alias("launch_tid"),
+        )
+    )
+
+    dev_m = merge_intervals(act, by=["device"])
+    dgaps = _next_activity(gaps_between(dev_m, ["device"]), act, ["device"])
+    dgaps = _attribute(_classify(dgaps, model, launch, tol_ns, None), model)
+    dgaps = assign_steps(dgaps, sr, "start_ns").sort(["device", "start_ns"])
+
+    str_m = merge_intervals(act, by=["device", "stream"])
+    sgaps = _next_activity(gaps_between(str_m, ["device", "stream"]), act, ["device", "stream"])
+    # Busy time of the *other* streams during a stream gap = device coverage (this one is idle).
+    sgaps = _classify(sgaps, model, launch, tol_ns, dev_m)
+    sgaps = assign_steps(sgaps, sr, "start_ns").sort(["device", "stream", "start_ns"])
+
+    per_device = _per(dgaps, ["device"])
+    per_stream = _per(sgaps, ["device", "stream"])
+    per_step = _per(dgaps.filter(pl.col("window").is_not_null()), ["window", "step", "device"])
+
+    hists = [
+        histogram(dgaps.filter(pl.col("device") == d)["dur_ns"], LOG_BINS_NS).with_columns(device=pl.lit(d, pl.Int64))
+        for d in per_device["device"].to_list()
+    ]
+    hist = pl.concat(hists).select("device", "bin", "lo_ns", "hi_ns", "count", "total_ns") if hists else pl.DataFrame()
+
+    total_idle = int(dgaps["dur_ns"].sum()) if dgaps.height else 0
+    long = dgaps.filter(pl.col("dur_ns") >= long_ns)
+    long_total = int(long["dur_ns"].sum()) if long.height else 0
+
+    def group(col: str, extra: list[str]) -> pl.DataFrame:
+        return (
+            long.with_columns(pl.col(col).fill_null("<no CPU activity on the launching thread>"))
+            .group_by([col, *extra])
+            .agg(n_gaps=pl.len().cast(pl.Int64), idle_ns=pl.col("dur_ns").sum())
+            .with_columns(
+                pct_of_idle=(pl.col("idle_ns") * 100.0 / max(total_idle, 1)).round(2),
+                pct_of_long_gap_idle=(pl.col("idle_ns") * 100.0 / max(long_total, 1)).round(2),
+            )
+            .sort(["idle_ns", col], descending=[True, False])
+        )
+
+    attribution = group("cpu_context", ["source"])
+    attribution_ann = group("annotation", [])
+    return IdleGapsResult(
+        device_gaps=dgaps,
+        stream_gaps=sgaps,
+        per_device=per_device,
+        per_stream=per_stream,
+        per_step=per_step,
+        histogram=hist,
+        attribution=attribution,
+        attribution_annotation=attribution_ann,
+        long_gap_ns=long_ns,
+        thresholds={"long_gap_us": long_us, "sync_tolerance_us": tol_us},
+    )

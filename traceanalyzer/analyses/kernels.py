@@ -1,0 +1,213 @@
+"""Kernels: counts and duration statistics per name, per step and per launching CPU op.
+
+Definitions
+-----------
+* Kernels are ``model.kernels`` (copies and memsets are in ``gpu_time`` / copies
+  analyses). Durations are ns; ``pct_of_kernel_time`` is a share of the summed kernel
+  durations (overlapping kernels each count), ``pct_of_window`` a share of the step
+  windows' total length.
+* **Normalised name** (:func:`normalize_kernel_name`): template arguments ``<…>`` and
+  parameter lists ``(…)`` removed (nested ones too), ``(anonymous namespace)::`` and a
+  leading ``void`` dropped. ``void at::native::vectorized_elementwise_kernel<4, …>(int, …)``
+  becomes ``at::native::vectorized_elementwise_kernel``. Tables group by it and keep
+  the number of distinct full names and one example; a full-name table is also given.
+* **Per step**: a kernel belongs to the step window containing its start.
+* **Launching CPU op**: the deepest ``cpu_op`` covering the start of the runtime call
+  that launched the kernel (joined by correlation id), on that call's thread.
+* **Short kernels**: shorter than ``kernels.short_kernel_us`` (default 10 µs, TraceLens's
+  value); a fine-grained histogram of durations is threshold-free.
+* Top-N tables: ``kernels.top_n`` (default 20).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses._intervals import SHORT_BINS_NS, dist_stats, histogram, is_comm_kernel, ms, pct, us
+from traceanalyzer.analyses.steps import StepsResult, assign_steps
+from traceanalyzer.config import Config
+from traceanalyzer.errors import NotApplicable
+from traceanalyzer.model import TraceModel
+from traceanalyzer.model.relations import deepest_at
+
+_NEST_DEPTH = 8  # nesting levels of <…> / (…) removed; real names nest ≤ 5
+
+
+def normalize_kernel_names(name: pl.Expr) -> pl.Expr:
+    """Vectorised :func:`normalize_kernel_name` over a string expression."""
+    e = name.str.replace_all(r"\(anonymous namespace\)::", "")
+    for _ in range(_NEST_DEPTH):
+        e = e.str.replace_all(r"<[^<>]*>", "")
+    for _ in range(_NEST_DEPTH):
+        e = e.str.replace_all(r"\([^()]*\)", "")
+    e = e.str.replace(r"^\s*void\s+", "").str.replace_all(r"\s+const\b", "").str.replace_all(r"\s+", " ")
+    return e.str.strip_chars()
+
+
+def normalize_kernel_name(name: str) -> str:
+    """Kernel name without template arguments or parameter list, for grouping.
+
+    >>> normalize_kernel_name("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float> >(at::native::ReduceOp<float>)")
+    'at::native::reduce_kernel'
+    """
+    out = pl.select(normalize_kernel_names(pl.lit(name)).alias("n"))["n"][0]
+    return str(out) if out else name
+
+
+@dataclass(frozen=True)
+class KernelsResult:
+    """Kernel statistics; see the module docstring for definitions."""
+
+    n_kernels: int
+    total_ns: int
+    window_ns: int
+    duration_ns: dict[str, Any]
+    short_kernel_ns: int
+    n_short: int
+    short_total_ns: int
+    by_name: pl.DataFrame
+    by_full_name: pl.DataFrame
+    per_step: pl.DataFrame
+    by_cpu_op: pl.DataFrame
+    short_histogram: pl.DataFrame
+    top_n: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "n_kernels": self.n_kernels,
+            "total_ns": self.total_ns,
+            "window_ns": self.window_ns,
+            "pct_of_window": pct(self.total_ns, self.window_ns),
+            "duration_ns": self.duration_ns,
+            "short_kernel_ns": self.short_kernel_ns,
+            "n_short": self.n_short,
+            "short_total_ns": self.short_total_ns,
+            "by_name": self.by_name.to_dicts(),
+            "by_full_name": self.by_full_name.head(self.top_n).to_dicts(),
+            "per_step": self.per_step.to_dicts(),
+            "by_cpu_op": self.by_cpu_op.to_dicts(),
+            "short_histogram": self.short_histogram.to_dicts(),
+        }
+
+    def summary(self) -> list[tuple[str, str]]:
+        d = self.duration_ns
+        out = [
+            ("Kernels", f"{self.n_kernels:,} ({ms(self.total_ns)} summed, {self.by_name.height:,} distinct names)"),
+            ("Kernel duration", f"median {us(d['median'])}, mean {us(d['mean'])}, p95 {us(d['p95'])}"),
+            (
+                f"Short kernels (< {self.short_kernel_ns / 1000:g} µs)",
+                f"{self.n_short:,} ({pct(self.n_short, self.n_kernels) or 0:.1f} % of kernels, "
+                f"{pct(self.short_total_ns, self.total_ns) or 0:.1f} % of kernel time)",
+            ),
+        ]
+        if self.by_name.height:
+            top = self.by_name.row(0, named=True)
+            out.append(("Top kernel", f"{top['name']} ({top['pct_of_kernel_time']:.1f} % of kernel time)"))
+        return out
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        return {
+            "Top kernels (normalised name)": self.by_name.drop("example").head(self.top_n),
+            "Kernels per step": self.per_step,
+            "Kernels per launching CPU op": self.by_cpu_op.head(self.top_n),
+            "Kernel duration histogram": self.short_histogram,
+        }
+
+
+def _stats_aggs() -> list[pl.Expr]:
+    d = pl.col("dur_ns")
+    return [
+        pl.len().cast(pl.Int64).alias("count"),
+        d.sum().alias("total_ns"),
+        d.mean().round(1).alias("mean_ns"),
+        d.median().alias("median_ns"),
+        d.quantile(0.95, "linear").alias("p95_ns"),
+        d.min().alias("min_ns"),
+        d.max().alias("max_ns"),
+    ]
+
+
+@analysis("kernels", depends_on=("steps",), title="Kernels", order=40)
+def kernels(model: TraceModel, results: Results, config: Config) -> KernelsResult:
+    """Kernel counts/durations per (normalised) name, step and launching CPU op; short kernels."""
+    if model.kernels.is_empty():
+        raise NotApplicable("no GPU kernels in this trace")
+    top_n = config.get("kernels.top_n", 20)
+    short_us = config.get("kernels.short_kernel_us", 10.0)
+    short_ns = int(short_us * 1000)
+    sr: StepsResult = results["steps"]
+    k = model.kernels.with_columns(
+        norm=normalize_kernel_names(pl.col("name")),
+        is_comm=is_comm_kernel(pl.col("name"), pl.col("comm_name")),
+    )
+    total = int(k["dur_ns"].sum())
+
+    by_name = (
+        k.group_by("norm")
+        .agg(*_stats_aggs(), n_variants=pl.col("name").n_unique().cast(pl.Int64), example=pl.col("name").first(),
+             is_comm=pl.col("is_comm").any())
+        .rename({"norm": "name"})
+        .with_columns(pct_of_kernel_time=(pl.col("total_ns") * 100.0 / max(total, 1)).round(3))
+        .sort(["total_ns", "name"], descending=[True, False])
+    )
+    by_full = (
+        k.group_by("name")
+        .agg(*_stats_aggs(), normalized=pl.col("norm").first())
+        .with_columns(pct_of_kernel_time=(pl.col("total_ns") * 100.0 / max(total, 1)).round(3))
+        .sort(["total_ns", "name"], descending=[True, False])
+    )
+    ks = assign_steps(k, sr, "ts_ns")
+    per_step = (
+        ks.filter(pl.col("window").is_not_null())
+        .group_by("window", "step")
+        .agg(
+            n_kernels=pl.len().cast(pl.Int64),
+            kernel_ns=pl.col("dur_ns").sum(),
+            median_ns=pl.col("dur_ns").median(),
+            n_short=(pl.col("dur_ns") < short_ns).sum().cast(pl.Int64),
+            n_comm=pl.col("is_comm").sum().cast(pl.Int64),
+        )
+        .sort("window")
+    )
+
+    # Launching CPU op: runtime call (by correlation) → deepest cpu_op covering its start.
+    rt = model.runtime.filter(pl.col("correlation").is_not_null()).unique("correlation", keep="first")
+    ops = model.cpu_ops.select("name", "ts_ns", "end_ns", "pid", "tid").with_row_index("id").with_columns(
+        pl.col("id").cast(pl.Int64)
+    )
+    rt = rt.select("correlation", "pid", "tid", "ts_ns").with_columns(op_id=deepest_at(ops, rt))
+    rt = rt.join(ops.select(pl.col("id").alias("op_id"), pl.col("name").alias("cpu_op")), on="op_id", how="left")
+    kk = k.join(rt.select("correlation", "cpu_op"), on="correlation", how="left")
+    by_op = (
+        kk.with_columns(pl.col("cpu_op").fill_null("<no launching CPU op>"))
+        .group_by("cpu_op")
+        .agg(
+            n_kernels=pl.len().cast(pl.Int64),
+            kernel_ns=pl.col("dur_ns").sum(),
+            mean_ns=pl.col("dur_ns").mean().round(1),
+            n_names=pl.col("norm").n_unique().cast(pl.Int64),
+            top_kernel=pl.col("norm").mode().first(),
+        )
+        .with_columns(pct_of_kernel_time=(pl.col("kernel_ns") * 100.0 / max(total, 1)).round(3))
+        .sort(["kernel_ns", "cpu_op"], descending=[True, False])
+    )
+    short = k.filter(pl.col("dur_ns") < short_ns)
+    return KernelsResult(
+        n_kernels=k.height,
+        total_ns=total,
+        window_ns=sr.window_ns,
+        duration_ns=dist_stats(k["dur_ns"]),
+        short_kernel_ns=short_ns,
+        n_short=short.height,
+        short_total_ns=int(short["dur_ns"].sum()) if short.height else 0,
+        by_name=by_name,
+        by_full_name=by_full,
+        per_step=per_step,
+        by_cpu_op=by_op,
+        short_histogram=histogram(k["dur_ns"], SHORT_BINS_NS),
+        top_n=top_n,
+    )
