@@ -1304,15 +1304,17 @@ class TraceBuilder:
         NVIDIA: ``cudaMemcpyAsync`` into pinned memory (pageable before 2.x) + ``cudaStreamSynchronize``;
         AMD/XPU: one blocking copy (``hipMemcpyWithStream``), as in real MI300X files. Returns
         ``{start_ns, dur_ns, wait_ns, call_site, step}``; ``wait_ns`` is the CPU time spent waiting
-        for the GPU to drain (sync wait, or copy blocking time)."""
+        for the GPU: the sync's wait plus the copy's ``blocked_ns`` (non-zero for pageable copies)."""
         start = self.now_ns
         site = self._innermost_python()
         with self.cpu_op("aten::item", input_dims=[[]], input_types=[dtype]) as h:
             with self.cpu_op("aten::_local_scalar_dense", input_dims=[[]], input_types=[dtype]):
                 if self.vendor == "nvidia":
-                    self.memcpy("DtoH", bytes=bytes, pinned=self.layout == "modern", async_=True, stream=stream,
-                                launch_dur_us=6.0)
-                    wait = self.sync("cudaStreamSynchronize", stream=stream)["wait_ns"]
+                    # Pageable before PyTorch 2.x: then the copy itself blocks and the sync finds
+                    # the stream drained; the CPU wait is the sum of both.
+                    m = self.memcpy("DtoH", bytes=bytes, pinned=self.layout == "modern", async_=True,
+                                    stream=stream, launch_dur_us=6.0)
+                    wait = m.extra["blocked_ns"] + self.sync("cudaStreamSynchronize", stream=stream)["wait_ns"]
                 else:
                     m = self.memcpy("DtoH", bytes=bytes, pinned=False, async_=False, stream=stream)
                     wait = m.extra["blocked_ns"]
@@ -2666,3 +2668,131 @@ def scenario_regression(baseline: bool, seed: int = 0, *, steps: int = 3, factor
                "other_kernels_total_ns": sum(a.dur_ns for a in b.gpu_acts if a.kind == "kernel" and a.name != name)}
     return _finish(b, "regression", {"seed": seed, "baseline": baseline, "steps": steps, "factor": factor,
                                      "layout": layout, "vendor": vendor, "gpu": b.gpu}, planted)
+
+
+def scenario_resnet_like(seed: int = 0, *, steps: int = 5, layout: Layout = "modern", vendor: Vendor = "nvidia",
+                         gpu: str | None = None) -> Scenario:
+    """A realistic multi-step CNN training trace with several problems planted at once:
+
+    * DataLoader waits of ``dataloader_us[i]`` µs (long on steps 2 and 4) → host-bound GPU gaps;
+    * the input batch copied from pageable memory (``pin_memory=False``) → blocking
+      ``Memcpy HtoD (Pageable -> Device)`` at ``train.py(36): to_device``;
+    * ``loss.item()`` every step at ``train.py(57): train_step`` → DtoH + ``cudaStreamSynchronize``;
+    * a non-foreach optimizer: one tiny ``aten::add_`` kernel (~2 µs, shorter than its launch) per
+      parameter → many small kernels;
+    * ``[memory]`` events (activations allocated in forward, freed in backward).
+
+    ``planted``: ``dataloader_us``, ``dataloader`` (per step interval), ``dataloader_gaps`` (the
+    compute-stream gaps overlapping a DataLoader annotation, ≥ 1 ms), ``pageable_htod`` (count),
+    ``pageable_htod_blocked_ns``, ``items`` (count), ``item_wait_ns``, ``small_kernels`` (count of
+    optimizer ``add`` kernels), ``small_kernel_name``, ``small_kernels_shorter_than_launch``.
+    """
+    rng = random.Random(seed)
+    b = TraceBuilder(**_bkw(layout, vendor, gpu, seed))
+    w = _Workload(b, rng)
+    dl_us = [round(rng.uniform(200, 600), 3) for _ in range(steps)]
+    for i in range(1, steps, 2):
+        dl_us[i] = round(rng.uniform(6000, 15000), 3)
+    dls, copies, items = [], [], []
+    for i in range(steps):
+        out = w.train_step(i + 1, dl_us=dl_us[i], pinned=False, non_blocking=True, foreach=False, item=True)
+        h = out["dataloader"]
+        dls.append({"step": i, "start_ns": h.start_ns, "end_ns": h.end_ns, "dur_ns": h.end_ns - h.start_ns})
+        copies.append(out["copy"])
+        items.append(out["item"])
+    small = kernel_name(b.gpu, "add")
+    sk = [a for a in b.gpu_acts if a.name == small]
+    dl_gaps = [g for g in b.gaps if g["dur_ns"] >= 1_000_000 and any(
+        g["start_ns"] < d["end_ns"] and g["end_ns"] > d["start_ns"] for d in dls)]
+    planted = {
+        "dataloader_us": dl_us, "dataloader": dls, "dataloader_gaps": dl_gaps,
+        "pageable_htod": len(copies), "pageable_htod_blocked_ns": sum(c.extra["blocked_ns"] for c in copies),
+        "pageable_htod_call_site": "train.py(36): to_device",
+        "items": len(items), "item_wait_ns": sum(r["wait_ns"] for r in items), "item_call_site": "train.py(57): train_step",
+        "small_kernels": len(sk), "small_kernel_name": small,
+        "small_kernels_shorter_than_launch": sum(1 for a in sk if a.dur_ns < a.runtime_dur_ns),
+    }
+    return _finish(b, "resnet_like", {"seed": seed, "steps": steps, "layout": layout, "vendor": vendor,
+                                      "gpu": b.gpu}, planted)
+
+
+def scenario_inference(seed: int = 0, *, steps: int = 4, layers: int = 8, vendor: Vendor = "amd",
+                       gpu: str | None = None, device: int | None = None) -> Scenario:
+    """LLM-style inference: step 1 is an eager prefill (per layer: RMSNorm, QKV GEMM, attention,
+    output GEMM, MLP GEMMs, elementwise), later steps replay the decode graph with one
+    ``hipGraphLaunch``/``cudaGraphLaunch`` each; every step samples a token with a blocking DtoH
+    copy (``.item()``). No backward, no optimizer. On AMD the default GPU index is 2 while
+    ``deviceProperties`` lists 8 devices (as in the real MI300X DDP file): GPU pid ≠ 0.
+
+    ``planted``: ``prefill_kernels``, ``graph_launches``, ``kernels_per_graph``, ``graph_kernels``,
+    ``gemm_kernels`` (count of GEMM kernels), ``items``, ``item_wait_ns``, ``gpu_pid``.
+    """
+    rng = random.Random(seed)
+    dev = device if device is not None else (2 if vendor == "amd" else 0)
+    b = TraceBuilder(layout="modern", vendor=vendor, gpu=gpu, seed=seed, device=dev,
+                     num_devices=8 if vendor == "amd" else 1, distributed=False, profile_memory=False)
+    gemm = kernel_name(b.gpu, "gemm_bf16")
+    gemm_small = kernel_name(b.gpu, "gemm_small")
+    attn = kernel_name(b.gpu, "attention")
+    norm, act, add, emb = (kernel_name(b.gpu, k) for k in ("reduce", "mul", "add", "embedding"))
+    prefill = 0
+    graph_launches = 0
+    decode_graph = []
+    for _ in range(layers):
+        decode_graph += [(norm, 3.0), (gemm_small, 9.0), (attn, 14.0), (gemm_small, 6.0), (add, 2.5),
+                         (norm, 3.0), (gemm_small, 12.0), (act, 3.0), (gemm_small, 11.0), (add, 2.5)]
+    for i in range(steps):
+        with b.step(i + 1):
+            with b.python_frame("serve.py", 88, "generate"):
+                if i == 0:
+                    with b.annotation("## prefill ##"):
+                        with b.cpu_op("aten::embedding", input_dims=[[151936, 1024], [16, 559]],
+                                      input_types=["c10::BFloat16", "long int"]):
+                            b.launch_kernel(emb, _j(rng, 40.0))
+                            prefill += 1
+                        for _ in range(layers):
+                            for op, kop, us in (("aten::rms_norm", norm, 25.0), ("aten::linear", gemm, 180.0),
+                                                ("aten::_scaled_dot_product_flash_attention", attn, 240.0),
+                                                ("aten::linear", gemm, 70.0), ("aten::add", add, 20.0),
+                                                ("aten::rms_norm", norm, 25.0), ("aten::linear", gemm, 260.0),
+                                                ("aten::silu", act, 30.0), ("aten::linear", gemm, 250.0),
+                                                ("aten::add", add, 20.0)):
+                                with b.cpu_op(op, input_dims=[[16, 559, 1024]], input_types=["c10::BFloat16"]):
+                                    b.launch_kernel(kop, _j(rng, us), launch_dur_us=_j(rng, 7.0, 0.3))
+                                    prefill += 1
+                else:
+                    with b.annotation("## decode ##"):
+                        with b.cpu_op("aten::embedding", input_dims=[[151936, 1024], [16, 1]],
+                                      input_types=["c10::BFloat16", "long int"]):
+                            b.launch_kernel(emb, _j(rng, 4.0))
+                        with b.python_frame("vllm/worker/model_runner.py", 1812, "replay"):
+                            b.cuda_graph_launch([(n, _j(rng, us)) for n, us in decode_graph], launch_dur_us=_j(rng, 12.0))
+                            graph_launches += 1
+                with b.python_frame("serve.py", 97, "sample"):
+                    with b.cpu_op("aten::argmax", input_dims=[[16, 151936]], input_types=["c10::BFloat16"]):
+                        b.launch_kernel(kernel_name(b.gpu, "reduce"), _j(rng, 18.0))
+                    b.item(bytes=8, dtype="long int")
+                b.idle_cpu(_j(rng, 150.0))  # detokenize, scheduling
+    n_gemm = sum(1 for a in b.gpu_acts if a.name in (gemm, gemm_small))
+    planted = {"prefill_kernels": prefill, "graph_launches": graph_launches, "kernels_per_graph": len(decode_graph),
+               "graph_kernels": graph_launches * len(decode_graph), "gemm_kernels": n_gemm, "items": len(b.items),
+               "item_wait_ns": sum(r["wait_ns"] for r in b.items), "gpu_pid": dev}
+    return _finish(b, "inference", {"seed": seed, "steps": steps, "layers": layers, "vendor": vendor,
+                                    "gpu": b.gpu, "device": dev}, planted)
+
+
+#: Every scenario by name (``scenario_regression``/``scenario_multi_rank`` need extra arguments).
+SCENARIOS: dict[str, Any] = {
+    "idle_gaps": scenario_idle_gaps,
+    "launch_bound": scenario_launch_bound,
+    "compute_bound": scenario_compute_bound,
+    "input_bound": scenario_input_bound,
+    "comm_bound": scenario_comm_bound,
+    "sync_bound": scenario_sync_bound,
+    "copies": scenario_copies,
+    "memory_growth": scenario_memory_growth,
+    "multi_rank": scenario_multi_rank,
+    "regression": scenario_regression,
+    "resnet_like": scenario_resnet_like,
+    "inference": scenario_inference,
+}
