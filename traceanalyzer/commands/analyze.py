@@ -8,8 +8,8 @@ import click
 
 from traceanalyzer.analyses import summary_of
 from traceanalyzer.commands.options import config_options, make_config
-from traceanalyzer.pipeline import analyze as run_analyze
-from traceanalyzer.pipeline import resolve_formats, write_outputs
+from traceanalyzer.pipeline import build_report, load, resolve_formats, write_outputs
+from traceanalyzer.progress import progress
 from traceanalyzer.report import registry as renderer_registry
 from traceanalyzer.report.document import Report
 from traceanalyzer.report.text import fmt_bytes, shorten
@@ -65,16 +65,19 @@ def terminal_summary(report: Report, top_findings: int = 5) -> str:
 Examples:
   traceanalyzer analyze rank0.pt.trace.json.gz
   traceanalyzer analyze trace.json -o out/ --format json,md
+  traceanalyzer analyze trace.json.gz --open
   traceanalyzer analyze snapshot.pickle --set idle_gaps.long_gap_us=200
 """)
 @click.argument("path", type=click.Path(dir_okay=True, path_type=str))
 @click.option("-o", "--outdir", type=click.Path(file_okay=False), default=None,
               help="Directory for report files [default: ./<input>.traceanalyzer].")
 @click.option("-f", "--format", "formats", multiple=True, metavar="FMT[,FMT…]",
-              help="Output formats (comma-separated or repeated); 'all' for every default format.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+              help="Output formats (comma-separated or repeated) [default: all].")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors (no progress, no summary).")
+@click.option("--open", "open_report", is_flag=True,
+              help="Open report.html in the default browser when done (implies the html format).")
 @config_options
-def command(path: str, outdir: str | None, formats: tuple[str, ...], quiet: bool,
+def command(path: str, outdir: str | None, formats: tuple[str, ...], quiet: bool, open_report: bool,
             config_path: str | None, assignments: tuple[str, ...]) -> None:
     """Analyze one trace (.json/.json.gz) or memory snapshot (.pickle).
 
@@ -84,12 +87,26 @@ def command(path: str, outdir: str | None, formats: tuple[str, ...], quiet: bool
     """
     config = make_config(config_path, assignments)
     fmts = resolve_formats(formats)
-    report = run_analyze(path, config)
+    if open_report and "html" not in fmts:
+        fmts.append("html")
+    show = False if quiet else None  # None: only on a terminal
+    with progress(f"Loading {Path(path).name}", enabled=show):
+        model = load(path)
+    with progress("Analysing", enabled=show):
+        report = build_report(model, config, source=str(path))
     out = Path(outdir) if outdir else default_outdir(path)
-    written = write_outputs(report, out, fmts)
+    with progress(f"Writing {', '.join(fmts)}", total=len(fmts), enabled=show) as bar:
+        written: list[Path] = []
+        for fmt in fmts:
+            written += write_outputs(report, out, [fmt])
+            bar.update(1)
     if not quiet:
         click.echo(terminal_summary(report))
         click.echo("  wrote: " + ", ".join(str(p) for p in written))
+    if open_report:
+        page = out / "report.html"
+        if click.launch(str(page.resolve())) != 0 and not quiet:
+            click.echo(f"  could not open a browser; the report is {page}", err=True)
 
 
 command.help = (command.help or "") + " " + ", ".join(

@@ -32,13 +32,36 @@ def fmt_bytes(n: float | int | None) -> str:
     return f"{n:,.0f} B"
 
 
-def fmt_cell(column: str, value: Any) -> str:
-    """Format one table cell using the unit in its column name (``_ns``, ``bytes``, ``pct``)."""
+_TS_SUFFIXES = ("ts_ns", "start_ns", "end_ns")
+_TS_NAMES = {"first_ns", "last_ns", "t_ns", "time_ns"}
+
+
+def is_timestamp_column(column: str) -> bool:
+    """True for columns holding points in time (``ts_ns``, ``start_ns``, ``gpu_end_ns`` …)
+    rather than durations: they are shown relative to the trace start."""
+    return column.endswith(_TS_SUFFIXES) or column in _TS_NAMES
+
+
+def fmt_offset(ns: float | int, t0: int) -> str:
+    """A timestamp as an offset from the trace start ``t0``: ``+1,234.567 ms``."""
+    d = ns - t0
+    return ("+" if d >= 0 else "−") + f"{abs(d) / 1e6:,.3f} ms"
+
+
+def fmt_cell(column: str, value: Any, t0: int | None = None) -> str:
+    """Format one table cell using the unit in its column name (``_ns``, ``bytes``, ``pct``).
+
+    With ``t0`` (the trace start, ns), timestamp columns are shown as offsets from it,
+    which reads better than 19-digit epoch nanoseconds and does not vary between runs
+    of the same workload.
+    """
     if value is None:
         return "–"
     if isinstance(value, float) and value != value:
         return "–"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if t0 is not None and is_timestamp_column(column):
+            return fmt_offset(value, t0)
         if column.endswith("_ns"):
             return fmt_ns(value)
         if column == "bytes" or column.endswith("_bytes"):
@@ -69,12 +92,25 @@ def md_escape(text: str) -> str:
     )
 
 
-def md_table(df: pl.DataFrame, max_rows: int = 15, width: int = 90) -> list[str]:
-    """A GitHub/GitLab-flavoured Markdown table of the first ``max_rows`` rows."""
-    cols = df.columns
-    lines = ["| " + " | ".join(md_escape(c) for c in cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+def column_label(column: str) -> str:
+    """A readable header for a column: units dropped (cells carry them), ``pct`` → ``%``."""
+    c = column
+    for suffix in ("_ns", "_bytes"):
+        if c.endswith(suffix) and len(c) > len(suffix):
+            c = c[: -len(suffix)]
+    c = c.replace("pct_of_", "% of ").replace("_pct", " %").replace("pct_", "% ")
+    return c.replace("_", " ")
+
+
+def md_table(df: pl.DataFrame, max_rows: int = 15, width: int = 90, t0: int | None = None,
+             columns: list[str] | None = None) -> list[str]:
+    """A GitHub/GitLab-flavoured Markdown table of the first ``max_rows`` rows
+    (``columns``: the subset to show, in order; default all)."""
+    cols = [c for c in columns if c in df.columns] if columns else df.columns
+    lines = ["| " + " | ".join(md_escape(column_label(c)) for c in cols) + " |",
+             "|" + "|".join("---" for _ in cols) + "|"]
     for row in df.head(max_rows).iter_rows(named=True):
-        lines.append("| " + " | ".join(md_escape(shorten(fmt_cell(c, row[c]), width)) for c in cols) + " |")
+        lines.append("| " + " | ".join(md_escape(shorten(fmt_cell(c, row[c], t0), width)) for c in cols) + " |")
     if df.height > max_rows:
         lines.append(f"\n_{df.height - max_rows:,} more rows in summary.json_")
     return lines

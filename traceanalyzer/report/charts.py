@@ -1,0 +1,618 @@
+"""Charts: analysis results → matplotlib figures, shared by the PNG and HTML renderers.
+
+Contract
+--------
+A chart is registered with :func:`chart`::
+
+    @chart("kernels", section="kernels", title="Top kernels by total GPU time")
+    def kernels_chart(result: KernelsResult, results: Mapping[str, Any]) -> Figure | None: ...
+
+* ``section`` names the analysis result it draws (the HTML places it in that
+  analysis' section); ``also`` names other results it reads when present
+  (``results.get(name)``). A chart whose ``section`` result is absent is not drawn.
+* It only draws what the results hold (no recomputation beyond geometry: clipping a
+  gap to its step window, converting ns to ms). It returns ``None`` when there is
+  nothing worth drawing (e.g. one step).
+* Figures are made with :class:`matplotlib.figure.Figure` and rendered with the Agg
+  canvas: no pyplot state, no GUI, safe in threads and on headless machines.
+
+matplotlib is imported lazily (:func:`_mpl`) so ``analyze --format json`` never pays
+for it; the Agg backend is selected explicitly there.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import polars as pl
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+ChartFunc = Callable[[Any, Mapping[str, Any]], "Figure | None"]
+
+#: Figure geometry: 1056×528 px at the default dpi; fonts sized to stay legible when a
+#: ticket shows the PNG as a ~400 px thumbnail.
+FIGSIZE = (8.8, 4.4)
+DPI = 120
+
+# A calm, colour-blind-friendly palette (seaborn "deep"/"muted" family).
+BLUE, ORANGE, GREEN, RED, PURPLE = "#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3"
+BROWN, PINK, GREY, KHAKI, CYAN = "#937860", "#DA8BC3", "#8C8C8C", "#CCB974", "#64B5CD"
+IDLE = "#D9D9D9"
+CATEGORY_COLORS = {
+    "compute": BLUE,
+    "communication": PURPLE,
+    "memcpy": ORANGE,
+    "memset": KHAKI,
+    "idle": IDLE,
+}
+CAUSE_COLORS = {
+    "host_bound": RED,
+    "sync": ORANGE,
+    "memcpy": BROWN,
+    "data_loader": PINK,
+    "stream_dependency": PURPLE,
+    "other": GREY,
+}
+CAUSE_LABELS = {
+    "host_bound": "host-bound (CPU late)",
+    "sync": "synchronisation",
+    "memcpy": "blocking copy",
+    "data_loader": "data loader",
+    "stream_dependency": "stream dependency",
+    "other": "other",
+}
+
+
+@dataclass(frozen=True)
+class ChartSpec:
+    name: str
+    section: str
+    title: str
+    also: tuple[str, ...]
+    order: int
+    func: ChartFunc
+
+
+_REGISTRY: dict[str, ChartSpec] = {}
+
+
+def chart(
+    name: str, *, section: str, title: str, also: tuple[str, ...] = (), order: int = 100
+) -> Callable[[ChartFunc], ChartFunc]:
+    """Register a chart; ``name`` is also the PNG file stem (``<name>.png``)."""
+
+    def deco(func: ChartFunc) -> ChartFunc:
+        _REGISTRY[name] = ChartSpec(name, section, title, also, order, func)
+        return func
+
+    return deco
+
+
+def registry() -> dict[str, ChartSpec]:
+    return dict(_REGISTRY)
+
+
+def charts_for(results: Mapping[str, Any]) -> list[ChartSpec]:
+    """The charts whose ``section`` result is present, in drawing order."""
+    return sorted(
+        (s for s in _REGISTRY.values() if s.section in results),
+        key=lambda s: (s.order, s.name),
+    )
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """A drawn chart: its spec and PNG bytes, or the error that stopped it."""
+
+    spec: ChartSpec
+    png: bytes | None
+    error: str | None = None
+
+
+def draw(spec: ChartSpec, results: Mapping[str, Any], dpi: int = DPI) -> bytes | None:
+    """Render one chart to PNG bytes (``None`` when it has nothing to show)."""
+    mpl = _mpl()
+    with mpl.rc_context(_STYLE):
+        fig = spec.func(results[spec.section], results)
+        if fig is None:
+            return None
+        return figure_png(fig, dpi=dpi)
+
+
+_last: tuple[Any, int, list[Drawn]] | None = None  # (weakref to results, dpi, charts)
+
+
+def draw_all(results: Mapping[str, Any], dpi: int = DPI, strict: bool = False) -> list[Drawn]:
+    """Every applicable chart as PNG bytes. A chart that fails is reported, never fatal
+    (``strict`` re-raises: tests use it).
+
+    The charts of the last ``results`` drawn are kept (weakly), so writing both the PNG
+    files and the HTML page of one report draws each chart once.
+    """
+    global _last
+    if _last is not None and not strict and _last[0]() is results and _last[1] == dpi:
+        return list(_last[2])
+    out: list[Drawn] = []
+    for spec in charts_for(results):
+        try:
+            png = draw(spec, results, dpi=dpi)
+        except Exception as exc:  # noqa: BLE001 - one broken chart must not sink the report
+            if strict:
+                raise
+            out.append(Drawn(spec, None, f"{type(exc).__name__}: {exc}"))
+            continue
+        if png is not None:
+            out.append(Drawn(spec, png))
+    try:
+        _last = (weakref.ref(results), dpi, out)
+    except TypeError:  # a plain dict cannot be weakly referenced: no caching
+        _last = None
+    return out
+
+
+def figure_png(fig: "Figure", dpi: int = DPI) -> bytes:
+    """PNG bytes of ``fig`` via the Agg canvas (no metadata: byte-stable output)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# matplotlib plumbing
+# ---------------------------------------------------------------------------------------------
+
+_STYLE = {
+    "font.size": 11,
+    "axes.titlesize": 14,
+    "axes.titleweight": "bold",
+    "axes.labelsize": 12,
+    "xtick.labelsize": 10.5,
+    "ytick.labelsize": 10.5,
+    "legend.fontsize": 10,
+    "legend.frameon": False,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "axes.grid.axis": "y",
+    "grid.color": "#E6E6E6",
+    "grid.linewidth": 0.8,
+    "axes.axisbelow": True,
+    "axes.edgecolor": "#888888",
+    "figure.facecolor": "white",
+    "savefig.facecolor": "white",
+}
+
+
+def _mpl() -> Any:
+    """Import matplotlib with the Agg backend (once; never switches a pyplot user's backend)."""
+    import matplotlib
+
+    if "matplotlib.pyplot" not in sys.modules:
+        matplotlib.use("Agg", force=False)
+    return matplotlib
+
+
+def new_figure(title: str, ncols: int = 1, nrows: int = 1, figsize: tuple[float, float] = FIGSIZE,
+               **kw: Any) -> tuple["Figure", Any]:
+    """A titled Figure with a grid of axes, in the report's style."""
+    _mpl()
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize, layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
+    for ax in axes.flat:
+        _style_axes(ax)
+    fig.suptitle(title, fontsize=_STYLE["axes.titlesize"], fontweight="bold", x=0.01, ha="left")
+    return fig, axes
+
+
+def _style_axes(ax: "Axes") -> None:
+    for k, v in (("top", False), ("right", False)):
+        ax.spines[k].set_visible(v)
+    ax.set_axisbelow(True)
+    ax.grid(True, axis="y", color="#E6E6E6", linewidth=0.8)
+    ax.tick_params(labelsize=_STYLE["xtick.labelsize"])
+    ax.xaxis.label.set_size(_STYLE["axes.labelsize"])
+    ax.yaxis.label.set_size(_STYLE["axes.labelsize"])
+
+
+def _short(text: Any, width: int = 48) -> str:
+    s = str(text) if text is not None else "–"
+    s = s.replace("$", r"\$")  # matplotlib mathtext would interpret $…$ in kernel names
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def _step_labels(steps: list[Any], windows: list[Any] | None = None) -> list[str]:
+    out = []
+    for i, s in enumerate(steps):
+        out.append(f"#{s}" if s is not None else (f"w{windows[i]}" if windows else "trace"))
+    return out
+
+
+def _thin_ticks(ax: "Axes", labels: list[str], max_labels: int = 24) -> None:
+    n = len(labels)
+    stride = max(1, -(-n // max_labels))
+    ax.set_xticks(range(0, n, stride))
+    ax.set_xticklabels(labels[::stride], rotation=0 if n <= 12 else 45, ha="center" if n <= 12 else "right")
+
+
+def _ms(ns: Any) -> float:
+    return float(ns or 0) / 1e6
+
+
+def _fmt_dur(ns: float) -> str:
+    a = abs(ns)
+    if a >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if a >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if a >= 1e3:
+        return f"{ns / 1e3:.0f} µs"
+    return f"{ns:.0f} ns"
+
+
+def _legend_below(fig: "Figure", ax: "Axes", ncol: int = 6) -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(ncol, len(handles)), frameon=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps
+# ---------------------------------------------------------------------------------------------
+
+
+@chart("steps", section="steps", title="Step time per step", order=10)
+def steps_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+    """Bars of each step window's duration; warm-up and truncated steps coloured apart."""
+    if not getattr(res, "has_steps", False) or res.table.height < 1:
+        return None
+    t = res.table
+    durs = [_ms(v) for v in t["dur_ns"].to_list()]
+    labels = _step_labels(t["step"].to_list())
+    warm = t["is_warmup"].to_list()
+    trunc = t["is_truncated"].to_list()
+    colors = [ORANGE if w else (GREY if tr else BLUE) for w, tr in zip(warm, trunc)]
+    fig, axes = new_figure("Step time per step")
+    ax = axes[0][0]
+    x = list(range(len(durs)))
+    ax.bar(x, durs, color=colors, width=0.8 if len(durs) > 1 else 0.4)
+    med = (res.stats or {}).get("median")
+    if med is not None:
+        ax.axhline(med / 1e6, color="#333333", linestyle="--", linewidth=1.2,
+                   label=f"median of steady steps: {med / 1e6:.2f} ms")
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=BLUE, label="steady step")]
+    if any(warm):
+        handles.append(Patch(color=ORANGE, label="warm-up"))
+    if any(trunc):
+        handles.append(Patch(color=GREY, label="truncated (last)"))
+    line_h, line_l = ax.get_legend_handles_labels()
+    ax.legend(handles=handles + line_h, loc="upper right", ncol=2)
+    ax.set_ylim(0, max(durs) * 1.22 if durs and max(durs) > 0 else 1)
+    _thin_ticks(ax, labels)
+    ax.set_xlabel("Step")
+    ax.set_ylabel("Step time (ms)")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU time breakdown
+# ---------------------------------------------------------------------------------------------
+
+_GPU_CATS = ("compute", "communication", "memcpy", "memset", "idle")
+
+
+@chart("gpu_time", section="gpu_time", title="GPU time per step: busy by category vs idle", order=20)
+def gpu_time_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+    """Stacked bars per step window (one panel per device, up to 4): compute,
+    exposed communication, memcpy, memset and idle time, in ms."""
+    ps = getattr(res, "per_step", None)
+    if ps is None or ps.height == 0:
+        return None
+    devices = sorted(d for d in set(ps["device"].to_list()) if d is not None)[:4]
+    if not devices:
+        return None
+    fig, axes = new_figure("GPU time per step: busy by category vs idle", nrows=len(devices), sharex=True,
+                           figsize=(FIGSIZE[0], FIGSIZE[1] if len(devices) == 1 else 2.4 + 1.6 * len(devices)))
+    for i, dev in enumerate(devices):
+        ax = axes[i][0]
+        d = ps.filter(ps["device"] == dev).sort("window")
+        labels = _step_labels(d["step"].to_list(), d["window"].to_list())
+        x = list(range(d.height))
+        bottom = [0.0] * d.height
+        for cat in _GPU_CATS:
+            col = f"{cat}_ns"
+            if col not in d.columns:
+                continue
+            vals = [_ms(v) for v in d[col].to_list()]
+            if not any(vals) and cat not in ("compute", "idle"):
+                continue
+            ax.bar(x, vals, bottom=bottom, color=CATEGORY_COLORS[cat], label=cat,
+                   width=0.8 if d.height > 1 else 0.4)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        if "busy_pct" in d.columns and d.height <= 40:
+            for xi, top, bp in zip(x, bottom, d["busy_pct"].to_list()):
+                if bp is not None:
+                    ax.annotate(f"{bp:.0f}%", (xi, top), ha="center", va="bottom", fontsize=9,
+                                xytext=(0, 2), textcoords="offset points", color="#333333")
+        ax.set_ylim(0, max(bottom) * 1.15 if bottom and max(bottom) > 0 else 1)
+        ax.set_ylabel(f"GPU {dev} (ms)" if len(devices) > 1 else "Time (ms)")
+        _thin_ticks(ax, labels)
+    axes[-1][0].set_xlabel("Step (label: GPU busy %)")
+    _legend_below(fig, axes[0][0])
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Timeline strip: busy / idle per step with the longest gaps marked
+# ---------------------------------------------------------------------------------------------
+
+_MAX_ROWS = 40
+
+
+@chart("timeline", section="idle_gaps", also=("steps", "gpu_time"), order=25,
+       title="GPU timeline per step: busy vs idle, longest gaps marked")
+def timeline_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+    """One row per step window (and device): busy time, idle gaps coloured by cause,
+    no activity before the first / after the last kernel; the five longest gaps marked."""
+    steps = results.get("steps")
+    gaps = getattr(res, "device_gaps", None)
+    if steps is None or gaps is None:
+        return None
+    win = steps.table.sort("start_ns")
+    per_dev = getattr(res, "per_device", None)
+    devices = sorted(set(per_dev["device"].to_list())) if per_dev is not None and per_dev.height else []
+    span = getattr(results.get("gpu_time"), "gpu_span", None)
+    first_last: dict[Any, tuple[int, int]] = {}
+    if span is not None and span.height:
+        for r in span.iter_rows(named=True):
+            first_last[r["device"]] = (r["first_ns"], r["last_ns"])
+            if r["device"] not in devices:
+                devices.append(r["device"])
+    devices = sorted(devices)[:4]
+    if not devices or win.height == 0:
+        return None
+    rows: list[tuple[int, Any, Any, int, int]] = []  # (window, step, device, start, end)
+    for w in win.iter_rows(named=True):
+        for d in devices:
+            rows.append((w["window"], w["step"], d, w["start_ns"], w["end_ns"]))
+    truncated_rows = len(rows) > _MAX_ROWS
+    rows = rows[:_MAX_ROWS]
+    nrow = len(rows)
+    height = min(9.5, max(2.6, 1.6 + 0.36 * nrow))
+    title = "GPU timeline per step: busy vs idle, longest gaps marked"
+    fig, axes = new_figure(title, figsize=(FIGSIZE[0] + 1.2, height))
+    ax = axes[0][0]
+    ax.grid(True, axis="x", color="#E6E6E6")
+    ax.grid(False, axis="y")
+
+    g = gaps.select("device", "start_ns", "end_ns", "dur_ns", "cause")
+    longest = g.sort("dur_ns", descending=True).head(5)
+    longest_keys = {(r["device"], r["start_ns"]) for r in longest.iter_rows(named=True)}
+    from matplotlib.patches import Patch
+
+    used_causes: set[str] = set()
+    max_len = 0.0
+    labels = []
+    marks: list[tuple[float, float, str]] = []
+    for y, (window, step, dev, ws, we) in enumerate(rows):
+        length = _ms(we - ws)
+        max_len = max(max_len, length)
+        labels.append((f"#{step}" if step is not None else "trace") + (f" · GPU {dev}" if len(devices) > 1 else ""))
+        ax.broken_barh([(0, length)], (y - 0.38, 0.76), facecolors=IDLE, edgecolor="none")
+        fl = first_last.get(dev)
+        lo, hi = (max(ws, fl[0]), min(we, fl[1])) if fl else (ws, we)
+        if hi > lo:
+            ax.broken_barh([(_ms(lo - ws), _ms(hi - lo))], (y - 0.38, 0.76), facecolors=GREEN, edgecolor="none")
+        in_row = g.filter((g["device"] == dev) & (g["end_ns"] > ws) & (g["start_ns"] < we))
+        if in_row.height == 0:
+            continue
+        for cause in CAUSE_COLORS:
+            c = in_row.filter(in_row["cause"] == cause)
+            if c.height == 0:
+                continue
+            used_causes.add(cause)
+            segs = [
+                (_ms(max(s, ws) - ws), _ms(min(e, we) - max(s, ws)))
+                for s, e in zip(c["start_ns"].to_list(), c["end_ns"].to_list())
+            ]
+            ax.broken_barh(segs, (y - 0.38, 0.76), facecolors=CAUSE_COLORS[cause], edgecolor="none")
+        for r in in_row.iter_rows(named=True):
+            if (r["device"], r["start_ns"]) in longest_keys:
+                mid = _ms((max(r["start_ns"], ws) + min(r["end_ns"], we)) / 2 - ws)
+                marks.append((mid, y, _fmt_dur(r["dur_ns"])))
+    for mid, y, text in marks:
+        ax.plot([mid], [y - 0.5], marker="v", color="#222222", markersize=7, zorder=5)
+        ax.annotate(text, (mid, y - 0.5), xytext=(0, 4), textcoords="offset points", ha="center",
+                    va="bottom", fontsize=9, fontweight="bold", color="#222222", zorder=6)
+    ax.set_yticks(range(nrow))
+    ax.set_yticklabels(labels)
+    ax.set_ylim(nrow - 0.5, -1.3)
+    ax.set_xlim(0, max_len * 1.01 if max_len > 0 else 1)
+    ax.set_xlabel("Time since step start (ms)" + ("  ·  first %d rows" % _MAX_ROWS if truncated_rows else ""))
+    handles = [Patch(color=GREEN, label="busy"), Patch(color=IDLE, label="no GPU work")]
+    handles += [Patch(color=CAUSE_COLORS[c], label=f"gap: {CAUSE_LABELS[c]}") for c in CAUSE_COLORS
+                if c in used_causes]
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)), frameon=False)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Idle-gap causes
+# ---------------------------------------------------------------------------------------------
+
+
+@chart("idle_gaps", section="idle_gaps", title="GPU idle time by cause", order=30)
+def idle_causes_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+    """Left: idle time per step stacked by cause (ms). Right: where the idle time lies
+    by gap length (total idle per length bin, gap counts on the bars)."""
+    ps = getattr(res, "per_step", None)
+    hist = getattr(res, "histogram", None)
+    if ps is None or ps.height == 0:
+        return None
+    has_hist = hist is not None and hist.height > 0 and "total_ns" in hist.columns
+    fig, axes = new_figure("GPU idle time by cause", ncols=2 if has_hist else 1,
+                           figsize=(FIGSIZE[0] + (2.4 if has_hist else 0), FIGSIZE[1]),
+                           gridspec_kw={"width_ratios": [3, 2]} if has_hist else {})
+    ax = axes[0][0]
+    agg = ps.group_by("window", "step").agg([pl.col(f"{c}_ns").sum().alias(c) for c in CAUSE_COLORS
+                                             if f"{c}_ns" in ps.columns]).sort("window")
+    labels = _step_labels(agg["step"].to_list(), agg["window"].to_list())
+    x = list(range(agg.height))
+    bottom = [0.0] * agg.height
+    for cause, color in CAUSE_COLORS.items():
+        if cause not in agg.columns:
+            continue
+        vals = [_ms(v) for v in agg[cause].to_list()]
+        if not any(vals):
+            continue
+        ax.bar(x, vals, bottom=bottom, color=color, label=CAUSE_LABELS[cause], width=0.8 if agg.height > 1 else 0.4)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_ylim(0, max(bottom) * 1.12 if bottom and max(bottom) > 0 else 1)
+    _thin_ticks(ax, labels)
+    ax.set_title("Idle time per step, by cause", fontsize=12, fontweight="normal", loc="left")
+    ax.set_xlabel("Step")
+    ax.set_ylabel("Idle time (ms)")
+    _legend_below(fig, ax, ncol=3)
+    if has_hist:
+        ax2 = axes[0][1]
+        h = hist.group_by("bin", "lo_ns").agg(pl.col("count").sum(), pl.col("total_ns").sum())
+        h = h.sort("lo_ns", nulls_last=False)
+        h = h.filter(h["count"] > 0) if h.height > 6 else h
+        xs = list(range(h.height))
+        tot = [_ms(v) for v in h["total_ns"].to_list()]
+        ax2.bar(xs, tot, color=GREY, width=0.75)
+        for xi, v, c in zip(xs, tot, h["count"].to_list()):
+            ax2.annotate(f"{c:,}", (xi, v), ha="center", va="bottom", fontsize=8.5, xytext=(0, 2),
+                         textcoords="offset points", color="#333333")
+        ax2.set_xticks(xs)
+        ax2.set_xticklabels([_short(b, 14) for b in h["bin"].to_list()], rotation=40, ha="right", fontsize=9)
+        ax2.set_ylim(0, max(tot) * 1.18 if tot and max(tot) > 0 else 1)
+        ax2.set_title("Idle time by gap length (n gaps)", fontsize=12, fontweight="normal", loc="left")
+        ax2.set_xlabel("Gap length")
+        ax2.set_ylabel("Idle time (ms)")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels
+# ---------------------------------------------------------------------------------------------
+
+
+@chart("kernels", section="kernels", title="Top kernels by total GPU time", order=40)
+def kernels_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+    """Horizontal bars of the top 12 kernels (normalised names) by total time, with
+    their share of kernel time and call count; collectives in purple."""
+    by = getattr(res, "by_name", None)
+    if by is None or by.height == 0:
+        return None
+    top = by.head(12)
+    names = [_short(n, 56) for n in top["name"].to_list()]
+    tot = [_ms(v) for v in top["total_ns"].to_list()]
+    comm = top["is_comm"].to_list() if "is_comm" in top.columns else [False] * top.height
+    pcts = top["pct_of_kernel_time"].to_list() if "pct_of_kernel_time" in top.columns else [None] * top.height
+    counts = top["count"].to_list() if "count" in top.columns else [None] * top.height
+    fig, axes = new_figure("Top kernels by total GPU time",
+                           figsize=(FIGSIZE[0] + 1.6, max(3.0, 1.3 + 0.36 * top.height)))
+    ax = axes[0][0]
+    ax.grid(True, axis="x", color="#E6E6E6")
+    ax.grid(False, axis="y")
+    y = list(range(top.height))
+    ax.barh(y, tot, color=[PURPLE if c else BLUE for c in comm], height=0.7)
+    for yi, v, p, c in zip(y, tot, pcts, counts):
+        label = (f"{p:.1f} %" if p is not None else "") + (f" · {c:,}×" if c is not None else "")
+        ax.annotate(label, (v, yi), xytext=(4, 0), textcoords="offset points", va="center", fontsize=9.5,
+                    color="#333333")
+    ax.set_yticks(y)
+    ax.set_yticklabels(names, fontsize=9.5)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(tot) * 1.25 if tot and max(tot) > 0 else 1)
+    ax.set_xlabel("Total GPU time (ms)  ·  label: % of kernel time · calls")
+    if any(comm):
+        from matplotlib.patches import Patch
+
+        ax.legend(handles=[Patch(color=BLUE, label="compute"), Patch(color=PURPLE, label="communication")],
+                  loc="lower right")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Launches
+# ---------------------------------------------------------------------------------------------
+
+
+@chart("launches", section="launches", title="Kernel launch statistics", order=50)
+def launches_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+    """Left: CPU time in launch calls vs GPU time of the work they launched, per step
+    (launch-bound steps marked). Right: median launch-call time and launch delay per API."""
+    ps = getattr(res, "per_step", None)
+    by_api = getattr(res, "by_api", None)
+    if (ps is None or ps.height == 0) and (by_api is None or by_api.height == 0):
+        return None
+    panels = int(ps is not None and ps.height > 0) + int(by_api is not None and by_api.height > 0)
+    fig, axes = new_figure("Kernel launch statistics", ncols=panels, figsize=(FIGSIZE[0] + 2.2, FIGSIZE[1]))
+    i = 0
+    if ps is not None and ps.height > 0:
+        ax = axes[0][i]
+        i += 1
+        d = ps.sort("window")
+        labels = _step_labels(d["step"].to_list(), d["window"].to_list())
+        x = list(range(d.height))
+        cpu = [_ms(v) for v in d["launch_cpu_ns"].to_list()]
+        gpu = [_ms(v) for v in d["launched_gpu_ns"].to_list()]
+        w = 0.38
+        ax.bar([xi - w / 2 for xi in x], cpu, width=w, color=ORANGE, label="CPU time in launch calls")
+        ax.bar([xi + w / 2 for xi in x], gpu, width=w, color=BLUE, label="GPU time launched")
+        top = max(cpu + gpu) if cpu + gpu else 0
+        if "launch_bound" in d.columns:
+            for xi, lb in zip(x, d["launch_bound"].to_list()):
+                if lb:
+                    ax.annotate("launch-bound", (xi, top * 1.02), ha="center", fontsize=8.5, color=RED,
+                                fontweight="bold")
+        ax.set_ylim(0, top * 1.15 if top > 0 else 1)
+        _thin_ticks(ax, labels)
+        ax.set_title("Launch CPU time vs launched GPU time", fontsize=12, fontweight="normal", loc="left")
+        ax.set_xlabel("Step")
+        ax.set_ylabel("Time (ms)")
+        ax.legend(loc="upper left", bbox_to_anchor=(0, -0.18), ncol=1)
+    if by_api is not None and by_api.height > 0:
+        ax = axes[0][i]
+        b = by_api.head(8)
+        names = [_short(n, 28) for n in b["api"].to_list()]
+        y = list(range(b.height))
+        h = 0.38
+        cpu_us = [float(v or 0) / 1e3 for v in b["median_cpu_ns"].to_list()]
+        delay_us = [float(v or 0) / 1e3 for v in b["median_delay_ns"].to_list()]
+        ax.grid(True, axis="x", color="#E6E6E6")
+        ax.grid(False, axis="y")
+        ax.barh([yi - h / 2 for yi in y], cpu_us, height=h, color=ORANGE, label="median call (CPU)")
+        ax.barh([yi + h / 2 for yi in y], delay_us, height=h, color=GREY, label="median launch delay")
+        calls = b["calls"].to_list() if "calls" in b.columns else [None] * b.height
+        for yi, v, c in zip(y, cpu_us, calls):
+            if c is not None:
+                ax.annotate(f"{c:,} calls", (max(v, 0), yi - h / 2), xytext=(4, 0), textcoords="offset points",
+                            va="center", fontsize=8.5, color="#333333")
+        ax.set_yticks(y)
+        ax.set_yticklabels(names, fontsize=9.5)
+        ax.invert_yaxis()
+        m = max(cpu_us + delay_us) if cpu_us + delay_us else 0
+        ax.set_xlim(0, m * 1.35 if m > 0 else 1)
+        ax.set_title("Per launch API", fontsize=12, fontweight="normal", loc="left")
+        ax.set_xlabel("Median time (µs)")
+        ax.legend(loc="upper left", bbox_to_anchor=(0, -0.18), ncol=1)
+    return fig
+
+
+__all__ = ["ChartSpec", "Drawn", "chart", "charts_for", "draw", "draw_all", "figure_png", "new_figure", "registry"]

@@ -1,0 +1,522 @@
+"""HTML output: ``report.html``, one self-contained page that opens anywhere, offline.
+
+Layout: a header with the run's metadata and key numbers, the ranked findings, then
+one section per analysis (its key numbers, its charts, its tables), then what could
+not be checked and why. Everything is inline: CSS, a small script (sortable tables,
+collapsible long tables) and the charts as base64 PNGs. There is no external URL.
+
+A trace is untrusted input: every string that comes from it (kernel names, file
+paths, annotations, even numbers) goes through :func:`html.escape`, and a
+Content-Security-Policy allows only this page's own script (by its SHA-256), so even
+an escaping bug could not run planted code. The page records script errors in the
+``data-js-errors`` attribute of ``<html>`` and sets ``data-js-ready="1"`` once its
+script has run (the browser test reads both).
+
+Sections come from the generic ``summary_of``/``tables_of`` of each result, so a new
+analysis appears without changes here; charts come from
+:mod:`traceanalyzer.report.charts`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import polars as pl
+
+from traceanalyzer import __version__
+from traceanalyzer.analyses import registry as analysis_registry
+from traceanalyzer.analyses import summary_of, tables_of
+from traceanalyzer.report import renderer
+from traceanalyzer.report.document import JSON_SCHEMA_VERSION, Report
+from traceanalyzer.report.fsutil import atomic_write_text
+from traceanalyzer.report.text import column_label, fmt_bytes, fmt_cell, fmt_ns, shorten
+
+#: Rows shown before a table collapses behind a "show all" button.
+COLLAPSE_AFTER = 12
+#: Rows written at most per table (the rest are in summary.json), keeping pages small.
+MAX_ROWS = 300
+#: Longest text kept in a cell (the full text is in the cell's tooltip up to 2000 chars).
+CELL_WIDTH = 160
+
+
+def esc(value: Any) -> str:
+    """Escape anything for HTML text or a quoted attribute."""
+    return html.escape(str(value), quote=True)
+
+
+CSS = """
+:root{--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--bg:#f6f8fa;--card:#fff;--accent:#2f5d9b;
+--crit:#b42318;--warn:#b54708;--info:#2f5d9b;--ok:#1a7f37}
+*{box-sizing:border-box}
+html{-webkit-text-size-adjust:100%}
+body{margin:0;font:14px/1.5 -apple-system,BlinkMacSystemFont,"Segoe UI",Helvetica,Arial,"Noto Sans",
+"DejaVu Sans",sans-serif;color:var(--fg);background:var(--bg)}
+code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,"DejaVu Sans Mono",monospace;font-size:12.5px}
+header.top{background:#1d2b3a;color:#fff;padding:22px 32px 18px}
+header.top h1{margin:0 0 4px;font-size:22px;font-weight:600;letter-spacing:.2px}
+header.top h1 .file{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-weight:500;
+overflow-wrap:anywhere}
+header.top .sub{color:#b8c4d0;font-size:13px}
+main{max-width:1240px;margin:0 auto;padding:20px 28px 40px}
+nav.toc{display:flex;flex-wrap:wrap;gap:6px;margin:0 0 18px}
+nav.toc a{font-size:12.5px;color:var(--accent);text-decoration:none;background:#fff;border:1px solid var(--line);
+border-radius:14px;padding:2px 10px}
+nav.toc a:hover{background:#eef3f9}
+section.card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:18px 22px;margin:0 0 18px}
+section.card>h2{margin:0 0 4px;font-size:18px;font-weight:600}
+section.card>p.doc{margin:0 0 12px;color:var(--muted)}
+h3{font-size:14px;margin:18px 0 6px;font-weight:600}
+.facts{display:grid;grid-template-columns:repeat(auto-fill,minmax(260px,1fr));gap:4px 24px;margin:0}
+.facts div{display:flex;gap:8px;min-width:0;padding:3px 0;border-bottom:1px dashed #e6e9ed}
+.facts dt{color:var(--muted);flex:0 0 auto;min-width:96px}
+.facts dd{margin:0;overflow-wrap:anywhere}
+.tiles{display:grid;grid-template-columns:repeat(auto-fill,minmax(170px,1fr));gap:10px;margin:14px 0 0}
+.tile{background:var(--bg);border:1px solid var(--line);border-radius:6px;padding:8px 12px}
+.tile .k{color:var(--muted);font-size:12px}
+.tile .v{font-size:17px;font-weight:600;overflow-wrap:anywhere}
+dl.kv{display:grid;grid-template-columns:minmax(160px,max-content) 1fr;gap:3px 18px;margin:6px 0 10px}
+dl.kv dt{color:var(--muted)}
+dl.kv dd{margin:0;overflow-wrap:anywhere}
+.warnbox{background:#fff8e6;border:1px solid #f0d089;border-radius:6px;padding:10px 14px;margin:0 0 18px}
+.warnbox h2{font-size:14px;margin:0 0 4px}
+.warnbox ul{margin:0;padding-left:20px}
+.badge{display:inline-block;border-radius:10px;padding:0 8px;font-size:11.5px;font-weight:600;color:#fff;
+text-transform:uppercase;letter-spacing:.3px;white-space:nowrap}
+.sev-critical{background:var(--crit)}.sev-warning{background:var(--warn)}.sev-info{background:var(--info)}
+.finding{border:1px solid var(--line);border-left:4px solid var(--info);border-radius:6px;padding:10px 14px;
+margin:0 0 10px;background:#fff}
+.finding.sev-critical-b{border-left-color:var(--crit)}.finding.sev-warning-b{border-left-color:var(--warn)}
+.finding .head{display:flex;gap:10px;align-items:baseline;flex-wrap:wrap}
+.finding .title{font-weight:600;font-size:14.5px;flex:1 1 420px;overflow-wrap:anywhere}
+.finding .cost{font-weight:600;white-space:nowrap}
+.finding .meta{color:var(--muted);font-size:12.5px}
+.finding .fix{margin:6px 0 0}
+.finding pre{background:var(--bg);border:1px solid var(--line);border-radius:4px;padding:8px 10px;
+overflow:auto;margin:6px 0 0;white-space:pre-wrap;overflow-wrap:anywhere}
+details>summary{cursor:pointer;color:var(--accent);font-size:12.5px;margin-top:6px}
+.tablewrap{overflow-x:auto;margin:4px 0 6px;border:1px solid var(--line);border-radius:6px}
+table{border-collapse:collapse;width:100%;font-size:12.5px}
+th,td{padding:4px 10px;text-align:left;vertical-align:top;border-bottom:1px solid #eaeef2}
+th{background:#f3f5f7;font-weight:600;white-space:nowrap;position:sticky;top:0}
+table.sortable th{cursor:pointer;user-select:none}
+table.sortable th:hover{background:#e8edf2}
+th[aria-sort=ascending]::after{content:" ▲";font-size:10px}
+th[aria-sort=descending]::after{content:" ▼";font-size:10px}
+td.num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
+td.txt{max-width:44em;overflow-wrap:anywhere}
+tbody tr:nth-child(even){background:#fafbfc}
+tbody tr:hover{background:#f0f5fb}
+tr.collapsed{display:none}
+.tablefoot{display:flex;gap:12px;align-items:center;color:var(--muted);font-size:12px;margin:0 0 12px}
+button.more{font:inherit;font-size:12px;color:var(--accent);background:#fff;border:1px solid var(--line);
+border-radius:4px;padding:2px 10px;cursor:pointer}
+button.more:hover{background:#eef3f9}
+figure.chart{margin:10px 0 14px}
+figure.chart img{max-width:min(100%,900px);height:auto;border:1px solid #eaeef2;border-radius:4px}
+figure.chart figcaption{color:var(--muted);font-size:12px}
+.note{color:var(--muted);font-size:12.5px}
+.muted{color:var(--muted)}
+ul.notrun{margin:6px 0;padding-left:20px}
+ul.notrun li{margin:2px 0;overflow-wrap:anywhere}
+footer{color:var(--muted);font-size:12px;text-align:center;padding:8px 0 30px}
+@media print{body{background:#fff}nav.toc,button.more{display:none}tr.collapsed{display:table-row}
+section.card{break-inside:avoid-page;border:none;padding:0}header.top{background:#fff;color:#000}}
+"""
+
+# The page's only script. Its SHA-256 is whitelisted in the Content-Security-Policy,
+# so nothing else (e.g. a <script> planted in a kernel name) could ever run.
+JS = """
+(function () {
+  "use strict";
+  var root = document.documentElement, errors = 0;
+  window.addEventListener("error", function () {
+    errors += 1;
+    root.setAttribute("data-js-errors", String(errors));
+  });
+  function key(cell) {
+    var v = cell.getAttribute("data-v");
+    if (v !== null && v !== "") {
+      var n = parseFloat(v);
+      if (!isNaN(n)) { return n; }
+    }
+    return cell.textContent.trim().toLowerCase();
+  }
+  function compare(a, b) {
+    var na = typeof a === "number", nb = typeof b === "number";
+    if (na && nb) { return a - b; }
+    if (na !== nb) { return na ? -1 : 1; }
+    return a < b ? -1 : (a > b ? 1 : 0);
+  }
+  function collapse(table) {
+    var limit = parseInt(table.getAttribute("data-collapse") || "0", 10);
+    if (!limit) { return; }
+    var open = table.getAttribute("data-open") === "1";
+    var rows = table.tBodies[0].rows;
+    for (var i = 0; i < rows.length; i++) {
+      rows[i].classList.toggle("collapsed", !open && i >= limit);
+    }
+  }
+  var tables = document.querySelectorAll("table.sortable");
+  Array.prototype.forEach.call(tables, function (table) {
+    var heads = table.tHead ? table.tHead.rows[0].cells : [];
+    Array.prototype.forEach.call(heads, function (th, col) {
+      th.setAttribute("tabindex", "0");
+      function sort() {
+        var numeric = th.getAttribute("data-type") === "num";
+        var current = th.getAttribute("aria-sort");
+        var dir = current ? (current === "ascending" ? -1 : 1) : (numeric ? -1 : 1);
+        Array.prototype.forEach.call(heads, function (h) { h.removeAttribute("aria-sort"); });
+        th.setAttribute("aria-sort", dir === 1 ? "ascending" : "descending");
+        var body = table.tBodies[0];
+        var rows = Array.prototype.slice.call(body.rows);
+        rows.sort(function (r1, r2) { return dir * compare(key(r1.cells[col]), key(r2.cells[col])); });
+        rows.forEach(function (r) { body.appendChild(r); });
+        collapse(table);
+      }
+      th.addEventListener("click", sort);
+      th.addEventListener("keydown", function (e) { if (e.key === "Enter") { sort(); } });
+    });
+    collapse(table);
+  });
+  Array.prototype.forEach.call(document.querySelectorAll("button.more"), function (btn) {
+    btn.hidden = false;
+    btn.addEventListener("click", function () {
+      var table = document.getElementById(btn.getAttribute("data-table"));
+      var open = table.getAttribute("data-open") !== "1";
+      table.setAttribute("data-open", open ? "1" : "0");
+      btn.textContent = open ? btn.getAttribute("data-less") : btn.getAttribute("data-more");
+      collapse(table);
+    });
+  });
+  root.setAttribute("data-js-ready", "1");
+})();
+"""
+
+
+def _csp() -> str:
+    digest = base64.b64encode(hashlib.sha256(JS.encode("utf-8")).digest()).decode("ascii")
+    return (
+        "default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+        f"script-src 'sha256-{digest}'; base-uri 'none'; form-action 'none'"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Building blocks
+# ---------------------------------------------------------------------------------------------
+
+
+class _Ids:
+    """Unique, deterministic element ids (``t1``, ``t2`` …) for one page."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def next(self, prefix: str) -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+
+def _anchor(name: str) -> str:
+    return "sec-" + "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in name)
+
+
+def _facts(pairs: Iterable[tuple[str, Any]]) -> str:
+    items = "".join(f"<div><dt>{esc(k)}</dt><dd>{esc(v)}</dd></div>" for k, v in pairs)
+    return f'<dl class="facts">{items}</dl>'
+
+
+def _kv(pairs: Iterable[tuple[str, str]]) -> str:
+    items = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in pairs)
+    return f'<dl class="kv">{items}</dl>' if items else ""
+
+
+def _is_num(dtype: pl.DataType) -> bool:
+    return dtype.is_numeric()
+
+
+def _cell(column: str, value: Any, dtype: pl.DataType, t0: int | None) -> str:
+    if isinstance(value, bool):
+        return f'<td data-v="{int(value)}">{"✓" if value else ""}</td>'
+    if value is None:
+        return '<td data-v="">–</td>'
+    if isinstance(value, (int, float)):
+        text = fmt_cell(column, value, t0)
+        return f'<td class="num" data-v="{esc(value)}">{esc(text)}</td>'
+    text = fmt_cell(column, value, t0)
+    short = shorten(text, CELL_WIDTH)
+    title = f' title="{esc(shorten(text, 2000))}"' if short != text else ""
+    return f'<td class="txt"{title}>{esc(short)}</td>'
+
+
+def table_html(df: pl.DataFrame, ids: _Ids, t0: int | None = None, max_rows: int = MAX_ROWS,
+               collapse_after: int = COLLAPSE_AFTER, caption: str | None = None) -> str:
+    """A sortable table; more than ``collapse_after`` rows collapse behind a button."""
+    tid = ids.next("t")
+    cols = df.columns
+    dtypes = dict(zip(cols, df.dtypes))
+    head = "".join(
+        f'<th title="{esc(c)}" data-type="{"num" if _is_num(dtypes[c]) else "txt"}">{esc(column_label(c))}</th>'
+        for c in cols
+    )
+    shown = df.head(max_rows)
+    body = "".join(
+        "<tr>" + "".join(_cell(c, row[c], dtypes[c], t0) for c in cols) + "</tr>"
+        for row in shown.iter_rows(named=True)
+    )
+    collapse = collapse_after if shown.height > collapse_after + 3 else 0
+    parts = []
+    if caption:
+        parts.append(f"<h3>{esc(caption)}</h3>")
+    parts.append(
+        f'<div class="tablewrap"><table class="sortable" id="{tid}" data-collapse="{collapse}">'
+        f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
+    )
+    notes = [f"{df.height:,} row{'s' if df.height != 1 else ''}"]
+    if df.height > shown.height:
+        notes.append(f"first {shown.height:,} shown, all of them are in summary.json")
+    if shown.height > 1:
+        notes.append("click a header to sort")
+    button = ""
+    if collapse:
+        more, less = f"Show all {shown.height:,} rows", f"Show first {collapse}"
+        button = (
+            f'<button class="more" type="button" hidden data-table="{tid}" data-more="{esc(more)}" '
+            f'data-less="{esc(less)}">{esc(more)}</button>'
+        )
+    parts.append(f'<div class="tablefoot">{button}<span>{esc(" · ".join(notes))}</span></div>')
+    return "".join(parts)
+
+
+def _chart_img(name: str, title: str, png: bytes) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return (
+        f'<figure class="chart" id="chart-{esc(name)}"><img alt="{esc(title)}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{esc(title)} · also written as {esc(name)}.png</figcaption></figure>"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Page parts
+# ---------------------------------------------------------------------------------------------
+
+
+def _run_facts(report: Report) -> list[tuple[str, str]]:
+    m = report.meta
+    facts: list[tuple[str, str]] = [("File", Path(report.source).name or report.source), ("Input", report.kind)]
+    if m.get("layout"):
+        facts.append(("Format", str(m["layout"])))
+    if m.get("rank") is not None or m.get("world_size") is not None:
+        ws = m.get("world_size")
+        facts.append(("Rank", f"{m.get('rank', '?')} of {ws if ws is not None else '?'}"))
+    devices = [str(d.get("name")) for d in m.get("device_properties") or [] if isinstance(d, Mapping) and d.get("name")]
+    if devices:
+        counts: dict[str, int] = {}
+        for d in devices:
+            counts[d] = counts.get(d, 0) + 1
+        facts.append(("Devices", ", ".join(f"{n}× {d}" if n > 1 else d for d, n in counts.items())))
+    elif m.get("vendor"):
+        facts.append(("Vendor", str(m["vendor"])))
+    for k, v in (m.get("versions") or {}).items():
+        facts.append((k.replace("_", " "), str(v)))
+    flags = m.get("profiler_flags") or {}
+    if flags:
+        facts.append(("Profiler flags", ", ".join(f"{k}={'on' if v else 'off'}" for k, v in flags.items())))
+    steps = report.results.values.get("steps")
+    table = getattr(steps, "table", None)
+    if steps is not None and getattr(steps, "has_steps", False) and table is not None and table.height:
+        nums = table["step"].to_list()
+        facts.append(("Steps", f"{len(nums)} (#{nums[0]}–#{nums[-1]})"))
+    if m.get("span_ns"):
+        facts.append(("Trace span", fmt_ns(m["span_ns"])))
+    return facts
+
+
+def _tiles(report: Report, facts: list[tuple[str, str]]) -> str:
+    tiles: list[tuple[str, str]] = []
+    sections = report.sections()
+    known = {k for k, _ in facts}
+    if sections:
+        tiles += [(k, v) for k, v in summary_of(sections[0][2])[:6] if k not in known]
+    steps = report.results.values.get("steps")
+    stats = getattr(steps, "stats", None)
+    if getattr(steps, "has_steps", False) and isinstance(stats, Mapping) and stats.get("median") is not None:
+        tiles.insert(1, ("Step time (median)", fmt_ns(stats["median"])))
+    n = len(report.findings)
+    sev: dict[str, int] = {}
+    for f in report.findings:
+        sev[str(f.severity)] = sev.get(str(f.severity), 0) + 1
+    detail = ", ".join(f"{v} {k}" for k, v in sorted(sev.items()))
+    tiles.append(("Findings", f"{n}" + (f" ({detail})" if detail else "")))
+    items = "".join(f'<div class="tile"><div class="k">{esc(k)}</div><div class="v">{esc(v)}</div></div>'
+                    for k, v in tiles)
+    return f'<div class="tiles">{items}</div>'
+
+
+def _cost(f: Any) -> str:
+    if f.cost_ms_per_step is not None:
+        s = f"{f.cost_ms_per_step:,.2f} ms/step"
+        if f.cost_pct_of_step is not None:
+            s += f" ({f.cost_pct_of_step:.1f} %)"
+        return s
+    if f.cost_bytes is not None:
+        return fmt_bytes(f.cost_bytes)
+    return ""
+
+
+def _evidence(ev: Mapping[str, Any], ids: _Ids, t0: int | None) -> str:
+    scalars: list[tuple[str, str]] = []
+    blocks: list[str] = []
+    for k, v in ev.items():
+        if isinstance(v, list) and v and all(isinstance(r, Mapping) for r in v):
+            try:
+                df = pl.DataFrame([dict(r) for r in v], infer_schema_length=None)
+                blocks.append(table_html(df, ids, t0, caption=str(k), collapse_after=8))
+                continue
+            except Exception:  # noqa: BLE001 - ragged evidence: show it as text instead
+                pass
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            scalars.append((k, fmt_cell(k, v, t0)))
+        elif isinstance(v, (list, tuple)):
+            scalars.append((k, ", ".join(shorten(str(x), 200) for x in v[:50]) + (" …" if len(v) > 50 else "")))
+        elif isinstance(v, Mapping):
+            scalars.append((k, "; ".join(f"{a}: {shorten(str(b), 120)}" for a, b in list(v.items())[:30])))
+        else:
+            scalars.append((k, shorten(str(v), 500)))
+    return _kv(scalars) + "".join(blocks)
+
+
+def _findings(report: Report, ids: _Ids, t0: int | None) -> str:
+    out = ['<section class="card" id="sec-findings"><h2>Findings</h2>']
+    if not report.findings:
+        out.append('<p class="doc">No findings: none of the checks that could run found a problem.</p>')
+    else:
+        out.append(f'<p class="doc">{len(report.findings)} finding{"s" if len(report.findings) != 1 else ""}, '
+                   "ranked by estimated cost (time per step, then memory).</p>")
+    for i, f in enumerate(report.findings, 1):
+        sev = str(f.severity)
+        conf = f" · confidence {f.confidence:.0%}" if f.confidence < 1 else ""
+        out.append(
+            f'<div class="finding sev-{esc(sev)}-b"><div class="head"><span class="badge sev-{esc(sev)}">{esc(sev)}'
+            f'</span><span class="title">{i}. {esc(f.title)}</span><span class="cost">{esc(_cost(f))}</span></div>'
+            f'<div class="meta">rule <code>{esc(f.rule_id)}</code>{esc(conf)}</div>'
+            f'<div class="fix"><b>Fix:</b> {esc(f.fix)}</div>'
+        )
+        if f.code_hint:
+            out.append(f"<pre>{esc(f.code_hint)}</pre>")
+        if f.evidence:
+            out.append(f"<details><summary>Evidence</summary>{_evidence(f.evidence, ids, t0)}</details>")
+        out.append("</div>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def _not_run(report: Report) -> str:
+    skipped = {**report.results.skipped, **report.not_run}
+    failed = {**report.results.failed, **report.rule_failures}
+    if not skipped and not failed:
+        return ""
+    items = [f"<li><code>{esc(k)}</code>: {esc(v)}</li>" for k, v in sorted(skipped.items())]
+    items += [
+        f"<li><code>{esc(k)}</code> failed (internal error, please report): {esc(v)}</li>"
+        for k, v in sorted(failed.items())
+    ]
+    return (
+        '<section class="card" id="sec-not-run"><h2>Checks that could not run</h2>'
+        '<p class="doc">What this input could not tell, and why.</p>'
+        f'<ul class="notrun">{"".join(items)}</ul></section>'
+    )
+
+
+def to_html(report: Report, charts: list[Any] | None = None) -> str:
+    """The whole page. ``charts``: drawn charts (:func:`charts.draw_all`); drawn here when ``None``."""
+    if charts is None:
+        from traceanalyzer.report.charts import draw_all
+
+        charts = draw_all(report.results)
+    ids = _Ids()
+    t0 = report.meta.get("span_start_ns") if isinstance(report.meta.get("span_start_ns"), int) else None
+    specs = analysis_registry()
+    by_section: dict[str, list[Any]] = {}
+    for d in charts:
+        by_section.setdefault(d.spec.section, []).append(d)
+    name = Path(report.source).name or report.source
+    facts = _run_facts(report)
+
+    sections = report.sections()
+    toc = ['<a href="#sec-findings">Findings</a>']
+    body: list[str] = []
+    for i, (sname, title, result) in enumerate(sections):
+        anchor = _anchor(sname)
+        toc.append(f'<a href="#{esc(anchor)}">{esc(title)}</a>')
+        part = [f'<section class="card" id="{esc(anchor)}"><h2>{esc(title)}</h2>']
+        doc = specs[sname].doc.splitlines()[0] if sname in specs and specs[sname].doc else ""
+        if doc:
+            part.append(f'<p class="doc">{esc(doc)}</p>')
+        summary = summary_of(result)
+        if summary and i > 0:  # the first section's numbers are the header tiles
+            part.append(_kv(summary))
+        elif summary:
+            part.append(_kv(summary[6:]))
+        for d in by_section.get(sname, []):
+            if d.png is not None:
+                part.append(_chart_img(d.spec.name, d.spec.title, d.png))
+            else:
+                part.append(f'<p class="note">Chart “{esc(d.spec.title)}” could not be drawn: {esc(d.error)}</p>')
+        for ttitle, df in tables_of(result).items():
+            if df is None or df.height == 0:
+                continue
+            part.append(table_html(df, ids, t0, caption=ttitle))
+        part.append("</section>")
+        body.append("".join(part))
+    not_run = _not_run(report)
+    if not_run:
+        toc.append('<a href="#sec-not-run">Could not run</a>')
+
+    warn = ""
+    if report.warnings:
+        items = "".join(f"<li>{esc(w)}</li>" for w in report.warnings)
+        warn = f'<div class="warnbox"><h2>Input warnings</h2><ul>{items}</ul></div>'
+
+    page = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{esc(_csp())}">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        '<meta name="referrer" content="no-referrer">',
+        f'<meta name="generator" content="traceanalyzer {esc(__version__)}">',
+        f"<title>{esc(name)} · traceanalyzer report</title>",
+        f"<style>{CSS}</style>",
+        "</head>",
+        "<body>",
+        f'<header class="top"><h1>traceanalyzer report: <span class="file">{esc(name)}</span></h1>'
+        f'<div class="sub">{esc(report.kind)} · {len(report.findings)} finding'
+        f'{"s" if len(report.findings) != 1 else ""} · {len(sections)} analyses</div></header>',
+        "<main>",
+        f'<section class="card" id="sec-run"><h2>Run</h2>{_facts(facts)}{_tiles(report, facts)}</section>',
+        warn,
+        f'<nav class="toc">{"".join(toc)}</nav>',
+        _findings(report, ids, t0),
+        *body,
+        not_run,
+        "</main>",
+        f"<footer>Generated offline by traceanalyzer {esc(__version__)} · every number is in summary.json "
+        f"(schema {esc(JSON_SCHEMA_VERSION)})</footer>",
+        f"<script>{JS}</script>",
+        "</body>",
+        "</html>",
+    ]
+    return "\n".join(p for p in page if p) + "\n"
+
+
+@renderer("html", description="report.html: self-contained page (charts, sortable tables), opens offline")
+def render(report: Report, outdir: Path) -> list[Path]:
+    path = outdir / "report.html"
+    atomic_write_text(path, to_html(report))
+    return [path]
