@@ -1,0 +1,137 @@
+"""Memory peak: what is live at the instant allocated memory is highest, and who made it.
+
+Per device, the peak is the first event at which the replayed ``allocated_bytes``
+(requested bytes held by the program, see :mod:`memory_timeline`) is maximal; with no
+history it is the state at dump time (``source = "dump"``). At that instant:
+
+* ``top_allocations``: the largest live allocations (size, call site, category, when
+  allocated, stream, address).
+* ``top_sites``: live bytes grouped by call site (innermost user frame), with count and
+  ``pct_of_peak`` (share of the peak's allocated bytes).
+* ``categories``: live bytes by inferred category (parameter, optimizer_state,
+  activation, gradient, temporary, pre_recording, unknown); inference rules in
+  :func:`~traceanalyzer.analyses.memory_timeline.stack_sites`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult, live_at
+from traceanalyzer.config import Config
+from traceanalyzer.model.memory import SnapshotModel
+
+
+def breakdown(live: pl.DataFrame, total: int, top_n: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(top allocations, top sites, categories) of a set of live allocations."""
+    denom = max(total, 1)
+    top = live.sort(["bytes", "alloc_idx"], descending=[True, False]).head(top_n).select(
+        "device", "bytes", "site", "category", "alloc_idx", "alloc_ts_ns", "stream", "addr",
+    ).with_columns(pct_of_peak=(pl.col("bytes") * 100.0 / denom).round(2))
+    sites = (
+        live.group_by("site").agg(bytes=pl.col("bytes").sum(), count=pl.len(),
+                                  category=pl.col("category").mode().first())
+        .with_columns(pct_of_peak=(pl.col("bytes") * 100.0 / denom).round(2))
+        .sort(["bytes", "site"], descending=[True, False]).head(top_n)
+        .select("site", "category", "count", "bytes", "pct_of_peak")
+    )
+    cats = (
+        live.group_by("category").agg(bytes=pl.col("bytes").sum(), count=pl.len())
+        .with_columns(pct_of_peak=(pl.col("bytes") * 100.0 / denom).round(2))
+        .sort(["bytes", "category"], descending=[True, False])
+    )
+    return top, sites, cats
+
+
+@dataclass(frozen=True)
+class MemoryPeakResult:
+    """The peak of the device with the highest peak (``device``), plus every device's
+    peak in ``per_device``. ``peak_event_idx`` is ``-1`` when the peak is the state
+    before the history starts; ``source`` is ``"replay"`` or ``"dump"``.
+    ``peak_reserved_at_bytes``: reserved at that instant (cached-but-free =
+    reserved − allocated)."""
+
+    device: int
+    source: str
+    peak_allocated_bytes: int
+    peak_active_bytes: int
+    peak_reserved_at_bytes: int
+    peak_event_idx: int
+    peak_ts_ns: int | None
+    peak_action: str | None
+    top_allocations: pl.DataFrame
+    top_sites: pl.DataFrame
+    categories: pl.DataFrame
+    per_device: tuple[dict[str, Any], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "source": self.source,
+            "peak_allocated_bytes": self.peak_allocated_bytes,
+            "peak_active_bytes": self.peak_active_bytes,
+            "peak_reserved_at_bytes": self.peak_reserved_at_bytes,
+            "peak_event_idx": self.peak_event_idx,
+            "peak_ts_ns": self.peak_ts_ns,
+            "peak_action": self.peak_action,
+            "top_allocations": self.top_allocations.to_dicts(),
+            "top_sites": self.top_sites.to_dicts(),
+            "categories": self.categories.to_dicts(),
+            "per_device": list(self.per_device),
+        }
+
+    def summary(self) -> list[tuple[str, str]]:
+        from traceanalyzer.report.text import fmt_bytes
+
+        where = "at dump (no history)" if self.source == "dump" else (
+            "before the history starts" if self.peak_event_idx < 0 else f"event #{self.peak_event_idx:,}")
+        out = [(f"Peak allocated (cuda:{self.device})", f"{fmt_bytes(self.peak_allocated_bytes)}  {where}"),
+               ("Reserved at peak", fmt_bytes(self.peak_reserved_at_bytes))]
+        for row in self.top_sites.head(3).iter_rows(named=True):
+            out.append((f"  {row['pct_of_peak']:.1f} % {row['category']}", f"{fmt_bytes(row['bytes'])}  {row['site']}"))
+        return out
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        return {
+            "Live at peak by call site": self.top_sites,
+            "Live at peak by category": self.categories,
+            "Largest allocations live at peak": self.top_allocations.drop("addr"),
+        }
+
+
+@analysis("memory_peak", input="snapshot", depends_on=("memory_timeline",), title="Memory peak", order=11)
+def memory_peak(model: SnapshotModel, results: Results, config: Config) -> MemoryPeakResult:
+    """Peak allocated memory and what is live then: top allocations, call sites, categories."""
+    top_n = config.get("memory_peak.top_n", 15)
+    tl: MemoryTimelineResult = results["memory_timeline"]
+    per_device = []
+    for d in tl.devices:
+        per_device.append({"device": d.device, "peak_allocated_bytes": d.peak_allocated,
+                           "peak_event_idx": d.peak_allocated_idx, "peak_reserved_bytes": d.peak_reserved})
+    p = tl.primary
+    live = live_at(tl.allocations, p.device, p.peak_allocated_idx)
+    top, sites, cats = breakdown(live, p.peak_allocated, top_n)
+    ts = action = None
+    reserved_at = p.baseline_reserved
+    if p.peak_allocated_idx >= 0:
+        row = tl.series.filter((pl.col("device") == p.device) & (pl.col("event_idx") == p.peak_allocated_idx)).row(
+            0, named=True)
+        ts, action, reserved_at = row["ts_ns"], row["action"], row["reserved_bytes"]
+    return MemoryPeakResult(
+        device=p.device,
+        source="replay" if model.meta.has_history else "dump",
+        peak_allocated_bytes=p.peak_allocated,
+        peak_active_bytes=p.peak_active,
+        peak_reserved_at_bytes=int(reserved_at),
+        peak_event_idx=p.peak_allocated_idx,
+        peak_ts_ns=ts,
+        peak_action=action,
+        top_allocations=top,
+        top_sites=sites,
+        categories=cats,
+        per_device=tuple(per_device),
+    )

@@ -1,0 +1,137 @@
+"""Memory from a chrome trace's ``[memory]`` events (``profile_memory=True``).
+
+Each ``[memory]`` instant event carries the allocator's running totals after it:
+``total_allocated`` and ``total_reserved`` (bytes, per device; device type 0 = CPU,
+1 = CUDA). Per device:
+
+* ``peak_allocated_bytes`` / ``peak_reserved_bytes`` and when (``peak_ts_ns``), with
+  ``peak_op``: the innermost CPU op running on the same thread at that instant.
+* ``per_step`` (when the trace has ``ProfilerStep#N``): for each step the peak
+  allocated within it, allocated at its start and end, and ``growth_bytes`` = end −
+  start; ``step_growth_bytes`` = allocated at the end of the last step − at the end of
+  the first (steady training returns to the same level: growth means a leak or a
+  cache filling up).
+* ``top_ops``: CPU ops (innermost enclosing op of each allocation) by bytes allocated.
+* ``ooms``: ``[OutOfMemory]`` events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.config import Config
+from traceanalyzer.errors import NotApplicable
+from traceanalyzer.model import TraceModel
+
+
+def _device_name(device_type: int | None, device_id: int | None) -> str:
+    kind = {0: "cpu", 1: "cuda"}.get(device_type if device_type is not None else -1, f"type{device_type}")
+    return kind if kind == "cpu" else f"{kind}:{device_id}"
+
+
+def _enclosing_ops(ev: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """Name of the innermost CPU op on the same (pid, tid) whose span contains each
+    event: the latest-starting op before the event that has not ended (ops nest)."""
+    if ops.is_empty() or ev.is_empty():
+        return ev.with_columns(op=pl.lit(None, dtype=pl.String))
+    o = ops.select("pid", "tid", op_ts="ts_ns", op_end="end_ns", op="name").sort("op_ts")
+    j = ev.sort("ts_ns").join_asof(o, left_on="ts_ns", right_on="op_ts", by=["pid", "tid"], strategy="backward",
+                                check_sortedness=False)
+    return j.with_columns(op=pl.when(pl.col("op_end") >= pl.col("ts_ns")).then(pl.col("op"))).drop("op_ts", "op_end")
+
+
+@dataclass(frozen=True)
+class TraceMemoryResult:
+    """See the module docstring. ``per_device``: one row per device; ``per_step``: one
+    row per (device, step); ``top_ops``: one row per (device, op)."""
+
+    n_events: int
+    n_ooms: int
+    per_device: pl.DataFrame
+    per_step: pl.DataFrame
+    top_ops: pl.DataFrame
+    step_growth_bytes: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"n_events": self.n_events, "n_ooms": self.n_ooms, "per_device": self.per_device.to_dicts(),
+                "per_step": self.per_step.to_dicts(), "top_ops": self.top_ops.to_dicts(),
+                "step_growth_bytes": self.step_growth_bytes}
+
+    def summary(self) -> list[tuple[str, str]]:
+        from traceanalyzer.report.text import fmt_bytes
+
+        out = []
+        for r in self.per_device.iter_rows(named=True):
+            op = f" in {r['peak_op']}" if r["peak_op"] else ""
+            out.append((f"{r['device']} peak allocated", f"{fmt_bytes(r['peak_allocated_bytes'])}{op}"))
+            out.append((f"{r['device']} peak reserved", fmt_bytes(r["peak_reserved_bytes"])))
+        for dev, g in self.step_growth_bytes.items():
+            out.append((f"{dev} growth across steps", fmt_bytes(g)))
+        if self.n_ooms:
+            out.append(("OutOfMemory events", str(self.n_ooms)))
+        return out
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        out = {"Memory per device": self.per_device}
+        if self.per_step.height:
+            out["Memory per step"] = self.per_step
+        if self.top_ops.height:
+            out["Ops allocating the most"] = self.top_ops.head(15)
+        return out
+
+
+@analysis("trace_memory", input="trace", title="Memory (profiler events)", order=60)
+def trace_memory(model: TraceModel, results: Results, config: Config) -> TraceMemoryResult:
+    """Allocated/reserved per device from [memory] events: peaks, per step, top ops."""
+    top_n = config.get("trace_memory.top_n", 15)
+    ev = model.memory_events
+    if ev.is_empty():
+        raise NotApplicable("no [memory] events: profile with profile_memory=True")
+    ev = ev.with_columns(
+        device=pl.struct("device_type", "device_id").map_elements(
+            lambda s: _device_name(s["device_type"], s["device_id"]), return_dtype=pl.String)
+    ).sort("ts_ns", maintain_order=True)
+    ooms = ev.filter(pl.col("oom"))
+    mem = _enclosing_ops(ev.filter(~pl.col("oom")), model.cpu_ops)
+
+    peaks = mem.sort("ts_ns", maintain_order=True).group_by("device", maintain_order=True).agg(
+        events=pl.len(),
+        peak_allocated_bytes=pl.col("total_allocated").max(),
+        peak_ts_ns=pl.col("ts_ns").get(pl.col("total_allocated").arg_max()),
+        peak_op=pl.col("op").get(pl.col("total_allocated").arg_max()),
+        peak_reserved_bytes=pl.col("total_reserved").max(),
+        final_allocated_bytes=pl.col("total_allocated").last(),
+        allocated_total_bytes=pl.col("bytes").filter(pl.col("bytes") > 0).sum(),
+    ).sort("device")
+
+    steps = model.steps.select("step", "ts_ns", "end_ns")
+    per_step = pl.DataFrame(schema={"device": pl.String, "step": pl.Int64, "peak_allocated_bytes": pl.Int64,
+                                    "start_allocated_bytes": pl.Int64, "end_allocated_bytes": pl.Int64,
+                                    "growth_bytes": pl.Int64})
+    growth: dict[str, int] = {}
+    if steps.height:
+        s = steps.sort("ts_ns")
+        tagged = mem.sort("ts_ns").join_asof(s.rename({"ts_ns": "step_ts"}), left_on="ts_ns", right_on="step_ts",
+                                             strategy="backward").filter(pl.col("ts_ns") <= pl.col("end_ns"))
+        if tagged.height:
+            per_step = tagged.group_by("device", "step").agg(
+                peak_allocated_bytes=pl.col("total_allocated").max(),
+                # before the step's first event: its total minus its own delta
+                start_allocated_bytes=(pl.col("total_allocated") - pl.col("bytes")).first(),
+                end_allocated_bytes=pl.col("total_allocated").last(),
+            ).with_columns(growth_bytes=pl.col("end_allocated_bytes") - pl.col("start_allocated_bytes")
+                           ).sort("device", "step")
+            for (dev,), g in per_step.group_by(["device"]):
+                if g.height >= 2:
+                    growth[str(dev)] = int(g["end_allocated_bytes"][-1] - g["end_allocated_bytes"][0])
+    top_ops = (
+        mem.filter(pl.col("bytes") > 0).with_columns(pl.col("op").fill_null("<outside any op>"))
+        .group_by("device", "op").agg(allocated_bytes=pl.col("bytes").sum(), allocations=pl.len())
+        .sort(["allocated_bytes", "op"], descending=[True, False]).head(top_n)
+    )
+    return TraceMemoryResult(n_events=ev.height, n_ooms=ooms.height, per_device=peaks, per_step=per_step,
+                             top_ops=top_ops, step_growth_bytes=growth)
