@@ -65,6 +65,14 @@ from typing import Any, Literal
 
 import orjson
 
+__all__ = [
+    "BASE_TIME_NS", "DATALOADER_ANN", "LAYOUTS", "SCENARIOS", "VENDORS", "Collective", "GpuActivity", "OpHandle",
+    "TraceBuilder", "dumps_trace", "dumps_truth", "kernel_name", "nccl_kernel_name", "scenario_comm_bound",
+    "scenario_compute_bound", "scenario_copies", "scenario_idle_gaps", "scenario_inference", "scenario_input_bound",
+    "scenario_launch_bound", "scenario_memory_growth", "scenario_multi_rank", "scenario_regression",
+    "scenario_resnet_like", "scenario_sync_bound", "simulate_ranks", "write_bytes",
+]
+
 Layout = Literal["modern", "pt_1_13", "legacy_1_8"]
 Vendor = Literal["nvidia", "amd", "xpu"]
 
@@ -401,7 +409,6 @@ class _Frame:
     gpu_projection: bool = False
     gpu_act_index: int = 0
     py_id: int | None = None
-    fwd_flow: tuple[int, int, int] | None = None  # (flow id, pid, tid) for backward ops
 
 
 @dataclass
@@ -1671,7 +1678,9 @@ class TraceBuilder:
             out["computeProperties"] = self._device_properties()
             out["traceEvents"] = events
             return out
-        out["deviceProperties"] = self._device_properties()
+        if not (self.vendor == "amd" and self.layout != "modern"):
+            # Kineto wrote AMD deviceProperties only from May 2024 (#927).
+            out["deviceProperties"] = self._device_properties()
         out.update(self._metadata())
         name = self.trace_name or f"/tmp/traceanalyzer_synthetic_rank{self.rank}.json"
         if self.layout == "modern":
@@ -1766,6 +1775,10 @@ class TraceBuilder:
                               overlapped by any non-comm GPU activity), list.
         ``memory``            events, peak_allocated_bytes, final_allocated_bytes, peak_reserved_bytes,
                               allocated_at_step_end_bytes.
+
+        Every ``step`` field inside records is the 0-based index into ``steps`` of the
+        ProfilerStep open when the activity was launched / the call was made (``None`` outside
+        steps) — not the ``ProfilerStep#N`` number.
         """
         acts = self.gpu_acts
         kernels = [a for a in acts if a.kind == "kernel"]
@@ -2553,8 +2566,8 @@ def scenario_memory_growth(seed: int = 0, *, steps: int = 6, leak_bytes: int = 2
     rng = random.Random(seed)
     b = TraceBuilder(**_bkw(layout, vendor, gpu, seed, profile_memory=True))
     w = _Workload(b, rng, layers=_Workload.LAYERS[:4])
-    base_params = [b.alloc(n) for n in (9408 * 4, 64 * 4 * 2, 1 << 20, 2359296 * 4)]  # weights, kept
-    del base_params
+    for n in (9408 * 4, 64 * 4 * 2, 1 << 20, 2359296 * 4):
+        b.alloc(n)  # weights: allocated before step 1 and alive for the whole run
     for i in range(steps):
         w.train_step(i + 1, dl_us=round(rng.uniform(200, 500), 3), leak_bytes=leak_bytes, item=True)
     t = b.truth()
