@@ -1,0 +1,258 @@
+"""copies analysis: hand-built traces, generator ground truth, every real trace in ../shared."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from traceanalyzer.analyses import run_analyses
+from traceanalyzer.analyses.callsites import is_user_frame
+from traceanalyzer.config import Config
+from traceanalyzer.errors import InputError, NotApplicable
+from traceanalyzer.load.chrome_trace import build_model, load_chrome_trace
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+TRACES = SHARED / "data" / "traces"
+PID, TID = 100, 100
+
+
+def _x(cat: str, name: str, ts: float, dur: float, **args: Any) -> dict[str, Any]:
+    pid, tid = (args.pop("pid", PID), args.pop("tid", TID))
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def _copy(ts: float, corr: int, memcpy: str, nbytes: int, api: str = "cudaMemcpyAsync", gpu_dur: float = 10.0,
+          ops: tuple[str, ...] = ("aten::to", "aten::_to_copy", "aten::copy_")) -> list[dict[str, Any]]:
+    """A nest of copy ops (1 µs apart) with the runtime call and the GPU memcpy it issued."""
+    evs = [_x("cpu_op", op, ts + i, 50 - 2 * i) for i, op in enumerate(ops)]
+    evs.append(_x("cuda_runtime", api, ts + len(ops), 20, correlation=corr))
+    evs.append(_x("gpu_memcpy", memcpy, ts + 30, gpu_dur, pid=0, tid=7, device=0, stream=7, correlation=corr,
+                  bytes=nbytes))
+    return evs
+
+
+def _model(events: list[dict[str, Any]], **top: Any) -> Any:
+    return build_model(Path("x.json"), {"schemaVersion": 1, "traceEvents": events, **top})
+
+
+def _run(model: Any, config: Config | None = None) -> Any:
+    r = run_analyses(model, config=config, only=("copies",), strict=True)
+    if "copies" not in r.values:
+        raise NotApplicable(r.skipped.get("copies", "?"))
+    return r["copies"]
+
+
+def _step(n: int, ts: float, dur: float) -> dict[str, Any]:
+    return _x("user_annotation", f"ProfilerStep#{n}", ts, dur)
+
+
+# --------------------------------------------------------------------------------------------
+# Hand-built traces
+# --------------------------------------------------------------------------------------------
+
+
+def test_directions_memory_bandwidth_and_nesting() -> None:
+    # GIVEN one step with a pageable HtoD (nested to > _to_copy > copy_), a pinned HtoD,
+    # a DtoH into pageable memory, a no-op aten::to and a memset
+    ev = [_step(1, 0, 1000)]
+    ev += _copy(100, 1, "Memcpy HtoD (Pageable -> Device)", 4_000_000, gpu_dur=400)
+    ev += _copy(300, 2, "Memcpy HtoD (Pinned -> Device)", 1000, gpu_dur=1)
+    ev += _copy(500, 3, "Memcpy DtoH (Device -> Pageable)", 2000, api="cudaMemcpy", gpu_dur=2)
+    ev.append(_x("cpu_op", "aten::to", 700, 3))  # returns self: not a copy
+    ev.append(_x("cuda_runtime", "cudaMemsetAsync", 800, 5, correlation=9))
+    ev.append(_x("gpu_memset", "Memset (Device)", 810, 1, pid=0, tid=7, device=0, stream=7, correlation=9, bytes=64))
+    # WHEN
+    c = _run(_model(ev))
+    # THEN the nests count once and the no-op to is set aside
+    t = c.totals
+    assert t["copy_ops"] == 3 and t["noop_copy_ops"] == 1
+    assert (t["memcpy_count"], t["memcpy_bytes"], t["memcpy_gpu_ns"]) == (3, 4_003_000, 403_000)
+    assert (t["memset_count"], t["memset_bytes"]) == (1, 64)
+    assert t["pageable_count"] == 2 and t["pinned_count"] == 1 and t["sync_api_count"] == 1
+    assert t["by_direction"]["HtoD"] == {"count": 2, "bytes": 4_001_000, "gpu_ns": 401_000, "gbps": 9.978}
+    rows = {r["direction"] + "/" + (r["host_memory"] or ""): r for r in c.copies.to_dicts()}
+    assert set(rows) == {"HtoD/pageable", "HtoD/pinned", "DtoH/pageable"}
+    assert rows["HtoD/pageable"]["host_blocking"] and not rows["HtoD/pinned"]["host_blocking"]
+    assert rows["DtoH/pageable"]["api_mode"] == "sync"
+    assert rows["HtoD/pageable"]["cpu_ns"] == 50_000 and rows["HtoD/pageable"]["gpu_ns"] == 400_000
+    assert rows["HtoD/pageable"]["op"] == "aten::to" and rows["HtoD/pageable"]["step"] == 1
+    ev_gbps = c.transfers.filter(pl.col("bytes") == 4_000_000)["gbps"].item()
+    assert ev_gbps == pytest.approx(10.0)
+    # per-step totals and share of step time
+    ps = c.per_step.row(0, named=True)
+    assert ps["step"] == 1 and ps["copies"] == 3 and ps["memcpy"] == 3 and ps["bytes"] == 4_003_000
+    assert ps["gpu_ns"] == 403_000 and ps["pct_gpu"] == pytest.approx(40.3)
+    # no stacks: the site is the op chain, and the result says with_stack would name the line
+    assert not c.has_stacks and c.stack_hint and "with_stack=True" in c.stack_hint
+    assert set(c.by_site["site"]) == {"aten::to"}
+    assert any("with_stack=True" in v for _, v in c.summary())
+    assert set(c.tables()) >= {"Copy hotspots by CPU op", "Copy hotspots by call site", "Copies per step"}
+    json.dumps(c.to_json())
+
+
+def test_rocm_host_memory_is_unknown_and_loose_memcpy_attributed_to_annotation() -> None:
+    # GIVEN a ROCm trace: memcpy names say only "Host"; one copy issued outside any copy op,
+    # under a record_function range
+    ev = [
+        _x("user_annotation", "## load_batch ##", 0, 200),
+        _x("cuda_runtime", "hipMemcpyWithStream", 10, 30, correlation=5),
+        _x("gpu_memcpy", "Memcpy HtoD (Host -> Device)", 20, 10, pid=2, tid=0, device=2, stream=0,
+           correlation=5, bytes=800),
+    ]
+    c = _run(_model(ev, roctracer_version=4))
+    row = c.copies.row(0, named=True)
+    assert row["source"] == "memcpy" and row["host_memory"] == "unknown" and row["api_mode"] == "sync"
+    assert row["op"] == "(no CPU op)" and row["site"] == "## load_batch ##"
+    assert c.totals["unknown_memory_count"] == 1 and c.totals["pageable_count"] == 0
+
+
+def test_python_call_site_and_library_frames() -> None:
+    # GIVEN with_stack frames: user train.py:42 → torch/nn/modules/module.py → the copy
+    ev = [
+        _x("python_function", "threading.py(1000): run", 0, 500),
+        _x("python_function", "train.py(42): forward", 10, 400),
+        _x("python_function", "mylib/data.py(7): to_gpu", 20, 300),
+        _x("python_function", "torch/nn/modules/module.py(1743): _call_impl", 30, 200),
+        _x("python_function", "<built-in method to of Tensor object at 0x1>", 40, 100),
+    ]
+    ev += _copy(50, 1, "Memcpy HtoD (Pinned -> Device)", 100)
+    c = _run(_model(ev))
+    site = c.by_site.row(0, named=True)
+    assert site["site"] == "mylib/data.py:7 (to_gpu)" and site["site_kind"] == "python"
+    assert site["via"] == "torch/nn/modules/module.py:1743 (_call_impl)"
+    # treating "mylib" as library moves the site to the caller
+    c2 = _run(_model(ev), Config({"copies.library_modules": "mylib"}))
+    assert c2.by_site["site"].to_list() == ["train.py:42 (forward)"]
+
+
+@pytest.mark.parametrize(
+    ("name", "user"),
+    [
+        ("train.py(184): <module>", True),
+        ("/home/me/proj/model.py(3): f", True),
+        ("threading.py(1032): _bootstrap", False),
+        ("torch/nn/modules/module.py(1743): _call_impl", False),
+        ("transformers/models/qwen2/modeling_qwen2.py(218): forward", False),
+        ("/usr/lib/python3.11/contextlib.py(81): inner", False),
+        ("/venv/lib/python3.12/site-packages/foo/bar.py(3): g", False),
+        ("<built-in method item of Tensor object at 0x7f>", False),
+        ("<frozen os>(717): __getitem__", False),
+        ("nn.Module: Linear_0", False),
+    ],
+)
+def test_user_frame_predicate(name: str, user: bool) -> None:
+    assert is_user_frame(name) is user
+
+
+def test_not_applicable_without_copies() -> None:
+    ev = [_x("cpu_op", "aten::mm", 0, 10), _x("cuda_runtime", "cudaLaunchKernel", 1, 2, correlation=1)]
+    r = run_analyses(_model(ev), only=("copies",))
+    assert "copies" in r.skipped and "memcpy" in r.skipped["copies"]
+
+
+def test_cpu_only_copies_are_host_copies() -> None:
+    ev = [_x("cpu_op", "aten::clone", 0, 10), _x("cpu_op", "aten::copy_", 1, 8)]
+    c = _run(_model(ev))
+    assert c.totals["copy_ops"] == 1 and c.copies["direction"].to_list() == ["host"]
+    assert c.totals["memcpy_count"] == 0 and not c.has_steps
+
+
+# --------------------------------------------------------------------------------------------
+# Ground truth from the synthetic generator
+# --------------------------------------------------------------------------------------------
+
+synthetic = pytest.importorskip("traceanalyzer.testing.synthetic")
+
+
+def _site(call_site: str) -> str:
+    path, rest = call_site.split("(", 1)
+    line, func = rest.split("): ", 1)
+    return f"{path}:{line} ({func})"
+
+
+@pytest.mark.parametrize(
+    ("layout", "vendor"), [("modern", "nvidia"), ("pt_1_13", "nvidia"), ("modern", "amd"), ("modern", "xpu")]
+)
+def test_scenario_copies_ground_truth(layout: str, vendor: str) -> None:
+    doc, truth = synthetic.scenario_copies(layout=layout, vendor=vendor)
+    c = _run(build_model(Path("x.json"), doc))
+    planted = truth["planted"]
+    got = {r["site"]: (r["count"], r["bytes"]) for r in c.by_site.to_dicts()}
+    assert got == {_site(s): (v["count"], v["bytes"]) for s, v in planted["by_call_site"].items()}
+    rows = planted["copies"]
+    t = c.totals
+    assert t["memcpy_count"] == len(rows) == t["copies"]
+    assert t["memcpy_bytes"] == sum(r["bytes"] for r in rows)
+    assert t["memcpy_gpu_ns"] == sum(r["dur_ns"] for r in rows)
+    assert t["memcpy_api_cpu_ns"] == sum(r["runtime_dur_ns"] for r in rows)
+    if vendor == "xpu":  # urEnqueueUSMMemcpy's blocking flag is not in the trace: "unknown", not guessed
+        assert t["sync_api_count"] == 0 and set(c.transfers["api_mode"]) == {"unknown"}
+    else:
+        assert t["sync_api_count"] == planted["sync_memcpy"]
+    assert t["by_direction"]["DtoH"]["count"] == planted["dtoh"]
+    htod_host = [r for r in rows if r["kind"] == "HtoD"]
+    if vendor == "amd":  # ROCm names carry no pinned/pageable: never guessed
+        assert t["pageable_count"] == 0 and t["pinned_count"] == 0
+        assert t["unknown_memory_count"] == len(htod_host) + planted["dtoh"]
+    else:
+        assert t["pageable_count"] == planted["pageable_htod"] + planted["dtoh"]
+        assert t["pinned_count"] == sum(1 for r in htod_host if r["pinned"])
+        assert t["host_blocking_count"] == planted["blocking"]
+    # per step: every copy lies in a step
+    assert int(c.per_step["copies"].sum()) == len(rows)
+    per_step_truth = [sum(1 for r in rows if r["step"] == i) for i in range(truth["params"]["steps"])]
+    assert c.per_step["copies"].to_list() == per_step_truth
+
+
+# --------------------------------------------------------------------------------------------
+# Real traces: no crash, totals equal to an independent sum of the memcpy events
+# --------------------------------------------------------------------------------------------
+
+
+def _real_files() -> list[Path]:
+    if not TRACES.exists():
+        return []
+    return sorted(p for p in TRACES.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
+
+
+def _independent_memcpy(path: Path) -> tuple[int, int, int]:
+    raw = path.read_bytes()
+    text = (gzip.decompress(raw) if path.name.endswith(".gz") else raw).decode("utf-8", errors="replace")
+    if '"gpu_memcpy"' not in text and '"Memcpy"' not in text:
+        return 0, 0, 0  # no memcpy category anywhere: spare the parse of the large MTIA files
+    doc = json.loads(text)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    n = nbytes = dur = 0
+    for e in events:
+        if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in ("gpu_memcpy", "Memcpy"):
+            d = e.get("dur")
+            if not isinstance(d, (int, float)) or d < 0 or not isinstance(e.get("ts"), (int, float)):
+                continue
+            n += 1
+            nbytes += int((e.get("args") or {}).get("bytes") or 0)
+            dur += round(d * 1000)
+    return n, nbytes, dur
+
+
+@pytest.mark.skipif(not TRACES.exists(), reason="../shared reference traces not present")
+@pytest.mark.parametrize("path", _real_files(), ids=lambda p: str(p.relative_to(TRACES)))
+def test_real_trace_totals(path: Path) -> None:
+    try:
+        model = load_chrome_trace(path)
+    except InputError:
+        pytest.skip("not a chrome trace (refused by the loader)")
+    r = run_analyses(model, only=("copies", "syncs"), strict=True)
+    n, nbytes, dur = _independent_memcpy(path)
+    if "copies" not in r.values:
+        assert n == 0 and model.memset.height == 0
+        return
+    t = r["copies"].totals
+    assert (t["memcpy_count"], t["memcpy_bytes"], t["memcpy_gpu_ns"]) == (n, nbytes, dur)
+    json.dumps(r["copies"].to_json())
+    if "syncs" in r.values:
+        json.dumps(r["syncs"].to_json())

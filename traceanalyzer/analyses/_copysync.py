@@ -1,0 +1,243 @@
+"""Helpers shared by the ``copies`` and ``syncs`` analyses (private module).
+
+* step windows (from the ``steps`` result when it ran, else CPU ``ProfilerStep#N`` ranges,
+  else the whole trace) and the as-of assignment of timestamps to them;
+* classification of copy APIs (sync/async) and of memcpy host memory (pinned/pageable);
+* the GPU transfers frame: every memcpy/memset joined to the runtime call that issued it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import polars as pl
+
+from traceanalyzer.model import TraceModel
+
+#: CPU ops that copy tensors (outermost one of a nest counts once: aten::to > _to_copy > copy_).
+COPY_OPS: tuple[str, ...] = ("aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone")
+
+#: Memcpy/memset APIs that are synchronous with respect to the host (no ``Async``).
+SYNC_COPY_APIS: frozenset[str] = frozenset(
+    {
+        "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol",
+        "cudaMemcpyPeer", "cudaMemcpyToArray", "cudaMemcpyFromArray", "cudaMemset", "cudaMemset2D",
+        "cudaMemset3D", "cuMemcpy", "cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemcpyDtoD", "cuMemcpyHtoD_v2",
+        "cuMemcpyDtoH_v2", "cuMemcpyDtoD_v2", "cuMemcpyPeer", "cuMemsetD8", "cuMemsetD32",
+        "cuMemsetD8_v2", "cuMemsetD32_v2",
+        "hipMemcpy", "hipMemcpyWithStream", "hipMemcpy2D", "hipMemcpy3D", "hipMemcpyHtoD", "hipMemcpyDtoH",
+        "hipMemcpyDtoD", "hipMemcpyPeer", "hipMemcpyToSymbol", "hipMemcpyFromSymbol", "hipMemset",
+        "hipMemsetD8", "hipMemsetD32",
+    }
+)
+
+_KIND_FROM_API_RE = r"(?i)memcpy\w*?(HtoD|DtoH|DtoD|PtoP|HtoH)"
+
+
+def api_mode(api: pl.Expr) -> pl.Expr:
+    """``"sync"`` / ``"async"`` / ``"unknown"`` (null API, or an API whose blocking flag is not in the name)."""
+    return (
+        pl.when(api.is_null())
+        .then(pl.lit("unknown"))
+        .when(api.is_in(list(SYNC_COPY_APIS)))
+        .then(pl.lit("sync"))
+        .when(api.str.contains("(?i)async"))
+        .then(pl.lit("async"))
+        .otherwise(pl.lit("unknown"))
+    )
+
+
+def kind_from_api(api: pl.Expr) -> pl.Expr:
+    """Copy direction spelled in a runtime call name (``enqueueCommand memcpyHtoDAsync``), else null."""
+    return api.str.extract(_KIND_FROM_API_RE, 1)
+
+
+def _side(mem: pl.Expr, vendor: str) -> pl.Expr:
+    low = mem.str.to_lowercase()
+    host_is = "pinned" if vendor == "xpu" else "unknown"  # XPU "Host" = USM host; ROCm "Host" says nothing
+    return (
+        pl.when(low == "pageable")
+        .then(pl.lit("pageable"))
+        .when(low == "pinned")
+        .then(pl.lit("pinned"))
+        .when(low == "managed")
+        .then(pl.lit("managed"))
+        .when(low == "host")
+        .then(pl.lit(host_is))
+        .otherwise(pl.lit("unknown"))
+    )
+
+
+def host_memory(name: pl.Expr, kind: pl.Expr, src: pl.Expr, dst: pl.Expr, vendor: str) -> pl.Expr:
+    """Host memory of a memcpy: ``pinned``/``pageable``/``managed``/``shared``/``unknown``; ``n/a`` on-device.
+
+    CUDA names say ``Pageable``/``Pinned``; ROCm names only ``Host`` → ``unknown`` (never
+    guessed); XPU kind codes say it (``M`` user memory = pageable, ``H`` USM host = pinned,
+    ``S`` shared).
+    """
+    xpu_code = name.str.extract(r"Memcpy\s+([MHDS])2([MHDS])\b", 1)
+    xpu_code_dst = name.str.extract(r"Memcpy\s+([MHDS])2([MHDS])\b", 2)
+    xpu_host = pl.when(kind == "DtoH").then(xpu_code_dst).otherwise(xpu_code)
+    xpu_mem = xpu_host.replace_strict({"M": "pageable", "H": "pinned", "S": "shared"}, default="unknown")
+    cuda_mem = pl.when(kind == "DtoH").then(_side(dst, vendor)).otherwise(_side(src, vendor))
+    return (
+        pl.when(kind.is_in(["DtoD", "PtoP"]))
+        .then(pl.lit("n/a"))
+        .when(xpu_code.is_not_null())
+        .then(xpu_mem)
+        .when(kind.is_in(["HtoD", "DtoH", "HtoH"]))
+        .then(cuda_mem)
+        .otherwise(pl.lit("unknown"))
+    )
+
+
+def runtime_by_correlation(model: TraceModel) -> pl.DataFrame:
+    """One runtime row per correlation id (the first), renamed ``api*`` for joining to GPU rows."""
+    return (
+        model.runtime.filter(pl.col("correlation").is_not_null())
+        .sort("ts_ns")
+        .unique("correlation", keep="first", maintain_order=True)
+        .select(
+            "correlation",
+            pl.col("name").alias("api"),
+            pl.col("ts_ns").alias("api_ts_ns"),
+            pl.col("dur_ns").alias("api_dur_ns"),
+            pl.col("end_ns").alias("api_end_ns"),
+            "pid",
+            "tid",
+        )
+    )
+
+
+def transfers(model: TraceModel) -> pl.DataFrame:
+    """Every GPU memcpy and memset with its issuing runtime call and classification.
+
+    Columns: ``activity`` (memcpy/memset), ``name, kind`` (HtoD/DtoH/DtoD/PtoP/HtoH/
+    unknown, ``Memset`` for memsets), ``host_memory, bytes, ts_ns, dur_ns, end_ns,
+    device, stream, correlation, api, api_mode, api_ts_ns, api_dur_ns, api_end_ns, pid,
+    tid, gbps`` (bytes per ns = GB/s, null when the duration is 0 or bytes unknown),
+    ``host_blocking`` (sync API, or pageable host memory: an async copy from/to pageable
+    memory is staged synchronously) and ``t_ns`` (the call's start, or the GPU start
+    when no call is known: the time used to assign the transfer to a step).
+    """
+    vendor = model.meta.vendor
+    mc = model.memcpy.with_columns(
+        activity=pl.lit("memcpy"),
+        host_memory=host_memory(pl.col("name"), pl.col("kind"), pl.col("src"), pl.col("dst"), vendor),
+    )
+    ms = model.memset.with_columns(
+        activity=pl.lit("memset"), kind=pl.lit("Memset"), src=pl.lit(None, pl.String),
+        dst=pl.lit(None, pl.String), host_memory=pl.lit("n/a"),
+    )
+    cols = ["activity", "name", "kind", "src", "dst", "host_memory", "bytes", "ts_ns", "dur_ns", "end_ns",
+            "device", "stream", "correlation"]
+    gpu = pl.concat([mc.select(cols), ms.select(cols)])
+    rt = runtime_by_correlation(model)
+    out = gpu.join(rt, on="correlation", how="left", maintain_order="left")
+    return out.with_columns(
+        api_mode=api_mode(pl.col("api")),
+        gbps=pl.when((pl.col("dur_ns") > 0) & pl.col("bytes").is_not_null())
+        .then(pl.col("bytes") / pl.col("dur_ns"))
+        .otherwise(None),
+        t_ns=pl.coalesce("api_ts_ns", "ts_ns"),
+    ).with_columns(
+        host_blocking=(pl.col("api_mode") == "sync") | (pl.col("host_memory") == "pageable"),
+    )
+
+
+def outermost(ops: pl.DataFrame) -> pl.DataFrame:
+    """Rows of ``ops`` (``pid, tid, ts_ns, end_ns, ev_order``) not nested in another row of the
+    same thread. Zero-length aware: of two rows with the same start, the longer (then the
+    earlier ``ev_order``) is the outer one."""
+    s = ops.sort(["pid", "tid", "ts_ns", "end_ns", "ev_order"], descending=[False, False, False, True, False])
+    prev_end = pl.col("end_ns").cum_max().shift(1).over(["pid", "tid"])
+    same_ts_prev = (pl.col("ts_ns").shift(1).over(["pid", "tid"]) == pl.col("ts_ns")).fill_null(False)
+    nested = (prev_end >= pl.col("end_ns")) & ((prev_end > pl.col("ts_ns")) | same_ts_prev)
+    return s.filter(~nested.fill_null(False))
+
+
+def containing(df: pl.DataFrame, outer: pl.DataFrame, ts_col: str, id_col: str = "copy_id") -> pl.Series:
+    """``id_col`` of the row of ``outer`` (disjoint per thread) whose ``[ts_ns, end_ns)`` holds each
+    row's ``ts_col`` on the same ``pid, tid``; a zero-length outer row holds its own instant."""
+    if df.is_empty() or outer.is_empty():
+        return pl.Series(id_col, [None] * df.height, dtype=pl.Int64)
+    o = outer.select(
+        pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64), pl.col(id_col).alias("_id"),
+        pl.col("ts_ns").alias("_cs"), pl.col("end_ns").alias("_ce"),
+    ).sort("_cs")
+    j = (
+        df.select(pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64), pl.col(ts_col).alias("_t"))
+        .with_row_index("_row")
+        .sort("_t")
+        .join_asof(o, left_on="_t", right_on="_cs", by=["pid", "tid"], strategy="backward", check_sortedness=False)
+        .sort("_row")
+    )
+    inside = (pl.col("_t") < pl.col("_ce")) | ((pl.col("_ce") == pl.col("_cs")) & (pl.col("_t") == pl.col("_cs")))
+    return j.select(pl.when(inside).then(pl.col("_id")).otherwise(None).alias(id_col))[id_col]
+
+
+# ---------------------------------------------------------------------------------------------
+# Step windows
+# ---------------------------------------------------------------------------------------------
+
+_WIN = {"window": pl.Int64, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
+
+
+def step_windows(model: TraceModel, results: Mapping[str, Any]) -> tuple[pl.DataFrame, bool]:
+    """``(windows, has_steps)``: ``window, step, start_ns, end_ns, dur_ns``, disjoint and sorted.
+
+    The ``steps`` analysis' windows when it ran (CPU step extended to its GPU tail);
+    otherwise the CPU ``ProfilerStep#N`` ranges; otherwise one whole-trace window with a
+    null ``step``.
+    """
+    res = results.get("steps") if hasattr(results, "get") else None
+    if res is not None and hasattr(res, "windows"):
+        w = res.windows().select(list(_WIN))
+        has = bool(getattr(res, "has_steps", w["step"].is_not_null().any()))
+    elif model.steps.height:
+        w = model.steps.sort("ts_ns").select(
+            pl.int_range(pl.len(), dtype=pl.Int64).alias("window"),
+            "step",
+            pl.col("ts_ns").alias("start_ns"),
+            pl.col("end_ns").alias("end_ns"),
+        )
+        # Overlapping CPU step ranges (nested schedules) would make the as-of join ambiguous.
+        w = w.with_columns(end_ns=pl.min_horizontal("end_ns", pl.col("start_ns").shift(-1).fill_null(pl.col("end_ns"))))
+        has = True
+    else:
+        w = pl.DataFrame(
+            {"window": [0], "step": [None], "start_ns": [model.meta.span_start_ns], "end_ns": [model.meta.span_end_ns]},
+            schema=_WIN,
+        )
+        has = False
+    return w.with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns")), has
+
+
+def assign_window(df: pl.DataFrame, windows: pl.DataFrame, ts_col: str) -> pl.DataFrame:
+    """Add ``window`` and ``step``: the window ``[start_ns, end_ns)`` holding ``ts_col`` (null if none)."""
+    base = df.drop([c for c in ("window", "step") if c in df.columns])
+    if base.is_empty():
+        return base.with_columns(window=pl.lit(None, pl.Int64), step=pl.lit(None, pl.Int64))
+    w = windows.select(pl.col("window").alias("_w"), pl.col("start_ns").alias("_ws"), pl.col("end_ns").alias("_we"))
+    j = (
+        base.with_row_index("_row")
+        .with_columns(_t=pl.col(ts_col))
+        .sort("_t")
+        .join_asof(w.sort("_ws"), left_on="_t", right_on="_ws", strategy="backward", check_sortedness=False)
+        .sort("_row")
+    )
+    inside = pl.col("_t").is_not_null() & (pl.col("_t") < pl.col("_we"))
+    j = j.with_columns(window=pl.when(inside).then(pl.col("_w")).otherwise(None).cast(pl.Int64)).drop(
+        "_row", "_t", "_w", "_ws", "_we"
+    )
+    return j.join(windows.select("window", "step"), on="window", how="left", maintain_order="left")
+
+
+def csv_setting(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def pct(part: float | int | None, whole: float | int | None) -> float | None:
+    if part is None or not whole:
+        return None
+    return round(100.0 * float(part) / float(whole), 3)

@@ -1,0 +1,303 @@
+"""Call sites: which line of the user's code (or which CPU op chain) an event came from.
+
+Shared by the copies, syncs, memory and rules code. Three answers, best first:
+
+1. **Innermost user Python frame** (``with_stack=True`` traces): the deepest
+   ``python_function`` event on the same thread that covers the event's start and is
+   *user code* by :func:`is_user_frame` — i.e. not the standard library, not torch and
+   the usual frameworks, not ``<built-in …>``/``<frozen …>``/``<string>`` pseudo-frames,
+   not ``nn.Module: X_0`` markers (``with_modules``), not anything under
+   ``site-packages``/``dist-packages``/``lib/pythonX.Y``.
+2. **Innermost Python frame of any kind** when no user frame covers the event (e.g. the
+   copy happens in a library thread); reported with ``site_kind = "library"``.
+3. **CPU context chain** without stacks: the enclosing ``record_function``/user
+   annotations and the outermost CPU op, outermost first
+   (``"## forward ## > aten::to"``), ``site_kind = "ops"``.
+
+torch.profiler writes frame names as ``<path>(<line>): <function>`` where ``<path>`` has the
+``sys.path`` entry stripped (``torch/nn/modules/module.py``, ``transformers/…``,
+``threading.py``) unless the file lies outside it (``/home/me/train.py``). A bare
+relative path is classified by its first component: a standard-library module
+(``sys.stdlib_module_names``) or a known library (:data:`LIBRARY_MODULES`, extendable per
+call) is library code; anything else is the user's.
+
+Everything is vectorised: the predicate is a polars expression, attribution is
+:func:`~traceanalyzer.model.relations.deepest_at` plus a bounded number of parent joins
+(one per nesting level, never one per event).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Iterable, Sequence
+
+import polars as pl
+
+from traceanalyzer.model import TraceModel
+from traceanalyzer.model.relations import deepest_at, nest
+
+#: Top-level modules treated as library code (besides the standard library). Users who
+#: develop one of these pass it in ``user_modules`` to see its lines as theirs.
+LIBRARY_MODULES: frozenset[str] = frozenset(
+    {
+        "torch", "torchvision", "torchaudio", "torchtext", "torchdata", "torchgen", "functorch",
+        "triton", "numpy", "scipy", "pandas", "transformers", "accelerate", "deepspeed", "apex",
+        "lightning", "pytorch_lightning", "lightning_fabric", "timm", "diffusers", "peft",
+        "safetensors", "tokenizers", "datasets", "huggingface_hub", "xformers", "flash_attn",
+        "tqdm", "typing_extensions", "_pytest", "pytest", "pluggy", "IPython", "ipykernel",
+        "tornado", "zmq", "PIL", "cv2", "einops", "fsspec", "google", "wandb", "tensorboard",
+        "torch_xla", "intel_extension_for_pytorch", "habana_frameworks",
+    }
+)
+
+_STDLIB: frozenset[str] = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__future__", "<frozen"}
+# Components that mark an installed or interpreter path wherever they appear.
+_LIB_PATH_RE = r"(^|/)(site-packages|dist-packages)/|/lib(64)?/python\d|/python\d+(\.\d+)?/lib/|^<|^nn\.Module:"
+_TORCH_COMPONENT_RE = r"/(torch|torchvision|torchaudio|functorch|torchgen|triton)/"
+_FRAME_RE = r"^(.*)\((\d+)\): (.*)$"
+
+
+def _csv(text: str | Iterable[str] | None) -> list[str]:
+    if text is None:
+        return []
+    if isinstance(text, str):
+        return [t.strip() for t in text.split(",") if t.strip()]
+    return [t.strip() for t in text if t and t.strip()]
+
+
+def user_frame_expr(
+    name: pl.Expr,
+    library_modules: str | Iterable[str] | None = None,
+    user_modules: str | Iterable[str] | None = None,
+) -> pl.Expr:
+    """Polars expression: True where the ``python_function`` name is user code.
+
+    ``library_modules``/``user_modules`` (iterables or comma-separated text) add top-level
+    modules to, or remove them from, the library set.
+    """
+    extra_user = set(_csv(user_modules))
+    libs = sorted((_STDLIB | LIBRARY_MODULES | set(_csv(library_modules))) - extra_user)
+    path = name.str.extract(_FRAME_RE, 1).str.replace_all(r"\\", "/")
+    first = path.str.extract(r"^([^/]+?)(?:\.py[cw]?)?(?:/|$)", 1)
+    absolute = path.str.starts_with("/") | path.str.contains(r"^[A-Za-z]:/")
+    is_lib = (
+        path.is_null()  # <built-in …>, nn.Module: …, anything without "file(line): func"
+        | path.str.contains(_LIB_PATH_RE)
+        | (absolute & path.str.contains(_TORCH_COMPONENT_RE))
+        | (~absolute & first.is_in(libs))
+    )
+    if extra_user:
+        forced = ~absolute & first.is_in(sorted(extra_user))
+        return (~is_lib | forced).fill_null(False)
+    return (~is_lib).fill_null(False)
+
+
+def is_user_frame(
+    name: str,
+    library_modules: str | Iterable[str] | None = None,
+    user_modules: str | Iterable[str] | None = None,
+) -> bool:
+    """Scalar form of :func:`user_frame_expr`, for one frame name."""
+    out = pl.select(user_frame_expr(pl.lit(name, dtype=pl.String), library_modules, user_modules)).item()
+    return bool(out)
+
+
+def frame_parts(name: pl.Expr) -> list[pl.Expr]:
+    """``file``, ``line`` (Int64) and ``function`` of a ``file.py(12): func`` frame name."""
+    return [
+        name.str.extract(_FRAME_RE, 1).alias("file"),
+        name.str.extract(_FRAME_RE, 2).cast(pl.Int64).alias("line"),
+        name.str.extract(_FRAME_RE, 3).alias("function"),
+    ]
+
+
+def short_site(name: pl.Expr) -> pl.Expr:
+    """``file.py:12 (func)`` from ``file.py(12): func``; other names unchanged."""
+    return (
+        pl.when(name.str.contains(_FRAME_RE))
+        .then(pl.format("{}:{} ({})", *(e for e in frame_parts(name))))
+        .otherwise(name)
+    )
+
+
+def has_stacks(model: TraceModel) -> bool:
+    """True when the trace holds Python frames (profiled with ``with_stack=True``)."""
+    return model.python_frames.height > 0
+
+
+def _points(points: pl.DataFrame, point_col: str) -> pl.DataFrame:
+    return points.select(
+        pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64), pl.col(point_col).cast(pl.Int64).alias("ts_ns")
+    )
+
+
+def _covering(intervals: pl.DataFrame, pts: pl.DataFrame, value: str = "name") -> pl.Series:
+    """``value`` of the deepest interval of ``intervals`` covering each point (null if none)."""
+    if intervals.is_empty() or pts.is_empty():
+        return pl.Series(value, [None] * pts.height, dtype=intervals.schema.get(value, pl.String))
+    iv = intervals.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+    ids = deepest_at(iv.select("id", "ts_ns", "end_ns", "pid", "tid"), pts)
+    looked = pl.DataFrame({"id": ids}).join(iv.select("id", value), on="id", how="left", maintain_order="left")
+    return looked[value]
+
+
+def innermost_frames(
+    model: TraceModel,
+    points: pl.DataFrame,
+    point_col: str = "ts_ns",
+    library_modules: str | Iterable[str] | None = None,
+    user_modules: str | Iterable[str] | None = None,
+) -> pl.DataFrame:
+    """For each point (``pid, tid, point_col``): ``user_frame`` and ``any_frame``.
+
+    ``user_frame`` is the innermost covering user frame, ``any_frame`` the innermost
+    covering frame that has a file and line (library code included). Both are null when
+    the trace has no stacks or nothing covers the point.
+    """
+    pts = _points(points, point_col)
+    py = model.python_frames.select("name", "ts_ns", "end_ns", "pid", "tid")
+    # Classify each distinct name once (frames repeat: 120k events, a few thousand names).
+    names = py.select(pl.col("name").unique()).with_columns(
+        user=user_frame_expr(pl.col("name"), library_modules, user_modules),
+        named=pl.col("name").str.contains(_FRAME_RE) & ~pl.col("name").str.starts_with("<"),
+    )
+    py = py.join(names, on="name", how="left", maintain_order="left")
+    user = py.filter(pl.col("user")).drop("user", "named")
+    named = py.filter(pl.col("named")).drop("user", "named")
+    return pl.DataFrame(
+        {"user_frame": _covering(user, pts), "any_frame": _covering(named, pts)},
+        schema={"user_frame": pl.String, "any_frame": pl.String},
+    )
+
+
+def cpu_tree(model: TraceModel) -> pl.DataFrame:
+    """CPU ops and user annotations (not ProfilerStep#) with nesting: ``id, name, ts_ns, end_ns,
+    pid, tid, source, depth, parent_id``. Pass it to :func:`cpu_chain`/:func:`attribute` when
+    attributing several point sets of one trace, to build it once."""
+    cols = ["name", "ts_ns", "end_ns", "pid", "tid"]
+    iv = (
+        pl.concat(
+            [
+                model.cpu_ops.select(cols).with_columns(source=pl.lit("cpu_op")),
+                model.annotations.select(cols).with_columns(source=pl.lit("annotation")),
+            ]
+        )
+        .filter(~pl.col("name").str.starts_with("ProfilerStep#"))
+        .with_row_index("id")
+        .with_columns(pl.col("id").cast(pl.Int64))
+    )
+    if iv.is_empty():
+        return iv.with_columns(parent_id=pl.lit(None, dtype=pl.Int64), depth=pl.lit(None, dtype=pl.Int64))
+    links = nest(iv.filter(pl.col("end_ns") > pl.col("ts_ns")))
+    return iv.join(links, on="id", how="left")
+
+
+def cpu_chain(
+    model: TraceModel,
+    points: pl.DataFrame,
+    point_col: str = "ts_ns",
+    max_depth: int = 64,
+    tree: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """For each point: ``innermost_op``, ``outermost_op``, ``chain`` and ``op_site``.
+
+    * ``innermost_op`` / ``outermost_op``: deepest / top-level CPU op covering the point
+      (null if none); ``outermost_op_id`` identifies the latter's instance (row id in
+      :func:`cpu_tree`);
+    * ``chain``: every covering annotation and op, outermost first, joined with " > ";
+    * ``op_site``: the covering annotations and the outermost op only — what the user's
+      code called, without ATen internals (``"## forward ## > aten::to"``).
+    """
+    pts = _points(points, point_col)
+    tree = cpu_tree(model) if tree is None else tree
+    schema = {"innermost_op": pl.String, "outermost_op": pl.String, "outermost_op_id": pl.Int64,
+              "chain": pl.String, "op_site": pl.String}
+    if tree.is_empty() or pts.is_empty():
+        return pl.DataFrame({k: [None] * pts.height for k in schema}, schema=schema)
+    deepest = deepest_at(tree.select("id", "ts_ns", "end_ns", "pid", "tid"), pts)
+    node = tree.select("id", "parent_id", "source", "name")
+    levels = []
+    cur = pl.DataFrame({"_row": pl.int_range(pts.height, eager=True, dtype=pl.Int64), "id": deepest})
+    cur = cur.filter(pl.col("id").is_not_null())
+    for level in range(max_depth):  # one join per nesting level, not per event
+        if cur.is_empty():
+            break
+        cur = cur.join(node, on="id", how="inner")
+        levels.append(cur.select("_row", pl.lit(level, dtype=pl.Int64).alias("level"), "id", "source", "name"))
+        cur = cur.select("_row", pl.col("parent_id").alias("id")).filter(pl.col("id").is_not_null())
+    rows = pl.DataFrame({"_row": pl.int_range(pts.height, eager=True, dtype=pl.Int64)})
+    if not levels:
+        return pl.DataFrame({k: [None] * pts.height for k in schema}, schema=schema)
+    long = pl.concat(levels).sort(["_row", "level"], descending=[False, True])  # outermost first
+    is_op = pl.col("source") == "cpu_op"
+    agg = long.group_by("_row", maintain_order=True).agg(
+        innermost_op=pl.col("name").filter(is_op).last(),
+        outermost_op=pl.col("name").filter(is_op).first(),
+        outermost_op_id=pl.col("id").filter(is_op).first(),
+        chain=pl.col("name").str.join(" > "),
+        _top_level=pl.col("level").filter(is_op).max(),
+        _ann=pl.col("name").filter(pl.col("source") == "annotation"),
+    )
+    agg = agg.with_columns(
+        op_site=pl.concat_list(pl.col("_ann"), pl.col("outermost_op").fill_null(pl.lit(None)))
+        .list.drop_nulls()
+        .list.join(" > ")
+    ).with_columns(pl.when(pl.col("op_site") == "").then(None).otherwise(pl.col("op_site")).alias("op_site"))
+    out = rows.join(agg, on="_row", how="left").sort("_row")
+    return out.select(list(schema))
+
+
+def attribute(
+    model: TraceModel,
+    points: pl.DataFrame,
+    point_col: str = "ts_ns",
+    library_modules: str | Iterable[str] | None = None,
+    user_modules: str | Iterable[str] | None = None,
+    tree: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """Call-site attribution of points (``pid, tid, point_col``), aligned with ``points``.
+
+    Columns: ``user_frame``, ``any_frame``, ``innermost_op``, ``outermost_op``, ``outermost_op_id``,
+    ``chain``, ``op_site``, the resolved ``site`` with its ``site_kind``
+    (``"python"``: innermost user frame; ``"library"``: innermost frame, no user frame
+    covers it; ``"ops"``: CPU op chain, no stacks; ``"none"``), and ``via``: the innermost
+    frame (library code) below the user frame, when it differs — the line inside the
+    library that the user's line called.
+    """
+    frames = innermost_frames(model, points, point_col, library_modules, user_modules)
+    chain = cpu_chain(model, points, point_col, tree=tree)
+    df = pl.concat([frames, chain], how="horizontal")
+    return df.with_columns(
+        site=pl.coalesce(short_site(pl.col("user_frame")), short_site(pl.col("any_frame")), pl.col("op_site")),
+        via=pl.when(pl.col("user_frame").is_not_null() & (pl.col("any_frame") != pl.col("user_frame")))
+        .then(short_site(pl.col("any_frame")))
+        .otherwise(None),
+        site_kind=pl.when(pl.col("user_frame").is_not_null())
+        .then(pl.lit("python"))
+        .when(pl.col("any_frame").is_not_null())
+        .then(pl.lit("library"))
+        .when(pl.col("op_site").is_not_null())
+        .then(pl.lit("ops"))
+        .otherwise(pl.lit("none")),
+    )
+
+
+STACK_HINT = (
+    "this trace has no Python stacks: profile with torch.profiler.profile(with_stack=True) "
+    "to name the file and line of each call site (shown here: the enclosing record_function "
+    "ranges and the top-level CPU op)"
+)
+
+__all__: Sequence[str] = (
+    "LIBRARY_MODULES",
+    "STACK_HINT",
+    "attribute",
+    "cpu_chain",
+    "cpu_tree",
+    "frame_parts",
+    "has_stacks",
+    "innermost_frames",
+    "is_user_frame",
+    "short_site",
+    "user_frame_expr",
+)
