@@ -126,6 +126,10 @@ def _check_truth_vs_file(trace: dict[str, Any], truth: dict[str, Any]) -> None:
         busy = sum(max(0, min(e, hi) - max(s, lo)) for s, e in merged)
         assert busy == st["gpu_busy_ns"]
     assert truth["gpu"]["busy_ns"] == sum(e - s for s, e in merged)
+    holes = [(e0, s1) for (_, e0), (s1, _) in zip(merged, merged[1:])]
+    assert truth["gaps"]["device_idle_ns"] == sum(s1 - e0 for e0, s1 in holes) == truth["gpu"]["idle_ns"]
+    assert [(g["start_ns"], g["end_ns"]) for g in truth["gaps"]["device_list"]] == [
+        (e0, s1) for e0, s1 in holes if s1 - e0 >= th]
     # every GPU activity has exactly one flow end with its correlation id
     corr = Counter(e["args"]["correlation"] for e in _events(trace) if e.get("cat") in GPU_CATS)
     dev = truth["format"]["device"]

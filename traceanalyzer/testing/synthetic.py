@@ -1764,7 +1764,10 @@ class TraceBuilder:
         ``gaps``              threshold_ns, idle_ns_by_stream (sum of all gaps between consecutive
                               activities of a stream), and ``list``: every per-stream gap ≥ threshold
                               {stream, start_ns, end_ns, dur_ns, cause host|dependency, step,
-                              annotations [{name, overlap_ns}] open on the CPU during the gap}.
+                              annotations [{name, overlap_ns}] open on the CPU during the gap};
+                              ``device_idle_ns`` (all holes in the union of every stream's activity,
+                              == gpu.idle_ns) and ``device_list`` (those holes ≥ threshold, with
+                              annotations).
         ``steps``             per ProfilerStep: name, number, cpu_start_ns, cpu_end_ns, dur_ns,
                               gpu_busy_ns (union of GPU activity ∩ the CPU step window),
                               kernel_busy_ns (same, kernels only), kernels_launched (count launched
@@ -1826,6 +1829,14 @@ class TraceBuilder:
                 if ov > 0:
                     anns.append({"name": a["name"], "overlap_ns": ov})
             gap_list.append({**g, "annotations": anns})
+        # Device gaps: holes in the union of all activity of the device (streams overlapped once).
+        merged = _interval_union(all_iv)
+        device_gaps = []
+        for (_, e0), (s1, _) in zip(merged, merged[1:]):
+            if s1 - e0 >= gap_threshold_ns:
+                anns = [{"name": a["name"], "overlap_ns": min(a["end_ns"], s1) - max(a["start_ns"], e0)}
+                        for a in self.annotations if min(a["end_ns"], s1) > max(a["start_ns"], e0)]
+                device_gaps.append({"start_ns": e0, "end_ns": s1, "dur_ns": s1 - e0, "annotations": anns})
         steps = []
         for st in self.steps:
             lo, hi = st["cpu_start_ns"], st["cpu_end_ns"]
@@ -1884,7 +1895,9 @@ class TraceBuilder:
             "gpu": {"first_activity_ns": first, "last_activity_end_ns": last, "busy_ns": busy,
                     "kernel_busy_ns": _union_length(k_iv),
                     "idle_ns": (last - first - busy) if first is not None and last is not None else 0},
-            "gaps": {"threshold_ns": gap_threshold_ns, "idle_ns_by_stream": idle_by_stream, "list": gap_list},
+            "gaps": {"threshold_ns": gap_threshold_ns, "idle_ns_by_stream": idle_by_stream, "list": gap_list,
+                     "device_idle_ns": sum(s1 - e0 for (_, e0), (s1, _) in zip(merged, merged[1:])),
+                     "device_list": device_gaps},
             "steps": steps,
             "annotations": list(self.annotations),
             "collectives": {"count": len(self.collectives), "total_ns": sum(c["dur_ns"] for c in self.collectives),
