@@ -3,7 +3,7 @@
 Python API::
 
     import traceanalyzer as ta
-    model = ta.load("rank0.pt.trace.json.gz")      # a TraceModel (or a snapshot model)
+    model = ta.read("rank0.pt.trace.json.gz")      # a TraceModel (or a snapshot model)
     report = ta.analyze("rank0.pt.trace.json.gz")  # load → analyses → rules → Report
     report.to_json()["analyses"]["overview"]["gpu_busy_pct"]
 """
@@ -12,6 +12,9 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from traceanalyzer.pipeline import analyze, build_report, load, write_outputs  # noqa: E402
+# ``read`` (not ``load``): a package attribute named ``load`` would shadow the
+# ``traceanalyzer.load`` sub-package for ``import traceanalyzer.load.x as y``.
+from traceanalyzer.pipeline import analyze, build_report, write_outputs  # noqa: E402
+from traceanalyzer.pipeline import load as read  # noqa: E402
 
-__all__ = ["__version__", "analyze", "build_report", "load", "write_outputs"]
+__all__ = ["__version__", "analyze", "build_report", "read", "write_outputs"]
