@@ -231,7 +231,8 @@ def _attribute(gaps: pl.DataFrame, model: TraceModel) -> pl.DataFrame:
         return gaps.with_columns(
             cpu_context=pl.lit(None, pl.String), source=pl.lit(None, pl.String), annotation=pl.lit(None, pl.String)
         )
-    ctx = cpu_context(model)
+    # Legacy traces record ProfilerStep#N as an op: a step is not "what the CPU was doing".
+    ctx = cpu_context(model).filter(~pl.col("name").str.starts_with("ProfilerStep#"))
     pts = gaps.select(
         pl.col("launch_pid").alias("pid"),
         pl.col("launch_tid").alias("tid"),
@@ -285,7 +286,7 @@ def idle_gaps(model: TraceModel, results: Results, config: Config) -> IdleGapsRe
     str_m = merge_intervals(act, by=["device", "stream"])
     sgaps = _next_activity(gaps_between(str_m, ["device", "stream"]), act, ["device", "stream"])
     # Busy time of the *other* streams during a stream gap = device coverage (this one is idle).
-    sgaps = _classify(sgaps, model, launch, tol_ns, dev_m)
+    sgaps = _attribute(_classify(sgaps, model, launch, tol_ns, dev_m), model)
     sgaps = assign_steps(sgaps, sr, "start_ns").sort(["device", "stream", "start_ns"])
 
     per_device = _per(dgaps, ["device"])
