@@ -280,13 +280,19 @@ def idle_gaps(model: TraceModel, results: Results, config: Config) -> IdleGapsRe
 
     dev_m = merge_intervals(act, by=["device"])
     dgaps = _next_activity(gaps_between(dev_m, ["device"]), act, ["device"])
-    dgaps = _attribute(_classify(dgaps, model, launch, tol_ns, None), model)
+    dgaps = _classify(dgaps, model, launch, tol_ns, None)
     dgaps = assign_steps(dgaps, sr, "start_ns").sort(["device", "start_ns"])
 
     str_m = merge_intervals(act, by=["device", "stream"])
     sgaps = _next_activity(gaps_between(str_m, ["device", "stream"]), act, ["device", "stream"])
     # Busy time of the *other* streams during a stream gap = device coverage (this one is idle).
-    sgaps = _attribute(_classify(sgaps, model, launch, tol_ns, dev_m), model)
+    sgaps = _classify(sgaps, model, launch, tol_ns, dev_m)
+    # One attribution pass for both tables (the as-of state is built once).
+    both = _attribute(
+        pl.concat([dgaps.with_columns(_kind=pl.lit(0)), sgaps.with_columns(_kind=pl.lit(1))], how="diagonal"), model
+    )
+    dgaps = both.filter(pl.col("_kind") == 0).drop("_kind", "stream").sort(["device", "start_ns"])
+    sgaps = both.filter(pl.col("_kind") == 1).drop("_kind", "next_stream")
     sgaps = assign_steps(sgaps, sr, "start_ns").sort(["device", "stream", "start_ns"])
 
     per_device = _per(dgaps, ["device"])
