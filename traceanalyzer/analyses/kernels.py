@@ -190,7 +190,7 @@ def kernels(model: TraceModel, results: Results, config: Config) -> KernelsResul
             kernel_ns=pl.col("dur_ns").sum(),
             mean_ns=pl.col("dur_ns").mean().round(1),
             n_names=pl.col("norm").n_unique().cast(pl.Int64),
-            top_kernel=pl.col("norm").mode().first(),
+            top_kernel=pl.col("norm").mode().sort().first(),  # sorted: ties deterministic
         )
         .with_columns(pct_of_kernel_time=(pl.col("kernel_ns") * 100.0 / max(total, 1)).round(3))
         .sort(["kernel_ns", "cpu_op"], descending=[True, False])
