@@ -1,0 +1,181 @@
+"""Batch mode: discovery by content, run grouping, bad files, index, cache, interruption."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from traceanalyzer.batch.cache import content_hash
+from traceanalyzer.batch.discover import discover
+from traceanalyzer.batch.runner import LocalBackend, run_batch
+from traceanalyzer.cli import cli
+from traceanalyzer.testing.synthetic import dumps_trace, scenario_idle_gaps, scenario_multi_rank, write_bytes
+
+from conftest import SHARED_TRACES, needs_shared
+
+BAD = {
+    "bad/empty.json": b"",
+    "bad/garbage.json": b"this is not a trace at all",
+    "bad/corrupt.json.gz": b"\x1f\x8b\x08\x00" + bytes(range(7, 200)),
+}
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """runs/ddp/rank-{0,1}.json.gz (a straggler pair), runs/single.json, 3 bad files,
+    a truth-like JSON that is not a trace, and a file name that needs HTML escaping."""
+    root = tmp_path_factory.mktemp("runs")
+    for r in (0, 1):
+        trace, _ = scenario_multi_rank(rank=r, world_size=2, straggler_rank=1, steps=3)
+        write_bytes(root / "ddp" / f"rank-{r}.json.gz", dumps_trace(trace))
+    trace, _ = scenario_idle_gaps(steps=3)
+    write_bytes(root / "single.json", dumps_trace(trace))
+    write_bytes(root / "odd" / "x<b>&y.json", dumps_trace(trace))
+    for rel, data in BAD.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    (root / "single.truth.json").write_bytes(orjson.dumps({"planted": {"x": 1}}))
+    (root / "notes.txt").write_text("ignored by name")
+    return root
+
+
+def _index(out: Path) -> dict[str, Any]:
+    return orjson.loads((out / "index.json").read_bytes())
+
+
+def test_discover_by_content_and_group_runs(tree: Path) -> None:
+    # GIVEN a directory of traces, bad files and a non-trace JSON
+    # WHEN it is searched
+    d = discover([str(tree)])
+    # THEN every trace-named file is an input, the truth JSON is ignored with a reason
+    rels = sorted(i.rel for i in d.inputs)
+    assert rels == sorted(["ddp/rank-0.json.gz", "ddp/rank-1.json.gz", "single.json", "odd/x<b>&y.json", *BAD])
+    assert [Path(p).name for p, _ in d.ignored] == ["single.truth.json"]
+    assert "not a profiler trace" in d.ignored[0][1]
+    # AND the two ranks (distributedInfo) form one run named after their directory
+    runs = {i.rel: i.run for i in d.inputs}
+    assert runs["ddp/rank-0.json.gz"] == runs["ddp/rank-1.json.gz"] == "ddp"
+    assert {i.rank for i in d.inputs if i.run == "ddp"} == {0, 1}
+    assert runs["single.json"] == "single.json"
+
+
+def test_batch_cli_index_complete_errors_listed_exit_1(tree: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["batch", str(tree), "-o", str(out), "--jobs", "1"])
+    # exit code 1: some files failed, but the batch went on
+    assert res.exit_code == 1, res.output
+    idx = _index(out)
+    files = {r["file"]: r for r in idx["files"]}
+    assert len(files) == 7 and idx["totals"]["failed"] == 3
+    for rel in BAD:
+        assert files[rel]["status"] == "error" and files[rel]["error"], rel
+        assert rel in res.output  # failures are named on the terminal too
+    assert "empty" in files["bad/empty.json"]["error"]
+    ok = [r for r in idx["files"] if r["status"] == "ok"]
+    assert len(ok) == 4
+    for r in ok:  # per-file reports exist and the numbers come through
+        assert r["reports"] and all((out / p).is_file() for p in r["reports"])
+        assert r["metrics"]["step_ms"] > 0 and 0 < r["metrics"]["gpu_busy_pct"] <= 100
+    # one CSV row per file and per run
+    with open(out / "index.csv", newline="") as f:
+        assert len(list(csv.DictReader(f))) == 7
+    with open(out / "runs.csv", newline="") as f:
+        runs = list(csv.DictReader(f))
+    ddp = next(r for r in runs if r["run"] == "ddp")
+    assert ddp["n_files"] == "2" and ddp["straggler"] == "1" and "straggler" in ddp["top_finding"]
+    # HTML: self-contained, names escaped
+    page = (out / "index.html").read_text()
+    assert "x&lt;b&gt;&amp;y.json" in page and "x<b>&y.json" not in page
+    assert "<script" not in page and "http" not in page.split("</head>")[1]
+
+
+def test_rerun_uses_cache_and_redoes_changed_files(tree: Path, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    for rel in ("single.json", "bad/empty.json"):
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_bytes((tree / rel).read_bytes())
+    out = tmp_path / "out"
+    first = run_batch(discover([str(src)]), out, LocalBackend(jobs=1))
+    assert first.n_cached == 0 and first.n_failed == 1
+    report = out / first.rows[0]["reports"][0] if first.rows[0]["reports"] else None
+    # an unchanged re-run analyses nothing (bad files included: their error is cached)
+    again = run_batch(discover([str(src)]), out, LocalBackend(jobs=1))
+    assert again.n_cached == 2 and again.n_failed == 1
+    assert [r["metrics"] for r in again.rows] == [r["metrics"] for r in first.rows]
+    # a changed file is redone; a deleted report forces a redo too
+    (src / "bad/empty.json").write_bytes((tree / "single.json").read_bytes())
+    third = run_batch(discover([str(src)]), out, LocalBackend(jobs=1))
+    by = {r["file"]: r for r in third.rows}
+    assert by["single.json"]["cached"] and not by["bad/empty.json"]["cached"]
+    assert third.n_failed == 0
+    if report is not None:
+        report.unlink()
+        fourth = run_batch(discover([str(src)]), out, LocalBackend(jobs=1))
+        assert {r["file"]: r["cached"] for r in fourth.rows}[first.rows[0]["file"]] is False
+    # different settings → different cache key
+    fifth = run_batch(discover([str(src)]), out, LocalBackend(jobs=1), overrides={"idle_gaps.long_gap_us": 123})
+    assert fifth.n_cached == 0
+
+
+def test_interrupted_batch_keeps_finished_work(tree: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    d = discover([str(tree / "ddp"), str(tree / "single.json")])
+    seen: list[str] = []
+
+    def stop_after_first(row: dict[str, Any]) -> None:
+        seen.append(row["file"])
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(d, out, LocalBackend(jobs=1), on_result=stop_after_first)
+    idx = _index(out)
+    assert idx["interrupted"] is True and idx["totals"]["expected"] == 3
+    assert [r["file"] for r in idx["files"]] == seen
+    assert all((out / p).is_file() for p in idx["files"][0]["reports"])
+    assert not [p for p in out.rglob("*.tmp")]  # no half-written files
+    resumed = run_batch(d, out, LocalBackend(jobs=1))
+    assert resumed.n_cached == 1 and len(resumed.rows) == 3 and not resumed.interrupted
+
+
+def test_process_pool_matches_in_process(tree: Path, tmp_path: Path) -> None:
+    d = discover([str(tree / "ddp")])
+    a = run_batch(d, tmp_path / "a", LocalBackend(jobs=1), use_cache=False)
+    b = run_batch(d, tmp_path / "b", LocalBackend(jobs=2), use_cache=False)
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
+    assert strip(a.rows) == strip(b.rows)
+    assert a.runs == b.runs
+
+
+def test_no_inputs_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "x.txt").write_text("nothing")
+    res = CliRunner().invoke(cli, ["batch", str(tmp_path), "-o", str(tmp_path / "o")])
+    assert res.exit_code != 0 and "no traces or snapshots found" in str(res.exception)
+
+
+def test_content_hash_streams(tmp_path: Path) -> None:
+    p = tmp_path / "big.bin"
+    p.write_bytes(os.urandom(3 << 20))
+    import hashlib
+
+    assert content_hash(str(p)) == hashlib.blake2b(p.read_bytes(), digest_size=32).hexdigest()
+
+
+@needs_shared
+def test_hta_two_rank_pair_multirank(tmp_path: Path) -> None:
+    res = run_batch(discover([str(SHARED_TRACES / "hta" / "trace_filter")]), tmp_path, LocalBackend(jobs=1))
+    assert res.n_failed == 0
+    (run,) = res.runs
+    mr = run["multirank"]
+    assert run["n_files"] == 2 and mr["n_ranks"] == 2 and mr["world_size"] == 128
+    ranks = {e["rank"]: e for e in mr["ranks"]}
+    assert set(ranks) == {0, 1}
+    for e in ranks.values():
+        assert e["step_ms"] > 100 and e["comm_ms"] > 0 and e["exposed_comm_ms"] > 0
+        assert 0 <= e["overlap_pct"] <= 100
+    assert mr["straggler"] in (0, 1) and mr["imbalance_pct"] is not None

@@ -1,0 +1,96 @@
+"""``traceanalyzer batch``: many traces/snapshots → per-file reports + an index."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from traceanalyzer.commands.options import config_options, make_config
+from traceanalyzer.errors import ConfigError, InputError
+
+
+@click.command("batch", epilog="""\b
+Examples:
+  traceanalyzer batch runs/ -o nightly-report/
+  traceanalyzer batch 'runs/2024-*/' -o out/ --jobs 8 --format json,md,html
+  traceanalyzer batch s3://bucket/traces/ -o out/ --scheduler tcp://scheduler:8786
+""")
+@click.argument("inputs", nargs=-1, required=True, metavar="DIR_OR_GLOB...")
+@click.option("-o", "--outdir", required=True, type=click.Path(file_okay=False),
+              help="Directory for the per-file reports and the index (index.html, index.csv, runs.csv, index.json).")
+@click.option("-j", "--jobs", type=click.IntRange(min=0), default=0, show_default="all cores",
+              help="Worker processes (0: one per core; 1: no subprocesses).")
+@click.option("-f", "--format", "formats", multiple=True, metavar="FMT[,FMT…]",
+              help="Per-file report formats [default: json,md]; html and png are slower.")
+@click.option("--no-cache", is_flag=True, help="Re-analyse every file even when its content is unchanged.")
+@click.option("--scheduler", metavar="tcp://HOST:PORT", default=None,
+              help="Run on an existing Dask distributed cluster (needs traceanalyzer[dask]).")
+@click.option("--dask", "use_dask", is_flag=True,
+              help="Run on a local Dask cluster of --jobs workers (needs traceanalyzer[dask]).")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@config_options
+def command(inputs: tuple[str, ...], outdir: str, jobs: int, formats: tuple[str, ...], no_cache: bool,
+            scheduler: str | None, use_dask: bool, quiet: bool, config_path: str | None,
+            assignments: tuple[str, ...]) -> None:
+    """Analyse every trace and snapshot under DIR_OR_GLOB... in parallel.
+
+    Inputs are directories (searched recursively), files, globs or fsspec URLs;
+    files named *.json, *.json.gz, *.pickle, *.pkl are recognised by content. Files of
+    one run (same directory, ranks from distributedInfo) are grouped: the index gets
+    one row per file and per run, with a straggler/imbalance check across ranks.
+    Unchanged files (same bytes, tool version and settings) are taken from the cache
+    in OUTDIR. A file that cannot be analysed is listed with its error and the batch
+    goes on; the exit code is then 1.
+    """
+    from traceanalyzer.batch.discover import discover
+    from traceanalyzer.batch.runner import DaskBackend, LocalBackend, run_batch
+    from traceanalyzer.pipeline import resolve_formats
+
+    config = make_config(config_path, assignments)
+    fmts = resolve_formats(formats) if formats else ["json", "md"]
+    if scheduler and not scheduler.strip():
+        raise ConfigError("--scheduler: expected an address like tcp://host:8786")
+    out = Path(outdir)
+    found = discover(inputs, exclude=out)
+    if not found.inputs:
+        where = ", ".join(inputs)
+        extra = f" ({len(found.ignored)} JSON files are not traces)" if found.ignored else ""
+        raise InputError(where, f"no traces or snapshots found (*.json, *.json.gz, *.pickle){extra}")
+    backend: Any
+    if scheduler or use_dask:
+        backend = DaskBackend(address=scheduler, jobs=jobs)
+    else:
+        backend = LocalBackend(jobs=jobs)
+    n = len(found.inputs)
+    show = not quiet and sys.stderr.isatty()
+    if not quiet:
+        runs = len({i.run for i in found.inputs})
+        where = scheduler or ("local Dask cluster" if use_dask else f"{backend.jobs} processes")
+        click.echo(f"{n} files in {runs} runs ({len(found.ignored)} ignored); analysing on {where}", err=True)
+    if show:
+        with click.progressbar(length=n, label="Analysing", file=sys.stderr, show_pos=True,
+                               item_show_func=lambda r: os.path.basename(str(r["file"])) if r else "") as bar:
+            def step(row: dict[str, Any]) -> None:
+                bar.update(1, row)
+
+            result = run_batch(found, out, backend, overrides=config.overrides, formats=fmts,
+                               use_cache=not no_cache, on_result=step)
+    else:
+        result = run_batch(found, out, backend, overrides=config.overrides, formats=fmts, use_cache=not no_cache)
+    if not quiet:
+        failed = [r for r in result.rows if r.get("status") != "ok"]
+        for r in failed:
+            click.echo(click.style(f"  failed: {r['file']}: {r['error']}", fg="red"), err=True)
+        for run in result.runs:
+            mr = run.get("multirank") or {}
+            if mr.get("finding"):
+                click.echo(f"  {run['run']}: {mr['finding']['title']}")
+        click.echo(f"{len(result.rows)} files ({result.n_cached} from cache), {result.n_failed} failed, "
+                   f"{len(result.runs)} runs, {result.wall_s:.1f} s")
+        click.echo(f"  index: {out / 'index.html'}")
+    if result.n_failed:
+        raise click.exceptions.Exit(1)
