@@ -127,7 +127,7 @@ footer{color:var(--muted);font-size:12px;text-align:center;padding:8px 0 30px}
 section.card{break-inside:avoid-page;border:none;padding:0}header.top{background:#fff;color:#000}}
 """
 
-# The page's only script. Its SHA-256 is whitelisted in the Content-Security-Policy,
+# The page's only script (in <head>; the table code runs on DOMContentLoaded). Its SHA-256 is whitelisted in the Content-Security-Policy,
 # so nothing else (e.g. a <script> planted in a kernel name) could ever run.
 JS = """
 (function () {
@@ -136,6 +136,11 @@ JS = """
   window.addEventListener("error", function () {
     errors += 1;
     root.setAttribute("data-js-errors", String(errors));
+  });
+  document.addEventListener("securitypolicyviolation", function (e) {
+    var n = parseInt(root.getAttribute("data-csp-violations") || "0", 10) + 1;
+    root.setAttribute("data-csp-violations", String(n));
+    root.setAttribute("data-csp-last", String(e.violatedDirective));
   });
   function key(cell) {
     var v = cell.getAttribute("data-v");
@@ -160,6 +165,7 @@ JS = """
       rows[i].classList.toggle("collapsed", !open && i >= limit);
     }
   }
+  function init() {
   var tables = document.querySelectorAll("table.sortable");
   Array.prototype.forEach.call(tables, function (table) {
     var heads = table.tHead ? table.tHead.rows[0].cells : [];
@@ -192,7 +198,34 @@ JS = """
       collapse(table);
     });
   });
+  // Self-test for the headless-browser test (file://…/report.html#ta-selftest): open a
+  // collapsed table and sort a numeric column, then say whether both worked.
+  if (window.location.hash === "#ta-selftest") {
+    var problems = [];
+    var btn = document.querySelector("button.more");
+    if (btn) {
+      btn.click();
+      var t = document.getElementById(btn.getAttribute("data-table"));
+      if (t.querySelectorAll("tr.collapsed").length) { problems.push("expand"); }
+    }
+    var th = document.querySelector("table.sortable th[data-type=num]");
+    if (th) {
+      th.click();
+      var tb = th.closest("table"), col = th.cellIndex, prev = Infinity;
+      Array.prototype.forEach.call(tb.tBodies[0].rows, function (r) {
+        var k = key(r.cells[col]);
+        if (typeof k === "number") { if (k > prev) { problems.push("sort"); } prev = k; }
+      });
+    }
+    root.setAttribute("data-selftest", problems.length ? "fail:" + problems.join(",") : "ok");
+  }
   root.setAttribute("data-js-ready", "1");
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", init);
+  } else {
+    init();
+  }
 })();
 """
 
@@ -493,6 +526,8 @@ def to_html(report: Report, charts: list[Any] | None = None) -> str:
         f'<meta name="generator" content="traceanalyzer {esc(__version__)}">',
         f"<title>{esc(name)} · traceanalyzer report</title>",
         f"<style>{CSS}</style>",
+        # In <head>, so that its error and CSP-violation listeners see the whole page.
+        f"<script>{JS}</script>",
         "</head>",
         "<body>",
         f'<header class="top"><h1>traceanalyzer report: <span class="file">{esc(name)}</span></h1>'
@@ -508,7 +543,6 @@ def to_html(report: Report, charts: list[Any] | None = None) -> str:
         "</main>",
         f"<footer>Generated offline by traceanalyzer {esc(__version__)} · every number is in summary.json "
         f"(schema {esc(JSON_SCHEMA_VERSION)})</footer>",
-        f"<script>{JS}</script>",
         "</body>",
         "</html>",
     ]

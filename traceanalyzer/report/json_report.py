@@ -1,8 +1,19 @@
-"""JSON output: ``summary.json``, every number the report holds (schema in docs/json_schema.md)."""
+"""JSON output: ``summary.json``, every number the report holds.
+
+The layout is versioned (``schema_version``, see ``docs/json_schema.md`` and the
+machine-readable ``docs/summary.schema.json``). Floats are rounded to
+:data:`SIGNIFICANT_DIGITS` significant digits so that the file does not change with
+the summation order of a platform's float arithmetic (scripts and golden tests can
+compare files byte for byte); integers (ns, bytes, counts) are exact. Object keys
+are sorted, so the file does not depend on the order in which an analysis happened
+to build a mapping.
+"""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -10,11 +21,35 @@ from traceanalyzer.report import renderer
 from traceanalyzer.report.document import Report
 from traceanalyzer.report.fsutil import atomic_write_bytes
 
+#: Significant digits kept in floats (float noise lives in the 15th–17th).
+SIGNIFICANT_DIGITS = 10
+
+
+def round_floats(value: Any, digits: int = SIGNIFICANT_DIGITS) -> Any:
+    """``value`` with every float rounded to ``digits`` significant digits (NaN/inf → None),
+    recursing through dicts, lists and tuples; everything else unchanged."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        if value == 0.0:
+            return 0.0
+        return float(f"{value:.{digits}g}")
+    if isinstance(value, dict):
+        return {k: round_floats(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [round_floats(v, digits) for v in value]
+    return value
+
+
+def summary(report: Report) -> dict[str, Any]:
+    """The JSON document (as Python objects) that ``summary.json`` holds."""
+    return round_floats(report.to_json())  # type: ignore[no-any-return]
+
 
 def dumps(report: Report) -> bytes:
     return orjson.dumps(
-        report.to_json(),
-        option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY,
+        summary(report),
+        option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_SORT_KEYS,
     )
 
 

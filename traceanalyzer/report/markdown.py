@@ -1,38 +1,94 @@
 """Markdown output: ``report.md``, a concise ticket-ready summary.
 
-Renders in GitHub/GitLab/Jira Markdown: the findings table first, then each
-analysis' key numbers and top tables, then what could not be checked and why.
+Renders in GitHub, GitLab and Jira (Markdown paste) alike: plain pipe tables, no HTML,
+no footnotes. In order: what was analysed, the ranked findings, the key numbers of
+every analysis in one table, the top offenders (a few rows of the tables that name
+culprits: kernels, gaps, call sites), and what could not be checked. The full
+tables are in ``report.html`` and every number is in ``summary.json``.
+
+Output is deterministic for a given report: numbers are formatted with fixed
+precision and timestamps are shown relative to the trace start, so the same trace
+gives the same text on any machine.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Mapping
 
+from traceanalyzer import __version__
 from traceanalyzer.analyses import summary_of, tables_of
 from traceanalyzer.report import renderer
-from traceanalyzer.report.document import Report
+from traceanalyzer.report.document import JSON_SCHEMA_VERSION, Report
 from traceanalyzer.report.fsutil import atomic_write_text
-from traceanalyzer.report.text import fmt_bytes, md_escape, md_table, shorten
+from traceanalyzer.report.text import fmt_bytes, fmt_ns, md_escape, md_table, shorten
+
+#: Rows per "top offenders" table.
+TOP_ROWS = 5
+#: Columns shown when an analysis' table is not in :data:`OFFENDERS`.
+GENERIC_COLUMNS = 7
+
+#: Tables that name culprits, per analysis: (table title, columns to show; None = all).
+#: Analyses mapped to ``()`` have no offender table (their key numbers say it all);
+#: analyses not listed show their first table, first :data:`GENERIC_COLUMNS` columns.
+OFFENDERS: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
+    "overview": (),  # its top kernels repeat the kernels analysis
+    "steps": (),
+    "gpu_time": (),
+    "kernels": (("Top kernels (normalised name)", ("name", "count", "total_ns", "mean_ns", "pct_of_kernel_time")),),
+    "idle_gaps": (
+        ("Longest gaps", ("step", "device", "dur_ns", "cause", "cpu_context", "next_name")),
+        ("What the CPU was doing during long gaps", ("cpu_context", "source", "n_gaps", "idle_ns", "pct_of_idle")),
+    ),
+    "launches": (("Launches per API", None),),
+    "copies": (
+        ("Copy hotspots by call site", ("site", "directions", "count", "per_step", "bytes", "gpu_ns", "cpu_ns",
+                                        "blocking")),
+    ),
+}
 
 
-def to_markdown(report: Report, max_rows: int = 10) -> str:
+def _cost(f: Any) -> str:
+    if f.cost_ms_per_step is not None:
+        cost = f"{f.cost_ms_per_step:,.2f} ms"
+        if f.cost_pct_of_step is not None:
+            cost += f" ({f.cost_pct_of_step:.1f} %)"
+        return cost
+    if f.cost_bytes is not None:
+        return fmt_bytes(f.cost_bytes)
+    return "–"
+
+
+def _facts(report: Report) -> list[tuple[str, str]]:
     m = report.meta
-    name = Path(report.source).name
-    lines = [f"# traceanalyzer report: `{md_escape(name)}`", ""]
     facts = [("Input", report.kind)]
-    if m.get("vendor"):
-        facts.append(("Vendor", str(m["vendor"])))
-    devices = [d.get("name") for d in m.get("device_properties") or [] if isinstance(d, dict) and d.get("name")]
+    devices = [d.get("name") for d in m.get("device_properties") or [] if isinstance(d, Mapping) and d.get("name")]
     if devices:
         facts.append(("Devices", ", ".join(sorted(set(map(str, devices))))))
+    elif m.get("vendor"):
+        facts.append(("Vendor", str(m["vendor"])))
     if m.get("rank") is not None:
-        facts.append(("Rank", f"{m['rank']} of {m.get('world_size', '?')}"))
+        facts.append(("Rank", f"{m['rank']} of {m.get('world_size') if m.get('world_size') is not None else '?'}"))
+    for k, v in (m.get("versions") or {}).items():
+        facts.append((k.replace("_", " "), str(v)))
     flags = [k for k, v in (m.get("profiler_flags") or {}).items() if v]
     if flags:
         facts.append(("Profiler flags", ", ".join(flags)))
-    for k, v in (m.get("versions") or {}).items():
-        facts.append((k, str(v)))
-    lines += [" · ".join(f"**{md_escape(k)}**: {md_escape(str(v))}" for k, v in facts), ""]
+    steps = report.results.values.get("steps")
+    table = getattr(steps, "table", None)
+    if getattr(steps, "has_steps", False) and table is not None and table.height:
+        nums = table["step"].to_list()
+        facts.append(("Steps", f"{len(nums)} (#{nums[0]}–#{nums[-1]})"))
+    if m.get("span_ns"):
+        facts.append(("Trace span", fmt_ns(m["span_ns"])))
+    return facts
+
+
+def to_markdown(report: Report, top_rows: int = TOP_ROWS) -> str:
+    name = Path(report.source).name or report.source
+    t0 = report.meta.get("span_start_ns") if isinstance(report.meta.get("span_start_ns"), int) else None
+    lines = [f"# traceanalyzer report: `{md_escape(name)}`", ""]
+    lines += [" · ".join(f"**{md_escape(k)}**: {md_escape(v)}" for k, v in _facts(report)), ""]
 
     if report.warnings:
         lines += ["> **Input warnings**", ">"]
@@ -43,44 +99,57 @@ def to_markdown(report: Report, max_rows: int = 10) -> str:
     if report.findings:
         lines += ["| # | Severity | Finding | Cost / step | Fix |", "|---|---|---|---|---|"]
         for i, f in enumerate(report.findings, 1):
-            if f.cost_ms_per_step is not None:
-                cost = f"{f.cost_ms_per_step:,.2f} ms"
-                if f.cost_pct_of_step is not None:
-                    cost += f" ({f.cost_pct_of_step:.1f} %)"
-            elif f.cost_bytes is not None:
-                cost = fmt_bytes(f.cost_bytes)
-            else:
-                cost = "–"
             lines.append(
-                f"| {i} | {f.severity} | {md_escape(shorten(f.title, 120))} (`{f.rule_id}`) | {cost} | "
-                f"{md_escape(shorten(f.fix, 140))} |"
+                f"| {i} | {f.severity} | {md_escape(shorten(f.title, 120))} (`{md_escape(f.rule_id)}`) | "
+                f"{_cost(f)} | {md_escape(shorten(f.fix, 160))} |"
             )
     else:
-        lines.append("No findings.")
+        lines.append("No findings: none of the checks that could run found a problem.")
     lines.append("")
 
-    for _, title, result in report.sections():
-        lines += [f"## {md_escape(title)}", ""]
-        summary = summary_of(result)
-        if summary:
-            lines += ["| | |", "|---|---|"]
-            lines += [f"| {md_escape(k)} | {md_escape(v)} |" for k, v in summary]
-            lines.append("")
-        for ttitle, df in tables_of(result).items():
-            if df.height == 0:
-                continue
-            lines += [f"**{md_escape(ttitle)}**", ""]
-            lines += md_table(df, max_rows=max_rows)
-            lines.append("")
+    sections = report.sections()
+    key_rows: list[str] = []
+    for _, title, result in sections:
+        for j, (k, v) in enumerate(summary_of(result)):
+            area = f"**{md_escape(title)}**" if j == 0 else ""
+            key_rows.append(f"| {area} | {md_escape(k)} | {md_escape(shorten(v, 200))} |")
+    if key_rows:
+        lines += ["## Key numbers", "", "| Area | Metric | Value |", "|---|---|---|", *key_rows, ""]
+
+    offenders: list[str] = []
+    for sname, title, result in sections:
+        tables = {t: df for t, df in tables_of(result).items() if df is not None and df.height}
+        if sname in OFFENDERS:
+            picks = [(t, cols) for t, cols in OFFENDERS[sname] if t in tables]
+        else:
+            first = next(iter(tables), None)
+            picks = [(first, tuple(tables[first].columns[:GENERIC_COLUMNS]))] if first else []
+        for ttitle, cols in picks:
+            df = tables[ttitle]
+            offenders += [f"**{md_escape(title)}: {md_escape(ttitle)}**"
+                          + (f" (top {top_rows} of {df.height:,})" if df.height > top_rows else ""), ""]
+            offenders += md_table(df, max_rows=top_rows, width=80, t0=t0, columns=list(cols) if cols else None,
+                                  more_note=False)
+            offenders.append("")
+    if offenders:
+        lines += ["## Top offenders", "", *offenders]
 
     not_done = {**report.results.skipped, **report.not_run}
-    if not_done or report.results.failed or report.rule_failures:
+    failed = {**report.results.failed, **report.rule_failures}
+    if not_done or failed:
         lines += ["## Checks that could not run", ""]
         for k, why in sorted(not_done.items()):
             lines.append(f"- `{md_escape(k)}`: {md_escape(why)}")
-        for k, why in sorted({**report.results.failed, **report.rule_failures}.items()):
+        for k, why in sorted(failed.items()):
             lines.append(f"- `{md_escape(k)}` failed (internal error, please report): {md_escape(why)}")
         lines.append("")
+
+    lines += [
+        "---",
+        f"_traceanalyzer {md_escape(__version__)}: charts and full tables in `report.html`, every number in "
+        f"`summary.json` (schema {JSON_SCHEMA_VERSION})._",
+        "",
+    ]
     return "\n".join(lines)
 
 

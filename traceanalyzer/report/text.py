@@ -103,7 +103,7 @@ def column_label(column: str) -> str:
 
 
 def md_table(df: pl.DataFrame, max_rows: int = 15, width: int = 90, t0: int | None = None,
-             columns: list[str] | None = None) -> list[str]:
+             columns: list[str] | None = None, more_note: bool = True) -> list[str]:
     """A GitHub/GitLab-flavoured Markdown table of the first ``max_rows`` rows
     (``columns``: the subset to show, in order; default all)."""
     cols = [c for c in columns if c in df.columns] if columns else df.columns
@@ -111,6 +111,6 @@ def md_table(df: pl.DataFrame, max_rows: int = 15, width: int = 90, t0: int | No
              "|" + "|".join("---" for _ in cols) + "|"]
     for row in df.head(max_rows).iter_rows(named=True):
         lines.append("| " + " | ".join(md_escape(shorten(fmt_cell(c, row[c], t0), width)) for c in cols) + " |")
-    if df.height > max_rows:
+    if more_note and df.height > max_rows:
         lines.append(f"\n_{df.height - max_rows:,} more rows in summary.json_")
     return lines

@@ -1,0 +1,190 @@
+"""report.html: self-contained, escaped, small; and it works in a real headless browser.
+
+The browser test drives Debian's ``chromium`` (or ``chromium-browser`` /
+``google-chrome``) when one is installed, and skips otherwise; the test installs
+nothing (``.ci/run`` installs chromium). It loads the page twice from a file:// URL:
+
+* ``--dump-dom`` of ``report.html#ta-selftest``: the page's own script records script
+  errors (``data-js-errors``), Content-Security-Policy violations (``data-csp-violations``,
+  which is what a planted ``<script>`` or ``onerror=`` would cause if it ever reached
+  the markup unescaped), opens a collapsed table and sorts a numeric column
+  (``data-selftest="ok"``), and marks that it ran (``data-js-ready``). A planted
+  script that ran would set ``data-pwned`` on ``<html>``. Console errors are also
+  looked for in chromium's ``--enable-logging=stderr`` output.
+* ``--screenshot``: saved into the test's tmp dir and checked to be a non-blank PNG.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from report_support import HOSTILE, shared_report
+from traceanalyzer.pipeline import write_outputs
+from traceanalyzer.report.html import JS, to_html
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+BROWSER = next((p for p in (shutil.which(b) for b in BROWSERS) if p), None)
+needs_browser = pytest.mark.skipif(BROWSER is None, reason="no chromium/chrome installed (.ci/run installs it)")
+
+
+@pytest.fixture(scope="module")
+def report() -> Any:
+    return shared_report(hostile=True)
+
+
+@pytest.fixture(scope="module")
+def page(report: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("html")
+    (path,) = write_outputs(report, out, ["html"])
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Static checks
+# ---------------------------------------------------------------------------------------------
+
+
+def test_self_contained_no_external_urls(page: Path) -> None:
+    html = page.read_text(encoding="utf-8")
+    srcs = re.findall(r'\bsrc\s*=\s*"([^"]*)"', html)
+    hrefs = re.findall(r'\bhref\s*=\s*"([^"]*)"', html)
+    assert srcs, "the charts should be inline images"
+    assert all(s.startswith("data:image/png;base64,") for s in srcs), [s[:40] for s in srcs]
+    assert all(h.startswith("#") for h in hrefs), hrefs
+    assert not re.search(r'(src|href)\s*=\s*["\']?\s*(https?:|//)', html, re.I)
+    assert "@import" not in html and not re.search(r"url\(\s*['\"]?(https?:|//)", html)
+    assert "<link" not in html.lower()
+
+
+def test_hostile_kernel_name_is_escaped(page: Path) -> None:
+    html = page.read_text(encoding="utf-8")
+    assert html.count("<script") == 1, "only the page's own script"
+    assert "<img src=x" not in html and "onerror=\"document" not in html
+    assert "&lt;script&gt;document.documentElement.setAttribute(&#x27;data-pwned&#x27;" in html
+    assert HOSTILE not in html
+
+
+def test_escaping_everywhere_in_to_html(report: Any) -> None:
+    # the Report's own strings (source path, warnings) are untrusted too
+    from dataclasses import replace
+
+    evil = replace(report, source="runs/<b onclick=x>bold<b>.json", warnings=("<i>warn</i> & more",))
+    html = to_html(evil, charts=[])
+    assert "<b onclick" not in html and "&lt;b onclick=x&gt;bold&lt;b&gt;.json" in html
+    assert "<i>warn</i>" not in html and "&lt;i&gt;warn&lt;/i&gt; &amp; more" in html
+
+
+def test_csp_allows_exactly_the_inline_script(page: Path) -> None:
+    html = page.read_text(encoding="utf-8")
+    digest = base64.b64encode(hashlib.sha256(JS.encode()).digest()).decode()
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', html)
+    assert csp and f"script-src &#x27;sha256-{digest}&#x27;" in csp.group(1)
+    assert "default-src &#x27;none&#x27;" in csp.group(1)
+    assert f"<script>{JS}</script>" in html
+
+
+def test_structure_and_size(page: Path, report: Any) -> None:
+    html = page.read_text(encoding="utf-8")
+    assert len(html.encode()) < 3 * 1024 * 1024
+    order = [html.index(s) for s in ('id="sec-run"', 'id="sec-findings"', 'id="sec-overview"', 'id="sec-steps"',
+                                      'id="sec-gpu_time"', 'id="sec-idle_gaps"', 'id="sec-kernels"')]
+    assert order == sorted(order), "metadata, findings, then analyses in report order"
+    for name, title, _ in report.sections():
+        assert f'id="sec-{name}"' in html and title.replace("&", "&amp;") in html
+    for chart in ("steps", "gpu_time", "timeline", "idle_gaps", "kernels", "launches"):
+        assert f'id="chart-{chart}"' in html
+    assert 'class="sortable"' in html
+    # run metadata in the header
+    for fact in ("NVIDIA A100 80GB PCIe", "Rank", "0 of 1", "record_shapes=on", "3 (#1–#3)", "cuda runtime version"):
+        assert fact in html, fact
+
+
+def test_long_tables_collapse_behind_a_button() -> None:
+    import polars as pl
+
+    from traceanalyzer.report.html import _Ids, table_html
+
+    df = pl.DataFrame({"name": [f"k<{i}>" for i in range(40)], "total_ns": list(range(40)), "flag": [True] * 40})
+    html = table_html(df, _Ids(), caption="Long")
+    assert 'data-collapse="12"' in html and "Show all 40 rows" in html
+    assert html.count("<tr>") == 41 and "k&lt;39&gt;" in html
+    assert 'data-v="39"' in html and "39 ns" in html
+    short = table_html(df.head(5), _Ids())
+    assert 'data-collapse="0"' in short and "<button" not in short
+    capped = table_html(df, _Ids(), max_rows=10)
+    assert capped.count("<tr>") == 11 and "first 10 shown" in capped
+
+
+def test_analyze_open_launches_the_html(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceanalyzer.cli import cli
+
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "pt113_sync_bound.json.gz"
+    if not sample.exists():
+        pytest.skip("sample trace not present")
+    launched: list[str] = []
+    monkeypatch.setattr("click.launch", lambda url, *a, **k: launched.append(url) or 0)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["analyze", str(sample), "-o", str(out), "--format", "md", "--open", "-q"])
+    assert res.exit_code == 0, res.output
+    assert res.output == ""  # --quiet: no summary, no progress
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.md"]
+    assert launched == [str((out / "report.html").resolve())]
+
+
+# ---------------------------------------------------------------------------------------------
+# In a real headless browser
+# ---------------------------------------------------------------------------------------------
+
+
+def _chromium(args: list[str], profile: Path) -> subprocess.CompletedProcess[str]:
+    assert BROWSER is not None
+    flags = [
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--disable-extensions", "--mute-audio", f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
+    ]
+    return subprocess.run([BROWSER, *flags, *args], capture_output=True, text=True, timeout=90)
+
+
+def _console_errors(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines()
+            if "CONSOLE" in ln and re.search(r"ERROR|Uncaught|violates|Refused", ln)]
+
+
+@needs_browser
+def test_report_in_headless_browser(page: Path, tmp_path: Path) -> None:
+    url = page.resolve().as_uri()
+    dom_run = _chromium(["--dump-dom", url + "#ta-selftest"], tmp_path / "profile-dom")
+    dom = dom_run.stdout
+    assert dom.strip(), f"chromium printed no DOM: {dom_run.stderr[-2000:]}"
+    root = re.search(r"<html\b[^>]*>", dom)
+    assert root, dom[:500]
+    tag = root.group(0)
+    assert 'data-js-ready="1"' in tag, f"the page's script did not run: {tag}"
+    assert "data-js-errors" not in tag, tag
+    assert "data-csp-violations" not in tag, tag
+    assert "data-pwned" not in tag, "a planted script ran"
+    assert 'data-selftest="ok"' in tag, tag
+    assert not _console_errors(dom_run.stderr), _console_errors(dom_run.stderr)
+
+    shot = tmp_path / "shot.png"
+    shot_run = _chromium([f"--screenshot={shot}", "--window-size=1280,2000", url], tmp_path / "profile-shot")
+    assert shot.exists(), shot_run.stderr[-2000:]
+    assert not _console_errors(shot_run.stderr), _console_errors(shot_run.stderr)
+    from PIL import Image
+    import numpy as np
+
+    img = Image.open(shot)
+    assert img.size == (1280, 2000)
+    px = np.asarray(img.convert("L"), dtype=float)
+    assert px.std() > 25, "screenshot looks blank"
+    assert (px < 128).mean() > 0.02, "almost no dark pixels: text and charts missing?"

@@ -1,0 +1,97 @@
+"""PNG charts: one readable, non-blank image per chart; nothing for absent results."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from report_support import shared_report
+from traceanalyzer.analyses import Results
+from traceanalyzer.pipeline import write_outputs
+from traceanalyzer.report.charts import charts_for, draw_all
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def pixels(png: bytes) -> Any:
+    from PIL import Image
+    import numpy as np
+
+    img = Image.open(io.BytesIO(png)).convert("RGB")
+    return np.asarray(img, dtype=float)
+
+
+def assert_readable_chart(png: bytes, name: str) -> None:
+    assert png[:8] == PNG_MAGIC, name
+    assert 5_000 < len(png) < 600_000, (name, len(png))
+    px = pixels(png)
+    h, w, _ = px.shape
+    # legible in a ticket thumbnail: wide enough for 10 pt text at 120 dpi, not a poster
+    assert 900 <= w <= 1600 and 300 <= h <= 1300, (name, w, h)
+    assert px.std() > 20, f"{name} looks blank (pixel std {px.std():.1f})"
+    ink = (px.min(axis=2) < 200).mean()  # share of pixels that are not (near) white
+    assert 0.02 < ink < 0.9, (name, ink)
+
+
+@pytest.fixture(scope="module")
+def report() -> Any:
+    return shared_report(hostile=True)
+
+
+def test_every_chart_is_drawn_and_readable(report: Any) -> None:
+    drawn = draw_all(report.results)  # cached per report: the HTML test draws the same charts
+    assert [d.error for d in drawn if d.error] == []
+    names = {d.spec.name for d in drawn}
+    assert {"steps", "gpu_time", "timeline", "idle_gaps", "kernels", "launches"} <= names
+    for d in drawn:
+        assert d.png is not None and d.error is None
+        assert_readable_chart(d.png, d.spec.name)
+
+
+def test_png_renderer_writes_one_file_per_chart(report: Any, tmp_path: Path) -> None:
+    written = write_outputs(report, tmp_path, ["png"])
+    assert written and all(p.suffix == ".png" and p.parent == tmp_path for p in written)
+    assert {p.stem for p in written} == {d.spec.name for d in draw_all(report.results)}
+    for p in written:
+        assert_readable_chart(p.read_bytes(), p.name)
+
+
+def test_charts_for_absent_results_are_not_drawn(report: Any) -> None:
+    only = Results(values={"overview": report.results["overview"]})
+    assert charts_for(only) == []
+    assert draw_all(only) == []
+
+
+class _Boom:
+    @property
+    def by_name(self) -> Any:
+        raise RuntimeError("boom")
+
+
+def test_a_failing_chart_is_reported_not_fatal(report: Any) -> None:
+    broken = Results(values={"steps": report.results["steps"], "kernels": _Boom()})
+    drawn = {d.spec.name: d for d in draw_all(broken)}
+    assert drawn["kernels"].png is None and drawn["kernels"].error == "RuntimeError: boom"
+    assert drawn["steps"].png is not None
+    with pytest.raises(RuntimeError):
+        draw_all(broken, strict=True)
+
+
+def test_json_only_run_does_not_import_matplotlib(tmp_path: Path) -> None:
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "pt113_sync_bound.json.gz"
+    if not sample.exists():
+        pytest.skip("sample trace not present")
+    code = (
+        "import sys\n"
+        "from traceanalyzer.pipeline import analyze, write_outputs\n"
+        f"write_outputs(analyze({str(sample)!r}), {str(tmp_path)!r}, ['json', 'md'])\n"
+        "print('matplotlib' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
