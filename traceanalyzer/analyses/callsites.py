@@ -29,6 +29,7 @@ Everything is vectorised: the predicate is a polars expression, attribution is
 from __future__ import annotations
 
 import sys
+import weakref
 from typing import Iterable, Sequence
 
 import polars as pl
@@ -170,7 +171,26 @@ def innermost_frames(
     )
 
 
+_TREE_CACHE: dict[int, tuple["weakref.ReferenceType[TraceModel]", pl.DataFrame]] = {}
+
+
 def cpu_tree(model: TraceModel) -> pl.DataFrame:
+    """Cached :func:`build_cpu_tree` (one per live model: copies, syncs, memory share it)."""
+    key = id(model)
+    hit = _TREE_CACHE.get(key)
+    if hit is not None and hit[0]() is model:
+        return hit[1]
+    tree = build_cpu_tree(model)
+    for k in [k for k, (ref, _) in _TREE_CACHE.items() if ref() is None]:
+        del _TREE_CACHE[k]
+    try:
+        _TREE_CACHE[key] = (weakref.ref(model), tree)
+    except TypeError:  # a model type without weakref support: no caching
+        pass
+    return tree
+
+
+def build_cpu_tree(model: TraceModel) -> pl.DataFrame:
     """CPU ops and user annotations (not ProfilerStep#) with nesting: ``id, name, ts_ns, end_ns,
     pid, tid, source, depth, parent_id``. Pass it to :func:`cpu_chain`/:func:`attribute` when
     attributing several point sets of one trace, to build it once."""
@@ -293,6 +313,7 @@ __all__: Sequence[str] = (
     "STACK_HINT",
     "attribute",
     "cpu_chain",
+    "build_cpu_tree",
     "cpu_tree",
     "frame_parts",
     "has_stacks",

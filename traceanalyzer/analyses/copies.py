@@ -34,7 +34,6 @@ per-event rows kept in JSON, ``copies.library_modules`` / ``copies.user_modules`
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,11 +58,6 @@ from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import launches
 from traceanalyzer.report.text import fmt_bytes, fmt_ns
-
-# Depend on the step windows when that analysis exists in this installation.
-_DEPS: tuple[str, ...] = (
-    ("steps",) if importlib.util.find_spec("traceanalyzer.analyses.steps") is not None else ()
-)
 
 
 @dataclass(frozen=True)
@@ -183,7 +177,7 @@ def _hotspots(copies: pl.DataFrame, keys: list[str], n_steps: int | None, extra:
     )
 
 
-@analysis("copies", title="Copies and transfers", order=60, depends_on=_DEPS)
+@analysis("copies", title="Copies and transfers", order=60, depends_on=("steps",))
 def copies(model: TraceModel, results: Results, config: Config) -> CopiesResult:
     """Every copy op and GPU memcpy/memset: direction, bytes, bandwidth, pinned/pageable, sync/async,
     GPU and CPU time, grouped by CPU op, by call site and per step."""

@@ -13,8 +13,7 @@ Definitions (``docs/copies_and_syncs.md`` has the long form)
     is left out), or any copy from the device into *pageable* host memory, async API
     included (the driver returns only when the data has landed).
 
-  Only the outermost of nested sync calls counts (MTIA ``synchronize`` inside
-  ``synchronizeStream``).
+  Only the outermost of nested sync calls on one thread counts.
 * **Blocked time** (``blocked_ns``) is the sync call's CPU duration.
 * **GPU idle after** (``idle_after_ns``): from the call's end to the next GPU activity on
   the device the thread last launched to (0 if that device is still busy, e.g. another
@@ -38,7 +37,6 @@ Settings: ``syncs.top_n`` (15), ``syncs.max_events`` (5000),
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,10 +61,6 @@ from traceanalyzer.model.relations import launches
 from traceanalyzer.report.text import fmt_ns
 from traceanalyzer.timeutil import merge_intervals
 
-_DEPS: tuple[str, ...] = (
-    ("steps",) if importlib.util.find_spec("traceanalyzer.analyses.steps") is not None else ()
-)
-
 #: Explicit host-device synchronisation APIs → kind.
 SYNC_APIS: dict[str, str] = {
     "cudaStreamSynchronize": "stream", "cuStreamSynchronize": "stream", "hipStreamSynchronize": "stream",
@@ -77,8 +71,8 @@ SYNC_APIS: dict[str, str] = {
     # Intel XPU (Unified Runtime / Level Zero)
     "urQueueFinish": "stream", "zeCommandQueueSynchronize": "stream", "zeCommandListHostSynchronize": "stream",
     "urEventWait": "event", "zeEventHostSynchronize": "event", "zeFenceHostSynchronize": "event",
-    # MTIA
-    "synchronizeStream": "stream", "synchronize": "device",
+    # MTIA ("synchronize" with the same correlation is the driver process' side of it, not a host call)
+    "synchronizeStream": "stream",
 }
 
 #: CPU ops that force a device→host sync when their tensor lives on the device.
@@ -252,7 +246,7 @@ def _hotspots(points: pl.DataFrame, keys: list[str], n_steps: int | None, extra:
     )
 
 
-@analysis("syncs", title="Host-device syncs", order=61, depends_on=_DEPS)
+@analysis("syncs", title="Host-device syncs", order=61, depends_on=("steps",))
 def syncs(model: TraceModel, results: Results, config: Config) -> SyncsResult:
     """Host-device synchronisations (explicit syncs, blocking copies, ops implying them): CPU blocked
     time, GPU idle that followed, grouped by cause, by call site and per step."""
