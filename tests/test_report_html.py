@@ -100,7 +100,8 @@ def test_structure_and_size(page: Path, report: Any) -> None:
     assert order == sorted(order), "metadata, findings, then analyses in report order"
     for name, title, _ in report.sections():
         assert f'id="sec-{name}"' in html and title.replace("&", "&amp;") in html
-    for chart in ("steps", "gpu_time", "timeline", "idle_gaps", "kernels", "launches"):
+    for chart in ("steps", "gpu_time", "timeline", "idle_gaps", "kernels", "launches", "copies", "syncs",
+                  "memory_steps"):
         assert f'id="chart-{chart}"' in html
     assert 'class="sortable"' in html
     # run metadata in the header

@@ -47,7 +47,8 @@ def test_every_chart_is_drawn_and_readable(report: Any) -> None:
     drawn = draw_all(report.results)  # cached per report: the HTML test draws the same charts
     assert [d.error for d in drawn if d.error] == []
     names = {d.spec.name for d in drawn}
-    assert {"steps", "gpu_time", "timeline", "idle_gaps", "kernels", "launches"} <= names
+    assert {"steps", "gpu_time", "timeline", "idle_gaps", "kernels", "launches", "copies", "syncs",
+            "memory_steps"} <= names
     for d in drawn:
         assert d.png is not None and d.error is None
         assert_readable_chart(d.png, d.spec.name)
@@ -80,6 +81,19 @@ def test_a_failing_chart_is_reported_not_fatal(report: Any) -> None:
     assert drawn["steps"].png is not None
     with pytest.raises(RuntimeError):
         draw_all(broken, strict=True)
+
+
+SNAPSHOT = Path(__file__).resolve().parents[2] / "shared" / "data" / "snapshots" / "MAGMA27__memory_snapshot.pickle"
+
+
+@pytest.mark.skipif(not SNAPSHOT.exists(), reason="../shared reference snapshot not present")
+def test_memory_timeline_chart_of_a_snapshot() -> None:
+    from traceanalyzer.pipeline import analyze
+
+    report = analyze(SNAPSHOT)
+    drawn = {d.spec.name: d for d in draw_all(report.results)}
+    assert drawn["memory_timeline"].error is None and drawn["memory_timeline"].png is not None
+    assert_readable_chart(drawn["memory_timeline"].png, "memory_timeline")
 
 
 def test_json_only_run_does_not_import_matplotlib(tmp_path: Path) -> None:

@@ -608,10 +608,243 @@ def launches_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
         ax.set_yticklabels(names, fontsize=9.5)
         ax.invert_yaxis()
         m = max(cpu_us + delay_us) if cpu_us + delay_us else 0
-        ax.set_xlim(0, m * 1.35 if m > 0 else 1)
+        positive = [v for v in cpu_us + delay_us if v > 0]
+        if positive and m / min(positive) > 50:
+            ax.set_xscale("log")
+            ax.set_xlim(min(positive) / 2, m * 8)
+            ax.set_xlabel("Median time (µs, log scale)")
+        else:
+            ax.set_xlim(0, m * 1.35 if m > 0 else 1)
+            ax.set_xlabel("Median time (µs)")
         ax.set_title("Per launch API", fontsize=12, fontweight="normal", loc="left")
-        ax.set_xlabel("Median time (µs)")
         ax.legend(loc="upper left", bbox_to_anchor=(0, -0.18), ncol=1)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Copies and syncs: per-step cost and the call sites responsible
+# ---------------------------------------------------------------------------------------------
+
+
+def _fmt_bytes(n: Any) -> str:
+    n = float(n or 0)
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _hotspot_figure(title: str, per_step: Any, step_bars: list[tuple[str, str, str]], sites: Any,
+                    site_value: str, site_label: Callable[[dict[str, Any]], str], site_xlabel: str) -> "Figure | None":
+    """Left: per-step bars of ``step_bars`` (column, legend, colour), in ms. Right: the top
+    call sites by ``site_value`` (ns), labelled by ``site_label(row)``."""
+    has_steps = per_step is not None and per_step.height > 0 and all(c in per_step.columns for c, _, _ in step_bars)
+    has_sites = sites is not None and sites.height > 0 and site_value in sites.columns
+    if not has_steps and not has_sites:
+        return None
+    ncols = int(has_steps) + int(has_sites)
+    fig, axes = new_figure(title, ncols=ncols, figsize=(FIGSIZE[0] + (2.6 if ncols == 2 else 0), FIGSIZE[1]),
+                           gridspec_kw={"width_ratios": [2, 3]} if ncols == 2 else {})
+    i = 0
+    if has_steps:
+        ax = axes[0][i]
+        i += 1
+        d = per_step
+        labels = _step_labels(d["step"].to_list()) if "step" in d.columns else [str(k) for k in range(d.height)]
+        x = list(range(d.height))
+        w = 0.8 / len(step_bars)
+        top = 0.0
+        for j, (col, label, color) in enumerate(step_bars):
+            vals = [_ms(v) for v in d[col].to_list()]
+            top = max([top, *vals])
+            ax.bar([xi - 0.4 + w * (j + 0.5) for xi in x], vals, width=w, color=color, label=label)
+        ax.set_ylim(0, top * 1.15 if top > 0 else 1)
+        _thin_ticks(ax, labels, max_labels=16)
+        ax.set_title("Per step", fontsize=12, fontweight="normal", loc="left")
+        ax.set_xlabel("Step")
+        ax.set_ylabel("Time (ms)")
+        ax.legend(loc="upper left", bbox_to_anchor=(0, -0.18), ncol=1)
+    if has_sites:
+        ax = axes[0][i]
+        top_sites = sites.sort(site_value, descending=True, nulls_last=True).head(8)
+        rows = list(top_sites.iter_rows(named=True))
+        y = list(range(len(rows)))
+        vals = [_ms(r[site_value]) for r in rows]
+        ax.grid(True, axis="x", color="#E6E6E6")
+        ax.grid(False, axis="y")
+        ax.barh(y, vals, color=RED, height=0.65)
+        for yi, v, r in zip(y, vals, rows):
+            ax.annotate(_short(site_label(r), 40), (v, yi), xytext=(4, 0), textcoords="offset points",
+                        va="center", fontsize=9, color="#333333")
+        ax.set_yticks(y)
+        ax.set_yticklabels([_short(r.get("site"), 42) for r in rows], fontsize=9.5)
+        ax.set_ylim(max(len(rows), 5) - 0.5, -0.5)
+        ax.set_xlim(0, max(vals) * 1.6 if vals and max(vals) > 0 else 1)
+        ax.set_title("Top call sites", fontsize=12, fontweight="normal", loc="left")
+        ax.set_xlabel(site_xlabel)
+    return fig
+
+
+@chart("copies", section="copies", title="Copies: time per step and hotspots by call site", order=60)
+def copies_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+    """Per step: GPU time of copies and host time spent in copy ops; top call sites by
+    host time (label: directions, bytes, count)."""
+    def label(r: dict[str, Any]) -> str:
+        bits = [str(r.get("directions") or ""), _fmt_bytes(r.get("bytes")), f"{r.get('count', 0):,}×"]
+        if r.get("blocking"):
+            bits.append(f"{r['blocking']:,} blocking")
+        return " · ".join(b for b in bits if b)
+
+    return _hotspot_figure(
+        "Copies: time per step and hotspots by call site",
+        getattr(res, "per_step", None),
+        [("gpu_ns", "GPU copy time", ORANGE), ("cpu_ns", "CPU time in copy ops", BLUE)],
+        getattr(res, "by_site", None), "cpu_ns", label, "CPU time in copy ops (ms)",
+    )
+
+
+@chart("syncs", section="syncs", title="Host-device syncs: cost per step and hotspots by call site", order=61)
+def syncs_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+    """Per step: CPU time blocked in syncs and GPU idle right after them; top call sites
+    by blocked time (label: cause, count)."""
+    def label(r: dict[str, Any]) -> str:
+        causes = r.get("causes")
+        if isinstance(causes, (list, tuple)):
+            causes = ", ".join(map(str, causes))
+        return " · ".join(b for b in (str(causes or ""), f"{r.get('count', 0):,}×") if b)
+
+    return _hotspot_figure(
+        "Host-device syncs: cost per step and hotspots by call site",
+        getattr(res, "per_step", None),
+        [("blocked_ns", "CPU blocked", RED), ("idle_after_ns", "GPU idle after", IDLE_DARK)],
+        getattr(res, "by_site", None), "blocked_ns", label, "CPU blocked (ms)",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory
+# ---------------------------------------------------------------------------------------------
+
+IDLE_DARK = "#A6A6A6"
+GIB = float(1 << 30)
+
+
+def _byte_unit(max_bytes: float) -> tuple[float, str]:
+    """The scale and unit that keep a byte axis readable (GiB, MiB or KiB)."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20)):
+        if max_bytes >= scale:
+            return float(scale), unit
+    return float(1 << 10), "KiB"
+
+
+@chart("memory_steps", section="trace_memory", title="GPU memory per step (profiler events)", order=70)
+def trace_memory_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+    """Peak allocated memory per step and device, with the allocated level at step start
+    and end; the overall peak is annotated with the op that reached it."""
+    ps = getattr(res, "per_step", None)
+    if ps is None or ps.height == 0 or "peak_allocated_bytes" not in ps.columns:
+        return None
+    devices = sorted({d for d in ps["device"].to_list() if d is not None}, key=str)[:4]
+    fig, axes = new_figure("GPU memory per step (profiler [memory] events)")
+    ax = axes[0][0]
+    width = 0.8 / max(1, len(devices))
+    colors = [BLUE, PURPLE, GREEN, CYAN]
+    top = 0.0
+    peaks = {r["device"]: r for r in res.per_device.iter_rows(named=True)} if getattr(res, "per_device", None) is not None else {}
+    labels: list[str] = []
+    scale, unit = _byte_unit(float(ps["peak_allocated_bytes"].max() or 0))  # type: ignore[arg-type]
+    for j, dev in enumerate(devices):
+        d = ps.filter(pl.col("device") == dev)
+        labels = _step_labels(d["step"].to_list())
+        x = list(range(d.height))
+        xs = [xi - 0.4 + width * (j + 0.5) for xi in x]
+        peak = [float(v or 0) / scale for v in d["peak_allocated_bytes"].to_list()]
+        top = max([top, *peak])
+        ax.bar(xs, peak, width=width * 0.9, color=colors[j % len(colors)], label=f"{dev} peak allocated")
+        for col, marker, name in (("start_allocated_bytes", "_", "at step start"), ("end_allocated_bytes", "x", "at step end")):
+            if col in d.columns:
+                ax.plot(xs, [float(v or 0) / scale for v in d[col].to_list()], linestyle="none", marker=marker,
+                        markersize=10, color="#222222", label=f"{name}" if j == 0 else None)
+        pk = peaks.get(dev)
+        if pk and peak:
+            k = max(range(len(peak)), key=lambda i: peak[i])
+            op = pk.get("peak_op")
+            text = f"peak {_fmt_bytes(pk.get('peak_allocated_bytes'))}" + (f"\n{_short(op, 30)}" if op else "")
+            ax.annotate(text, (xs[k], peak[k]), xytext=(0, 6), textcoords="offset points", ha="center",
+                        va="bottom", fontsize=9, fontweight="bold", color="#222222")
+    ax.set_ylim(0, top * 1.3 if top > 0 else 1)
+    _thin_ticks(ax, labels, max_labels=20)
+    ax.set_xlabel("Step")
+    ax.set_ylabel(f"Allocated ({unit})")
+    _legend_below(fig, ax, ncol=4)
+    return fig
+
+
+@chart("memory_timeline", section="memory_timeline", also=("memory_peak",), order=10,
+       title="GPU memory over time, peak annotated")
+def memory_timeline_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+    """Allocated and reserved bytes after each allocator event (per device, up to 4); the
+    peak is marked, and the right panel shows what was live at it by category and site."""
+    series = getattr(res, "series", None)
+    if series is None or series.height == 0:
+        return None
+    peak = results.get("memory_peak")
+    sites = getattr(peak, "top_sites", None)
+    has_live = sites is not None and sites.height > 0 and "bytes" in sites.columns
+    by_time = getattr(res, "x_axis", "") == "time" and series["ts_ns"].null_count() < series.height
+    fig, axes = new_figure("GPU memory over time, peak annotated", ncols=2 if has_live else 1,
+                           figsize=(FIGSIZE[0] + (3.0 if has_live else 0), FIGSIZE[1]),
+                           gridspec_kw={"width_ratios": [3, 2]} if has_live else {})
+    ax = axes[0][0]
+    devices = sorted({d for d in series["device"].to_list() if d is not None})[:4]
+    colors = [BLUE, PURPLE, GREEN, CYAN]
+    t0 = series["ts_ns"].min() if by_time else None
+    hi = max(float(series["allocated_bytes"].max() or 0), float(series["reserved_bytes"].max() or 0)  # type: ignore[arg-type]
+             if "reserved_bytes" in series.columns else 0.0)
+    scale, unit = _byte_unit(hi)
+    for j, dev in enumerate(devices):
+        d = series.filter(pl.col("device") == dev).sort("event_idx")
+        if by_time:
+            xs = [(t - t0) / 1e9 if t is not None else None for t in d["ts_ns"].to_list()]  # type: ignore[operator]
+        else:
+            xs = d["event_idx"].to_list()
+        alloc = [float(v or 0) / scale for v in d["allocated_bytes"].to_list()]
+        suffix = f" (GPU {dev})" if len(devices) > 1 else ""
+        ax.plot(xs, alloc, drawstyle="steps-post", color=colors[j % 4], linewidth=1.4, label="allocated" + suffix)
+        if "reserved_bytes" in d.columns:
+            ax.plot(xs, [float(v or 0) / scale for v in d["reserved_bytes"].to_list()], drawstyle="steps-post",
+                    color=colors[j % 4], linewidth=1.0, linestyle="--", alpha=0.7, label="reserved" + suffix)
+        if alloc:
+            k = max(range(len(alloc)), key=lambda i: alloc[i])
+            ax.plot([xs[k]], [alloc[k]], marker="v", color=RED, markersize=9, zorder=5)
+            ax.annotate(f"peak {_fmt_bytes(alloc[k] * scale)}", (xs[k], alloc[k]), xytext=(6, 6),
+                        textcoords="offset points", fontsize=9.5, fontweight="bold", color=RED)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("Time since first event (s)" if by_time else "Allocator event #")
+    ax.set_ylabel(f"Memory ({unit})")
+    ax.legend(loc="lower right", ncol=2)
+    if has_live:
+        ax2 = axes[0][1]
+        top = sites.head(8)
+        y = list(range(top.height))
+        lscale, lunit = _byte_unit(float(top["bytes"].max() or 0))  # type: ignore[arg-type]
+        vals = [float(v or 0) / lscale for v in top["bytes"].to_list()]
+        cats = top["category"].to_list() if "category" in top.columns else [None] * top.height
+        palette = {"activation": ORANGE, "parameter": BLUE, "gradient": GREEN, "optimizer_state": PURPLE,
+                   "pre_recording": GREY, "unknown": IDLE_DARK}
+        ax2.grid(True, axis="x", color="#E6E6E6")
+        ax2.grid(False, axis="y")
+        ax2.barh(y, vals, color=[palette.get(str(c), CYAN) for c in cats], height=0.65)
+        pcts = top["pct_of_peak"].to_list() if "pct_of_peak" in top.columns else [None] * top.height
+        for yi, v, p, c in zip(y, vals, pcts, cats):
+            ax2.annotate((f"{p:.0f} %" if p is not None else "") + (f" · {c}" if c else ""), (v, yi), xytext=(4, 0),
+                         textcoords="offset points", va="center", fontsize=8.5, color="#333333")
+        ax2.set_yticks(y)
+        ax2.set_yticklabels([_short(s, 34) for s in top["site"].to_list()], fontsize=9)
+        ax2.invert_yaxis()
+        ax2.set_xlim(0, max(vals) * 1.6 if vals and max(vals) > 0 else 1)
+        ax2.set_title("Live at the peak, by call site", fontsize=12, fontweight="normal", loc="left")
+        ax2.set_xlabel(f"Live at the peak ({lunit})")
     return fig
 
 
