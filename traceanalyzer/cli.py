@@ -55,7 +55,9 @@ _register_commands()
 def main(argv: list[str] | None = None) -> None:
     """Entry point: one-line errors, never a traceback (unless TRACEANALYZER_DEBUG=1)."""
     try:
-        cli.main(args=argv, prog_name="traceanalyzer", standalone_mode=False)
+        rv = cli.main(args=argv, prog_name="traceanalyzer", standalone_mode=False)
+        if isinstance(rv, int) and rv:  # click returns (not raises) Exit codes without standalone mode
+            sys.exit(rv)
     except TraceAnalyzerError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
