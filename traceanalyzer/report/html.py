@@ -107,7 +107,8 @@ table.sortable th:hover{background:#e8edf2}
 th[aria-sort=ascending]::after{content:" ▲";font-size:10px}
 th[aria-sort=descending]::after{content:" ▼";font-size:10px}
 td.num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
-td.txt{max-width:44em;overflow-wrap:anywhere}
+td.txt{max-width:44em;min-width:12em;overflow-wrap:anywhere}
+td.txt.short{min-width:0;white-space:nowrap}
 tbody tr:nth-child(even){background:#fafbfc}
 tbody tr:hover{background:#f0f5fb}
 tr.collapsed{display:none}
@@ -283,7 +284,8 @@ def _cell(column: str, value: Any, dtype: pl.DataType, t0: int | None) -> str:
     text = fmt_cell(column, value, t0)
     short = shorten(text, CELL_WIDTH)
     title = f' title="{esc(shorten(text, 2000))}"' if short != text else ""
-    return f'<td class="txt"{title}>{esc(short)}</td>'
+    cls = "txt short" if len(short) <= 24 else "txt"  # short words never break mid-word
+    return f'<td class="{cls}"{title}>{esc(short)}</td>'
 
 
 def table_html(df: pl.DataFrame, ids: _Ids, t0: int | None = None, max_rows: int = MAX_ROWS,

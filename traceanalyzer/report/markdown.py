@@ -34,6 +34,8 @@ GENERIC_COLUMNS = 7
 OFFENDERS: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
     "overview": (),  # its top kernels repeat the kernels analysis
     "steps": (),
+    "baseline": (),  # its statistics are in the key numbers
+    "phases": (),
     "gpu_time": (),
     "kernels": (("Top kernels (normalised name)", ("name", "count", "total_ns", "mean_ns", "pct_of_kernel_time")),),
     "idle_gaps": (

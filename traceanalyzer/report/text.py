@@ -62,7 +62,7 @@ def fmt_cell(column: str, value: Any, t0: int | None = None) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if t0 is not None and is_timestamp_column(column):
             return fmt_offset(value, t0)
-        if column.endswith("_ns"):
+        if column.endswith("_ns") or "_ns_per_" in column:
             return fmt_ns(value)
         if column == "bytes" or column.endswith("_bytes"):
             return fmt_bytes(value)
