@@ -144,12 +144,12 @@ def test_interrupted_batch_keeps_finished_work(tree: Path, tmp_path: Path) -> No
 
 
 def test_process_pool_matches_in_process(tree: Path, tmp_path: Path) -> None:
-    d = discover([str(tree / "ddp")])
+    d = discover([str(tree / "single.json"), str(tree / "bad")])
     a = run_batch(d, tmp_path / "a", LocalBackend(jobs=1), use_cache=False)
     b = run_batch(d, tmp_path / "b", LocalBackend(jobs=2), use_cache=False)
     strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
     assert strip(a.rows) == strip(b.rows)
-    assert a.runs == b.runs
+    assert a.runs == b.runs and b.n_failed == 3
 
 
 def test_no_inputs_is_a_usage_error(tmp_path: Path) -> None:
