@@ -61,3 +61,33 @@ def shared_report(hostile: bool = False) -> Report:
         _TMP.append(tmp)  # removed at interpreter exit
         _CACHE[hostile] = synthetic_report(Path(tmp.name), hostile=hostile)
     return _CACHE[hostile]
+
+
+def with_findings(report: Report) -> Report:
+    """``report`` with three hand-made findings (rules are tested elsewhere; this is about
+    how renderers show them), one carrying hostile text and an evidence table."""
+    from dataclasses import replace
+
+    from traceanalyzer.rules import Finding, Severity
+
+    findings = [
+        Finding(
+            rule_id="pageable_memcpy", severity=Severity.CRITICAL,
+            title="Input batch copied from pageable memory every step",
+            evidence={"bytes_per_step": 19_267_584, "steps": [1, 2, 3],
+                      "top_sites": [{"site": "train.py:36 (to_device)", "count": 3, "cpu_ns": 6_481_000}]},
+            fix="Use DataLoader(pin_memory=True) and .to(device, non_blocking=True).",
+            code_hint="loader = DataLoader(ds, pin_memory=True)\nx = x.to('cuda', non_blocking=True)",
+            cost_ms_per_step=2.16, cost_pct_of_step=25.4,
+        ),
+        Finding(
+            rule_id="hostile_rule", severity=Severity.WARNING, title=f"Kernel {HOSTILE} is slow",
+            evidence={"kernel": HOSTILE, "rows": [{"name": HOSTILE, "total_ns": 1000}]},
+            fix=f"Rename {HOSTILE}", cost_ms_per_step=0.5, confidence=0.6,
+        ),
+        Finding(
+            rule_id="fragmentation", severity=Severity.INFO, title="Reserved memory is 40 % unused",
+            evidence={"reserved_bytes": 1 << 30}, fix="Set expandable_segments:True.", cost_bytes=400 << 20,
+        ),
+    ]
+    return replace(report, findings=findings)

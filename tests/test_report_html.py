@@ -189,3 +189,19 @@ def test_report_in_headless_browser(page: Path, tmp_path: Path) -> None:
     px = np.asarray(img.convert("L"), dtype=float)
     assert px.std() > 25, "screenshot looks blank"
     assert (px < 128).mean() > 0.02, "almost no dark pixels: text and charts missing?"
+
+
+def test_findings_are_ranked_escaped_and_show_evidence(report: Any) -> None:
+    from report_support import with_findings
+
+    html = to_html(with_findings(report), charts=[])
+    assert html.count("<script") == 1 and "<img src=x" not in html
+    start, end = html.index('id="sec-findings"'), html.index('id="sec-overview"')
+    section = html[start:end]
+    assert section.index("pageable memory") < section.index("is slow") < section.index("40 % unused")
+    assert "2.16 ms/step (25.4 %)" in section and "400.00 MiB" in section
+    assert "badge sev-critical" in section and "confidence 60%" in section
+    assert "DataLoader(pin_memory=True)" in section and "<pre>loader = DataLoader" in section
+    assert "<details><summary>Evidence</summary>" in section
+    assert "train.py:36 (to_device)" in section and "6.481 ms" in section  # evidence table, formatted
+    assert "18.38 MiB" in section  # bytes_per_step formatted by its unit

@@ -68,3 +68,14 @@ def test_render_writes_report_md(report: Any, tmp_path: Path) -> None:
     written = write_outputs(report, tmp_path, ["md"])
     assert written == [tmp_path / "report.md"]
     assert written[0].read_text(encoding="utf-8") == to_markdown(report)
+
+
+def test_findings_table(report: Any) -> None:
+    from report_support import with_findings
+
+    md = to_markdown(with_findings(report))
+    rows = [ln for ln in md.splitlines() if ln.startswith("| 1 |") or ln.startswith("| 2 |") or ln.startswith("| 3 |")]
+    assert rows[0].startswith("| 1 | critical | Input batch copied from pageable memory every step (`pageable_memcpy`)")
+    assert "| 2.16 ms (25.4 %) |" in rows[0]
+    assert "| 400.00 MiB |" in rows[2]
+    assert "<script>" not in md and "<img" not in md

@@ -391,7 +391,7 @@ def timeline_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
     truncated_rows = len(rows) > _MAX_ROWS
     rows = rows[:_MAX_ROWS]
     nrow = len(rows)
-    height = min(9.5, max(2.6, 1.6 + 0.36 * nrow))
+    height = min(11.0, max(2.8, 1.7 + 0.5 * nrow))
     title = "GPU timeline per step: busy vs idle, longest gaps marked"
     fig, axes = new_figure(title, figsize=(FIGSIZE[0] + 1.2, height))
     ax = axes[0][0]
@@ -406,16 +406,16 @@ def timeline_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
     used_causes: set[str] = set()
     max_len = 0.0
     labels = []
-    marks: list[tuple[float, float, str]] = []
+    marks: dict[tuple[Any, Any], tuple[int, float, int, str]] = {}
     for y, (window, step, dev, ws, we) in enumerate(rows):
         length = _ms(we - ws)
         max_len = max(max_len, length)
         labels.append((f"#{step}" if step is not None else "trace") + (f" · GPU {dev}" if len(devices) > 1 else ""))
-        ax.broken_barh([(0, length)], (y - 0.38, 0.76), facecolors=IDLE, edgecolor="none")
+        ax.broken_barh([(0, length)], (y - 0.3, 0.6), facecolors=IDLE, edgecolor="none")
         fl = first_last.get(dev)
         lo, hi = (max(ws, fl[0]), min(we, fl[1])) if fl else (ws, we)
         if hi > lo:
-            ax.broken_barh([(_ms(lo - ws), _ms(hi - lo))], (y - 0.38, 0.76), facecolors=GREEN, edgecolor="none")
+            ax.broken_barh([(_ms(lo - ws), _ms(hi - lo))], (y - 0.3, 0.6), facecolors=GREEN, edgecolor="none")
         in_row = g.filter((g["device"] == dev) & (g["end_ns"] > ws) & (g["start_ns"] < we))
         if in_row.height == 0:
             continue
@@ -428,15 +428,23 @@ def timeline_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
                 (_ms(max(s, ws) - ws), _ms(min(e, we) - max(s, ws)))
                 for s, e in zip(c["start_ns"].to_list(), c["end_ns"].to_list())
             ]
-            ax.broken_barh(segs, (y - 0.38, 0.76), facecolors=CAUSE_COLORS[cause], edgecolor="none")
+            ax.broken_barh(segs, (y - 0.3, 0.6), facecolors=CAUSE_COLORS[cause], edgecolor="none")
         for r in in_row.iter_rows(named=True):
-            if (r["device"], r["start_ns"]) in longest_keys:
+            key = (r["device"], r["start_ns"])
+            if key in longest_keys:
+                # a gap spanning a step boundary is marked once, in the row holding most of it
+                overlap = min(r["end_ns"], we) - max(r["start_ns"], ws)
                 mid = _ms((max(r["start_ns"], ws) + min(r["end_ns"], we)) / 2 - ws)
-                marks.append((mid, y, _fmt_dur(r["dur_ns"])))
-    for mid, y, text in marks:
-        ax.plot([mid], [y - 0.5], marker="v", color="#222222", markersize=7, zorder=5)
-        ax.annotate(text, (mid, y - 0.5), xytext=(0, 4), textcoords="offset points", ha="center",
-                    va="bottom", fontsize=9, fontweight="bold", color="#222222", zorder=6)
+                if key not in marks or overlap > marks[key][0]:
+                    marks[key] = (overlap, mid, y, _fmt_dur(r["dur_ns"]))
+    for _, mid, y, text in marks.values():
+        edge = mid / max_len if max_len else 0.5
+        ha = "left" if edge < 0.08 else ("right" if edge > 0.92 else "center")
+        ax.plot([mid], [y - 0.45], marker="v", color="#222222", markersize=7, zorder=5)
+        ax.annotate(text, (mid, y - 0.45), xytext=(-4 if ha == "right" else (4 if ha == "left" else 0), 3),
+                    textcoords="offset points", ha=ha, va="bottom", fontsize=8.5, fontweight="bold",
+                    color="#222222", zorder=6,
+                    bbox={"boxstyle": "round,pad=0.12", "facecolor": "white", "edgecolor": "none", "alpha": 0.85})
     ax.set_yticks(range(nrow))
     ax.set_yticklabels(labels)
     ax.set_ylim(nrow - 0.5, -1.3)
@@ -845,6 +853,45 @@ def memory_timeline_chart(res: Any, results: Mapping[str, Any]) -> "Figure | Non
         ax2.set_xlim(0, max(vals) * 1.6 if vals and max(vals) > 0 else 1)
         ax2.set_title("Live at the peak, by call site", fontsize=12, fontweight="normal", loc="left")
         ax2.set_xlabel(f"Live at the peak ({lunit})")
+    return fig
+
+
+@chart("export_timeline", section="export_timeline", order=10,
+       title="Memory by category at the peak (export_memory_timeline)")
+def export_timeline_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+    """What the memory held at its peak, by category (bars), with each category's own
+    maximum over the run (markers)."""
+    at_peak = getattr(res, "at_peak", None)
+    if at_peak is None or at_peak.height == 0:
+        return None
+    rows = list(at_peak.sort("bytes", descending=True).iter_rows(named=True))
+    maxima = getattr(res, "max_per_category", None) or {}
+    hi = max([float(r["bytes"] or 0) for r in rows] + [float(v or 0) for v in maxima.values()])
+    scale, unit = _byte_unit(hi)
+    fig, axes = new_figure("Memory by category at the peak", figsize=(FIGSIZE[0], max(3.0, 1.6 + 0.42 * len(rows))))
+    ax = axes[0][0]
+    ax.grid(True, axis="x", color="#E6E6E6")
+    ax.grid(False, axis="y")
+    palette = {"activation": ORANGE, "parameter": BLUE, "gradient": GREEN, "optimizer_state": PURPLE,
+               "input": CYAN, "temporary": KHAKI, "autograd_detail": PINK, "unknown": GREY}
+    y = list(range(len(rows)))
+    vals = [float(r["bytes"] or 0) / scale for r in rows]
+    ax.barh(y, vals, color=[palette.get(str(r["category"]), GREY) for r in rows], height=0.65, label="at the peak")
+    mx = [float(maxima.get(r["category"]) or 0) / scale for r in rows]
+    if any(mx):
+        ax.plot(mx, y, linestyle="none", marker="|", markersize=16, markeredgewidth=2.5, color="#222222",
+                label="own maximum over the run")
+    for yi, v, r in zip(y, vals, rows):
+        p = r.get("pct_of_peak")
+        ax.annotate(f"{p:.1f} %" if p is not None else "", (v, yi), xytext=(4, 0), textcoords="offset points",
+                    va="center", fontsize=9.5, color="#333333")
+    ax.set_yticks(y)
+    ax.set_yticklabels([str(r["category"]) for r in rows])
+    ax.set_ylim(max(len(rows), 3) - 0.5, -0.5)
+    ax.set_xlim(0, hi / scale * 1.2 if hi > 0 else 1)
+    peak = getattr(res, "peak_total_bytes", None)
+    ax.set_xlabel(f"Memory ({unit})" + (f"  ·  peak total {_fmt_bytes(peak)}" if peak else ""))
+    ax.legend(loc="lower right")
     return fig
 
 

@@ -62,9 +62,10 @@ def fmt_cell(column: str, value: Any, t0: int | None = None) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if t0 is not None and is_timestamp_column(column):
             return fmt_offset(value, t0)
-        if column.endswith("_ns") or "_ns_per_" in column:
+        tokens = column.split("_")
+        if "ns" in tokens[1:]:  # dur_ns, gpu_ns_per_step
             return fmt_ns(value)
-        if column == "bytes" or column.endswith("_bytes"):
+        if "bytes" in tokens:  # bytes, peak_bytes, bytes_per_step
             return fmt_bytes(value)
         if "pct" in column:
             return f"{value:.1f} %"
