@@ -117,7 +117,7 @@ button.more{font:inherit;font-size:12px;color:var(--accent);background:#fff;bord
 border-radius:4px;padding:2px 10px;cursor:pointer}
 button.more:hover{background:#eef3f9}
 figure.chart{margin:10px 0 14px}
-figure.chart img{max-width:min(100%,900px);height:auto;border:1px solid #eaeef2;border-radius:4px}
+figure.chart img{max-width:100%;height:auto;border:1px solid #eaeef2;border-radius:4px}
 figure.chart figcaption{color:var(--muted);font-size:12px}
 .note{color:var(--muted);font-size:12.5px}
 .muted{color:var(--muted)}
@@ -358,6 +358,12 @@ def _run_facts(report: Report) -> list[tuple[str, str]]:
         facts.append(("Vendor", str(m["vendor"])))
     for k, v in (m.get("versions") or {}).items():
         facts.append((k.replace("_", " "), str(v)))
+    for key, label in (("release_hint", "PyTorch release"), ("devices", "Devices"), ("n_segments", "Segments"),
+                       ("n_trace_entries", "History entries"), ("n_samples", "Samples")):
+        v = m.get(key)
+        if v not in (None, "", [], ()) and not any(k == label for k, _ in facts):
+            facts.append((label, ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else
+                          (f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v))))
     flags = m.get("profiler_flags") or {}
     if flags:
         facts.append(("Profiler flags", ", ".join(f"{k}={'on' if v else 'off'}" for k, v in flags.items())))
