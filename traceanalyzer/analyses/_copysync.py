@@ -12,6 +12,9 @@ from typing import Any, Mapping
 
 import polars as pl
 
+from traceanalyzer.analyses._intervals import pct  # noqa: F401 - re-exported for copies/syncs
+from traceanalyzer.analyses.steps import assign_steps as assign_window  # noqa: F401 - re-exported
+
 from traceanalyzer.model import TraceModel
 
 #: CPU ops that copy tensors (outermost one of a nest counts once: aten::to > _to_copy > copy_).
@@ -180,64 +183,13 @@ def containing(df: pl.DataFrame, outer: pl.DataFrame, ts_col: str, id_col: str =
 # Step windows
 # ---------------------------------------------------------------------------------------------
 
-_WIN = {"window": pl.Int64, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
-
-
 def step_windows(model: TraceModel, results: Mapping[str, Any]) -> tuple[pl.DataFrame, bool]:
-    """``(windows, has_steps)``: ``window, step, start_ns, end_ns, dur_ns``, disjoint and sorted.
-
-    The ``steps`` analysis' windows when it ran (CPU step extended to its GPU tail);
-    otherwise the CPU ``ProfilerStep#N`` ranges; otherwise one whole-trace window with a
-    null ``step``.
-    """
-    res = results.get("steps") if hasattr(results, "get") else None
-    if res is not None and hasattr(res, "windows"):
-        w = res.windows().select(list(_WIN))
-        has = bool(getattr(res, "has_steps", w["step"].is_not_null().any()))
-    elif model.steps.height:
-        w = model.steps.sort("ts_ns").select(
-            pl.int_range(pl.len(), dtype=pl.Int64).alias("window"),
-            "step",
-            pl.col("ts_ns").alias("start_ns"),
-            pl.col("end_ns").alias("end_ns"),
-        )
-        # Overlapping CPU step ranges (nested schedules) would make the as-of join ambiguous.
-        w = w.with_columns(end_ns=pl.min_horizontal("end_ns", pl.col("start_ns").shift(-1).fill_null(pl.col("end_ns"))))
-        has = True
-    else:
-        w = pl.DataFrame(
-            {"window": [0], "step": [None], "start_ns": [model.meta.span_start_ns], "end_ns": [model.meta.span_end_ns]},
-            schema=_WIN,
-        )
-        has = False
-    return w.with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns")), has
-
-
-def assign_window(df: pl.DataFrame, windows: pl.DataFrame, ts_col: str) -> pl.DataFrame:
-    """Add ``window`` and ``step``: the window ``[start_ns, end_ns)`` holding ``ts_col`` (null if none)."""
-    base = df.drop([c for c in ("window", "step") if c in df.columns])
-    if base.is_empty():
-        return base.with_columns(window=pl.lit(None, pl.Int64), step=pl.lit(None, pl.Int64))
-    w = windows.select(pl.col("window").alias("_w"), pl.col("start_ns").alias("_ws"), pl.col("end_ns").alias("_we"))
-    j = (
-        base.with_row_index("_row")
-        .with_columns(_t=pl.col(ts_col))
-        .sort("_t")
-        .join_asof(w.sort("_ws"), left_on="_t", right_on="_ws", strategy="backward", check_sortedness=False)
-        .sort("_row")
-    )
-    inside = pl.col("_t").is_not_null() & (pl.col("_t") < pl.col("_we"))
-    j = j.with_columns(window=pl.when(inside).then(pl.col("_w")).otherwise(None).cast(pl.Int64)).drop(
-        "_row", "_t", "_w", "_ws", "_we"
-    )
-    return j.join(windows.select("window", "step"), on="window", how="left", maintain_order="left")
+    """``(windows, has_steps)``: ``window, step, start_ns, end_ns, dur_ns`` of the ``steps``
+    result (CPU step extended to its GPU tail; one whole-trace window without steps)."""
+    res = results["steps"]
+    w = res.windows()
+    return w.with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns")), bool(res.has_steps)
 
 
 def csv_setting(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
-
-
-def pct(part: float | int | None, whole: float | int | None) -> float | None:
-    if part is None or not whole:
-        return None
-    return round(100.0 * float(part) / float(whole), 3)

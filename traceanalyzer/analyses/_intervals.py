@@ -153,9 +153,9 @@ def gpu_activity_classes(model: object) -> pl.DataFrame:
     )
 
 
-def pct(part: float | int, whole: float | int) -> float | None:
-    """``part`` as a percentage of ``whole`` (3 decimals), None when whole is 0."""
-    return round(float(part) * 100.0 / float(whole), 3) if whole else None
+def pct(part: float | int | None, whole: float | int | None) -> float | None:
+    """``part`` as a percentage of ``whole`` (3 decimals), None when either is missing or whole is 0."""
+    return round(float(part) * 100.0 / float(whole), 3) if part is not None and whole else None
 
 
 def dist_stats(s: pl.Series) -> dict[str, float | int | None]:
