@@ -67,6 +67,7 @@ class AnalysisSpec:
     title: str
     order: int
     doc: str
+    after: tuple[str, ...] = ()  # optional inputs: run first when present, never required
 
 
 _REGISTRY: dict[str, AnalysisSpec] = {}
@@ -79,9 +80,12 @@ def analysis(
     depends_on: tuple[str, ...] = (),
     title: str | None = None,
     order: int = 100,
+    after: tuple[str, ...] = (),
 ) -> Callable[[AnalysisFunc], AnalysisFunc]:
     """Register an analysis. ``input`` is the model ``kind`` it applies to;
-    ``order`` sorts report sections (lower first)."""
+    ``order`` sorts report sections (lower first). ``after`` names optional inputs: they
+    run first when registered, but their absence does not skip this analysis (it reads
+    them with ``results.values.get(name)``)."""
 
     def deco(func: AnalysisFunc) -> AnalysisFunc:
         if name in _REGISTRY and _REGISTRY[name].func is not func:
@@ -94,6 +98,7 @@ def analysis(
             title=title or name.replace("_", " ").capitalize(),
             order=order,
             doc=(func.__doc__ or "").strip(),
+            after=after,
         )
         return func
 
@@ -151,7 +156,7 @@ def _toposort(specs: dict[str, AnalysisSpec]) -> list[AnalysisSpec]:
             return
         if spec.name in stack:
             raise ValueError(f"dependency cycle: {' -> '.join(stack + (spec.name,))}")
-        for dep in spec.depends_on:
+        for dep in (*spec.depends_on, *spec.after):
             if dep in specs:
                 visit(specs[dep], stack + (spec.name,))
         seen.add(spec.name)
@@ -183,7 +188,7 @@ def run_analyses(
             n = todo.pop()
             if n not in wanted:
                 wanted.add(n)
-                todo.extend(d for d in specs[n].depends_on if d in specs)
+                todo.extend(d for d in (*specs[n].depends_on, *specs[n].after) if d in specs)
         specs = {n: s for n, s in specs.items() if n in wanted}
     results = Results()
     for spec in _toposort(specs):

@@ -1,0 +1,431 @@
+"""Phases: where each step's time goes — data loading, forward, backward, optimizer,
+communication, other — on the CPU and on the GPU, and the ops behind each phase.
+
+Phase evidence (every signal the trace offers, none required)
+-------------------------------------------------------------
+* **data_loading**: ``enumerate(DataLoader)#…`` / ``enumerate(DataPipe)#…`` ranges, and user
+  ``record_function`` ranges named like data loading (``dataload``, ``load_batch``,
+  ``get_batch``, ``next_batch``, ``prefetch``). On the GPU also host-to-device copies
+  launched outside backward/optimizer/communication (moving the batch in).
+* **communication**: CPU collectives (``nccl:*``, ``gloo:*``, ``c10d::*``,
+  ``record_param_comms``); on the GPU every collective kernel (NCCL/RCCL/…).
+* **optimizer**: ``Optimizer.step#…`` / ``Optimizer.zero_grad#…`` annotations, user ranges
+  named ``optimizer``/``zero_grad``, fused/foreach optimizer ops (``aten::_fused_adam*``,
+  ``aten::_foreach_*``).
+* **backward**: autograd ops (``…Backward0``, ``autograd::engine::evaluate_function: …``,
+  ``AccumulateGrad``), every op on an autograd engine thread (a thread named
+  ``pt_autograd_*``, or a thread other than the step thread that runs backward ops), the ops
+  that ``fwdbwd`` flows end on, and user ranges named ``backward``.
+* **forward**: user ranges named ``forward`` (``DistributedDataParallel.forward``,
+  ``## forward ##``), ``nn.Module: X`` frames (``with_modules``), and every other CPU op that
+  starts before the step's first backward op (all of them when the step has no backward:
+  inference).
+* **other**: the rest — ops after backward began that are none of the above (metrics,
+  logging, ``loss.item()``), CPU time outside any recorded op, GPU work launched from there.
+
+Each instant counts once, in the first phase that covers it, in the precedence
+``data_loading > communication > optimizer > backward > forward > other``, so the CPU
+phases add up to the step window exactly (union over the threads of the trace: while the
+autograd thread runs backward the main thread waits, and that is backward time).
+
+GPU: each kernel/copy/memset takes the phase of the CPU point that launched it (its runtime
+call, joined by correlation id, on the calling thread, same precedence), collectives are
+communication, host-to-device copies data_loading (see above). Per device, each instant of the
+step window counts once in the precedence ``forward > backward > optimizer > data_loading >
+other > communication`` (so communication is *exposed* communication, as in ``gpu_time``),
+the rest is ``idle``; the seven add up to the window. The **primary device** is the one with
+the most busy time.
+
+Ops: every top-level CPU op (outermost on its thread) of the steady steps, grouped by phase,
+module (innermost ``nn.Module`` frame, else innermost user annotation) and op name, with the
+most frequent input shapes (and the number of distinct ones), CPU time and the GPU time /
+count of everything launched inside (kernels, copies, memsets) with its top kernel.
+
+forward/backward ratio = backward time / forward time over the steady steps (GPU: primary
+device; CPU: the CPU phases). A plain training step is around 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses._copysync import containing, runtime_by_correlation
+from traceanalyzer.analyses._intervals import DATALOADER_RE, covered_before, gpu_activity_classes, ms
+from traceanalyzer.analyses.gpu_time import CPU_COMM_RE, exclusive_breakdown
+from traceanalyzer.analyses.kernels import normalize_kernel_names
+from traceanalyzer.analyses.steps import StepsResult, assign_steps
+from traceanalyzer.config import Config
+from traceanalyzer.model import TraceModel
+from traceanalyzer.model.relations import deepest_at, nest
+from traceanalyzer.timeutil import merge_intervals
+
+PHASES: tuple[str, ...] = ("data_loading", "forward", "backward", "optimizer", "communication", "other")
+#: CPU precedence (first wins); ``other`` is the rest.
+CPU_PRECEDENCE: tuple[str, ...] = ("data_loading", "communication", "optimizer", "backward", "forward")
+#: GPU precedence per device; ``idle`` is the rest.
+GPU_PRECEDENCE: tuple[str, ...] = ("forward", "backward", "optimizer", "data_loading", "other", "communication")
+
+BACKWARD_OP_RE = r"Backward\d*$|^autograd::engine::evaluate_function|AccumulateGrad|^torch::autograd::"
+OPTIMIZER_OP_RE = r"^Optimizer\.(step|zero_grad)#|^aten::_fused_(adam|adamw|sgd|adagrad)|^aten::_foreach_"
+USER_BACKWARD_RE = r"(?i)backward"
+USER_FORWARD_RE = r"(?i)forward"
+USER_OPTIMIZER_RE = r"(?i)optimi[sz]er|zero_grad"
+USER_DATA_RE = r"(?i)data_?load|load_?batch|get_?batch|next_?batch|prefetch"
+MODULE_FRAME_PREFIX = "nn.Module:"
+
+_IV = {"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64, "end_ns": pl.Int64}
+
+
+def _iv(df: pl.DataFrame) -> pl.DataFrame:
+    if df.is_empty():
+        return pl.DataFrame(schema=_IV)
+    return df.select([pl.col(c).cast(t) for c, t in _IV.items()]).filter(pl.col("end_ns") >= pl.col("ts_ns"))
+
+
+@dataclass(frozen=True)
+class PhaseContext:
+    """Interval sets per phase (``pid, tid, ts_ns, end_ns``) and per-window backward starts."""
+
+    intervals: dict[str, pl.DataFrame]
+    bwd_start: pl.DataFrame  # window, bwd_start_ns
+    windows: pl.DataFrame
+    sources: dict[str, int]
+
+    def classify(self, points: pl.DataFrame, t_col: str = "t") -> pl.Series:
+        """Phase of each point (``pid, tid, t_col``), aligned with ``points``."""
+        n = points.height
+        if n == 0:
+            return pl.Series("phase", [], dtype=pl.String)
+        p = points.select(pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64),
+                          pl.col(t_col).cast(pl.Int64).alias("t"))
+        cols: dict[str, pl.Series] = {}
+        for name in CPU_PRECEDENCE:
+            iv = self.intervals[name]
+            merged = merge_intervals(iv.filter(pl.col("end_ns") > pl.col("ts_ns")), by=["pid", "tid"])
+            if merged.is_empty():
+                cols[name] = pl.Series(name, [False] * n)
+                continue
+            lo = covered_before(merged, p.select("pid", "tid", "t"), ["pid", "tid"])
+            hi = covered_before(merged, p.select("pid", "tid", (pl.col("t") + 1).alias("t")), ["pid", "tid"])
+            cols[name] = (hi - lo > 0).alias(name)
+        w = assign_steps(p.with_row_index("_r"), self.windows, "t").join(self.bwd_start, on="window", how="left")
+        w = w.sort("_r")
+        flags = pl.DataFrame(cols)
+        expr = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
+        for name in CPU_PRECEDENCE:
+            expr = expr.when(pl.col(name)).then(pl.lit(name))
+        expr = (
+            expr.when(pl.col("_t").is_null())
+            .then(pl.lit("other"))
+            .when(pl.col("_b").is_null() | (pl.col("_t") < pl.col("_b")))
+            .then(pl.lit("forward"))
+            .otherwise(pl.lit("other"))
+        )
+        frame = flags.with_columns(_t=w["t"], _b=w["bwd_start_ns"], _pid=w["pid"])
+        out = frame.select(
+            pl.when(pl.col("_pid").is_null()).then(pl.lit("other")).otherwise(expr).alias("phase")
+        )["phase"]
+        return out
+
+
+def phase_context(model: TraceModel, windows: pl.DataFrame) -> PhaseContext:
+    """Collect the phase evidence of ``model`` (see the module docstring)."""
+    ann = model.annotations.filter(~pl.col("name").str.starts_with("ProfilerStep#"))
+    ops = model.cpu_ops
+    cpu = pl.concat([ops.select("name", "pid", "tid", "ts_ns", "end_ns"), ann.select("name", "pid", "tid", "ts_ns", "end_ns")])
+    dl = cpu.filter(pl.col("name").str.contains(DATALOADER_RE))
+    dl_user = ann.filter(pl.col("name").str.contains(USER_DATA_RE) & ~pl.col("name").str.contains(DATALOADER_RE))
+    comm = cpu.filter(pl.col("name").str.contains(CPU_COMM_RE))
+    opt = pl.concat([
+        cpu.filter(pl.col("name").str.contains(OPTIMIZER_OP_RE)),
+        ann.filter(pl.col("name").str.contains(USER_OPTIMIZER_RE)).select(cpu.columns),
+    ])
+    bwd_ops = ops.filter(pl.col("name").str.contains(BACKWARD_OP_RE))
+    # Autograd engine threads: named so, or a non-step thread that runs backward ops.
+    step_threads = model.steps.select("pid", "tid").unique()
+    if step_threads.is_empty() and ops.height:
+        step_threads = ops.sort("ts_ns").head(1).select("pid", "tid")
+    named = model.threads.filter(pl.col("name").str.contains("(?i)autograd")).select("pid", "tid")
+    with_bwd = bwd_ops.select("pid", "tid").unique().join(step_threads, on=["pid", "tid"], how="anti")
+    bwd_threads = pl.concat([named, with_bwd]).unique()
+    on_bwd_threads = ops.join(bwd_threads, on=["pid", "tid"], how="semi")
+    # fwdbwd flow ends: the deepest op covering the flow's end point is a backward op.
+    fends = model.flows.filter((pl.col("kind") == "fwdbwd") & (pl.col("ph") == "f")).select("pid", "tid", "ts_ns")
+    flow_ops = pl.DataFrame(schema=_IV)
+    if fends.height and ops.height:
+        ivs = ops.select("pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+        ids = deepest_at(ivs, fends)
+        flow_ops = ivs.join(pl.DataFrame({"id": ids}).drop_nulls().unique(), on="id", how="semi").drop("id")
+    bwd_user = ann.filter(pl.col("name").str.contains(USER_BACKWARD_RE))
+    bwd = pl.concat([_iv(bwd_ops), _iv(on_bwd_threads), _iv(flow_ops), _iv(bwd_user)])
+    mod_frames = model.python_frames.filter(pl.col("name").str.starts_with(MODULE_FRAME_PREFIX))
+    fwd_user = ann.filter(pl.col("name").str.contains(USER_FORWARD_RE))
+    fwd_explicit = pl.concat([_iv(fwd_user), _iv(mod_frames)])
+
+    bw = assign_steps(bwd.select("ts_ns"), windows, "ts_ns").filter(pl.col("window").is_not_null())
+    bwd_start = bw.group_by("window").agg(bwd_start_ns=pl.col("ts_ns").min())
+    # Every other op before the step's first backward op is forward work.
+    o = assign_steps(_iv(ops), windows, "ts_ns").join(bwd_start, on="window", how="left")
+    fwd_implicit = o.filter(pl.col("bwd_start_ns").is_null() | (pl.col("ts_ns") < pl.col("bwd_start_ns"))).with_columns(
+        end_ns=pl.when(pl.col("bwd_start_ns").is_null()).then(pl.col("end_ns"))
+        .otherwise(pl.min_horizontal("end_ns", "bwd_start_ns"))
+    )
+    intervals = {
+        "data_loading": pl.concat([_iv(dl), _iv(dl_user)]),
+        "communication": _iv(comm),
+        "optimizer": _iv(opt),
+        "backward": bwd,
+        "forward": pl.concat([fwd_explicit, _iv(fwd_implicit)]),
+    }
+    sources = {
+        "dataloader_ranges": dl.height,
+        "user_data_ranges": dl_user.height,
+        "collective_cpu_ops": comm.height,
+        "optimizer_ranges": opt.height,
+        "backward_ops": bwd_ops.height,
+        "autograd_threads": bwd_threads.height,
+        "fwdbwd_flow_ops": flow_ops.height,
+        "user_backward_ranges": bwd_user.height,
+        "user_forward_ranges": fwd_user.height,
+        "module_frames": mod_frames.height,
+    }
+    return PhaseContext(intervals, bwd_start, windows.select("window", "step", "start_ns", "end_ns"), sources)
+
+
+@dataclass(frozen=True)
+class PhasesResult:
+    """Per-step phase times on the CPU and per device on the GPU, and ops per phase."""
+
+    cpu: pl.DataFrame  # window, step, <phase>_ns …, total_ns
+    gpu: pl.DataFrame  # window, step, device, <phase>_ns …, idle_ns, total_ns
+    primary_device: int | None
+    cpu_mean: dict[str, float]  # steady mean per step, ns
+    gpu_mean: dict[str, float]  # primary device, steady mean per step, ns
+    fwd_bwd_ratio_cpu: float | None
+    fwd_bwd_ratio_gpu: float | None
+    ops: pl.DataFrame
+    n_steady: int
+    sources: dict[str, int]
+    top_n: int = 15
+    thresholds: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "primary_device": self.primary_device,
+            "n_steady_steps": self.n_steady,
+            "cpu_mean_ns": self.cpu_mean,
+            "gpu_mean_ns": self.gpu_mean,
+            "fwd_bwd_ratio_cpu": self.fwd_bwd_ratio_cpu,
+            "fwd_bwd_ratio_gpu": self.fwd_bwd_ratio_gpu,
+            "cpu": self.cpu.to_dicts(),
+            "gpu": self.gpu.to_dicts(),
+            "ops": self.ops.sort("phase").group_by("phase", maintain_order=True).head(50).to_dicts(),
+            "n_op_groups": self.ops.height,
+            "sources": self.sources,
+        }
+
+    def dominant(self, resource: str = "gpu", exclude: tuple[str, ...] = ("other",)) -> str | None:
+        """The phase with the most steady time on ``resource`` (``other`` only if nothing else)."""
+        means = self.gpu_mean if resource == "gpu" else self.cpu_mean
+        cand = {p: means.get(f"{p}_ns", 0.0) for p in PHASES}
+        best = sorted(((v, p) for p, v in cand.items() if p not in exclude and v > 0), reverse=True)
+        if best:
+            return best[0][1]
+        rest = sorted(((v, p) for p, v in cand.items() if v > 0), reverse=True)
+        return rest[0][1] if rest else None
+
+    def line(self, resource: str) -> str:
+        means = self.gpu_mean if resource == "gpu" else self.cpu_mean
+        total = means.get("total_ns") or 0.0
+        if not total:
+            return "n/a"
+        keys = [*PHASES, "idle"] if resource == "gpu" else list(PHASES)
+        parts = [f"{p.replace('_', ' ')} {100 * means.get(f'{p}_ns', 0.0) / total:.1f} %" for p in keys
+                 if means.get(f"{p}_ns", 0.0) > 0]
+        return ", ".join(parts) + f" of {ms(total)}"
+
+    def summary(self) -> list[tuple[str, str]]:
+        out = []
+        if self.gpu_mean:
+            out.append((f"GPU {self.primary_device} per step", self.line("gpu")))
+        if self.cpu_mean:
+            out.append(("CPU per step", self.line("cpu")))
+        ratios = []
+        if self.fwd_bwd_ratio_gpu is not None:
+            ratios.append(f"{self.fwd_bwd_ratio_gpu:.2f}× on the GPU")
+        if self.fwd_bwd_ratio_cpu is not None:
+            ratios.append(f"{self.fwd_bwd_ratio_cpu:.2f}× on the CPU")
+        out.append(("Backward / forward", ", ".join(ratios) if ratios else "n/a (no forward or no backward found)"))
+        used = [k.replace("_", " ") for k, v in self.sources.items() if v]
+        out.append(("Phase evidence", ", ".join(used) if used else "none: every op counts as forward"))
+        return out
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        out = {}
+        if self.gpu.height:
+            out["GPU time per phase and step"] = self.gpu
+        out["CPU time per phase and step"] = self.cpu
+        if self.ops.height:
+            out["Top ops per phase"] = (
+                self.ops.sort(["phase", "gpu_ns", "cpu_ns"], descending=[False, True, True])
+                .group_by("phase", maintain_order=True)
+                .head(self.top_n)
+            )
+        return out
+
+
+def _ratio(means: dict[str, float]) -> float | None:
+    f, b = means.get("forward_ns", 0.0), means.get("backward_ns", 0.0)
+    return round(b / f, 3) if f > 0 and b > 0 else None
+
+
+def _means(df: pl.DataFrame, steady: list[int], cols: list[str]) -> dict[str, float]:
+    s = df.filter(pl.col("window").is_in(steady))
+    if s.is_empty():
+        return {}
+    return {c: round(float(s[c].mean()), 1) for c in cols}  # type: ignore[arg-type]
+
+
+def _ops_table(model: TraceModel, ctx: PhaseContext, steady: list[int], act: pl.DataFrame) -> pl.DataFrame:
+    """Top-level CPU ops of the steady windows with phase, module, shapes, CPU and GPU time."""
+    schema = {"phase": pl.String, "module": pl.String, "name": pl.String, "input_dims": pl.String,
+              "n_shapes": pl.Int64, "calls": pl.Int64, "calls_per_step": pl.Float64, "cpu_ns": pl.Int64, "gpu_ns": pl.Int64,
+              "gpu_ns_per_step": pl.Float64, "kernels": pl.Int64, "mean_gpu_ns": pl.Float64,
+              "top_kernel": pl.String}
+    ops = model.cpu_ops
+    if ops.is_empty() or not steady:
+        return pl.DataFrame(schema=schema)
+    iv = ops.select("name", "pid", "tid", "ts_ns", "end_ns", "dur_ns", "input_dims").with_row_index("op_id").with_columns(
+        pl.col("op_id").cast(pl.Int64)
+    )
+    depth = nest(iv.select(pl.col("op_id").alias("id"), "pid", "tid", "ts_ns", "end_ns"))
+    top = iv.join(depth.filter(pl.col("depth") == 1).select(pl.col("id").alias("op_id")), on="op_id", how="semi")
+    top = assign_steps(top, ctx.windows, "ts_ns").filter(pl.col("window").is_in(steady))
+    if top.is_empty():
+        return pl.DataFrame(schema=schema)
+    top = top.with_columns(phase=ctx.classify(top.select("pid", "tid", pl.col("ts_ns").alias("t"))))
+    # Module: innermost nn.Module frame, else innermost user annotation, at the op's start.
+    pts = top.select("pid", "tid", "ts_ns")
+    mods = model.python_frames.filter(pl.col("name").str.starts_with(MODULE_FRAME_PREFIX)).select(
+        "name", "pid", "tid", "ts_ns", "end_ns"
+    ).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+    anns = model.annotations.filter(~pl.col("name").str.starts_with("ProfilerStep#")).select(
+        "name", "pid", "tid", "ts_ns", "end_ns"
+    ).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+    mid = deepest_at(mods, pts) if mods.height else pl.Series("id", [None] * pts.height, dtype=pl.Int64)
+    aid = deepest_at(anns, pts) if anns.height else pl.Series("id", [None] * pts.height, dtype=pl.Int64)
+    top = (
+        top.with_columns(_m=mid, _a=aid)
+        .join(mods.select(pl.col("id").alias("_m"), pl.col("name").str.replace(r"^nn\.Module:\s*", "").alias("_mn")),
+              on="_m", how="left", maintain_order="left")
+        .join(anns.select(pl.col("id").alias("_a"), pl.col("name").alias("_an")), on="_a", how="left",
+              maintain_order="left")
+        .with_columns(module=pl.coalesce("_mn", "_an"))
+        .drop("_m", "_a", "_mn", "_an")
+    )
+    # GPU work launched inside each top-level op (runtime call start inside the op, same thread).
+    g = act.filter(pl.col("api_ts_ns").is_not_null()) if act.height else act
+    if g.height:
+        g = g.with_columns(
+            op_id=containing(g.select("pid", "tid", "api_ts_ns"), top.select("pid", "tid", "ts_ns", "end_ns", "op_id"),
+                             "api_ts_ns", "op_id")
+        ).filter(pl.col("op_id").is_not_null())
+    keys = ["phase", "module", "name"]
+    g = g.join(top.select("op_id", *keys), on="op_id", how="inner") if g.height else g
+    n = len(steady)
+    agg = top.group_by(keys).agg(
+        calls=pl.len().cast(pl.Int64),
+        cpu_ns=pl.col("dur_ns").sum(),
+        n_shapes=pl.col("input_dims").n_unique().cast(pl.Int64),
+        # the most frequent input shapes (ties: the lexically first, for determinism)
+        input_dims=pl.col("input_dims").drop_nulls().mode().sort().first(),
+    )
+    if g.height:
+        kg = g.group_by(keys).agg(gpu_ns=pl.col("dur_ns").sum(), kernels=pl.len().cast(pl.Int64))
+        topk = (
+            g.with_columns(_k=normalize_kernel_names(pl.col("gpu_name")))
+            .group_by([*keys, "_k"]).agg(_s=pl.col("dur_ns").sum())
+            .sort(["_s", "_k"], descending=[True, False])
+            .group_by(keys, maintain_order=True).first()
+            .select(*keys, pl.col("_k").alias("top_kernel"))
+        )
+        agg = agg.join(kg, on=keys, how="left", nulls_equal=True).join(topk, on=keys, how="left", nulls_equal=True)
+    else:
+        agg = agg.with_columns(gpu_ns=pl.lit(None, pl.Int64), kernels=pl.lit(None, pl.Int64),
+                               top_kernel=pl.lit(None, pl.String))
+    return (
+        agg.with_columns(pl.col("gpu_ns").fill_null(0), pl.col("kernels").fill_null(0))
+        .with_columns(
+            calls_per_step=(pl.col("calls") / n).round(2),
+            gpu_ns_per_step=(pl.col("gpu_ns") / n).round(1),
+            mean_gpu_ns=pl.when(pl.col("kernels") > 0).then((pl.col("gpu_ns") / pl.col("calls")).round(1)),
+        )
+        .select(list(schema))
+        .sort(["phase", "gpu_ns", "cpu_ns", "name"], descending=[False, True, True, False], nulls_last=True)
+    )
+
+
+@analysis("phases", depends_on=("steps",), title="Phases", order=3)
+def phases(model: TraceModel, results: Results, config: Config) -> PhasesResult:
+    """Per-step time in data loading, forward, backward, optimizer, communication and other, CPU and GPU."""
+    top_n = config.get("diagnosis.top_ops", 15)
+    sr: StepsResult = results["steps"]
+    windows = sr.windows()
+    steady = sr.steady_windows()
+    ctx = phase_context(model, windows)
+
+    levels = [(p, ctx.intervals[p]) for p in CPU_PRECEDENCE]
+    cpu = exclusive_breakdown(levels, windows, [], "other")
+    cpu = cpu.join(windows.select("window", "step", (pl.col("end_ns") - pl.col("start_ns")).alias("total_ns")),
+                   on="window").select("window", "step", *[f"{p}_ns" for p in PHASES], "total_ns").sort("window")
+
+    act = pl.DataFrame()
+    gpu = pl.DataFrame()
+    primary: int | None = None
+    if model.has_gpu:
+        a = gpu_activity_classes(model).filter(pl.col("device").is_not_null())
+        rt = runtime_by_correlation(model)
+        a = a.join(rt, on="correlation", how="left", maintain_order="left")
+        ph = ctx.classify(a.select("pid", "tid", pl.col("api_ts_ns").alias("t")))
+        htod = (pl.col("activity") == "memcpy") & pl.col("name").str.contains(r"HtoD|H2D|M2D")
+        a = a.with_columns(phase=ph).with_columns(
+            phase=pl.when(pl.col("category") == "communication").then(pl.lit("communication"))
+            .when(htod & pl.col("phase").is_in(["forward", "other", "data_loading"])).then(pl.lit("data_loading"))
+            .otherwise(pl.col("phase"))
+        )
+        act = a.rename({"name": "gpu_name"})
+        glevels = [(p, a.filter(pl.col("phase") == p).select("device", "ts_ns", "end_ns")) for p in GPU_PRECEDENCE]
+        gpu = exclusive_breakdown(glevels, windows, ["device"], "idle")
+        gpu = gpu.join(windows.select("window", "step", (pl.col("end_ns") - pl.col("start_ns")).alias("total_ns")),
+                       on="window").select("window", "step", "device", *[f"{p}_ns" for p in PHASES], "idle_ns",
+                                           "total_ns").sort(["window", "device"])
+        busy = gpu.group_by("device").agg(b=(pl.col("total_ns") - pl.col("idle_ns")).sum()).sort(
+            ["b", "device"], descending=[True, False]
+        )
+        primary = int(busy["device"][0]) if busy.height else None
+
+    cols = [f"{p}_ns" for p in PHASES]
+    cpu_mean = _means(cpu, steady, [*cols, "total_ns"])
+    gpu_mean = (
+        _means(gpu.filter(pl.col("device") == primary), steady, [*cols, "idle_ns", "total_ns"])
+        if primary is not None else {}
+    )
+    ops_act = act.select("gpu_name", "dur_ns", "pid", "tid", "api_ts_ns") if act.height else pl.DataFrame()
+    ops = _ops_table(model, ctx, steady, ops_act)
+    return PhasesResult(
+        cpu=cpu,
+        gpu=gpu,
+        primary_device=primary,
+        cpu_mean=cpu_mean,
+        gpu_mean=gpu_mean,
+        fwd_bwd_ratio_cpu=_ratio(cpu_mean),
+        fwd_bwd_ratio_gpu=_ratio(gpu_mean),
+        ops=ops,
+        n_steady=len(steady),
+        sources=ctx.sources,
+        top_n=top_n,
+    )
