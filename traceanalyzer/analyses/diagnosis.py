@@ -59,7 +59,10 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses._copysync import runtime_by_correlation
 from traceanalyzer.analyses._intervals import DATALOADER_RE, is_comm_kernel, ms, window_union_lengths
+from traceanalyzer.analyses.kernels import normalize_kernel_names
+from traceanalyzer.model.relations import deepest_at
 from traceanalyzer.analyses.baseline import GEMM_KERNEL_RE, BaselineResult
 from traceanalyzer.analyses.phases import PHASES, USER_DATA_RE, PhasesResult
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
@@ -226,7 +229,7 @@ class DiagnosisResult:
                 out.append(
                     f"{r['name']}{where}: GPU {ms(r['gpu_ns_per_step'])}/step, {r['kernels'] / n:,.1f} kernel(s)"
                     f" in {r['calls_per_step']:,.1f} call(s) per step (mean {ms(r['mean_gpu_ns'])}/call, mostly "
-                    f"{r['top_kernel']}), CPU {ms(r['cpu_ns'] / n)}/step{shapes}"
+                    f"{r['top_kernel']})" + (f", CPU {ms(r['cpu_ns'] / n)}/step" if r["cpu_ns"] else "") + shapes
                 )
             else:
                 out.append(f"{r['name']}{where}: CPU {ms(r['cpu_ns'] / n)}/step in {r['calls_per_step']:,.1f} "
@@ -558,6 +561,41 @@ def _secondary(tot: dict[str, Any], verdict: str, minor_pct: float) -> list[str]
     return [f"{labels[c]} {_pct(v, d):.1f} %" for v, c in rows if _pct(v, d) >= minor_pct]
 
 
+def _comm_ops(model: TraceModel, windows: pl.DataFrame, steady: list[int], device: int | None, n: int) -> pl.DataFrame:
+    """Collective kernels of the steady steps grouped by the CPU op that launched them (the deepest
+    op around the launch call: ``c10d::allreduce_``, ``record_param_comms`` …), wherever that op
+    sits (DDP launches them from inside backward ops on the autograd thread)."""
+    k = model.kernels.filter(is_comm_kernel(pl.col("name"), pl.col("comm_name")))
+    if device is not None:
+        k = k.filter(pl.col("device") == device)
+    k = assign_steps(k, windows, "ts_ns").filter(pl.col("window").is_in(steady))
+    if k.is_empty():
+        return pl.DataFrame()
+    rt = runtime_by_correlation(model).select("correlation", "pid", "tid", "api_ts_ns")
+    k = k.join(rt, on="correlation", how="left")
+    ops = model.cpu_ops.select("name", "input_dims", "ts_ns", "end_ns", "pid", "tid").with_row_index("id").with_columns(
+        pl.col("id").cast(pl.Int64))
+    pts = k.select(pl.col("pid").fill_null(-1), pl.col("tid").fill_null(-1), pl.col("api_ts_ns").fill_null(0).alias("ts_ns"))
+    k = k.with_columns(_op=deepest_at(ops.select("id", "ts_ns", "end_ns", "pid", "tid"), pts) if ops.height else None)
+    k = k.join(ops.select(pl.col("id").alias("_op"), pl.col("name").alias("op"), "input_dims"), on="_op", how="left")
+    steps = max(len(steady), 1)
+    return (
+        k.with_columns(pl.col("op").fill_null("<no launching CPU op>"), _k=normalize_kernel_names(pl.col("name")))
+        .group_by("op", "comm_name")
+        .agg(calls=pl.len().cast(pl.Int64), gpu_ns=pl.col("dur_ns").sum(),
+             n_shapes=pl.col("input_dims").n_unique().cast(pl.Int64),
+             input_dims=pl.col("input_dims").drop_nulls().mode().sort().first(),
+             top_kernel=pl.col("_k").mode().sort().first())
+        .select(pl.lit("communication").alias("phase"), pl.col("comm_name").alias("module"), pl.col("op").alias("name"),
+                "input_dims", "n_shapes", "calls", (pl.col("calls") / steps).round(2).alias("calls_per_step"),
+                pl.lit(0, pl.Int64).alias("cpu_ns"), "gpu_ns", (pl.col("gpu_ns") / steps).round(1).alias("gpu_ns_per_step"),
+                pl.col("calls").alias("kernels"), (pl.col("gpu_ns") / pl.col("calls")).round(1).alias("mean_gpu_ns"),
+                "top_kernel")
+        .sort(["gpu_ns", "name"], descending=[True, False])
+        .head(n)
+    )
+
+
 def _top_ops(ph: PhasesResult | None, phase: str | None, by: str, n: int) -> pl.DataFrame:
     if ph is None or phase is None or ph.ops.is_empty():
         return pl.DataFrame()
@@ -685,6 +723,8 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
     if ratios:
         phase_line += "; " + ", ".join(ratios)
     top = _top_ops(ph, dom, rank_by, top_n)
+    if dom == "communication" and use_gpu:
+        top = _comm_ops(model, windows, steady, device, top_n)
     return DiagnosisResult(
         resource=resource,
         verdict=verdict,
