@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 from pathlib import Path
 from typing import Any
@@ -36,3 +37,21 @@ def kineto_doc(events: list[dict[str, Any]], **top: Any) -> dict[str, Any]:
     doc: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": [], "traceEvents": events}
     doc.update(top)
     return doc
+
+
+# One load (and one full analysis run) per real trace for the whole session: several
+# test modules check different things on the same ~50 files, and loading dominates.
+@functools.lru_cache(maxsize=None)
+def shared_model(path: Path) -> Any:
+    """The model of a ../shared trace, loaded once per test session (raises InputError as load does)."""
+    from traceanalyzer.load import load
+
+    return load(path)
+
+
+@functools.lru_cache(maxsize=None)
+def shared_results(path: Path) -> Any:
+    """Every analysis run once (strict: internal errors propagate) on :func:`shared_model`."""
+    from traceanalyzer.analyses import run_analyses
+
+    return run_analyses(shared_model(path), strict=True)

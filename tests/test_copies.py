@@ -15,7 +15,9 @@ from traceanalyzer.analyses import run_analyses
 from traceanalyzer.analyses.callsites import is_user_frame
 from traceanalyzer.config import Config
 from traceanalyzer.errors import InputError, NotApplicable
-from traceanalyzer.load.chrome_trace import build_model, load_chrome_trace
+from traceanalyzer.load.chrome_trace import build_model
+
+from conftest import shared_model, shared_results
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TRACES = SHARED / "data" / "traces"
@@ -252,10 +254,10 @@ def _independent_memcpy(path: Path) -> tuple[int, int, int]:
 @pytest.mark.parametrize("path", _real_files(), ids=lambda p: str(p.relative_to(TRACES)))
 def test_real_trace_totals(path: Path) -> None:
     try:
-        model = load_chrome_trace(path)
+        model = shared_model(path)
     except InputError:
         pytest.skip("not a chrome trace (refused by the loader)")
-    r = run_analyses(model, only=("copies", "syncs"), strict=True)
+    r = shared_results(path)
     n, nbytes, dur = _independent_memcpy(path)
     if "copies" not in r.values:
         assert n == 0 and model.memset.height == 0

@@ -10,11 +10,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from traceanalyzer.analyses import run_analyses
 from traceanalyzer.analyses.diagnosis import VERDICTS
-from traceanalyzer.config import Config
 from traceanalyzer.errors import InputError
-from traceanalyzer.load import load, sniff
+from traceanalyzer.load import sniff
+
+from conftest import shared_model, shared_results
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TRACES = SHARED / "data" / "traces"
@@ -38,10 +38,10 @@ def test_real_trace_gets_a_verdict(path: Path) -> None:
     try:
         if sniff(path) != "trace":
             pytest.skip("not a chrome trace")
-        model = load(path)
+        model = shared_model(path)
     except InputError:
         pytest.skip("refused by the loader (covered by test_shared_traces)")
-    res = run_analyses(model, Config(), only=("diagnosis",))
+    res = shared_results(path)
     assert "diagnosis" not in res.failed, res.failed
     assert not {"baseline", "phases"} & set(res.failed), res.failed
     if "diagnosis" not in res.values:

@@ -13,7 +13,7 @@ import pytest
 from traceanalyzer.errors import InputError
 from traceanalyzer.load import load, sniff
 
-from conftest import SHARED_TRACES, needs_shared, shared_trace_files
+from conftest import SHARED_TRACES, needs_shared, shared_model, shared_trace_files
 
 # Files that are not chrome traces and must be refused with this message.
 REFUSED = {"hta/execution_trace/benchmark_simple_add_et.json.gz": "Execution Trace"}
@@ -70,7 +70,7 @@ def test_loads_and_counts_match(path: Path) -> None:
         return
     if sniff(path) != "trace":  # export_memory_timeline output: covered by the memory tests
         pytest.skip("not a chrome trace")
-    model = load(path)
+    model = shared_model(path)
     expected = independent_counts(path)
     got = {t: model.table(t).height for t in ("kernels", "runtime", "memcpy", "memset", "cpu_ops", "memory_events")}
     assert got == {t: expected.get(t, 0) for t in got}

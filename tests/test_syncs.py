@@ -12,7 +12,9 @@ import pytest
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.analyses.syncs import SYNC_APIS
 from traceanalyzer.errors import NotApplicable
-from traceanalyzer.load.chrome_trace import build_model, load_chrome_trace
+from traceanalyzer.load.chrome_trace import build_model
+
+from conftest import shared_results
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TRACES = SHARED / "data" / "traces"
@@ -193,7 +195,7 @@ def test_real_trace_explicit_sync_counts(rel: str) -> None:
     for e in events:
         if e.get("ph") == "X" and e.get("cat") in runtime_cats and e.get("name") in SYNC_APIS:
             expected[e["name"]] = expected.get(e["name"], 0) + 1
-    s = _run(load_chrome_trace(path))
+    s = shared_results(path)["syncs"]
     got = {k: v for k, v in s.totals["calls_by_api"].items() if k in SYNC_APIS}
     assert got == expected
     assert s.totals["blocked_ns"] >= 0 and s.totals["sync_points"] <= s.totals["sync_calls"]
