@@ -20,9 +20,12 @@ from traceanalyzer.errors import TraceAnalyzerError
 
 EPILOG = """\b
 Examples:
-  traceanalyzer analyze rank0.pt.trace.json.gz
-  traceanalyzer analyze trace.json -o out/ --format json,md
-  traceanalyzer rules
+  traceanalyzer analyze rank0.pt.trace.json.gz          # report: html, png, md, json
+  traceanalyzer analyze trace.json -o out/ --format json,md --fail-on warning
+  traceanalyzer memory snapshot.pickle                  # why did I OOM?
+  traceanalyzer batch runs/ -o reports/ --jobs 8        # many files, ranks grouped into runs
+  traceanalyzer compare baseline/ candidate/ --fail-if-slower 5
+  traceanalyzer rules                                   # the checks and their thresholds
 """
 
 
