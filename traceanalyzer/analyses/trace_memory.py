@@ -26,22 +26,33 @@ from traceanalyzer.analyses import Results, analysis
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
+from traceanalyzer.model.relations import deepest_at
 
 
-def _device_name(device_type: int | None, device_id: int | None) -> str:
-    kind = {0: "cpu", 1: "cuda"}.get(device_type if device_type is not None else -1, f"type{device_type}")
-    return kind if kind == "cpu" else f"{kind}:{device_id}"
+# c10::DeviceType values as written in the [memory] events' "Device Type".
+_DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip", 9: "xla", 12: "xpu", 13: "mps", 15: "hpu", 19: "mtia", 20: "privateuse1"}
+
+
+def _device_name_expr() -> pl.Expr:
+    """``cpu`` for host memory, ``<kind>:<id>`` for devices (``cuda:0``, ``hip:2``, ``type7:0``)."""
+    kind = (
+        pl.col("device_type")
+        .replace_strict(_DEVICE_TYPES, default=None, return_dtype=pl.String)
+        .fill_null(pl.lit("type") + pl.col("device_type").cast(pl.String).fill_null("?"))
+    )
+    return pl.when(kind == "cpu").then(kind).otherwise(kind + ":" + pl.col("device_id").cast(pl.String).fill_null("?"))
 
 
 def _enclosing_ops(ev: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
-    """Name of the innermost CPU op on the same (pid, tid) whose span contains each
-    event: the latest-starting op before the event that has not ended (ops nest)."""
+    """Add ``op``: the deepest CPU op on the same (pid, tid) whose span covers each event."""
     if ops.is_empty() or ev.is_empty():
         return ev.with_columns(op=pl.lit(None, dtype=pl.String))
-    o = ops.select("pid", "tid", op_ts="ts_ns", op_end="end_ns", op="name").sort("op_ts")
-    j = ev.sort("ts_ns").join_asof(o, left_on="ts_ns", right_on="op_ts", by=["pid", "tid"], strategy="backward",
-                                check_sortedness=False)
-    return j.with_columns(op=pl.when(pl.col("op_end") >= pl.col("ts_ns")).then(pl.col("op"))).drop("op_ts", "op_end")
+    intervals = ops.select("name", "ts_ns", "end_ns", "pid", "tid").with_row_index("id").with_columns(
+        pl.col("id").cast(pl.Int64)
+    )
+    ids = deepest_at(intervals, ev.select("ts_ns", "pid", "tid"))
+    names = intervals.select("id", op="name")
+    return ev.with_columns(id=ids).join(names, on="id", how="left", maintain_order="left").drop("id")
 
 
 @dataclass(frozen=True)
@@ -92,8 +103,7 @@ def trace_memory(model: TraceModel, results: Results, config: Config) -> TraceMe
     if ev.is_empty():
         raise NotApplicable("no [memory] events: profile with profile_memory=True")
     ev = ev.with_columns(
-        device=pl.struct("device_type", "device_id").map_elements(
-            lambda s: _device_name(s["device_type"], s["device_id"]), return_dtype=pl.String)
+        device=_device_name_expr()
     ).sort("ts_ns", maintain_order=True)
     ooms = ev.filter(pl.col("oom"))
     mem = _enclosing_ops(ev.filter(~pl.col("oom")), model.cpu_ops)
