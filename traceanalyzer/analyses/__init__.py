@@ -23,8 +23,6 @@ module plus its test.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Protocol, runtime_checkable
 
@@ -32,6 +30,7 @@ import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
+from traceanalyzer.plugins import import_submodules
 
 
 @runtime_checkable
@@ -105,18 +104,9 @@ def analysis(
     return deco
 
 
-_discovered = False
-
-
 def discover() -> None:
     """Import every module of this package so their decorators register."""
-    global _discovered
-    if _discovered:
-        return
-    for mod in pkgutil.iter_modules(__path__):
-        if not mod.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{mod.name}")
-    _discovered = True
+    import_submodules(__name__)
 
 
 def registry() -> dict[str, AnalysisSpec]:

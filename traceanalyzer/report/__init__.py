@@ -11,11 +11,11 @@ discovered automatically, so a new output format is one module plus its test.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
+
+from traceanalyzer.plugins import import_submodules
 
 if TYPE_CHECKING:
     from traceanalyzer.report.document import Report
@@ -44,17 +44,9 @@ def renderer(name: str, *, description: str, default: bool = True) -> Callable[[
     return deco
 
 
-_discovered = False
-
-
 def discover() -> None:
-    global _discovered
-    if _discovered:
-        return
-    for mod in pkgutil.iter_modules(__path__):
-        if not mod.name.startswith("_") and mod.name not in ("document",):
-            importlib.import_module(f"{__name__}.{mod.name}")
-    _discovered = True
+    """Import every module of this package so their decorators register."""
+    import_submodules(__name__, skip=("document",))
 
 
 def registry() -> dict[str, RendererSpec]:

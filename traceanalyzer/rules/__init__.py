@@ -23,13 +23,12 @@ Findings are ranked by estimated cost (ms per step, then bytes).
 from __future__ import annotations
 
 import enum
-import importlib
-import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
+from traceanalyzer.plugins import import_submodules
 
 
 class Severity(enum.IntEnum):
@@ -145,17 +144,9 @@ def rule(
     return deco
 
 
-_discovered = False
-
-
 def discover() -> None:
-    global _discovered
-    if _discovered:
-        return
-    for mod in pkgutil.iter_modules(__path__):
-        if not mod.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{mod.name}")
-    _discovered = True
+    """Import every module of this package so their decorators register."""
+    import_submodules(__name__)
 
 
 def registry() -> dict[str, RuleSpec]:
