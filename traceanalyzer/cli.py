@@ -8,15 +8,14 @@ tripped, 2 bad input or usage, 3 internal error (a bug; set
 
 from __future__ import annotations
 
-import importlib
 import os
-import pkgutil
 import sys
 
 import click
 
 from traceanalyzer import __version__
 from traceanalyzer.errors import TraceAnalyzerError
+from traceanalyzer.plugins import import_submodules
 
 EPILOG = """\b
 Examples:
@@ -41,12 +40,7 @@ def cli() -> None:
 
 
 def _register_commands() -> None:
-    import traceanalyzer.commands as pkg
-
-    for mod in pkgutil.iter_modules(pkg.__path__):
-        if mod.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{pkg.__name__}.{mod.name}")
+    for module in import_submodules("traceanalyzer.commands"):
         command = getattr(module, "command", None)
         if isinstance(command, click.Command):
             cli.add_command(command)
