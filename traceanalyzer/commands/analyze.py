@@ -30,8 +30,12 @@ def terminal_summary(report: Report, top_findings: int = 5) -> str:
     lines = [click.style(f"{report.source}", bold=True) + f"  [{report.kind}]"]
     for w in report.warnings:
         lines.append(click.style(f"  warning: {w}", fg="yellow"))
-    for _, title, result in report.sections()[:3]:
-        summary = summary_of(result)
+    # The whole-trace numbers first, then the verdict; the report has the rest.
+    wanted = ("overview", "diagnosis", "memory_peak", "memory_oom", "export_timeline")
+    shown = [s for s in report.sections() if s[0] in wanted] or report.sections()[:1]
+    brief = {"diagnosis": ("Verdict", "What would move it", "Dominant phase")}
+    for name, title, result in sorted(shown, key=lambda s: wanted.index(s[0]) if s[0] in wanted else 0):
+        summary = [kv for kv in summary_of(result) if name not in brief or kv[0] in brief[name]]
         if not summary:
             continue
         lines.append(f"  {title}")
