@@ -215,8 +215,8 @@ def test_nothing_to_diagnose_is_not_applicable() -> None:
     assert res.skipped["diagnosis"]
 
 
-def test_diagnosis_is_the_first_section_after_the_overview() -> None:
+def test_diagnosis_is_the_first_section() -> None:
     specs = registry()
-    assert specs["diagnosis"].order == 1 and specs["overview"].order < 1
-    assert all(s.order > 1 for n, s in specs.items() if n not in ("diagnosis", "overview") and s.input == "trace")
+    assert specs["diagnosis"].order == 1
+    assert all(s.order > 1 for n, s in specs.items() if n != "diagnosis" and s.input == "trace")
     assert set(specs["diagnosis"].after) >= {"gpu_time", "idle_gaps", "kernels", "launches", "syncs"}
