@@ -13,6 +13,7 @@ from traceanalyzer.progress import progress
 from traceanalyzer.report import registry as renderer_registry
 from traceanalyzer.report.document import Report
 from traceanalyzer.report.text import fmt_bytes, shorten
+from traceanalyzer.rules import Severity
 
 
 def default_outdir(path: str) -> Path:
@@ -80,9 +81,12 @@ Examples:
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors (no progress, no summary).")
 @click.option("--open", "open_report", is_flag=True,
               help="Open report.html in the default browser when done (implies the html format).")
+@click.option("--fail-on", "fail_on", type=click.Choice(["info", "warning", "critical"]), default=None,
+              help="Exit 1 (after writing the reports) when a finding of this severity or worse exists: "
+                   "a CI gate on performance.")
 @config_options
 def command(path: str, outdir: str | None, formats: tuple[str, ...], quiet: bool, open_report: bool,
-            config_path: str | None, assignments: tuple[str, ...]) -> None:
+            fail_on: str | None, config_path: str | None, assignments: tuple[str, ...]) -> None:
     """Analyze one trace (.json/.json.gz) or memory snapshot (.pickle).
 
     The input kind is recognised by content. Writes the report files into OUTDIR
@@ -111,6 +115,20 @@ def command(path: str, outdir: str | None, formats: tuple[str, ...], quiet: bool
         page = out / "report.html"
         if click.launch(str(page.resolve())) != 0 and not quiet:
             click.echo(f"  could not open a browser; the report is {page}", err=True)
+    if fail_on:
+        gate_on_findings(report, fail_on)
+
+
+def gate_on_findings(report: Report, fail_on: str) -> None:
+    """``--fail-on``: raise exit code 1 with one line on stderr when a finding of severity
+    ``fail_on`` or worse exists (called after the reports are written)."""
+    threshold = Severity.parse(fail_on)
+    tripped = [f for f in report.findings if f.severity >= threshold]
+    if tripped:
+        worst = max(tripped, key=lambda f: (int(f.severity), f.cost_ms_per_step or 0.0))
+        click.echo(f"fail-on {fail_on}: {len(tripped)} finding(s) of severity {fail_on} or worse, e.g. "
+                   f"[{worst.severity}] {worst.rule_id}: {shorten(worst.title, 100)}", err=True)
+        raise click.exceptions.Exit(1)
 
 
 command.help = (command.help or "") + " " + ", ".join(
