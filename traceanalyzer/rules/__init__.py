@@ -23,6 +23,7 @@ Findings are ranked by estimated cost (ms per step, then bytes).
 from __future__ import annotations
 
 import enum
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
@@ -137,7 +138,7 @@ def rule(
             needs=needs,
             severity=severity,
             params=dict(params or {}),
-            doc=(func.__doc__ or "").strip(),
+            doc=inspect.cleandoc(func.__doc__ or ""),
         )
         return func
 

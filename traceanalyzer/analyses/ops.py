@@ -1,0 +1,314 @@
+"""Ops: the facts about a trace that recommendation rules need and no other analysis gives.
+
+Pure bookkeeping, no verdicts (the rules in :mod:`traceanalyzer.rules` judge):
+
+* **Run facts**: ``vendor``; ``devices`` from ``deviceProperties`` (id, name, memory
+  ``total_bytes``, ``compute_major``) with ``used`` = the device ran kernels/copies;
+  ``profiler_flags`` (``with_stack``, ``record_shapes``, ``profile_memory`` …);
+  ``event_counts`` (events per table, ``overhead`` = Kineto/CUPTI ``overhead`` events and
+  their total ``overhead_ns``).
+* **Op counts**: every CPU op and user annotation name with count and summed duration
+  (``op_counts``, largest first); ``data_parallel`` = number of ``DataParallel.forward``
+  ops/annotations or ``nn.Module: DataParallel_*`` frames (``DistributedDataParallel`` is
+  not DataParallel).
+* **Data loading per step window**: union of ``enumerate(DataLoader)#…`` /
+  ``enumerate(DataPipe)#…`` ranges inside each window (``dataloader``), and the iterator
+  names seen (``dataloader_iters``; ``_SingleProcessDataLoaderIter`` = ``num_workers=0``).
+* **Kernels by class** (``kernel_classes``, per normalised name): ``klass`` from
+  :func:`~traceanalyzer.analyses.diagnosis.kernel_class` plus ``layout_transpose``
+  (cuDNN ``nchwToNhwc``/``nhwcToNchw``, MIOpen ``batched_transpose_*``); for GEMM/conv
+  kernels ``name_precision`` (see :func:`gemm_name_precision`, vendor-aware) and
+  ``op_dtype``: the first input dtype of the outermost GEMM/conv CPU op that launched it
+  (``record_shapes`` traces; vendor-neutral).
+* **Optimizer per step window** (``optimizer``): union CPU time of ``Optimizer.step#…``
+  ranges, kernels/copies/memsets launched inside them (count and GPU time); the same for
+  ``Optimizer.zero_grad#…`` with ``zero_grad_fills`` = memsets and fill/zero kernels.
+  ``optimizer_impl``: ``fused`` (``aten::_fused_*``), ``foreach`` (``aten::_foreach_*``),
+  ``for-loop`` (optimizer ranges without either), ``unknown`` (no optimizer range).
+* **Compilation / graphs**: ``compiled`` (Torch-Compiled Region, CompiledFxGraph,
+  CompiledFunction, Dynamo ranges or ``triton_*`` kernels) and ``graph_launches``
+  (``cudaGraphLaunch``/``hipGraphLaunch`` calls).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses._copysync import containing, outermost
+from traceanalyzer.analyses._intervals import DATALOADER_RE, window_union_lengths
+from traceanalyzer.analyses.baseline import GEMM_OPS_RE
+from traceanalyzer.analyses.diagnosis import kernel_class
+from traceanalyzer.analyses.kernels import normalize_kernel_names
+from traceanalyzer.analyses.steps import StepsResult
+from traceanalyzer.config import Config
+from traceanalyzer.model import TraceModel
+from traceanalyzer.model.relations import launches
+
+#: cuDNN / MIOpen layout conversion kernels (NCHW <-> NHWC around convolutions).
+LAYOUT_TRANSPOSE_RE = r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|batched_transpose|transpose_nchw|transpose_nhwc"
+#: Names that say the code ran compiled (torch.compile) or generated (Triton).
+COMPILED_RE = r"Torch-Compiled Region|CompiledFxGraph|CompiledFunction|TorchDynamo|^triton_"
+_OPT_STEP_RE = r"^Optimizer\.step#"
+_OPT_ZERO_RE = r"^Optimizer\.zero_grad#"
+_FILL_KERNEL_RE = r"(?i)fill|zero"
+_TYPE_MAP = {
+    "float": "fp32", "double": "fp64", "c10::Half": "fp16", "c10::BFloat16": "bf16",
+    "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8",
+    "c10::Float8_e5m2fnuz": "fp8", "signed char": "int8",
+}
+
+# NVIDIA kernel-name precision classes (cuBLAS/cuDNN/CUTLASS naming). Applied to NVIDIA only.
+_NV_LOWP_RE = r"(?i)bf16|fp16|f16|h884|h1688|h16816|hmma|half|hgemm|e4m3|e5m2|fp8|i8816|imma|int8"
+_NV_TF32_RE = r"(?i)tf32|tensorop_s1688|tensorop_s16816|_s1688gemm|tensorop_sgemm"
+_NV_FP32_RE = r"(?i)sgemm|simt|scudnn|implicit_convolve_sgemm|f32f32_f32|_fp32_|fp32"
+# Vendor-neutral dtype tokens spelled out in a kernel name (MIOpen igemm_*_fp32_…, oneDNN).
+_GENERIC_LOWP_RE = r"(?i)(^|_)(bf16|fp16|f16|half|fp8|int8)(_|$)"
+_GENERIC_FP32_RE = r"(?i)(^|_)(fp32|f32)(_|$)"
+
+
+def gemm_name_precision(name: pl.Expr, vendor: str) -> pl.Expr:
+    """Precision a GEMM/conv kernel name reveals: ``low`` (fp16/bf16/fp8/int8 tensor/matrix
+    cores), ``tf32`` (fp32 tensors on tensor cores), ``fp32`` (SIMT fp32, no tensor cores) or
+    ``unknown``. NVIDIA names are read with cuBLAS/cuDNN/CUTLASS conventions; other vendors only
+    by dtype tokens spelled out in the name (``igemm_fwd_…_fp32_…``): no NVIDIA list is applied
+    to AMD or Intel kernels."""
+    if vendor == "nvidia":
+        return (
+            pl.when(name.str.contains(_NV_LOWP_RE)).then(pl.lit("low"))
+            .when(name.str.contains(_NV_TF32_RE)).then(pl.lit("tf32"))
+            .when(name.str.contains(_NV_FP32_RE)).then(pl.lit("fp32"))
+            .otherwise(pl.lit("unknown"))
+        )
+    return (
+        pl.when(name.str.contains(_GENERIC_LOWP_RE)).then(pl.lit("low"))
+        .when(name.str.contains(_GENERIC_FP32_RE)).then(pl.lit("fp32"))
+        .otherwise(pl.lit("unknown"))
+    )
+
+
+@dataclass(frozen=True)
+class OpsResult:
+    """See the module docstring for each field."""
+
+    vendor: str
+    devices: tuple[dict[str, Any], ...]
+    profiler_flags: dict[str, bool]
+    event_counts: dict[str, int]
+    op_counts: pl.DataFrame  # name, source, count, total_ns
+    data_parallel: int
+    dataloader: pl.DataFrame  # window, step, dataloader_ns, dur_ns
+    dataloader_iters: tuple[str, ...]
+    kernel_classes: pl.DataFrame  # name, klass, name_precision, op_dtype, count, total_ns
+    optimizer: pl.DataFrame  # window, step, opt_ns, opt_kernels, opt_gpu_ns, zero_grad_ns, zero_grad_fills, zero_grad_gpu_ns
+    optimizer_impl: str
+    optimizer_names: tuple[str, ...]
+    compiled: bool
+    graph_launches: int
+
+    def device(self, device_id: int | None) -> dict[str, Any] | None:
+        for d in self.devices:
+            if d.get("id") == device_id:
+                return d
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "vendor": self.vendor,
+            "devices": list(self.devices),
+            "profiler_flags": self.profiler_flags,
+            "event_counts": self.event_counts,
+            "op_counts": self.op_counts.head(200).to_dicts(),
+            "data_parallel": self.data_parallel,
+            "dataloader": self.dataloader.to_dicts(),
+            "dataloader_iters": list(self.dataloader_iters),
+            "kernel_classes": self.kernel_classes.head(200).to_dicts(),
+            "optimizer": self.optimizer.to_dicts(),
+            "optimizer_impl": self.optimizer_impl,
+            "optimizer_names": list(self.optimizer_names),
+            "compiled": self.compiled,
+            "graph_launches": self.graph_launches,
+        }
+
+    def summary(self) -> list[tuple[str, str]]:
+        cls = self.kernel_classes.group_by("klass").agg(pl.col("total_ns").sum()).sort("total_ns", descending=True)
+        total = max(int(self.kernel_classes["total_ns"].sum() or 0), 1)
+        out = [
+            ("Vendor", self.vendor),
+            ("Profiler flags", ", ".join(k for k, v in sorted(self.profiler_flags.items()) if v) or "none"),
+            ("Optimizer", f"{', '.join(self.optimizer_names) or 'none seen'} ({self.optimizer_impl})"),
+            ("Compiled / CUDA graphs", f"{'yes' if self.compiled else 'no'} / {self.graph_launches:,} graph launches"),
+        ]
+        if cls.height:
+            out.append(("Kernel time by class", ", ".join(
+                f"{r['klass']} {r['total_ns'] * 100.0 / total:.1f} %" for r in cls.head(5).iter_rows(named=True))))
+        return out
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        return {"Kernel time by class": self.kernel_classes.head(30), "Optimizer per step": self.optimizer}
+
+
+def _ranges(model: TraceModel, pattern: str) -> pl.DataFrame:
+    cols = ["name", "pid", "tid", "ts_ns", "end_ns"]
+    return pl.concat([model.annotations.select(cols), model.cpu_ops.select(cols)]).filter(
+        pl.col("name").str.contains(pattern))
+
+
+def _dtype_of(types: pl.Expr) -> pl.Expr:
+    first = types.str.extract(r'^\[\s*"([^"]*)"', 1)
+    return first.replace_strict(_TYPE_MAP, default=first, return_dtype=pl.String)
+
+
+def _kernel_classes(model: TraceModel) -> pl.DataFrame:
+    k = model.kernels
+    schema = {"name": pl.String, "klass": pl.String, "name_precision": pl.String, "op_dtype": pl.String,
+              "count": pl.Int64, "total_ns": pl.Int64}
+    if k.is_empty():
+        return pl.DataFrame(schema=schema)
+    k = k.select("name", "dur_ns", "correlation", "comm_name").with_columns(
+        norm=normalize_kernel_names(pl.col("name")),
+        klass=pl.when(pl.col("name").str.contains(LAYOUT_TRANSPOSE_RE)).then(pl.lit("layout_transpose"))
+        .otherwise(kernel_class(pl.col("name"), pl.col("comm_name"))),
+    ).with_columns(
+        name_precision=pl.when(pl.col("klass") == "gemm")
+        .then(gemm_name_precision(pl.col("name"), model.meta.vendor)).otherwise(None),
+    )
+    # op dtype: outermost GEMM/conv CPU op around the launching runtime call.
+    gemm_ops = model.cpu_ops.filter(pl.col("name").str.contains(GEMM_OPS_RE) & pl.col("input_types").is_not_null())
+    k = k.with_columns(op_dtype=pl.lit(None, pl.String))
+    if gemm_ops.height:
+        ops = gemm_ops.select("pid", "tid", "ts_ns", "end_ns", "input_types").with_row_index("ev_order").with_columns(
+            pl.col("ev_order").cast(pl.Int64))
+        outer = outermost(ops).with_row_index("op_id").with_columns(pl.col("op_id").cast(pl.Int64))
+        rt = model.runtime.filter(pl.col("correlation").is_not_null()).unique("correlation", keep="first").select(
+            "correlation", "pid", "tid", "ts_ns")
+        rt = rt.with_columns(op_id=containing(rt, outer, "ts_ns", "op_id"))
+        rt = rt.join(outer.select("op_id", _dtype_of(pl.col("input_types")).alias("_dt")), on="op_id", how="left")
+        k = k.drop("op_dtype").join(rt.select("correlation", pl.col("_dt").alias("op_dtype")), on="correlation",
+                                    how="left")
+    return (
+        k.group_by("norm", "klass")
+        .agg(
+            name_precision=pl.col("name_precision").drop_nulls().mode().sort().first(),
+            op_dtype=pl.col("op_dtype").drop_nulls().mode().sort().first(),
+            count=pl.len().cast(pl.Int64),
+            total_ns=pl.col("dur_ns").sum().cast(pl.Int64),
+        )
+        .rename({"norm": "name"})
+        .sort(["total_ns", "name"], descending=[True, False])
+        .select(list(schema))
+    )
+
+
+def _optimizer(model: TraceModel, windows: pl.DataFrame) -> pl.DataFrame:
+    w = windows.select("window", "step", "start_ns", "end_ns")
+    out = w.select("window", "step")
+    lj = launches(model).filter(pl.col("gpu_ts_ns").is_not_null())
+    for key, pattern in (("opt", _OPT_STEP_RE), ("zero_grad", _OPT_ZERO_RE)):
+        rng = model.annotations.filter(pl.col("name").str.contains(pattern)).select("pid", "tid", "ts_ns", "end_ns")
+        length = window_union_lengths(rng, w) if rng.height else pl.DataFrame(
+            schema={"window": pl.Int64, "length_ns": pl.Int64})
+        out = out.join(length.rename({"length_ns": f"{key}_ns"}), on="window", how="left")
+        if rng.height and lj.height:
+            outer = outermost(rng.with_row_index("ev_order").with_columns(pl.col("ev_order").cast(pl.Int64)))
+            outer = outer.with_row_index("rid").with_columns(pl.col("rid").cast(pl.Int64))
+            inside = lj.with_columns(rid=containing(lj.rename({"cpu_ts_ns": "ts_ns"}), outer, "ts_ns", "rid")).filter(
+                pl.col("rid").is_not_null())
+            inside = inside.join(outer.select("rid", pl.col("ts_ns").alias("_rs")), on="rid")
+            from traceanalyzer.analyses.steps import assign_steps
+
+            inside = assign_steps(inside.with_columns(_t=pl.col("_rs")), w, "_t")
+            fills = (pl.col("activity") == "memset") | (
+                (pl.col("activity") == "kernel") & pl.col("gpu_name").str.contains(_FILL_KERNEL_RE))
+            agg = inside.filter(pl.col("window").is_not_null()).group_by("window").agg(
+                pl.len().cast(pl.Int64).alias(f"{key}_kernels"),
+                pl.col("gpu_dur_ns").sum().cast(pl.Int64).alias(f"{key}_gpu_ns"),
+                fills.sum().cast(pl.Int64).alias(f"{key}_fills"),
+            )
+            out = out.join(agg, on="window", how="left")
+        else:
+            out = out.with_columns(pl.lit(0, pl.Int64).alias(f"{key}_kernels"), pl.lit(0, pl.Int64).alias(f"{key}_gpu_ns"),
+                                   pl.lit(0, pl.Int64).alias(f"{key}_fills"))
+    out = out.with_columns(pl.exclude("window", "step").fill_null(0).cast(pl.Int64))
+    return out.select(
+        "window", "step", "opt_ns", "opt_kernels", "opt_gpu_ns",
+        pl.col("zero_grad_ns"), pl.col("zero_grad_fills"), pl.col("zero_grad_kernels"), pl.col("zero_grad_gpu_ns"),
+    ).sort("window")
+
+
+@analysis("ops", depends_on=("steps",), title="Ops, kernel classes and run facts", order=90)
+def ops(model: TraceModel, results: Results, config: Config) -> OpsResult:
+    """Run facts (vendor, devices, profiler flags), op counts, data loading, kernel classes and
+    GEMM precision, optimizer work per step: the inputs of the recommendation rules."""
+    sr: StepsResult = results["steps"]
+    windows = sr.table.select("window", "step", "start_ns", "end_ns", "dur_ns")
+    gpu = model.gpu_activity()
+    used = {int(d) for d in gpu["device"].drop_nulls().unique().to_list()}
+    devices = []
+    for i, p in enumerate(model.meta.device_properties):
+        did = p.get("id", i)
+        devices.append({
+            "id": did, "name": p.get("name"), "total_bytes": p.get("totalGlobalMem"),
+            "compute_major": p.get("computeMajor"), "used": did in used,
+        })
+    overhead = model.other_events.filter(pl.col("cat").str.to_lowercase() == "overhead")
+    counts = {t: model.table(t).height for t in ("cpu_ops", "annotations", "python_frames", "runtime", "kernels",
+                                                 "memcpy", "memset", "memory_events", "other_events")}
+    counts["total"] = sum(counts.values())
+    counts["overhead"] = overhead.height
+    counts["overhead_ns"] = int(overhead["dur_ns"].sum() or 0)
+
+    both = pl.concat([
+        model.cpu_ops.select("name", "dur_ns").with_columns(source=pl.lit("cpu_op")),
+        model.annotations.select("name", "dur_ns").with_columns(source=pl.lit("annotation")),
+    ])
+    op_counts = both.group_by("name", "source").agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur_ns").sum()).sort(
+        ["count", "name"], descending=[True, False])
+    dp = int(both.filter(pl.col("name") == "DataParallel.forward").height) + int(
+        model.python_frames.filter(pl.col("name").str.starts_with("nn.Module: DataParallel_")).height)
+
+    dl = _ranges(model, DATALOADER_RE)
+    dl_len = window_union_lengths(dl, windows) if dl.height else pl.DataFrame(
+        schema={"window": pl.Int64, "length_ns": pl.Int64})
+    dataloader = windows.select("window", "step", "dur_ns").join(
+        dl_len.rename({"length_ns": "dataloader_ns"}), on="window", how="left").with_columns(
+        pl.col("dataloader_ns").fill_null(0)).select("window", "step", "dataloader_ns", "dur_ns")
+    iters = tuple(sorted(set(dl["name"].to_list())))
+
+    names = set(model.cpu_ops["name"].unique().to_list())
+    if any(n.startswith("aten::_fused_") for n in names):
+        impl = "fused"
+    elif any(n.startswith("aten::_foreach_") for n in names):
+        impl = "foreach"
+    elif model.annotations.filter(pl.col("name").str.contains(_OPT_STEP_RE)).height:
+        impl = "for-loop"
+    else:
+        impl = "unknown"
+    opt_names = tuple(sorted({
+        n.split("#", 1)[1].split(".")[0] for n in model.annotations.filter(
+            pl.col("name").str.contains(_OPT_STEP_RE))["name"].unique().to_list() if "#" in n}))
+    compiled = bool(
+        model.annotations.filter(pl.col("name").str.contains(COMPILED_RE)).height
+        or model.cpu_ops.filter(pl.col("name").str.contains(COMPILED_RE)).height
+        or model.kernels.filter(pl.col("name").str.starts_with("triton_")).height
+    )
+    graph_launches = int(model.runtime.filter(pl.col("name").str.contains("GraphLaunch")).height)
+    return OpsResult(
+        vendor=model.meta.vendor,
+        devices=tuple(devices),
+        profiler_flags=dict(model.meta.profiler_flags),
+        event_counts=counts,
+        op_counts=op_counts,
+        data_parallel=dp,
+        dataloader=dataloader,
+        dataloader_iters=iters,
+        kernel_classes=_kernel_classes(model),
+        optimizer=_optimizer(model, windows),
+        optimizer_impl=impl,
+        optimizer_names=opt_names,
+        compiled=compiled,
+        graph_launches=graph_launches,
+    )

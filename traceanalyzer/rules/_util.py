@@ -1,0 +1,156 @@
+"""Cost arithmetic shared by the rules (private: the leading underscore keeps it out of discovery).
+
+Every time-based rule states its cost per **steady step** (the ``steps`` analysis: warm-up
+and a truncated last step left out) in ms, and as a % of the **median steady step**.
+A trace without ``ProfilerStep#`` has one whole-trace window: "per step" then means
+"over the whole trace".
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+import polars as pl
+
+from traceanalyzer.errors import NotApplicable
+from traceanalyzer.rules import Finding, Severity
+
+NS_PER_MS = 1_000_000.0
+
+
+def steps_of(results: Mapping[str, Any]) -> Any:
+    if "steps" not in results:
+        raise NotApplicable("no step windows (the steps analysis did not run)")
+    return results["steps"]
+
+
+def median_step_ns(results: Mapping[str, Any]) -> float:
+    """Median steady step window (ns); the whole trace without steps."""
+    sr = steps_of(results)
+    med = (sr.stats or {}).get("median")
+    if med:
+        return float(med)
+    return float(sr.window_ns or 0)
+
+
+def steady_windows(results: Mapping[str, Any]) -> list[int]:
+    return list(steps_of(results).steady_windows())
+
+
+def steady_steps(results: Mapping[str, Any]) -> list[Any]:
+    """Step labels of the steady windows (``[None]`` for a trace without steps)."""
+    sr = steps_of(results)
+    t = sr.table.filter(pl.col("window").is_in(sr.steady_windows()))
+    return t["step"].to_list()
+
+
+def steady(df: pl.DataFrame, results: Mapping[str, Any], by: str = "window") -> pl.DataFrame:
+    """Rows of a per-window (``by="window"``) or per-step (``by="step"``) table that belong to
+    steady steps. Per-step tables of a trace without steps (step null) are returned as is."""
+    if df.is_empty() or by not in df.columns:
+        return df
+    if by == "window":
+        return df.filter(pl.col("window").is_in(steady_windows(results)))
+    labels = [s for s in steady_steps(results) if s is not None]
+    if not labels:
+        return df
+    return df.filter(pl.col("step").is_in(labels))
+
+
+def n_steady(results: Mapping[str, Any]) -> int:
+    return max(len(steady_windows(results)), 1)
+
+
+def per_step_ns(df: pl.DataFrame, col: str, results: Mapping[str, Any], by: str = "window") -> float:
+    """Mean over steady steps of ``col`` (missing steps count as 0)."""
+    s = steady(df, results, by)
+    total = float(s[col].fill_null(0).sum()) if s.height and col in s.columns else 0.0
+    return total / n_steady(results)
+
+
+def pct_of_step(ns: float, results: Mapping[str, Any]) -> float | None:
+    med = median_step_ns(results)
+    return round(ns * 100.0 / med, 2) if med > 0 else None
+
+
+def ms(ns: float | int | None) -> float | None:
+    return None if ns is None else round(float(ns) / NS_PER_MS, 3)
+
+
+def severity_for(pct: float | None, warning_pct: float, critical_pct: float,
+                 floor: Severity = Severity.INFO) -> Severity:
+    """INFO below ``warning_pct`` % of the step, WARNING from it, CRITICAL from ``critical_pct``."""
+    if pct is None:
+        return floor
+    if pct >= critical_pct:
+        return Severity.CRITICAL
+    if pct >= warning_pct:
+        return max(Severity.WARNING, floor)
+    return floor
+
+
+def time_finding(
+    rule_id: str,
+    severity: Severity,
+    title: str,
+    evidence: Mapping[str, Any],
+    fix: str,
+    code_hint: str,
+    cost_ns_per_step: float | None,
+    results: Mapping[str, Any],
+    confidence: float = 1.0,
+) -> Finding:
+    """A finding whose cost is time per step (ms and % of the median steady step)."""
+    ev = dict(evidence)
+    ev.setdefault("median_step_ms", ms(median_step_ns(results)))
+    ev.setdefault("steady_steps", len(steady_windows(results)))
+    return Finding(
+        rule_id=rule_id,
+        severity=severity,
+        title=title,
+        evidence=ev,
+        fix=fix,
+        code_hint=code_hint,
+        cost_ms_per_step=None if cost_ns_per_step is None else round(cost_ns_per_step / NS_PER_MS, 3),
+        cost_pct_of_step=None if cost_ns_per_step is None else pct_of_step(cost_ns_per_step, results),
+        confidence=round(confidence, 2),
+    )
+
+
+def top_rows(df: pl.DataFrame, n: int = 5, cols: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """The first ``n`` rows as dicts (JSON-safe), optionally restricted to ``cols``."""
+    if df is None or df.is_empty():
+        return []
+    if cols is not None:
+        df = df.select([c for c in cols if c in df.columns])
+    return df.head(n).to_dicts()
+
+
+def fmt_ms(ns: float | None) -> str:
+    return "n/a" if ns is None else f"{ns / NS_PER_MS:.2f} ms"
+
+
+def sync_cost(idle_after: pl.Expr, blocked: pl.Expr) -> pl.Expr:
+    """What removing a host sync buys, per sync point: ``min(GPU idle after it, CPU blocked in it)``.
+
+    While the CPU is blocked the GPU drains its queue; when the call returns the GPU idles until
+    the CPU launches again. Without the sync the CPU would have been ``blocked`` ns further ahead,
+    so at most that much of the idle that followed would have been covered (idle caused by later
+    CPU work, e.g. the next DataLoader wait, is not the sync's fault)."""
+    return pl.min_horizontal(idle_after.fill_null(0), blocked.fill_null(0))
+
+
+def implied_sync(cause: pl.Expr) -> pl.Expr:
+    """True for sync points caused by an op that implies a sync (``aten::item``, ``nonzero`` …)."""
+    from traceanalyzer.analyses.syncs import IMPLIED_SYNC_OPS
+
+    return cause.str.replace(r" \(boolean mask\)$", "").is_in(list(IMPLIED_SYNC_OPS)).fill_null(False)
+
+
+def implied_sync_correlations(results: Mapping[str, Any]) -> list[int]:
+    """Correlation ids of runtime calls made under an op implying a sync (``.item()`` …): the
+    ``item_sync`` rule reports them, copy rules leave them out (no double counting)."""
+    s = results.get("syncs") if hasattr(results, "get") else None
+    if s is None or s.calls.is_empty():
+        return []
+    return s.calls.filter(implied_sync(pl.col("cause")))["correlation"].drop_nulls().to_list()

@@ -1,0 +1,46 @@
+"""``nn.DataParallel`` on several GPUs: use DistributedDataParallel.
+
+The documentation (signal, thresholds, cost, fix) is the docstring of :func:`check`,
+which ``traceanalyzer rules data_parallel`` prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping
+
+from traceanalyzer.config import Config
+from traceanalyzer.rules import Finding, Params, Severity, rule
+
+
+@rule("data_parallel", needs=("ops",), severity=Severity.WARNING, params={"min_devices": 2})
+def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+    """``nn.DataParallel`` on several GPUs: use DistributedDataParallel.
+
+    Signal
+        ``ops``: ``DataParallel.forward`` ops/annotations or ``nn.Module: DataParallel_*``
+        frames, and more than one device running kernels/copies.
+    Threshold
+        any (tb_plugin's rule). DataParallel on one device is a no-op wrapper: not reported.
+    Cost
+        Not estimated (DataParallel's single-process scatter/gather and GIL contention depend
+        on the model); severity WARNING, confidence 0.9.
+    Fix
+        One process per GPU with ``DistributedDataParallel`` (``torchrun``).
+    """
+    o = results["ops"]
+    used = [d for d in o.devices if d.get("used")]
+    n_used = len(used)
+    gt = results.get("gpu_time")
+    if gt is not None:
+        n_used = max(n_used, gt.per_device.height)
+    if not o.data_parallel or n_used < params.min_devices:
+        return
+    yield Finding(
+        rule_id="data_parallel", severity=Severity.WARNING,
+        title=f"nn.DataParallel drives {n_used} GPUs from one process: use DistributedDataParallel",
+        evidence={"data_parallel_calls": o.data_parallel, "devices_used": n_used},
+        fix="Run one process per GPU with DistributedDataParallel (launch with torchrun): no per-step "
+            "scatter/replicate/gather and no GIL contention between GPUs.",
+        code_hint="model = torch.nn.parallel.DistributedDataParallel(model.to(rank), device_ids=[rank])",
+        confidence=0.9,
+    )

@@ -1,0 +1,71 @@
+"""GPU idle because the CPU launched the next work too late (host-bound gaps).
+
+The documentation (signal, thresholds, cost, fix) is the docstring of :func:`check`,
+which ``traceanalyzer rules host_bound_gaps`` prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping
+
+import polars as pl
+
+from traceanalyzer.config import Config
+from traceanalyzer.rules import Finding, Params, Severity, rule
+from traceanalyzer.rules._util import ms, pct_of_step, per_step_ns, severity_for, steady, time_finding
+
+
+@rule("host_bound_gaps", needs=("steps", "idle_gaps"), severity=Severity.WARNING,
+      params={"min_pct_of_step": 5.0, "min_ms_per_step": 0.1, "warning_pct": 10.0, "critical_pct": 30.0})
+def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+    """GPU idle because the CPU launched the next work too late (host-bound gaps).
+
+    Signal
+        ``idle_gaps``: device gaps whose cause is ``host_bound`` (nothing was queued when the
+        device drained, and no sync, blocking copy or DataLoader range overlaps the gap),
+        summed per steady step, on the device where they are largest. Evidence names the CPU
+        context (deepest op / annotation / Python frame on the launching thread) of those gaps.
+    Threshold
+        host-bound idle ≥ ``min_pct_of_step`` (5) % of the median step and ≥ ``min_ms_per_step``
+        (0.1) ms. TraceLens flags GPU idle > 15 % of the timeline without naming a cause; we
+        fire earlier because the cause is named. WARNING from ``warning_pct`` (10) %, CRITICAL
+        from ``critical_pct`` (30) %.
+    Cost
+        The host-bound idle time per step (confidence 0.7: the CPU work may not all be removable).
+    Fix
+        Reduce Python/CPU work between launches on the hot thread (the contexts listed), move
+        logging/metrics off the step, torch.compile or CUDA graphs for launch-heavy code.
+    """
+    ig = results["idle_gaps"]
+    per = steady(ig.per_step, results)
+    if per.is_empty():
+        return
+    best_dev, best = None, 0.0
+    for dev in per["device"].unique().sort().to_list():
+        v = per_step_ns(per.filter(pl.col("device") == dev), "host_bound_ns", results)
+        if v > best:
+            best_dev, best = dev, v
+    pct = pct_of_step(best, results)
+    if best_dev is None or pct is None or pct < params.min_pct_of_step or best < params.min_ms_per_step * 1e6:
+        return
+    gaps = steady(ig.device_gaps, results).filter((pl.col("device") == best_dev) & (pl.col("cause") == "host_bound"))
+    ctx = (
+        gaps.with_columns(pl.col("cpu_context").fill_null("<no CPU activity on the launching thread>"))
+        .group_by("cpu_context").agg(n_gaps=pl.len().cast(pl.Int64), idle_ns=pl.col("dur_ns").sum())
+        .sort(["idle_ns", "cpu_context"], descending=[True, False]).head(5)
+    )
+    longest = gaps.sort("dur_ns", descending=True).head(5).select(
+        "step", "dur_ns", *[c for c in ("cpu_context", "next_name") if c in gaps.columns]).to_dicts()
+    top = ctx.row(0, named=True)["cpu_context"] if ctx.height else None
+    where = f", mostly inside `{top}`" if top else ""
+    yield time_finding(
+        "host_bound_gaps", severity_for(pct, params.warning_pct, params.critical_pct),
+        f"GPU {best_dev} waits for the CPU to launch work: {ms(best)} ms/step of host-bound idle{where}",
+        {"device": best_dev, "host_bound_ms_per_step": ms(best), "n_gaps": gaps.height,
+         "top_cpu_contexts": ctx.to_dicts(), "longest_gaps": longest},
+        "Shorten the CPU work between launches on the launching thread (the contexts listed): move "
+        "logging/metrics/Python bookkeeping out of the step or to another thread; use torch.compile "
+        "(or CUDA graphs) so that fewer, larger launches keep the queue full.",
+        "model = torch.compile(model)  # fewer launches; log every N steps, not every step",
+        best, results, confidence=0.7,
+    )

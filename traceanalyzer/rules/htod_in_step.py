@@ -1,0 +1,63 @@
+"""Many host-to-device copies inside every step: data created on the CPU, moved each step.
+
+The documentation (signal, thresholds, cost, fix) is the docstring of :func:`check`,
+which ``traceanalyzer rules htod_in_step`` prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping
+
+import polars as pl
+
+from traceanalyzer.config import Config
+from traceanalyzer.rules import Finding, Params, Severity, rule
+from traceanalyzer.rules._util import ms, n_steady, pct_of_step, steady, time_finding
+
+
+@rule("htod_in_step", needs=("steps", "copies"), severity=Severity.INFO,
+      params={"max_per_step": 10.0, "max_pct_of_step": 5.0, "min_count_for_time": 3.0})
+def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+    """Many host-to-device copies inside every step: data created on the CPU, moved each step.
+
+    Signal
+        ``copies``: copies (copy ops and loose memcpys) whose direction includes ``HtoD``
+        inside the steady steps, their count, bytes and GPU + CPU time per step.
+    Threshold
+        more than ``max_per_step`` (10) per step (TraceLens's > 10 transfers), or their GPU + CPU
+        time ≥ ``max_pct_of_step`` (5) % of the step (TraceLens's > 5 %) with at least
+        ``min_count_for_time`` (3) per step. The input batch is one or two copies per step: left
+        to ``pageable_memcpy`` / ``dataloader_bottleneck``.
+    Cost
+        GPU + CPU time of those copies per step (confidence 0.4: an upper bound, copies may
+        overlap compute).
+    Fix
+        Create tensors directly on the device (``torch.zeros(..., device="cuda")``), cache
+        constants/masks/tables on the GPU once, move the whole batch in one call.
+    """
+    c = results["copies"]
+    cp = steady(c.copies, results, by="step").filter(pl.col("direction").str.contains("HtoD").fill_null(False))
+    if cp.is_empty():
+        return
+    n = n_steady(results)
+    count = cp.height / n
+    cost = (float(cp["gpu_ns"].fill_null(0).sum()) + float(cp["cpu_ns"].fill_null(0).sum())) / n
+    pct = pct_of_step(cost, results) or 0.0
+    if count <= params.max_per_step and (count < params.min_count_for_time or pct < params.max_pct_of_step):
+        return
+    top = (cp.group_by("site", "op").agg(count=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum(),
+                                         gpu_ns=pl.col("gpu_ns").sum(), cpu_ns=pl.col("cpu_ns").sum())
+           .sort(["count", "site"], descending=[True, False], nulls_last=True).head(5).to_dicts())
+    sev = Severity.WARNING if pct >= params.max_pct_of_step else Severity.INFO
+    yield time_finding(
+        "htod_in_step", sev,
+        f"{count:.1f} host-to-device copies per step ({ms(cost)} ms/step of copy time)",
+        {"copies_per_step": round(count, 2), "bytes_per_step": int(float(cp["bytes"].fill_null(0).sum()) / n),
+         "gpu_ms_per_step": ms(float(cp["gpu_ns"].fill_null(0).sum()) / n),
+         "cpu_ms_per_step": ms(float(cp["cpu_ns"].fill_null(0).sum()) / n), "top_call_sites": top,
+         "stack_hint": c.stack_hint},
+        "Create tensors directly on the device, cache constants (masks, position ids, lookup tables) on the "
+        "GPU once outside the loop, and move each batch with a single pinned, non_blocking copy.",
+        "mask = torch.ones(n, device='cuda')  # not torch.ones(n).cuda() every step",
+        cost, results, confidence=0.4,
+    )

@@ -1,0 +1,73 @@
+"""Copies from/to pageable host memory: an "async" copy that blocks the CPU.
+
+The documentation (signal, thresholds, cost, fix) is the docstring of :func:`check`,
+which ``traceanalyzer rules pageable_memcpy`` prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping
+
+import polars as pl
+
+from traceanalyzer.config import Config
+from traceanalyzer.errors import NotApplicable
+from traceanalyzer.rules import Finding, Params, Severity, rule
+from traceanalyzer.rules._util import implied_sync_correlations, ms, n_steady, pct_of_step, severity_for, steady, time_finding
+
+
+@rule("pageable_memcpy", needs=("steps", "copies"), severity=Severity.WARNING,
+      params={"min_count_per_step": 1.0, "min_ms_per_step": 0.02, "critical_pct": 10.0})
+def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+    """Copies from/to pageable host memory: an "async" copy that blocks the CPU.
+
+    Signal
+        ``copies``: GPU memcpys whose host side is ``pageable`` (CUDA names say
+        ``Pageable``; XPU kind code ``M``) inside the steady steps, with the CPU time of the
+        runtime calls that issued them (the driver stages pageable memory synchronously). ROCm
+        names only say ``Host``: the rule cannot decide there and says so.
+    Threshold
+        ≥ ``min_count_per_step`` (1) such copy per step and ≥ ``min_ms_per_step`` (0.02) ms of
+        CPU blocked per step (Nsight Systems' ``cuda_memcpy_async`` flags any occurrence;
+        TraceLens: H2D/D2H > 5 % of time or > 10 transfers). INFO below 0.5 % of the step,
+        WARNING from it, CRITICAL from ``critical_pct`` (10) %.
+    Cost
+        The CPU time of those calls per step (confidence 0.7: with pinned memory and
+        ``non_blocking=True`` the copy overlaps compute instead).
+    Fix
+        ``DataLoader(pin_memory=True)`` / ``tensor.pin_memory()`` and
+        ``.to(device, non_blocking=True)``; for DtoH, copy into a pinned buffer.
+    """
+    c = results["copies"]
+    t = c.totals
+    if not t["pageable_count"] and not t["pinned_count"] and t["unknown_memory_count"]:
+        raise NotApplicable("the trace does not say whether host memory was pinned or pageable "
+                            "(ROCm copy names only say 'Host')")
+    tr = steady(c.transfers, results, by="step").filter(
+        (pl.col("activity") == "memcpy") & (pl.col("host_memory") == "pageable"))
+    tr = tr.filter(~pl.col("correlation").is_in(implied_sync_correlations(results)).fill_null(False))
+    if tr.is_empty():
+        return
+    n = n_steady(results)
+    count = tr.height / n
+    cpu = float(tr["cpu_ns"].fill_null(0).sum()) / n
+    if count < params.min_count_per_step or cpu < params.min_ms_per_step * 1e6:
+        return
+    pct = pct_of_step(cpu, results)
+    sites = steady(c.copies, results, by="step").filter(pl.col("host_memory").str.contains("pageable").fill_null(False))
+    top = (sites.group_by("site", "direction").agg(count=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum(),
+                                                   cpu_ns=pl.col("cpu_ns").sum())
+           .sort(["cpu_ns", "site"], descending=[True, False], nulls_last=True).head(5).to_dicts())
+    by_kind = tr.group_by("kind").agg(count=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum()).sort("kind").to_dicts()
+    yield time_finding(
+        "pageable_memcpy", severity_for(pct, 0.5, params.critical_pct),
+        f"{count:.1f} copies per step use pageable host memory and block the CPU for {ms(cpu)} ms/step",
+        {"copies_per_step": round(count, 2), "bytes_per_step": int(float(tr["bytes"].sum() or 0) / n),
+         "cpu_blocked_ms_per_step": ms(cpu), "by_kind": by_kind, "top_call_sites": top,
+         "stack_hint": c.stack_hint},
+        "Pin the host memory so the copy is truly asynchronous: DataLoader(pin_memory=True) or "
+        "tensor.pin_memory(), then .to(device, non_blocking=True); for device-to-host results, copy into "
+        "a preallocated pinned buffer.",
+        "loader = DataLoader(ds, pin_memory=True); x = x.to('cuda', non_blocking=True)",
+        cpu, results, confidence=0.7,
+    )

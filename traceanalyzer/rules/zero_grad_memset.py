@@ -1,0 +1,47 @@
+"""``zero_grad()`` writes zeros into every gradient: set them to None instead.
+
+The documentation (signal, thresholds, cost, fix) is the docstring of :func:`check`,
+which ``traceanalyzer rules zero_grad_memset`` prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping
+
+from traceanalyzer.config import Config
+from traceanalyzer.rules import Finding, Params, Severity, rule
+from traceanalyzer.rules._util import ms, per_step_ns, time_finding
+
+
+@rule("zero_grad_memset", needs=("steps", "ops"), severity=Severity.INFO, params={"min_fills_per_step": 1.0})
+def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+    """``zero_grad()`` writes zeros into every gradient: set them to None instead.
+
+    Signal
+        ``ops``: memsets and fill/zero kernels launched inside ``Optimizer.zero_grad#…``
+        ranges per steady step (``zero_grad(set_to_none=False)``, or a PyTorch before 2.0).
+        Zeroing through ``model.zero_grad()`` outside an optimizer range is not annotated by
+        the profiler and cannot be seen.
+    Threshold
+        ≥ ``min_fills_per_step`` (1) fill per step (tuning guide; tb_plugin's "optimize zero_grad").
+    Cost
+        The larger of the zero_grad CPU range time and the fills' GPU time per step (confidence 0.8).
+    Fix
+        ``optimizer.zero_grad(set_to_none=True)`` (the default since PyTorch 2.0).
+    """
+    o = results["ops"]
+    fills = per_step_ns(o.optimizer, "zero_grad_fills", results)
+    if fills < params.min_fills_per_step:
+        return
+    cpu = per_step_ns(o.optimizer, "zero_grad_ns", results)
+    gpu = per_step_ns(o.optimizer, "zero_grad_gpu_ns", results)
+    yield time_finding(
+        "zero_grad_memset", Severity.INFO,
+        f"zero_grad() launches {fills:,.0f} memset/fill kernels per step ({ms(max(cpu, gpu))} ms/step)",
+        {"fills_per_step": round(fills, 1), "zero_grad_cpu_ms_per_step": ms(cpu),
+         "zero_grad_gpu_ms_per_step": ms(gpu), "optimizer": list(o.optimizer_names)},
+        "Set gradients to None instead of zeroing them: optimizer.zero_grad(set_to_none=True) "
+        "(default since PyTorch 2.0); the next backward allocates them fresh.",
+        "optimizer.zero_grad(set_to_none=True)",
+        max(cpu, gpu), results, confidence=0.8,
+    )
