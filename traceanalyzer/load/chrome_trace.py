@@ -14,21 +14,40 @@ Handles every layout from PyTorch 1.8 to today (see
 * NVIDIA (cuda*/cu*), AMD ROCm (hip* under ``cuda_runtime``), Intel XPU
   (``xpu_runtime``/``xpu_driver``), MTIA runtimes.
 
-The per-event loop only sorts events into row tuples; every conversion (µs → ns,
+Two paths give the same model. The chunked path (:func:`load_chrome_trace`) streams
+the ``traceEvents`` array in chunks cut at event boundaries and lets polars' JSON
+reader decode each chunk into typed columns of only the fields the model needs:
+memory holds one chunk of text plus the model's columns, and no Python object is
+made per event. The simple path (:func:`load_chrome_trace_simple`,
+:func:`build_model`) decodes the whole document and sorts events into row tuples in a
+Python loop; it defines the semantics, and the chunked path falls back to its loop
+for any chunk the columnar reader cannot take exactly. Every conversion (µs → ns,
 name parsing, step extraction) is a polars expression over whole columns.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+import numpy as np
 import orjson
 import polars as pl
 
 from traceanalyzer.errors import InputError
-from traceanalyzer.load.jsonio import parse_json, read_bytes
+from traceanalyzer.load.jsonio import (
+    ByteStream,
+    Repaired,
+    decode_repairing,
+    describe_error,
+    parse_json,
+    read_bytes,
+    repair_warnings,
+    truncation_warning,
+)
 from traceanalyzer.model.trace import SCHEMAS, TraceMeta, TraceModel, empty_table
 
 # Category → model table, for duration ("X") events.
@@ -312,34 +331,6 @@ def _to_ns(col: str, base_ns: int) -> pl.Expr:
     return (whole.cast(pl.Int64) * 1000 + ((c - whole) * 1000).round().cast(pl.Int64) + base_ns).alias(col)
 
 
-def _frame(table: str, rows: list[tuple[Any, ...]], base_ns: int, raw_cols: list[str]) -> pl.DataFrame:
-    """Build a model table from row tuples whose columns are ``raw_cols``.
-
-    ``raw_cols`` has ``ts``/``dur`` (µs) where the schema has ``ts_ns``/``dur_ns``/``end_ns``.
-    """
-    schema = SCHEMAS[table]
-    if not rows:
-        return empty_table(table)
-    raw_schema: dict[str, Any] = {}
-    for c in raw_cols:
-        if c in ("ts", "dur"):
-            raw_schema[c] = pl.Float64
-        else:
-            raw_schema[c] = schema[c]
-    df = pl.DataFrame(rows, schema=raw_schema, orient="row", strict=False)
-    exprs: list[pl.Expr] = []
-    if "ts" in raw_cols:
-        exprs.append(_to_ns("ts", base_ns).alias("ts_ns"))
-    if "dur" in raw_cols:
-        exprs.append((pl.col("dur").cast(pl.Float64) * 1000).round().cast(pl.Int64).alias("dur_ns"))
-    df = df.with_columns(exprs).drop([c for c in ("ts", "dur") if c in raw_cols])
-    if "end_ns" in schema:
-        df = df.with_columns(end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
-    return df.select(
-        [pl.col(c).cast(t) if c in df.columns else pl.lit(None, dtype=t).alias(c) for c, t in schema.items()]
-    )
-
-
 _RAW_COLS: dict[str, list[str]] = {
     "cpu_ops": [
         "name", "ts", "dur", "pid", "tid", "cat", "external_id", "seq_num", "fwd_thread_id",
@@ -365,6 +356,42 @@ _RAW_COLS: dict[str, list[str]] = {
     "other_events": ["cat", "name", "ts", "dur", "pid", "tid"],
     "threads": ["pid", "tid", "name"],
 }
+
+
+def _raw_schema(table: str) -> dict[str, Any]:
+    """Column → dtype of a table before unit conversion: ``ts``/``dur`` are float µs."""
+    schema = SCHEMAS[table]
+    return {c: (pl.Float64 if c in ("ts", "dur") else schema[c]) for c in _RAW_COLS[table]}
+
+
+_RAW_SCHEMAS = {t: _raw_schema(t) for t in _RAW_COLS}
+
+
+def _raw_frame(table: str, rows: list[tuple[Any, ...]]) -> pl.DataFrame:
+    """Row tuples (columns ``_RAW_COLS[table]``) → a raw frame (µs floats, typed ids)."""
+    return pl.DataFrame(rows, schema=_RAW_SCHEMAS[table], orient="row", strict=False)
+
+
+def _finish(table: str, frames: list[pl.DataFrame], base_ns: int) -> pl.DataFrame:
+    """Concatenate a table's raw frames and convert it to the model schema."""
+    schema = SCHEMAS[table]
+    frames = [f for f in frames if f.height]
+    if not frames:
+        return empty_table(table)
+    df = pl.concat(frames, how="vertical", rechunk=False) if len(frames) > 1 else frames[0]
+    raw_cols = _RAW_COLS[table]
+    exprs: list[pl.Expr] = []
+    if "ts" in raw_cols:
+        exprs.append(_to_ns("ts", base_ns).alias("ts_ns"))
+    if "dur" in raw_cols:
+        exprs.append((pl.col("dur").cast(pl.Float64) * 1000).round().cast(pl.Int64).alias("dur_ns"))
+    df = df.with_columns(exprs).drop([c for c in ("ts", "dur") if c in raw_cols])
+    if "end_ns" in schema:
+        df = df.with_columns(end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
+    return df.select(
+        [pl.col(c).cast(t) if c in df.columns else pl.lit(None, dtype=t).alias(c) for c, t in schema.items()]
+    ).rechunk()
+
 
 # XPU PTI memcpy kinds: M = user ("Memory", pageable host), H = USM host (pinned),
 # D = device, S = shared. Normalised to the CUDA vocabulary.
@@ -452,11 +479,57 @@ def _flag(v: Any) -> bool:
     return v not in (None, 0, False, "0", "false", "False", "")
 
 
+@dataclass
+class _Stats:
+    """What the event pass counted besides rows: merged over chunks in file order."""
+
+    skipped: Counter[str] = field(default_factory=Counter)
+    unknown_cats: Counter[str] = field(default_factory=Counter)
+    counters: int = 0
+    n_events: int = 0
+    no_ph_head: bool = False  # none of the first 100 items has a "ph" (bare arrays only)
+
+    def merge(self, other: "_Stats") -> None:
+        self.skipped.update(other.skipped)
+        self.unknown_cats.update(other.unknown_cats)
+        self.counters += other.counters
+        self.n_events += other.n_events
+
+
+def _collect_events(events: list[Any], autograd_array: bool) -> tuple[dict[str, pl.DataFrame], _Stats]:
+    """The simple (reference) event pass: a Python loop over decoded events."""
+    col = _Collector()
+    col.add(events, autograd_array)
+    frames = {t: _raw_frame(t, col.rows[t]) for t in _RAW_COLS}
+    stats = _Stats(col.skipped, col.unknown_cats, col.counters, len(events))
+    stats.no_ph_head = not any(isinstance(e, dict) and "ph" in e for e in events[:100])
+    return frames, stats
+
+
 def load_chrome_trace(path: str | Path) -> TraceModel:
     """Load one chrome-trace file (``.json``, ``.json.gz``, any supported layout).
 
+    Streams the ``traceEvents`` array in chunks (see :mod:`traceanalyzer.load.chunked`
+    in this module's lower half): memory holds one chunk of text plus the model's
+    columns, never the whole decoded document. Files whose framing is unusual (no
+    ``traceEvents`` near the top, a byte-order mark, not an object or array) go
+    through :func:`load_chrome_trace_simple`, which gives the same model.
+
     Raises :class:`InputError` with a one-line reason when the file is not a usable
     trace; recoverable damage becomes ``TraceModel.warnings``.
+    """
+    p = Path(path)
+    try:
+        return _ChunkedLoader(p).load()
+    except _Unframed:
+        return load_chrome_trace_simple(p)
+
+
+def load_chrome_trace_simple(path: str | Path) -> TraceModel:
+    """The simple path: read the whole file, decode it, one Python loop over events.
+
+    The reference semantics of the loader (the chunked path must give the same
+    model); also the path for files the chunked reader cannot frame.
     """
     p = Path(path)
     data, warnings = read_bytes(p)
@@ -468,7 +541,6 @@ def load_chrome_trace(path: str | Path) -> TraceModel:
 
 def build_model(path: Path, doc: Any, warnings: list[str] | None = None) -> TraceModel:
     """Build the model from an already-decoded document (dict or bare array)."""
-    warnings = list(warnings or [])
     autograd_array = False
     if isinstance(doc, list):
         events = doc
@@ -478,43 +550,52 @@ def build_model(path: Path, doc: Any, warnings: list[str] | None = None) -> Trac
             raise InputError(path, "a JSON array whose items are not trace events (no 'ph' fields)")
     elif isinstance(doc, dict):
         if "traceEvents" not in doc:
-            if "nodes" in doc and "schema" in doc:
-                raise InputError(
-                    path,
-                    "is a PyTorch Execution Trace (nodes/schema), not a torch.profiler chrome trace",
-                )
-            if "segments" in doc or "device_traces" in doc:
-                raise InputError(path, "is a memory snapshot in JSON form, not a chrome trace")
-            keys = ", ".join(list(doc)[:6]) or "none"
-            raise InputError(path, f"not a chrome trace: JSON object without 'traceEvents' (keys: {keys})")
+            _refuse_object(path, doc)
         events = doc["traceEvents"]
         if not isinstance(events, list):
             raise InputError(path, "not a chrome trace: 'traceEvents' is not an array")
         top = {k: v for k, v in doc.items() if k != "traceEvents"}
     else:
         raise InputError(path, f"not a chrome trace: top-level JSON {type(doc).__name__}")
-
-    col = _Collector()
-    col.add(events, autograd_array)
-    n_events = len(events)
+    frames, stats = _collect_events(events, autograd_array)
     del events
+    return _assemble(path, top, autograd_array, {t: [f] for t, f in frames.items()}, stats, list(warnings or []))
 
+
+def _refuse_object(path: Path, doc: dict[str, Any]) -> None:
+    if "nodes" in doc and "schema" in doc:
+        raise InputError(path, "is a PyTorch Execution Trace (nodes/schema), not a torch.profiler chrome trace")
+    if "segments" in doc or "device_traces" in doc:
+        raise InputError(path, "is a memory snapshot in JSON form, not a chrome trace")
+    keys = ", ".join(list(doc)[:6]) or "none"
+    raise InputError(path, f"not a chrome trace: JSON object without 'traceEvents' (keys: {keys})")
+
+
+def _assemble(
+    path: Path,
+    top: dict[str, Any],
+    autograd_array: bool,
+    frames: dict[str, list[pl.DataFrame]],
+    stats: _Stats,
+    warnings: list[str],
+) -> TraceModel:
+    """Raw per-chunk frames + top-level metadata → the model (shared by both paths)."""
+    n_events = stats.n_events
     base_ns = _int(top.get("baseTimeNanoseconds")) or 0
     tables: dict[str, pl.DataFrame] = {}
-    for table, raw in _RAW_COLS.items():
-        tables[table] = _frame(table, col.rows[table], base_ns, raw)
-        col.rows[table] = []
+    for table in _RAW_COLS:
+        tables[table] = _finish(table, frames.pop(table, []), base_ns)
     tables["memcpy"] = _memcpy_kinds(tables["memcpy"])
     tables["threads"] = tables["threads"].unique(maintain_order=True)
     tables["steps"] = _steps(tables["annotations"], tables["cpu_ops"])
 
-    for what, n in sorted(col.skipped.items()):
+    for what, n in sorted(stats.skipped.items()):
         warnings.append(f"skipped {n:,} {what}")
-    if col.unknown_cats:
-        cats = ", ".join(f"{c} ({n:,})" for c, n in col.unknown_cats.most_common(8))
-        warnings.append(f"kept aside {sum(col.unknown_cats.values()):,} events of unrecognised categories: {cats}")
-    if col.counters:
-        warnings.append(f"ignored {col.counters:,} counter ('C') events (GPU metrics / hardware counters)")
+    if stats.unknown_cats:
+        cats = ", ".join(f"{c} ({n:,})" for c, n in stats.unknown_cats.most_common(8))
+        warnings.append(f"kept aside {sum(stats.unknown_cats.values()):,} events of unrecognised categories: {cats}")
+    if stats.counters:
+        warnings.append(f"ignored {stats.counters:,} counter ('C') events (GPU metrics / hardware counters)")
     interesting = sum(
         tables[t].height for t in ("cpu_ops", "annotations", "python_frames", "runtime", "kernels", "memcpy", "memset")
     )
@@ -539,6 +620,7 @@ def build_model(path: Path, doc: Any, warnings: list[str] | None = None) -> Trac
     rank = _int(dist.get("rank")) if dist else None
     world = _int(dist.get("world_size")) if dist else None
     runtime_cats = set(tables["runtime"]["cat"].unique().to_list()) if tables["runtime"].height else set()
+    runtime_names = set(tables["runtime"]["name"].unique().to_list()) if tables["runtime"].height else set()
     has_gpu = tables["kernels"].height + tables["memcpy"].height + tables["memset"].height > 0
     cats_seen = set(tables["cpu_ops"]["cat"].unique().to_list()) | runtime_cats
     if autograd_array:
@@ -562,10 +644,591 @@ def build_model(path: Path, doc: Any, warnings: list[str] | None = None) -> Trac
         world_size=world,
         profiler_flags={k: _flag(top.get(k)) for k in _PROFILER_FLAGS if k in top},
         versions={k: str(top[k]) for k in _VERSION_KEYS if k in top},
-        vendor=_vendor(device_props, top, col.runtime_names, runtime_cats, has_gpu),
+        vendor=_vendor(device_props, top, runtime_names, runtime_cats, has_gpu),
         span_start_ns=span_start,
         span_end_ns=span_end,
         trace_name=top.get("traceName") if isinstance(top.get("traceName"), str) else None,
         extra=extra,
     )
     return TraceModel(meta=meta, warnings=tuple(warnings), **tables)
+
+
+# ---------------------------------------------------------------------------
+# The chunked path
+#
+# The ``traceEvents`` array is cut into chunks of about ``CHUNK_BYTES`` at event
+# boundaries, as the bytes stream in (gzip included). Each chunk becomes
+# newline-delimited JSON (one event a line) and polars' own JSON reader (Rust,
+# multi-threaded) decodes it straight into typed columns of only the fields the
+# model needs; polars expressions then sort the rows into tables. No Python object
+# per event is created.
+#
+# Exactness: the reader is strict about types (an int column refuses a float or a
+# string), so any chunk it cannot take exactly (odd types, bad tokens, control
+# characters, a non-object item …) is decoded again by the simple path's per-event
+# loop, with the same repairs. A cut is only a *candidate* boundary (a separator
+# found by ``rfind``): a chunk that decodes is proof that it was right; one that does
+# not is re-framed exactly by a string-aware bracket scan (numpy) before the slow
+# path takes it. The end of the file (array end, keys after the array, truncation)
+# always goes through the exact scan, on a small piece.
+# ---------------------------------------------------------------------------
+
+CHUNK_BYTES = 32 << 20
+
+# LF/CR → TAB: both are whitespace between tokens, so the text keeps its meaning, and
+# a raw LF inside a string (not strict JSON) becomes a raw TAB, which the strict
+# reader refuses: that chunk then takes the slow path and gets the simple path's
+# "not strict JSON" treatment.
+_NL_TO_TAB = bytes.maketrans(b"\n\r", b"\t\t")
+_WS = b" \t\r\n"
+
+_BRACKET = np.zeros(256, np.int8)
+_BRACKET[[ord("{"), ord("[")]] = 1
+_BRACKET[[ord("}"), ord("]")]] = -1
+
+# args fields read as integers (``_int``/``_num`` in the simple path).
+_INT_ARGS = (
+    "External id", "external id", "Sequence number", "Fwd thread id", "Ev Idx", "Profiler Event Index",
+    "In msg nelems", "Out msg nelems", "Group size", "Python id", "Python parent id", "correlation",
+    "cbid", "cid", "device", "stream", "registers per thread", "shared memory", "queued", "graph id",
+    "bytes", "Device Type", "Device Id", "Addr", "Bytes", "Total Allocated", "Total Reserved",
+)
+_STR_ARGS = ("Collective name", "dtype", "name")
+_DIMS_ARGS = ("Input Dims", "grid", "block")  # JSON text; lists of ints
+_ARG_NAMES = (*_INT_ARGS, *_STR_ARGS, *_DIMS_ARGS, "Input type")
+_INT_TEXT = r"(?s)^(?:.* )?(-?[0-9]+)$"  # ``_int`` on a string: the number, or the last word's
+_FLOAT_TEXT = r"^-?(?:[0-9]+\.[0-9]*|\.[0-9]+)$"
+_DIMS_TEXT = r"^[\[\]0-9, \-]*$"
+_KNOWN_PH = ("X", "s", "f", "t", "i", "I", "M", "C")
+_COLON = re.compile(rb"\s*:\s*")
+_COMMA = re.compile(rb"\s*,?")
+_SEP = re.compile(rb"\}\s*,\s*\{")
+
+
+class _Unframed(Exception):
+    """The chunked reader cannot frame this file: the simple path takes it."""
+
+
+class _NotFast(Exception):
+    """A chunk the columnar reader cannot take exactly."""
+
+
+def _nd_schema(ints_as_text: bool) -> dict[str, Any]:
+    it: Any = pl.String if ints_as_text else pl.Int64
+    args: dict[str, Any] = {k: it for k in _INT_ARGS}
+    args.update({k: pl.String for k in (*_STR_ARGS, *_DIMS_ARGS)})
+    args["Input type"] = pl.List(pl.String)
+    return {
+        "ph": pl.String, "cat": pl.String, "name": pl.String, "ts": pl.Float64, "dur": pl.Float64,
+        "pid": pl.String, "tid": pl.String, "id": pl.String, "args": pl.Struct(args),
+    }
+
+
+_ND_SCHEMAS = (_nd_schema(False), _nd_schema(True))
+
+
+def _int_text(e: pl.Expr) -> pl.Expr:
+    """``_int`` of a value the reader gave as text (a JSON number or string)."""
+    return e.str.strip_chars().str.extract(_INT_TEXT, 1).cast(pl.Int64, strict=False)
+
+
+def _check_ints(df: pl.DataFrame, cols: list[str]) -> None:
+    """A fractional number as text could have been a JSON float (``_int`` truncates
+    it) or a string (``_int`` gives None): only the slow path can tell."""
+    bad = df.select(pl.any_horizontal(pl.col(c).str.strip_chars().str.contains(_FLOAT_TEXT).any() for c in cols))
+    if bad.item():
+        raise _NotFast("fractional number as an id")
+
+
+def _A(k: str) -> pl.Expr:
+    return pl.col("a." + k)
+
+
+def _fast_chunk(nd: bytes, autograd_array: bool) -> tuple[dict[str, pl.DataFrame], _Stats]:
+    """Newline-delimited events → raw table frames and counts, or :class:`_NotFast`."""
+    df = None
+    ints_as_text = False
+    for ints_as_text, schema in enumerate(_ND_SCHEMAS):
+        try:
+            df = pl.read_ndjson(nd, schema=schema)
+            break
+        except Exception:  # noqa: BLE001 - any refusal sends the chunk to the slow path
+            continue
+    if df is None:
+        raise _NotFast("reader refused the chunk")
+    try:
+        return _fast_tables(df, bool(ints_as_text), autograd_array)
+    except _NotFast:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise _NotFast(str(exc)) from None
+
+
+def _fast_tables(df: pl.DataFrame, ints_as_text: bool, autograd_array: bool) -> tuple[dict[str, pl.DataFrame], _Stats]:
+    stats = _Stats(n_events=df.height)
+    df = df.with_columns(pl.col("args").struct.rename_fields(["a." + k for k in _ARG_NAMES])).unnest("args")
+    int_cols = ["pid", "tid", "id"] + (["a." + k for k in _INT_ARGS] if ints_as_text else [])
+    _check_ints(df, int_cols)
+    df = df.with_columns(
+        pid_s=pl.col("pid"), tid_s=pl.col("tid"),
+        **{c: _int_text(pl.col(c)) for c in int_cols},
+    )
+    ph_counts = dict(df.group_by("ph", maintain_order=True).len().iter_rows())
+    n_null = ph_counts.pop(None, 0)
+    if n_null:
+        stats.skipped["events without a phase (ph)"] += n_null
+    stats.no_ph_head = bool(df["ph"].head(100).is_null().all())
+    for ph, n in ph_counts.items():
+        if ph not in _KNOWN_PH:
+            stats.skipped[f"events of phase {ph!r}"] += n
+    stats.counters = ph_counts.get("C", 0)
+    frames: dict[str, pl.DataFrame] = {}
+    ph = pl.col("ph")
+    ts, dur = pl.col("ts"), pl.col("dur")
+
+    # Duration events.
+    x = df.filter(ph == "X")
+    if x.height:
+        no_ts = x["ts"].null_count()
+        no_dur = x.filter(ts.is_not_null() & dur.is_null()).height
+        neg = x.filter(ts.is_not_null() & (dur < 0)).height
+        for what, n in (("duration events without a numeric ts", no_ts), ("duration events without dur", no_dur),
+                        ("duration events with negative dur", neg)):
+            if n:
+                stats.skipped[what] += n
+        table = pl.col("cat").replace_strict(CAT_TABLE, default=None, return_dtype=pl.String)
+        cat = pl.col("cat")
+        if autograd_array:
+            bare = table.is_null() & cat.is_null()
+            cuda = pl.col("pid_s").str.starts_with("CUDA").fill_null(False)
+            table = pl.when(bare).then(pl.when(cuda).then(pl.lit("kernels")).otherwise(pl.lit("cpu_ops"))).otherwise(table)
+            cat = pl.when(bare).then(pl.when(cuda).then(pl.lit("Kernel")).otherwise(pl.lit("Operator"))).otherwise(cat)
+        x = x.filter(ts.is_not_null() & dur.is_not_null() & (dur >= 0)).with_columns(
+            _table=table, cat=cat, name=pl.col("name").fill_null("")
+        )
+        parts = x.partition_by("_table", as_dict=True, include_key=False)
+        for (t,), part in parts.items():
+            if t is None:
+                frames["other_events"] = _other_frame(part, stats)
+            else:
+                frames[t] = _x_frame(t, part)
+    # Flow endpoints.
+    fl = df.filter(ph.is_in(["s", "f", "t"]))
+    if fl.height:
+        n = fl["ts"].null_count()
+        if n:
+            stats.skipped["flow events without a numeric ts"] += n
+        fl = fl.filter(ts.is_not_null())
+        kind = pl.col("cat").replace_strict(FLOW_KIND, default=pl.col("cat"), return_dtype=pl.String).fill_null("None")
+        frames["flows"] = _typed("flows", fl.select(kind.alias("kind"), "ph", "id", "ts", "pid", "tid"))
+    # Allocator instant events.
+    mem = df.filter(ph.is_in(["i", "I"]) & pl.col("name").is_in(["[memory]", "[OutOfMemory]"]))
+    if mem.height:
+        n = mem["ts"].null_count()
+        if n:
+            stats.skipped["[memory] events without ts or args"] += n
+        mem = mem.filter(ts.is_not_null())
+        frames["memory_events"] = _typed("memory_events", mem.select(
+            "ts", "pid", "tid", _A("Device Type"), _A("Device Id"), _A("Addr"), _A("Bytes"),
+            _A("Total Allocated"), _A("Total Reserved"), (pl.col("name") == "[OutOfMemory]").alias("oom"),
+        ))
+    th = df.filter((ph == "M") & (pl.col("name") == "thread_name"))
+    if th.height:
+        frames["threads"] = _typed("threads", th.select("pid", "tid", _A("name").fill_null("None").alias("name")))
+    return frames, stats
+
+
+def _typed(table: str, df: pl.DataFrame) -> pl.DataFrame:
+    """Rename a selection positionally to the raw columns of ``table`` and cast."""
+    schema = _RAW_SCHEMAS[table]
+    return df.select(pl.col(old).cast(dtype).alias(new) for old, (new, dtype) in zip(df.columns, schema.items()))
+
+
+def _json_dims(k: str, part: pl.DataFrame) -> pl.Expr:
+    """``_json_text`` of a list of ints the reader gave as text (``[[2, 3], [4]]``)."""
+    col = part["a." + k]
+    if not col.is_null().all() and not col.drop_nulls().str.contains(_DIMS_TEXT).all():
+        raise _NotFast(f"{k} is not a list of ints")
+    return _A(k).str.replace_all(" ", "", literal=True)
+
+
+def _json_strings(k: str) -> pl.Expr:
+    """``_json_text`` of a list of strings (compact, escaped as orjson does)."""
+    enc = pl.struct(_A(k).alias("x")).struct.json_encode().str.slice(5).str.head(-1)
+    return pl.when(_A(k).is_null()).then(pl.lit(None, pl.String)).otherwise(enc)
+
+
+def _x_frame(t: str, p: pl.DataFrame) -> pl.DataFrame:
+    ext = pl.coalesce(_A("External id"), _A("external id"))
+    comm_dtype = pl.when(_A("Collective name").is_not_null()).then(_A("dtype"))
+    device = pl.coalesce(_A("device"), pl.col("pid"))
+    stream = pl.coalesce(_A("stream"), pl.col("tid"))
+    base = ["name", "ts", "dur"]
+    cols: list[Any]
+    if t == "cpu_ops":
+        cols = [*base, "pid", "tid", "cat", ext, _A("Sequence number"), _A("Fwd thread id"),
+                pl.coalesce(_A("Ev Idx"), _A("Profiler Event Index")), _json_dims("Input Dims", p),
+                _json_strings("Input type"), _A("Collective name"), comm_dtype, _A("In msg nelems"),
+                _A("Out msg nelems"), _A("Group size")]
+    elif t == "python_frames":
+        cols = [*base, "pid", "tid", _A("Python id"), _A("Python parent id")]
+    elif t == "runtime":
+        cols = [*base, "pid", "tid", "cat", _A("correlation"), ext, pl.coalesce(_A("cbid"), _A("cid"))]
+    elif t == "kernels":
+        cols = [*base, device, stream, _A("correlation"), ext, _json_dims("grid", p), _json_dims("block", p),
+                _A("registers per thread"), _A("shared memory"), _A("queued"), _A("graph id"),
+                _A("Collective name"), comm_dtype, _A("In msg nelems"), _A("Group size")]
+    elif t in ("memcpy", "memset"):
+        cols = [*base, device, stream, _A("correlation"), ext, _A("bytes")]
+    elif t == "annotations":
+        cols = [*base, "pid", "tid", ext]
+    elif t == "gpu_annotations":
+        cols = [*base, device, stream]
+    else:  # pragma: no cover - CAT_TABLE names only the tables above
+        raise _NotFast(f"table {t}")
+    schema = _RAW_SCHEMAS[t]
+    exprs = [(pl.col(c) if isinstance(c, str) else c).cast(dtype).alias(new) for c, (new, dtype) in zip(cols, schema.items())]
+    return p.select(exprs)
+
+
+def _other_frame(p: pl.DataFrame, stats: _Stats) -> pl.DataFrame:
+    scat = pl.col("cat").fill_null("<no category>")
+    p = p.with_columns(scat=scat)
+    unknown = p.filter(~pl.col("scat").is_in(list(KNOWN_OTHER_CATS)))
+    if unknown.height:
+        for c, n in unknown.group_by("scat", maintain_order=True).len().iter_rows():
+            stats.unknown_cats[c] += n
+    return _typed("other_events", p.select(
+        "scat", "name", "ts", "dur", pl.col("pid_s").fill_null("None"), pl.col("tid_s").fill_null("None"),
+    ))
+
+
+def _structure(buf: bytes | memoryview, depth0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The brackets of ``buf`` outside strings: (positions, byte, depth after each).
+
+    ``buf`` must start outside a string, at nesting depth ``depth0``. Escaped quotes
+    are told apart by the parity of the backslash run before them.
+    """
+    a = np.frombuffer(buf, np.uint8)
+    q = np.flatnonzero(a == 0x22)
+    if q.size:
+        prev = a[np.maximum(q - 1, 0)] == 0x5C
+        prev[q == 0] = False
+        cand = np.flatnonzero(prev)
+        if cand.size:
+            escaped = np.zeros(q.size, bool)
+            for i in cand.tolist():
+                j = int(q[i]) - 1
+                n = 0
+                while j >= 0 and a[j] == 0x5C:
+                    n += 1
+                    j -= 1
+                escaped[i] = bool(n & 1)
+            q = q[~escaped]
+    kind = _BRACKET[a]
+    br = np.flatnonzero(kind)
+    if q.size:
+        br = br[(np.searchsorted(q, br) & 1) == 0]
+    step = kind[br]
+    return br, a[br], depth0 + np.cumsum(step, dtype=np.int64)
+
+
+class _ChunkedLoader:
+    """Streams one file through the chunked path (see the comment above)."""
+
+    def __init__(self, path: Path, chunk_bytes: int = CHUNK_BYTES) -> None:
+        self.path = path
+        self.chunk = max(1, chunk_bytes)
+        self.stream = ByteStream(path)
+        self.frames: dict[str, list[pl.DataFrame]] = {t: [] for t in _RAW_COLS}
+        self.stats = _Stats()
+        self.n_tokens = 0
+        self.n_ctrl = 0
+        self.not_strict = False
+        self.autograd = False
+        self.top: dict[str, Any] = {}
+        self.sep: bytes | None = None  # raw bytes between two events, learned from the file
+        self.sep_nd: bytes = b""
+        self.offset = 0  # position in the (decompressed) file of the current buffer's first byte
+        self.truncated_at: int | None = None
+
+    # -- driver -----------------------------------------------------------------
+
+    def load(self) -> TraceModel:
+        blocks = self.stream.blocks(self.chunk)
+        carry = self._header(blocks)
+        tail_parts: list[bytes] | None = None
+        for block in blocks:
+            if tail_parts is not None:
+                tail_parts.append(block)
+                continue
+            carry += block
+            if len(carry) >= self.chunk:
+                carry, tail = self._step(carry)
+                if tail is not None:
+                    tail_parts = [tail]
+                    carry = b""
+        if tail_parts is None:
+            tail = self._final(carry)
+        else:
+            tail = b"".join(tail_parts)
+        del carry
+        if tail is not None:
+            self._tail(tail)
+        total = self.stream.nbytes
+        if self.truncated_at is not None and not self.stats.n_events:
+            raise InputError(self.path, f"not valid JSON (unexpected end of data at byte {total:,} of {total:,})")
+        warnings = list(self.stream.warnings)
+        warnings += repair_warnings(self.n_tokens, self.n_ctrl, self.not_strict)
+        if self.truncated_at is not None:
+            warnings.append(truncation_warning(self.truncated_at, total))
+        if self.autograd and self.stats.n_events and self._first_ph_missing:
+            raise InputError(self.path, "a JSON array whose items are not trace events (no 'ph' fields)")
+        return _assemble(self.path, self.top, self.autograd, self.frames, self.stats, warnings)
+
+    _first_ph_missing = False
+
+    def _header(self, blocks: Iterator[bytes]) -> bytes:
+        """Consume blocks up to the ``[`` that opens the events; return what follows."""
+        buf = b""
+        for block in blocks:
+            buf += block
+            start = self._events_start(buf, final=False)
+            if start is not None:
+                self.offset = start
+                return buf[start:]
+        start = self._events_start(buf, final=True)
+        assert start is not None
+        self.offset = start
+        return buf[start:]
+
+    def _events_start(self, buf: bytes, final: bool) -> int | None:
+        body = buf.lstrip(_WS)
+        if not body:
+            if final:
+                raise _Unframed
+            return None
+        i = len(buf) - len(body)
+        if body[:1] == b"[":
+            self.autograd = True
+            return i + 1
+        if body[:1] != b"{":
+            raise _Unframed
+        limit = 1 << 16
+        while True:
+            window = buf[:limit]
+            k = window.find(b'"traceEvents"')
+            while k >= 0:
+                _, _, depth = _structure(window[:k], 0)
+                if (int(depth[-1]) if depth.size else 0) == 1 and _outside_string(window[:k]):
+                    m = _COLON.match(buf, k + 13)
+                    if m is None or m.end() >= len(buf):
+                        if final:
+                            raise _Unframed
+                        return None
+                    if buf[m.end():m.end() + 1] != b"[":
+                        raise _Unframed
+                    head = buf[:k].rstrip(_WS)
+                    if head.endswith(b","):
+                        head = head[:-1]
+                    try:
+                        top = orjson.loads(head + b"}")
+                    except orjson.JSONDecodeError:
+                        raise _Unframed from None
+                    if not isinstance(top, dict):
+                        raise _Unframed
+                    self.top = top
+                    return m.end() + 1
+                k = window.find(b'"traceEvents"', k + 1)
+            if limit >= len(buf):
+                if final or len(buf) >= (64 << 20):
+                    raise _Unframed
+                return None
+            if limit >= (64 << 20):
+                raise _Unframed
+            limit *= 16
+
+    # -- chunks -----------------------------------------------------------------
+
+    def _learn_sep(self, buf: bytes) -> None:
+        """The bytes between the first two events (``},\\n  {`` for Kineto's own writer)."""
+        limit = 1 << 18
+        while True:
+            br, ch, depth = _structure(buf[:limit], 1)
+            ends = br[(depth == 1) & ((ch == ord("}")))]
+            starts = br[(depth == 2) & (ch == ord("{"))]
+            if ends.size and starts.size > 1 and starts[1] > ends[0]:
+                e, s = int(ends[0]), int(starts[1])
+                sep = buf[e:s + 1]
+                if _SEP.fullmatch(sep):
+                    self.sep = sep
+                    self.sep_nd = sep.translate(_NL_TO_TAB)
+                return
+            if limit >= len(buf) or limit >= (16 << 20):
+                return
+            limit *= 8
+
+    def _step(self, carry: bytes) -> tuple[bytes, bytes | None]:
+        """Process the complete events of a full buffer; return (rest, tail-or-None)."""
+        if self.sep is None:
+            self._learn_sep(carry)
+        p = carry.rfind(self.sep) if self.sep else -1
+        if p > 0:
+            nxt = p + len(self.sep) - 1  # type: ignore[arg-type]
+            if self._fast(carry[: p + 1]):
+                self.offset += nxt
+                return carry[nxt:], None
+            resume, end = self._exact(carry, p + 1, final=False)
+        elif len(carry) < 4 * self.chunk:
+            return carry, None  # no boundary yet: read on
+        else:
+            resume, end = self._exact(carry, len(carry), final=False)
+        if end >= 0:
+            return b"", carry[end + 1:]
+        self.offset += resume
+        return carry[resume:], None
+
+    def _final(self, carry: bytes) -> bytes | None:
+        """The last buffer: events, the array's end and what follows (or a truncation).
+
+        The bulk goes through the columnar reader; only the last event and what follows
+        it are framed exactly (a bracket scan of the whole buffer would cost more than
+        decoding it).
+        """
+        if self.sep is None:
+            self._learn_sep(carry)
+        p = carry.rfind(self.sep) if self.sep else -1
+        if p > 0:
+            q = p + len(self.sep) - 1  # type: ignore[arg-type]
+            br, _, depth = _structure(memoryview(carry)[q:], 1)
+            closed = np.flatnonzero(depth <= 0)
+            if closed.size:
+                end = q + int(br[closed[0]])
+                if self._fast(carry[:end].rstrip(_WS)):
+                    return carry[end + 1:]
+            elif self._fast(carry[: p + 1]):
+                self.offset += q
+                carry = carry[q:]
+        resume, end = self._exact(carry, len(carry), final=True)
+        return carry[end + 1:] if end >= 0 else None
+
+    def _fast(self, region: bytes) -> bool:
+        try:
+            nd = region.translate(_NL_TO_TAB).replace(self.sep_nd, b"}\n{")
+            frames, stats = _fast_chunk(nd, self.autograd)
+        except _NotFast:
+            return False
+        self._add(frames, stats)
+        return True
+
+    def _exact(self, buf: bytes, upto: int, final: bool) -> tuple[int, int]:
+        """Frame ``buf[:upto]`` exactly and process its complete events.
+
+        Returns (where the unprocessed text resumes, array end or -1).
+        """
+        view = memoryview(buf)[:upto]
+        br, ch, depth = _structure(view, 1)
+        closed = np.flatnonzero(depth <= 0)
+        array_end = int(br[closed[0]]) if closed.size else -1
+        if closed.size:
+            br, ch, depth = br[: closed[0]], ch[: closed[0]], depth[: closed[0]]
+        opens = (depth == 2) & ((ch == ord("{")) | (ch == ord("[")))
+        ends = br[(depth == 1) & ((ch == ord("}")) | (ch == ord("]")))]
+        starts = br[opens]
+        starts_ch = ch[opens]
+        n = int(ends.size)
+        if array_end >= 0:
+            content_end = array_end
+            resume = array_end + 1
+        else:
+            content_end = int(ends[-1]) + 1 if n else 0
+            if final:
+                self.truncated_at = self.offset + content_end
+                resume = upto
+            else:
+                m = _COMMA.match(buf, content_end)
+                resume = m.end() if m else content_end
+        content = bytes(view[:content_end])
+        del view
+        if content.strip(_WS):
+            self._exact_content(content, starts[:n], ends, starts_ch[:n])
+        return resume, array_end
+
+    def _exact_content(self, content: bytes, starts: np.ndarray, ends: np.ndarray, starts_ch: np.ndarray) -> None:
+        """Complete events, exactly framed: columnar when every item is a plain object, else slow."""
+        if starts.size and (starts_ch == ord("{")).all():
+            t = content.translate(_NL_TO_TAB)
+            s_list, e_list = starts.tolist(), ends.tolist()
+            gaps = b"".join(t[e + 1:s] for e, s in zip(e_list[:-1], s_list[1:]))
+            outer = t[: s_list[0]] + t[e_list[-1] + 1:]
+            if (gaps.count(b",") == len(s_list) - 1 and not gaps.translate(None, b" \t,")
+                    and not outer.translate(None, b" \t")):
+                nd = b"\n".join(t[s:e + 1] for s, e in zip(s_list, e_list))
+                try:
+                    frames, stats = _fast_chunk(nd, self.autograd)
+                except _NotFast:
+                    pass
+                else:
+                    self._add(frames, stats)
+                    return
+        self._slow(content)
+
+    def _slow(self, content: bytes) -> None:
+        """The simple path's decoding (with its repairs) and event loop, on one chunk."""
+        repaired = decode_repairing(b"[" + content + b"]")
+        if not isinstance(repaired, Repaired):
+            _, error, _ = repaired
+            total = max(self.stream.nbytes, self.offset + len(content))
+            raise InputError(self.path, f"not valid JSON ({describe_error(error, self.offset - 1, total)})")
+        self.n_tokens += repaired.n_tokens
+        self.n_ctrl += repaired.n_ctrl
+        self.not_strict |= repaired.not_strict
+        events = repaired.doc
+        frames, stats = _collect_events(events, self.autograd)
+        del events
+        self._add(frames, stats)
+
+    def _add(self, frames: dict[str, pl.DataFrame], stats: _Stats) -> None:
+        if not self.stats.n_events and stats.n_events:
+            self._first_ph_missing = stats.no_ph_head
+        for t, f in frames.items():
+            if f.height:
+                self.frames[t].append(f)
+        self.stats.merge(stats)
+
+    def _tail(self, tail: bytes) -> None:
+        """Top-level keys after the events array (older key order), or a cut-off end."""
+        rest = tail.strip(_WS)
+        if self.autograd:
+            ok = not rest
+        elif rest == b"}":
+            ok = True
+        elif rest.startswith(b","):
+            repaired = decode_repairing(b"{" + rest[1:])
+            ok = isinstance(repaired, Repaired) and isinstance(repaired.doc, dict)
+            if ok:
+                assert isinstance(repaired, Repaired)
+                self.n_tokens += repaired.n_tokens
+                self.n_ctrl += repaired.n_ctrl
+                self.not_strict |= repaired.not_strict
+                self.top.update(repaired.doc)
+        else:
+            ok = False
+        if not ok and self.truncated_at is None:
+            self.truncated_at = self.stream.nbytes - len(tail)
+
+
+def _outside_string(before: bytes) -> bool:
+    """Whether the position after ``before`` (which starts outside strings) is outside a string."""
+    n = 0
+    i = before.find(b'"')
+    while i >= 0:
+        j = i - 1
+        k = 0
+        while j >= 0 and before[j] == 0x5C:
+            k += 1
+            j -= 1
+        if not k & 1:
+            n += 1
+        i = before.find(b'"', i + 1)
+    return not n & 1
