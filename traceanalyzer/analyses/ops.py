@@ -14,17 +14,22 @@ Pure bookkeeping, no verdicts (the rules in :mod:`traceanalyzer.rules` judge):
 * **Data loading per step window**: union of ``enumerate(DataLoader)#…`` /
   ``enumerate(DataPipe)#…`` ranges inside each window (``dataloader``), and the iterator
   names seen (``dataloader_iters``; ``_SingleProcessDataLoaderIter`` = ``num_workers=0``).
-* **Kernels by class** (``kernel_classes``, per normalised name): ``klass`` from
-  :func:`~traceanalyzer.analyses.diagnosis.kernel_class` plus ``layout_transpose``
+* **Kernels by class** (``kernel_classes``, per normalised name and precision): ``klass``
+  from :func:`~traceanalyzer.analyses.diagnosis.kernel_class` plus ``layout_transpose``
   (cuDNN ``nchwToNhwc``/``nhwcToNchw``, MIOpen ``batched_transpose_*``); for GEMM/conv
   kernels ``name_precision`` (see :func:`gemm_name_precision`, vendor-aware) and
-  ``op_dtype``: the first input dtype of the outermost GEMM/conv CPU op that launched it
-  (``record_shapes`` traces; vendor-neutral).
+  ``op_dtype``: the first input dtype of the innermost GEMM/conv CPU op around the launching
+  call (``record_shapes`` traces; vendor-neutral; most frequent per row). ``count``/``total_ns``
+  over the whole trace, ``steady_count``/``steady_ns`` for kernels starting in steady step
+  windows (warm-up and truncated last step left out) — what per-step costs divide.
 * **Optimizer per step window** (``optimizer``): union CPU time of ``Optimizer.step#…``
   ranges, kernels/copies/memsets launched inside them (count and GPU time); the same for
   ``Optimizer.zero_grad#…`` with ``zero_grad_fills`` = memsets and fill/zero kernels.
-  ``optimizer_impl``: ``fused`` (``aten::_fused_*``), ``foreach`` (``aten::_foreach_*``),
-  ``for-loop`` (optimizer ranges without either), ``unknown`` (no optimizer range).
+  ``optimizer_impl``: ``fused`` (``aten::_fused_adam*``/``_fused_sgd_``/``_fused_adagrad_``
+  anywhere, or any ``aten::_fused_*`` inside an ``Optimizer.step`` range), ``foreach``
+  (``aten::_foreach_*`` inside one), ``for-loop`` (optimizer ranges without either),
+  ``unknown`` (no optimizer range). Ops outside the ranges (``_fused_sdp_choice``, foreach grad
+  clipping, AMP unscaling) do not count.
 * **Compilation / graphs**: ``compiled`` (Torch-Compiled Region, CompiledFxGraph,
   CompiledFunction, Dynamo ranges or ``triton_*`` kernels) and ``graph_launches``
   (``cudaGraphLaunch``/``hipGraphLaunch`` calls).
@@ -43,10 +48,10 @@ from traceanalyzer.analyses._intervals import DATALOADER_RE, window_union_length
 from traceanalyzer.analyses.baseline import GEMM_OPS_RE
 from traceanalyzer.analyses.diagnosis import kernel_class
 from traceanalyzer.analyses.kernels import normalize_kernel_names
-from traceanalyzer.analyses.steps import StepsResult
+from traceanalyzer.analyses.steps import StepsResult, assign_steps
 from traceanalyzer.config import Config
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import launches
+from traceanalyzer.model.relations import deepest_at, launches
 
 #: cuDNN / MIOpen layout conversion kernels (NCHW <-> NHWC around convolutions).
 LAYOUT_TRANSPOSE_RE = r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|batched_transpose|transpose_nchw|transpose_nhwc"
@@ -55,6 +60,9 @@ COMPILED_RE = r"Torch-Compiled Region|CompiledFxGraph|CompiledFunction|TorchDyna
 _OPT_STEP_RE = r"^Optimizer\.step#"
 _OPT_ZERO_RE = r"^Optimizer\.zero_grad#"
 _FILL_KERNEL_RE = r"(?i)fill|zero"
+#: Fused optimizer kernels (torch.optim ``fused=True``): ``aten::_fused_adam_``, ``_fused_adamw_``,
+#: ``_fused_sgd_``, ``_fused_adagrad_``.
+_FUSED_OPT_RE = r"^aten::_fused_(adam|adamw|sgd|adagrad)"
 _TYPE_MAP = {
     "float": "fp32", "double": "fp64", "c10::Half": "fp16", "c10::BFloat16": "bf16",
     "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8",
@@ -162,13 +170,13 @@ def _dtype_of(types: pl.Expr) -> pl.Expr:
     return first.replace_strict(_TYPE_MAP, default=first, return_dtype=pl.String)
 
 
-def _kernel_classes(model: TraceModel) -> pl.DataFrame:
+def _kernel_classes(model: TraceModel, windows: pl.DataFrame, steady: list[int]) -> pl.DataFrame:
     k = model.kernels
     schema = {"name": pl.String, "klass": pl.String, "name_precision": pl.String, "op_dtype": pl.String,
-              "count": pl.Int64, "total_ns": pl.Int64}
+              "count": pl.Int64, "total_ns": pl.Int64, "steady_count": pl.Int64, "steady_ns": pl.Int64}
     if k.is_empty():
         return pl.DataFrame(schema=schema)
-    k = k.select("name", "dur_ns", "correlation", "comm_name").with_columns(
+    k = k.select("name", "ts_ns", "dur_ns", "correlation", "comm_name").with_columns(
         norm=normalize_kernel_names(pl.col("name")),
         klass=pl.when(pl.col("name").str.contains(LAYOUT_TRANSPOSE_RE)).then(pl.lit("layout_transpose"))
         .otherwise(kernel_class(pl.col("name"), pl.col("comm_name"))),
@@ -176,31 +184,62 @@ def _kernel_classes(model: TraceModel) -> pl.DataFrame:
         name_precision=pl.when(pl.col("klass") == "gemm")
         .then(gemm_name_precision(pl.col("name"), model.meta.vendor)).otherwise(None),
     )
-    # op dtype: outermost GEMM/conv CPU op around the launching runtime call.
+    # In a steady step window: by the kernel's GPU start (windows extend to their GPU tail).
+    k = assign_steps(k, windows, "ts_ns").with_columns(
+        _steady=pl.col("window").is_in(steady).fill_null(False)).drop("window", "step")
+    # op dtype: the innermost GEMM/conv CPU op around the launching runtime call. Innermost, not
+    # outermost: under autocast aten::linear receives fp32 tensors and casts them before the
+    # aten::addmm/mm that launches the kernel with bf16 inputs.
     gemm_ops = model.cpu_ops.filter(pl.col("name").str.contains(GEMM_OPS_RE) & pl.col("input_types").is_not_null())
     k = k.with_columns(op_dtype=pl.lit(None, pl.String))
     if gemm_ops.height:
-        ops = gemm_ops.select("pid", "tid", "ts_ns", "end_ns", "input_types").with_row_index("ev_order").with_columns(
-            pl.col("ev_order").cast(pl.Int64))
-        outer = outermost(ops).with_row_index("op_id").with_columns(pl.col("op_id").cast(pl.Int64))
+        ops = gemm_ops.select("pid", "tid", "ts_ns", "end_ns", _dtype_of(pl.col("input_types")).alias("_dt")
+                              ).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
         rt = model.runtime.filter(pl.col("correlation").is_not_null()).unique("correlation", keep="first").select(
             "correlation", "pid", "tid", "ts_ns")
-        rt = rt.with_columns(op_id=containing(rt, outer, "ts_ns", "op_id"))
-        rt = rt.join(outer.select("op_id", _dtype_of(pl.col("input_types")).alias("_dt")), on="op_id", how="left")
+        rt = rt.with_columns(id=deepest_at(ops.select("id", "pid", "tid", "ts_ns", "end_ns"), rt))
+        rt = rt.join(ops.select("id", "_dt"), on="id", how="left")
         k = k.drop("op_dtype").join(rt.select("correlation", pl.col("_dt").alias("op_dtype")), on="correlation",
                                     how="left")
+    # Grouped by precision too: normalisation drops template arguments, so one CUTLASS/xmma
+    # name can hold fp32 and bf16 instances.
     return (
-        k.group_by("norm", "klass")
+        k.group_by("norm", "klass", "name_precision")
         .agg(
-            name_precision=pl.col("name_precision").drop_nulls().mode().sort().first(),
             op_dtype=pl.col("op_dtype").drop_nulls().mode().sort().first(),
             count=pl.len().cast(pl.Int64),
             total_ns=pl.col("dur_ns").sum().cast(pl.Int64),
+            steady_count=pl.col("_steady").sum().cast(pl.Int64),
+            steady_ns=pl.col("dur_ns").filter(pl.col("_steady")).sum().cast(pl.Int64),
         )
         .rename({"norm": "name"})
-        .sort(["total_ns", "name"], descending=[True, False])
+        .sort(["total_ns", "name", "name_precision"], descending=[True, False, False], nulls_last=True)
         .select(list(schema))
     )
+
+
+def _optimizer_impl(model: TraceModel) -> str:
+    """``fused`` / ``foreach`` / ``for-loop`` / ``unknown``, from the ops run inside ``Optimizer.step``
+    ranges. Only inside them: ``aten::_fused_sdp_choice``/``_fused_dropout`` (attention, dropout),
+    foreach grad clipping and AMP unscaling run outside the optimizer and say nothing about it.
+    A fused optimizer kernel op anywhere (``aten::_fused_adamw_`` …) still counts as fused."""
+    ops = model.cpu_ops
+    if ops.filter(pl.col("name").str.contains(_FUSED_OPT_RE)).height:
+        return "fused"
+    rng = model.annotations.filter(pl.col("name").str.contains(_OPT_STEP_RE))
+    if rng.is_empty():
+        return "unknown"
+    outer = outermost(rng.select("pid", "tid", "ts_ns", "end_ns").with_row_index("ev_order").with_columns(
+        pl.col("ev_order").cast(pl.Int64))).with_row_index("rid").with_columns(pl.col("rid").cast(pl.Int64))
+    inside = ops.filter(pl.col("name").str.starts_with("aten::_fused_") | pl.col("name").str.starts_with(
+        "aten::_foreach_")).select("name", "pid", "tid", "ts_ns")
+    inside = inside.filter(containing(inside, outer, "ts_ns", "rid").is_not_null())
+    names = inside["name"]
+    if names.str.starts_with("aten::_fused_").any():
+        return "fused"
+    if names.str.starts_with("aten::_foreach_").any():
+        return "foreach"
+    return "for-loop"
 
 
 def _optimizer(model: TraceModel, windows: pl.DataFrame) -> pl.DataFrame:
@@ -218,8 +257,6 @@ def _optimizer(model: TraceModel, windows: pl.DataFrame) -> pl.DataFrame:
             inside = lj.with_columns(rid=containing(lj.rename({"cpu_ts_ns": "ts_ns"}), outer, "ts_ns", "rid")).filter(
                 pl.col("rid").is_not_null())
             inside = inside.join(outer.select("rid", pl.col("ts_ns").alias("_rs")), on="rid")
-            from traceanalyzer.analyses.steps import assign_steps
-
             inside = assign_steps(inside.with_columns(_t=pl.col("_rs")), w, "_t")
             fills = (pl.col("activity") == "memset") | (
                 (pl.col("activity") == "kernel") & pl.col("gpu_name").str.contains(_FILL_KERNEL_RE))
@@ -278,15 +315,7 @@ def ops(model: TraceModel, results: Results, config: Config) -> OpsResult:
         pl.col("dataloader_ns").fill_null(0)).select("window", "step", "dataloader_ns", "dur_ns")
     iters = tuple(sorted(set(dl["name"].to_list())))
 
-    names = set(model.cpu_ops["name"].unique().to_list())
-    if any(n.startswith("aten::_fused_") for n in names):
-        impl = "fused"
-    elif any(n.startswith("aten::_foreach_") for n in names):
-        impl = "foreach"
-    elif model.annotations.filter(pl.col("name").str.contains(_OPT_STEP_RE)).height:
-        impl = "for-loop"
-    else:
-        impl = "unknown"
+    impl = _optimizer_impl(model)
     opt_names = tuple(sorted({
         n.split("#", 1)[1].split(".")[0] for n in model.annotations.filter(
             pl.col("name").str.contains(_OPT_STEP_RE))["name"].unique().to_list() if "#" in n}))
@@ -305,7 +334,7 @@ def ops(model: TraceModel, results: Results, config: Config) -> OpsResult:
         data_parallel=dp,
         dataloader=dataloader,
         dataloader_iters=iters,
-        kernel_classes=_kernel_classes(model),
+        kernel_classes=_kernel_classes(model, windows, sr.steady_windows()),
         optimizer=_optimizer(model, windows),
         optimizer_impl=impl,
         optimizer_names=opt_names,

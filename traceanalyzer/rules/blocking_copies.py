@@ -12,7 +12,8 @@ import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._util import implied_sync_correlations, ms, n_steady, pct_of_step, severity_for, steady, time_finding
+from traceanalyzer.rules._hostsync import fmt_count, implied_correlations, plural, priced, sync_points
+from traceanalyzer.rules._util import implied_sync, ms, n_steady, pct_of_step, severity_for, steady, time_finding
 
 
 @rule("blocking_copies", needs=("steps", "copies"), severity=Severity.WARNING,
@@ -23,15 +24,20 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     Signal
         ``copies``: GPU memcpys/memsets issued by a synchronous runtime API (``cudaMemcpy``,
         ``cudaMemset``, ``hipMemcpy``, ``hipMemcpyWithStream`` …: no ``Async`` in the name)
-        inside the steady steps. Pageable-memory copies are left to ``pageable_memcpy`` (not
-        counted twice).
+        inside the steady steps; and (``syncs``) the stream/event synchronize a copy op makes
+        after its copy (``.cpu()`` / ``.to("cpu")`` / ``copy_`` with ``non_blocking=False``).
+        Pageable-memory copies are left to ``pageable_memcpy`` and everything under an op
+        implying a sync (``.item()`` …) to ``item_sync`` (not counted twice).
     Threshold
-        ≥ ``min_ms_per_step`` (0.05) ms of CPU blocked per step (Nsight Systems'
-        ``cuda_memcpy_sync`` / ``cuda_memset_sync`` flag any occurrence; one-off copies outside the
-        steps do not matter for throughput). INFO below 0.5 % of the step, WARNING from it,
-        CRITICAL from ``critical_pct`` (10) %.
+        cost ≥ ``min_ms_per_step`` (0.05) ms per step (Nsight Systems' ``cuda_memcpy_sync`` /
+        ``cuda_memset_sync`` flag any occurrence; one-off copies outside the steps do not matter
+        for throughput). INFO below 0.5 % of the median step, WARNING from it, CRITICAL from
+        ``critical_pct`` (10) %.
     Cost
-        The CPU time of those calls per step (confidence 0.8).
+        The CPU time of the synchronous calls plus, for the copy ops' own synchronize calls, the
+        GPU idle after them that the CPU could have covered (as ``explicit_sync``; one alone:
+        min(GPU idle after it, CPU blocked in it)), summed over the steady steps and divided by
+        their number (confidence 0.8).
     Fix
         Use asynchronous copies on a stream with pinned buffers (``non_blocking=True``); avoid
         ``.cpu()``/``.numpy()``/``.tolist()`` of device tensors inside the loop.
@@ -39,29 +45,43 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     c = results["copies"]
     tr = steady(c.transfers, results, by="step").filter(
         (pl.col("api_mode") == "sync") & (pl.col("host_memory") != "pageable"))
-    tr = tr.filter(~pl.col("correlation").is_in(implied_sync_correlations(results)).fill_null(False))
-    if tr.is_empty():
+    tr = tr.filter(~pl.col("correlation").is_in(implied_correlations(results)).fill_null(False))
+    pts = priced(sync_points(results), "blocking_copies", blocked="explicit_blocked_ns")
+    if tr.is_empty() and pts.is_empty():
         return
     n = n_steady(results)
     cpu = float(tr["cpu_ns"].fill_null(0).sum()) / n
-    if cpu < params.min_ms_per_step * 1e6:
+    wait = float(pts["cost_ns"].sum()) / n if pts.height else 0.0
+    cost = cpu + wait
+    if cost < params.min_ms_per_step * 1e6:
         return
-    pct = pct_of_step(cpu, results)
+    pct = pct_of_step(cost, results)
     by_api = (tr.group_by("api", "activity", "kind").agg(count=pl.len().cast(pl.Int64), cpu_ns=pl.col("cpu_ns").sum(),
                                                            bytes=pl.col("bytes").sum())
               .sort(["cpu_ns", "api"], descending=[True, False]).head(5).to_dicts())
-    corr = tr["correlation"].drop_nulls().to_list()
-    sites = c.copies.filter(pl.col("api_mode").str.contains("sync").fill_null(False)
-                            & ~pl.col("api_mode").str.contains("async").fill_null(False))
+    sites = steady(c.copies, results, by="step").filter(
+        (pl.col("api_mode") == "sync") & (pl.col("host_memory").fill_null("") != "pageable")
+        & ~implied_sync(pl.col("op")))
     top = (sites.group_by("site").agg(count=pl.len().cast(pl.Int64), cpu_ns=pl.col("cpu_ns").sum())
            .sort(["cpu_ns", "site"], descending=[True, False], nulls_last=True).head(5).to_dicts())
+    waits = (pts.group_by("site", "cause").agg(count=pl.len().cast(pl.Int64),
+                                              blocked_ns=pl.col("explicit_blocked_ns").sum(),
+                                              idle_after_ns=pl.col("idle_excl_ns").sum(), cost_ns=pl.col("cost_ns").sum())
+             .sort(["cost_ns", "site"], descending=[True, False], nulls_last=True).head(5).to_dicts())
+    calls, ops = tr.height / n, pts.height / n
+    parts = []
+    if tr.height:
+        parts.append(f"{fmt_count(calls)} synchronous memcpy/memset {plural(calls, 'call', 'calls')}")
+    if pts.height:
+        parts.append(f"{fmt_count(ops)} {plural(ops, 'copy', 'copies')} waiting on the stream (non_blocking=False)")
     yield time_finding(
         "blocking_copies", severity_for(pct, 0.5, params.critical_pct),
-        f"{tr.height / n:.1f} synchronous memcpy/memset calls per step block the CPU for {ms(cpu)} ms/step",
-        {"calls_per_step": round(tr.height / n, 2), "cpu_blocked_ms_per_step": ms(cpu), "by_api": by_api,
-         "top_call_sites": top, "n_correlations": len(corr), "stack_hint": c.stack_hint},
+        f"{' and '.join(parts)} per step block the CPU: {ms(cost)} ms/step",
+        {"calls_per_step": round(calls, 2), "cpu_blocked_ms_per_step": ms(cpu), "by_api": by_api,
+         "copy_waits_per_step": round(ops, 2), "copy_wait_cost_ms_per_step": ms(wait), "copy_waits": waits,
+         "top_call_sites": top, "stack_hint": c.stack_hint},
         "Issue copies asynchronously on a stream from pinned buffers (tensor.to(device, non_blocking=True)); "
         "keep results on the device instead of .cpu()/.numpy()/.tolist() inside the loop.",
         "buf = torch.empty_like(x, device='cpu').pin_memory(); buf.copy_(x, non_blocking=True)",
-        cpu, results, confidence=0.8,
+        cost, results, confidence=0.8,
     )

@@ -12,6 +12,7 @@ import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
+from traceanalyzer.rules._hostsync import fmt_count
 from traceanalyzer.rules._util import ms, n_steady, pct_of_step, steady, time_finding
 
 
@@ -24,13 +25,16 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         ``copies``: copies (copy ops and loose memcpys) whose direction includes ``HtoD``
         inside the steady steps, their count, bytes and GPU + CPU time per step.
     Threshold
-        more than ``max_per_step`` (10) per step (TraceLens's > 10 transfers), or their GPU + CPU
-        time ≥ ``max_pct_of_step`` (5) % of the step (TraceLens's > 5 %) with at least
+        more than ``max_per_step`` (10) per step (TraceLens's > 10 transfers), or their cost
+        ≥ ``max_pct_of_step`` (5) % of the median step (TraceLens's > 5 %) with at least
         ``min_count_for_time`` (3) per step. The input batch is one or two copies per step: left
-        to ``pageable_memcpy`` / ``dataloader_bottleneck``.
+        to ``pageable_memcpy`` / ``dataloader_bottleneck``. WARNING from ``max_pct_of_step``,
+        else INFO.
     Cost
-        GPU + CPU time of those copies per step (confidence 0.4: an upper bound, copies may
-        overlap compute).
+        GPU + CPU time of the copies that do not block the host, summed over the steady steps
+        and divided by their number (confidence 0.4: an upper bound, copies may overlap
+        compute). Host-blocking copies (pageable memory, synchronous APIs) are counted but
+        priced by ``pageable_memcpy`` / ``blocking_copies``, not twice.
     Fix
         Create tensors directly on the device (``torch.zeros(..., device="cuda")``), cache
         constants/masks/tables on the GPU once, move the whole batch in one call.
@@ -41,7 +45,10 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         return
     n = n_steady(results)
     count = cp.height / n
-    cost = (float(cp["gpu_ns"].fill_null(0).sum()) + float(cp["cpu_ns"].fill_null(0).sum())) / n
+    free = cp.filter(~pl.col("host_blocking").fill_null(False))
+    gpu = float(free["gpu_ns"].fill_null(0).sum()) / n
+    cpu = float(free["cpu_ns"].fill_null(0).sum()) / n
+    cost = gpu + cpu
     pct = pct_of_step(cost, results) or 0.0
     if count <= params.max_per_step and (count < params.min_count_for_time or pct < params.max_pct_of_step):
         return
@@ -51,10 +58,10 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     sev = Severity.WARNING if pct >= params.max_pct_of_step else Severity.INFO
     yield time_finding(
         "htod_in_step", sev,
-        f"{count:.1f} host-to-device copies per step ({ms(cost)} ms/step of copy time)",
+        f"{fmt_count(count)} host-to-device copies per step ({ms(cost)} ms/step of copy time)",
         {"copies_per_step": round(count, 2), "bytes_per_step": int(float(cp["bytes"].fill_null(0).sum()) / n),
-         "gpu_ms_per_step": ms(float(cp["gpu_ns"].fill_null(0).sum()) / n),
-         "cpu_ms_per_step": ms(float(cp["cpu_ns"].fill_null(0).sum()) / n), "top_call_sites": top,
+         "host_blocking_per_step": round((cp.height - free.height) / n, 2),
+         "gpu_ms_per_step": ms(gpu), "cpu_ms_per_step": ms(cpu), "top_call_sites": top,
          "stack_hint": c.stack_hint},
         "Create tensors directly on the device, cache constants (masks, position ids, lookup tables) on the "
         "GPU once outside the loop, and move each batch with a single pinned, non_blocking copy.",

@@ -12,9 +12,8 @@ import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._util import (
-    implied_sync, ms, n_steady, pct_of_step, severity_for, steady, sync_cost, time_finding,
-)
+from traceanalyzer.rules._hostsync import fmt_count, plural, priced, sync_points
+from traceanalyzer.rules._util import ms, n_steady, pct_of_step, severity_for, time_finding
 
 
 @rule("item_sync", needs=("steps", "syncs"), severity=Severity.WARNING,
@@ -26,48 +25,56 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         ``syncs``: sync points caused by an op that needs a device value on the host —
         ``aten::item``/``_local_scalar_dense`` (``.item()``, ``float(t)``, ``if t``),
         ``aten::nonzero``, ``masked_select``, ``unique``, boolean-mask ``index`` …
-        — inside steady steps, grouped by cause and call site.
+        — inside steady steps, grouped by cause and call site. Every blocking call under such an
+        op (its DtoH copy included) belongs to this rule, not to ``pageable_memcpy`` /
+        ``blocking_copies`` / ``explicit_sync``.
     Threshold
         cost ≥ ``min_ms_per_step`` (0.02) ms per step (the tuning guide: any in the hot loop).
-        INFO below 1 % of the step, WARNING from it, CRITICAL from ``critical_pct`` (10) %.
+        INFO below 1 % of the median step, WARNING from it, CRITICAL from ``critical_pct`` (10) %.
     Cost
-        Per sync point, min(GPU idle after it, CPU blocked in it), summed per step (see
-        ``explicit_sync``): confidence 0.7. Blocked and idle-after totals are in the evidence.
+        The GPU idle after these points that the CPU could have covered without them, summed
+        over the steady steps and divided by their number. Without the syncs the CPU runs ahead
+        by the time it was blocked; that lead covers the idle after the point and, unused, after
+        the next points of the same run (consecutive ``item_sync`` points on one thread in one
+        step). One point alone costs min(GPU idle after it, CPU blocked in it). The idle after a
+        point stops where the thread enters its next blocking call (that call's rule owns what
+        follows); idle from later CPU work (e.g. the next DataLoader wait) counts only as far as
+        the lead covers it. Confidence 0.7; blocked and idle totals per step are in the evidence.
     Fix
         Keep metrics on the device and read them every N steps; replace data-dependent shapes
         (``nonzero``, boolean masks) by ``torch.where``/masking with static shapes.
     """
-    s = results["syncs"]
-    pts = steady(s.points, results, by="step").filter(implied_sync(pl.col("cause")))
+    pts = priced(sync_points(results), "item_sync")
     if pts.is_empty():
         return
     n = n_steady(results)
-    pts = pts.with_columns(cost_ns=sync_cost(pl.col("idle_after_ns"), pl.col("blocked_ns")))
-    idle = float(pts["idle_after_ns"].fill_null(0).sum()) / n
+    idle = float(pts["idle_excl_ns"].fill_null(0).sum()) / n
     cost = float(pts["cost_ns"].sum()) / n
     blocked = float(pts["blocked_ns"].fill_null(0).sum()) / n
     if cost < params.min_ms_per_step * 1e6:
         return
     pct = pct_of_step(cost, results)
-    by_cause = (pts.group_by("cause").agg(count=pl.len().cast(pl.Int64), idle_after_ns=pl.col("idle_after_ns").sum(), cost_ns=pl.col("cost_ns").sum())
+    by_cause = (pts.group_by("cause").agg(count=pl.len().cast(pl.Int64), blocked_ns=pl.col("blocked_ns").sum(),
+                                         idle_after_ns=pl.col("idle_excl_ns").sum(), cost_ns=pl.col("cost_ns").sum())
                 .sort(["cost_ns", "cause"], descending=[True, False], nulls_last=True).to_dicts())
     top = (pts.group_by("site", "cause").agg(count=pl.len().cast(pl.Int64), blocked_ns=pl.col("blocked_ns").sum(),
-                                            idle_after_ns=pl.col("idle_after_ns").sum(), cost_ns=pl.col("cost_ns").sum())
+                                            idle_after_ns=pl.col("idle_excl_ns").sum(), cost_ns=pl.col("cost_ns").sum())
            .sort(["cost_ns", "site"], descending=[True, False], nulls_last=True).head(5).to_dicts())
-    main = by_cause[0]["cause"] if by_cause else "aten::item"
+    main = by_cause[0]["cause"]
     nonzero = any(not str(c["cause"]).startswith(("aten::item", "aten::_local_scalar_dense")) for c in by_cause)
     fix = ("Keep running metrics on the device (loss_sum += loss.detach()) and call .item() every N steps; "
            "avoid `if tensor:` / float(tensor) on device tensors in the loop.")
     if nonzero:
         fix += (" For nonzero/boolean masks/unique, keep shapes static: torch.where(mask, x, 0) or "
                 "masked multiplication instead of x[mask], and pass output_size= where the op accepts it.")
+    per = pts.height / n
     yield time_finding(
         "item_sync", severity_for(pct, 1.0, params.critical_pct),
-        f"{pts.height / n:.1f} host reads of device values per step ({main} …) stall the GPU queue: "
-        f"{ms(cost)} ms/step",
-        {"sync_points_per_step": round(pts.height / n, 2), "cpu_blocked_ms_per_step": ms(blocked),
-         "gpu_idle_after_ms_per_step": ms(idle), "cost_ms_per_step": ms(cost), "by_cause": by_cause, "top_call_sites": top,
-         "stack_hint": s.stack_hint},
+        f"{fmt_count(per)} host {plural(per, 'read', 'reads')} of device values per step ({main}) "
+        f"{plural(per, 'stalls', 'stall')} the GPU queue: {ms(cost)} ms/step",
+        {"sync_points_per_step": round(per, 2), "cpu_blocked_ms_per_step": ms(blocked),
+         "gpu_idle_after_ms_per_step": ms(idle), "cost_ms_per_step": ms(cost), "by_cause": by_cause,
+         "top_call_sites": top, "stack_hint": results["syncs"].stack_hint},
         fix, "running += loss.detach()\nif step % 100 == 0: print(running.item() / 100)",
         cost, results, confidence=0.7,
     )

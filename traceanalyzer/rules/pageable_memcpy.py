@@ -13,7 +13,8 @@ import polars as pl
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._util import implied_sync_correlations, ms, n_steady, pct_of_step, severity_for, steady, time_finding
+from traceanalyzer.rules._hostsync import fmt_count, implied_correlations, plural
+from traceanalyzer.rules._util import implied_sync, ms, n_steady, pct_of_step, severity_for, steady, time_finding
 
 
 @rule("pageable_memcpy", needs=("steps", "copies"), severity=Severity.WARNING,
@@ -24,16 +25,18 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     Signal
         ``copies``: GPU memcpys whose host side is ``pageable`` (CUDA names say
         ``Pageable``; XPU kind code ``M``) inside the steady steps, with the CPU time of the
-        runtime calls that issued them (the driver stages pageable memory synchronously). ROCm
-        names only say ``Host``: the rule cannot decide there and says so.
+        runtime calls that issued them (the driver stages pageable memory synchronously). Copies
+        under an op implying a sync (``.item()`` …) are left to ``item_sync``. ROCm names only say
+        ``Host``: the rule cannot decide there and says so.
     Threshold
         ≥ ``min_count_per_step`` (1) such copy per step and ≥ ``min_ms_per_step`` (0.02) ms of
         CPU blocked per step (Nsight Systems' ``cuda_memcpy_async`` flags any occurrence;
-        TraceLens: H2D/D2H > 5 % of time or > 10 transfers). INFO below 0.5 % of the step,
-        WARNING from it, CRITICAL from ``critical_pct`` (10) %.
+        TraceLens: H2D/D2H > 5 % of time or > 10 transfers). INFO below 0.5 % of the median
+        step, WARNING from it, CRITICAL from ``critical_pct`` (10) %.
     Cost
-        The CPU time of those calls per step (confidence 0.7: with pinned memory and
-        ``non_blocking=True`` the copy overlaps compute instead).
+        The CPU time of those calls, summed over the steady steps and divided by their number
+        (confidence 0.7: with pinned memory and ``non_blocking=True`` the copy overlaps compute
+        instead).
     Fix
         ``DataLoader(pin_memory=True)`` / ``tensor.pin_memory()`` and
         ``.to(device, non_blocking=True)``; for DtoH, copy into a pinned buffer.
@@ -45,7 +48,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
                             "(ROCm copy names only say 'Host')")
     tr = steady(c.transfers, results, by="step").filter(
         (pl.col("activity") == "memcpy") & (pl.col("host_memory") == "pageable"))
-    tr = tr.filter(~pl.col("correlation").is_in(implied_sync_correlations(results)).fill_null(False))
+    tr = tr.filter(~pl.col("correlation").is_in(implied_correlations(results)).fill_null(False))
     if tr.is_empty():
         return
     n = n_steady(results)
@@ -54,14 +57,17 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     if count < params.min_count_per_step or cpu < params.min_ms_per_step * 1e6:
         return
     pct = pct_of_step(cpu, results)
-    sites = steady(c.copies, results, by="step").filter(pl.col("host_memory").str.contains("pageable").fill_null(False))
+    sites = steady(c.copies, results, by="step").filter(
+        pl.col("host_memory").str.contains("pageable").fill_null(False) & ~implied_sync(pl.col("op")))
     top = (sites.group_by("site", "direction").agg(count=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum(),
                                                    cpu_ns=pl.col("cpu_ns").sum())
            .sort(["cpu_ns", "site"], descending=[True, False], nulls_last=True).head(5).to_dicts())
-    by_kind = tr.group_by("kind").agg(count=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum()).sort("kind").to_dicts()
+    by_kind = tr.group_by("kind").agg(count=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum(),
+                                      cpu_ns=pl.col("cpu_ns").sum()).sort("kind").to_dicts()
     yield time_finding(
         "pageable_memcpy", severity_for(pct, 0.5, params.critical_pct),
-        f"{count:.1f} copies per step use pageable host memory and block the CPU for {ms(cpu)} ms/step",
+        f"{fmt_count(count)} {plural(count, 'copy', 'copies')} per step {plural(count, 'uses', 'use')} pageable "
+        f"host memory and {plural(count, 'blocks', 'block')} the CPU for {ms(cpu)} ms/step",
         {"copies_per_step": round(count, 2), "bytes_per_step": int(float(tr["bytes"].sum() or 0) / n),
          "cpu_blocked_ms_per_step": ms(cpu), "by_kind": by_kind, "top_call_sites": top,
          "stack_hint": c.stack_hint},
