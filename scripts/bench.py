@@ -1,0 +1,551 @@
+#!/usr/bin/env python3
+"""Benchmark traceanalyzer against HolisticTraceAnalysis 0.5.0 and plain orjson.
+
+Every measurement runs in its own subprocess; the parent times it (wall seconds,
+from spawn to exit) and takes its CPU seconds and peak RSS from ``os.wait4``'s
+resource usage (that child alone, so runs do not contaminate each other). Each case
+is repeated and the **median** is reported. A child whose RSS passes
+``--max-rss-gb`` is killed and reported as such (the box is shared).
+
+Cases (``FILE`` = the real trace, by default ``hta/df_index_resolver``):
+
+* ``ours analyze``  — ``traceanalyzer analyze FILE -o TMP --format json -q``, the CLI
+  itself (run in-process by the worker so that it can also time the phases:
+  import, load, analyses+rules, JSON output);
+* ``ours load``     — ``traceanalyzer.load.load(FILE)`` alone;
+* ``HTA``           — HTA 0.5.0 in ``--hta-python`` (default ``/work/hta-venv``):
+  ``TraceAnalysis(trace_dir=DIR)`` on a directory holding only FILE, then
+  ``get_temporal_breakdown``, ``get_idle_time_breakdown``,
+  ``get_gpu_kernel_breakdown`` and ``get_cuda_kernel_launch_stats`` for every rank
+  (the arguments of ``scripts/hta_reference.py``); skipped with a note when absent;
+* ``orjson``        — read FILE (gunzip if ``.gz``) and ``orjson.loads`` it: the
+  floor for any loader that parses JSON in Python.
+
+and a scaling series on ``bench_data/<stem>_x{1,4,16,40}.json`` (and ``.json.gz``),
+which ``scripts/make_big_trace.py`` builds when missing (40x ≈ 2 GB).
+
+Targets (issue 9), marked pass/MISS in the tables:
+
+* HTA wall / ours wall ≥ 5 and ours RSS / HTA RSS ≤ 1/3 (analyze, same file);
+* ours load / orjson ≤ 2 (in-process seconds: interpreter start and imports,
+  constant costs, are excluded on both sides);
+* analyses (+ rules + JSON output) ≤ 25 % of load time ("a small fraction");
+* at the largest size: peak RSS ≤ 1.5 × uncompressed size, and s/GB no more than
+  1.25 × the s/GB at 4x (linear growth; 1x carries the fixed start-up cost).
+
+Usage::
+
+    python scripts/bench.py                 # everything (≈ 10-15 min on 2 cores)
+    python scripts/bench.py --quick         # comparison on the .json.gz + 1x/4x
+    python scripts/bench.py --repeats 5 --json bench.json
+    python scripts/bench.py --sizes 1 4 --no-hta
+
+Only the standard library is imported here: the same file is the worker for the
+HTA virtualenv, our venv and the orjson case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SOURCE = REPO_ROOT.parent / "shared" / "data" / "traces" / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
+BENCH_DATA = REPO_ROOT / "bench_data"
+DEFAULT_HTA_PYTHON = Path("/work/hta-venv/bin/python")
+
+TARGET_HTA_SPEEDUP = 5.0
+TARGET_HTA_RSS_RATIO = 1 / 3
+TARGET_ORJSON_RATIO = 2.0
+TARGET_ANALYSES_FRACTION = 0.25
+TARGET_RSS_PER_SIZE = 1.5
+TARGET_LINEARITY = 1.25
+
+
+# --------------------------------------------------------------------------------------
+# workers (run in a child process; only stdlib at module level)
+# --------------------------------------------------------------------------------------
+
+
+def _worker_ours_analyze(path: str) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    import traceanalyzer.commands.analyze as cmd
+    from traceanalyzer.cli import main
+
+    t_import = time.perf_counter()
+    phases: dict[str, float] = {}
+
+    def timed(name: str, fn: Any) -> Any:
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                phases[name] = phases.get(name, 0.0) + time.perf_counter() - t
+        return wrapper
+
+    # The command imported these names; wrapping them times the phases of the real CLI.
+    cmd.load = timed("load_s", cmd.load)
+    cmd.build_report = timed("analyses_s", cmd.build_report)
+    cmd.write_outputs = timed("write_s", cmd.write_outputs)
+    out = tempfile.mkdtemp(prefix="ta_bench_")
+    try:
+        t1 = time.perf_counter()
+        try:
+            main(["analyze", path, "-o", out, "--format", "json", "-q"])
+        except SystemExit as exc:  # the CLI always exits; only a non-zero code is a failure
+            if exc.code not in (0, None):
+                raise
+        work = time.perf_counter() - t1
+        summary = Path(out) / "summary.json"
+        out_bytes = summary.stat().st_size if summary.exists() else 0
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return {"import_s": t_import - t0, "work_s": work, **phases, "output_bytes": out_bytes}
+
+
+def _worker_ours_load(path: str) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    from traceanalyzer.load import load
+
+    t_import = time.perf_counter()
+    model = load(path)
+    t1 = time.perf_counter()
+    rows = sum(getattr(model, name).height for name in ("cpu_ops", "runtime", "kernels") if hasattr(model, name))
+    return {"import_s": t_import - t0, "work_s": t1 - t_import, "load_s": t1 - t_import, "rows_ops_rt_k": rows}
+
+
+def _worker_orjson(path: str) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    import orjson
+
+    t_import = time.perf_counter()
+    raw = Path(path).read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    t_read = time.perf_counter()
+    doc = orjson.loads(raw)
+    t1 = time.perf_counter()
+    n = len(doc["traceEvents"]) if isinstance(doc, dict) else len(doc)
+    return {"import_s": t_import - t0, "read_s": t_read - t_import, "loads_s": t1 - t_read,
+            "work_s": t1 - t_import, "load_s": t1 - t_import, "events": n}
+
+
+def _worker_hta(path: str) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    import logging
+
+    logging.disable(logging.WARNING)  # HTA logs every step at INFO/WARNING
+    from hta.trace_analysis import TraceAnalysis
+
+    t_import = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="hta_bench_") as tmp:
+        os.symlink(os.path.abspath(path), os.path.join(tmp, os.path.basename(path)))
+        t1 = time.perf_counter()
+        analyzer = TraceAnalysis(trace_dir=tmp)
+        t2 = time.perf_counter()
+        ranks = sorted(analyzer.t.traces.keys())
+        # ranks= explicitly: the idle and launch analyses default to [0] and fail on a
+        # rank-1 file such as df_index_resolver (see docs/hta_reference.md).
+        analyzer.get_temporal_breakdown(visualize=False)
+        analyzer.get_idle_time_breakdown(ranks=ranks, visualize=False, show_idle_interval_stats=True,
+                                         consecutive_kernel_delay=30)
+        analyzer.get_gpu_kernel_breakdown(visualize=False, duration_ratio=0.8, num_kernels=10,
+                                          include_memory_kernels=True)
+        launches = analyzer.get_cuda_kernel_launch_stats(ranks=ranks, visualize=False)
+        t3 = time.perf_counter()
+    return {"import_s": t_import - t0, "load_s": t2 - t1, "analyses_s": t3 - t2, "work_s": t3 - t1,
+            "ranks": ranks, "joined_launches": int(sum(len(v) for v in launches.values()))}
+
+
+WORKERS = {
+    "ours-analyze": _worker_ours_analyze,
+    "ours-load": _worker_ours_load,
+    "orjson": _worker_orjson,
+    "hta": _worker_hta,
+}
+
+
+# --------------------------------------------------------------------------------------
+# parent: spawn, measure, repeat
+# --------------------------------------------------------------------------------------
+
+
+def _rss_now_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def run_once(python: str, mode: str, path: Path, max_rss_kb: int, timeout_s: float) -> dict[str, Any]:
+    """Run one worker; returns wall/cpu/peak RSS and the worker's own phase times."""
+    fd, out_path = tempfile.mkstemp(suffix=".json", prefix="bench_")
+    os.close(fd)
+    cmd = [python, str(Path(__file__).resolve()), "--worker", mode, str(path), "--worker-out", out_path]
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    loadavg = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    # stderr to a file, not a pipe: nobody reads a pipe while we poll, and a chatty
+    # child (HTA logs) would block on a full one.
+    err_file = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file, env=env)
+    killed = None
+    while True:
+        pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if _rss_now_kb(proc.pid) > max_rss_kb:
+            killed = f"killed: RSS > {max_rss_kb / 2**20:.1f} GB"
+            os.kill(proc.pid, signal.SIGKILL)
+        elif time.perf_counter() - t0 > timeout_s:
+            killed = f"killed: over {timeout_s:.0f} s"
+            os.kill(proc.pid, signal.SIGKILL)
+        time.sleep(0.02)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err_file.seek(0)
+    stderr = err_file.read().decode(errors="replace")
+    err_file.close()
+    res: dict[str, Any] = {
+        "wall_s": wall,
+        "cpu_s": ru.ru_utime + ru.ru_stime,
+        "peak_rss_mb": ru.ru_maxrss / 1024.0,  # Linux: KiB
+        "loadavg_1m": loadavg,
+    }
+    try:
+        with open(out_path) as f:
+            res.update(json.load(f))
+        res["ok"] = True
+    except (OSError, ValueError):
+        res["ok"] = False
+        res["error"] = killed or f"exit {proc.returncode}: {stderr.strip().splitlines()[-1:] or ''}"
+    finally:
+        os.unlink(out_path)
+    return res
+
+
+def measure(label: str, python: str, mode: str, path: Path, repeats: int, args: argparse.Namespace,
+            size_bytes: int) -> dict[str, Any]:
+    runs = []
+    for _ in range(repeats):
+        r = run_once(python, mode, path, int(args.max_rss_gb * 2**20), args.timeout)
+        runs.append(r)
+        if not r["ok"]:
+            break
+    ok = [r for r in runs if r["ok"]]
+    case: dict[str, Any] = {"case": label, "mode": mode, "file": str(path), "file_bytes": path.stat().st_size,
+                            "json_bytes": size_bytes, "repeats": len(runs), "runs": runs}
+    if not ok:
+        case["error"] = runs[-1].get("error", "failed")
+    else:
+        for key in ("wall_s", "cpu_s", "peak_rss_mb", "import_s", "load_s", "analyses_s", "write_s", "work_s",
+                    "loads_s", "read_s"):
+            vals = [r[key] for r in ok if key in r]
+            if vals:
+                case[key] = statistics.median(vals)
+        case["rss_per_size"] = case["peak_rss_mb"] * 2**20 / size_bytes
+    shown = (f"{case['wall_s']:7.2f} s wall {case['cpu_s']:7.2f} s cpu {case['peak_rss_mb']:8.0f} MB"
+             if "wall_s" in case else case["error"])
+    print(f"  {label:<34} {path.name:<36} {shown}", file=sys.stderr, flush=True)
+    return case
+
+
+def uncompressed_size(path: Path) -> int:
+    """Bytes of JSON behind ``path``: its size, or for a .gz the sibling .json's, else streamed."""
+    if not path.name.endswith(".gz"):
+        return path.stat().st_size
+    sibling = path.with_name(path.name[:-3])
+    if sibling.exists():
+        return sibling.stat().st_size
+    n = 0
+    with gzip.open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            n += len(chunk)
+    return n
+
+
+def ensure_unpacked(source: Path) -> Path:
+    """The real trace as plain .json under bench_data/ (what a user gets after gunzip)."""
+    if not source.name.endswith(".gz"):
+        return source
+    dest = BENCH_DATA / source.name[:-3]
+    if not dest.exists():
+        BENCH_DATA.mkdir(exist_ok=True)
+        tmp = dest.with_suffix(".part")
+        with gzip.open(source, "rb") as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 22)
+        tmp.replace(dest)
+    return dest
+
+
+def ensure_big(source: Path, sizes: list[int], gz: bool) -> dict[int, tuple[Path, Path | None]]:
+    stem = source.name.removesuffix(".gz").removesuffix(".json")
+    files = {n: (BENCH_DATA / f"{stem}_x{n}.json", BENCH_DATA / f"{stem}_x{n}.json.gz" if gz else None)
+             for n in sizes}
+    missing = [n for n, (j, g) in files.items() if not j.exists() or (g is not None and not g.exists())]
+    if missing:
+        cmd = [sys.executable, str(REPO_ROOT / "scripts" / "make_big_trace.py"), "--source", str(source),
+               "--copies", *map(str, missing)] + (["--gz"] if gz else [])
+        print("building " + " ".join(cmd[1:]), file=sys.stderr, flush=True)
+        subprocess.run(cmd, check=True)
+    return files
+
+
+# --------------------------------------------------------------------------------------
+# tables
+# --------------------------------------------------------------------------------------
+
+
+def _f(x: Any, fmt: str = "{:.2f}") -> str:
+    return "—" if x is None else fmt.format(x)
+
+
+def _mark(ok: bool | None) -> str:
+    return "—" if ok is None else ("pass" if ok else "**MISS**")
+
+
+def comparison_table(cases: list[dict[str, Any]]) -> str:
+    head = ("| case | file | size MB (json) | wall s | cpu s | peak RSS MB | RSS/size | import s | load s "
+            "| analyses s |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows = []
+    for c in cases:
+        if "error" in c:
+            rows.append(f"| {c['case']} | {Path(c['file']).name} | {c['json_bytes'] / 1e6:.1f} | {c['error']} "
+                        "| | | | | | |")
+            continue
+        analyses = c.get("analyses_s")
+        if analyses is not None and "write_s" in c:
+            analyses += c["write_s"]
+        rows.append(
+            f"| {c['case']} | {Path(c['file']).name} | {c['json_bytes'] / 1e6:.1f} | {c['wall_s']:.2f} "
+            f"| {c['cpu_s']:.2f} | {c['peak_rss_mb']:.0f} | {c['rss_per_size']:.2f} | {_f(c.get('import_s'))} "
+            f"| {_f(c.get('load_s'))} | {_f(analyses)} |")
+    return head + "\n" + "\n".join(rows)
+
+
+def ratio_rows(by: dict[str, dict[str, Any]], suffix: str) -> list[dict[str, Any]]:
+    """Target ratios for one file variant (suffix: 'json' or 'json.gz')."""
+    out: list[dict[str, Any]] = []
+
+    def get(name: str) -> dict[str, Any] | None:
+        c = by.get(f"{name} ({suffix})")
+        return c if c and "error" not in c else None
+
+    ours, ours_load, hta, oj = get("ours analyze"), get("ours load"), get("HTA 0.5.0"), get("orjson.loads")
+    if ours and hta:
+        v = hta["wall_s"] / ours["wall_s"]
+        out.append({"ratio": f"HTA wall / ours wall ({suffix})", "value": v,
+                    "target": f"≥ {TARGET_HTA_SPEEDUP:g}", "ok": v >= TARGET_HTA_SPEEDUP})
+        v = hta["cpu_s"] / ours["cpu_s"]
+        out.append({"ratio": f"HTA cpu / ours cpu ({suffix})", "value": v, "target": "(info)", "ok": None})
+        v = ours["peak_rss_mb"] / hta["peak_rss_mb"]
+        out.append({"ratio": f"ours RSS / HTA RSS ({suffix})", "value": v,
+                    "target": f"≤ {TARGET_HTA_RSS_RATIO:.3f}", "ok": v <= TARGET_HTA_RSS_RATIO})
+    if ours_load and oj:
+        v = ours_load["load_s"] / oj["work_s"]
+        out.append({"ratio": f"ours load / orjson read+loads, in-process ({suffix})", "value": v,
+                    "target": f"≤ {TARGET_ORJSON_RATIO:g}", "ok": v <= TARGET_ORJSON_RATIO})
+        v = ours_load["wall_s"] / oj["wall_s"]
+        out.append({"ratio": f"ours load / orjson, process wall ({suffix})", "value": v, "target": "(info)",
+                    "ok": None})
+        v = ours_load["peak_rss_mb"] / oj["peak_rss_mb"]
+        out.append({"ratio": f"ours load RSS / orjson RSS ({suffix})", "value": v, "target": "(info)", "ok": None})
+    if ours and "analyses_s" in ours and ours.get("load_s"):
+        v = (ours["analyses_s"] + ours.get("write_s", 0.0)) / ours["load_s"]
+        out.append({"ratio": f"ours (analyses+rules+json) / load ({suffix})", "value": v,
+                    "target": f"≤ {TARGET_ANALYSES_FRACTION:g}", "ok": v <= TARGET_ANALYSES_FRACTION})
+    return out
+
+
+def ratio_table(rows: list[dict[str, Any]]) -> str:
+    head = "| ratio | value | target | |\n|---|---:|---|---|"
+    return head + "\n" + "\n".join(
+        f"| {r['ratio']} | {r['value']:.2f} | {r['target']} | {_mark(r['ok'])} |" for r in rows)
+
+
+def scaling_table(series: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    head = ("| trace | file | size GB (json) | wall s | cpu s | s/GB | s/GB ÷ 4x | load s | analyses s "
+            "| peak RSS MB | RSS/size | |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    rows, checks = [], []
+    for suffix in ("json", "json.gz"):
+        sub = [c for c in series if c["file"].endswith("." + suffix)]
+        if not sub:
+            continue
+        ok_sub = [c for c in sub if "error" not in c]
+        ref = next((c for c in ok_sub if c["copies"] == 4), ok_sub[0] if ok_sub else None)
+        ref_spg = ref["wall_s"] / (ref["json_bytes"] / 1e9) if ref else None
+        largest = max(ok_sub, key=lambda c: c["copies"]) if ok_sub else None
+        for c in sub:
+            gb = c["json_bytes"] / 1e9
+            if "error" in c:
+                rows.append(f"| {c['copies']}x | {Path(c['file']).name} | {gb:.2f} | {c['error']} "
+                            "| | | | | | | | |")
+                continue
+            spg = c["wall_s"] / gb
+            lin = spg / ref_spg if ref_spg else None
+            mark = ""
+            if c is largest:
+                rss_ok = c["rss_per_size"] <= TARGET_RSS_PER_SIZE
+                lin_ok = lin is not None and lin <= TARGET_LINEARITY
+                mark = f"RSS {_mark(rss_ok)}, linear {_mark(lin_ok)}"
+                checks.append({"ratio": f"peak RSS / size at {c['copies']}x ({suffix})",
+                               "value": c["rss_per_size"], "target": f"≤ {TARGET_RSS_PER_SIZE:g}", "ok": rss_ok})
+                checks.append({"ratio": f"s/GB at {c['copies']}x ÷ s/GB at {ref['copies']}x ({suffix})",
+                               "value": lin, "target": f"≤ {TARGET_LINEARITY:g}", "ok": lin_ok})
+            analyses = (c.get("analyses_s") or 0.0) + (c.get("write_s") or 0.0)
+            rows.append(
+                f"| {c['copies']}x | {Path(c['file']).name} | {gb:.2f} | {c['wall_s']:.1f} | {c['cpu_s']:.1f} "
+                f"| {spg:.1f} | {_f(lin)} | {_f(c.get('load_s'), '{:.1f}')} | {analyses:.1f} "
+                f"| {c['peak_rss_mb']:.0f} | {c['rss_per_size']:.2f} | {mark} |")
+    return head + "\n" + "\n".join(rows), checks
+
+
+def environment(hta_python: Path | None) -> dict[str, Any]:
+    env: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine(),
+                           "cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg()}
+    try:
+        with open("/proc/meminfo") as f:
+            env["mem_total_gb"] = round(int(f.readline().split()[1]) / 2**20, 1)
+        with open("/proc/cpuinfo") as f:
+            env["cpu_model"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    code = ("import importlib.metadata as m\n"
+            "for p in {pkgs!r}:\n"
+            "    try: print(p, m.version(p))\n"
+            "    except Exception: pass\n")
+    ours = subprocess.run([sys.executable, "-c", code.format(pkgs=("traceanalyzer", "polars", "orjson", "numpy"))],
+                          capture_output=True, text=True).stdout.split()
+    env["ours"] = dict(zip(ours[::2], ours[1::2]))
+    if hta_python:
+        hta = subprocess.run([str(hta_python), "-c", code.format(pkgs=("holistictraceanalysis", "pandas", "numpy"))],
+                             capture_output=True, text=True).stdout.split()
+        env["hta"] = dict(zip(hta[::2], hta[1::2]))
+    try:
+        env["git_commit"] = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
+                                           capture_output=True, text=True).stdout.strip()
+    except OSError:
+        pass
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="real trace (default df_index_resolver)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per case, median reported (default 3)")
+    ap.add_argument("--repeats-big", type=int, default=1, help="runs per case at 16x and above (default 1)")
+    ap.add_argument("--sizes", type=int, nargs="*", default=None, help="scaling series (default 1 4 16 40)")
+    ap.add_argument("--quick", action="store_true", help="comparison on the .json.gz only, sizes 1 4")
+    ap.add_argument("--no-hta", action="store_true", help="skip HTA")
+    ap.add_argument("--no-gz", action="store_true", help="scaling series on .json only")
+    ap.add_argument("--hta-python", type=Path, default=DEFAULT_HTA_PYTHON)
+    ap.add_argument("--python", default=sys.executable, help="python of our venv (default: this one)")
+    ap.add_argument("--max-rss-gb", type=float, default=6.0, help="kill a child above this RSS (default 6)")
+    ap.add_argument("--orjson-max-gb", type=float, default=0.25,
+                    help="orjson case only on files up to this many GB of JSON (its objects take ~10x)")
+    ap.add_argument("--timeout", type=float, default=1200.0, help="seconds per run (default 1200)")
+    ap.add_argument("--json", type=Path, default=None, help="save every number here")
+    ap.add_argument("--worker", nargs=2, metavar=("MODE", "FILE"), help=argparse.SUPPRESS)
+    ap.add_argument("--worker-out", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.worker:
+        mode, path = args.worker
+        res = WORKERS[mode](path)
+        with open(args.worker_out, "w") as f:
+            json.dump(res, f)
+        return 0
+
+    if not args.source.exists():
+        print(f"error: {args.source}: no such file", file=sys.stderr)
+        return 2
+    sizes = args.sizes if args.sizes is not None else ([1, 4] if args.quick else [1, 4, 16, 40])
+    hta_python = None if args.no_hta else args.hta_python
+    notes: list[str] = []
+    if hta_python is not None and not hta_python.exists():
+        notes.append(f"HTA skipped: {hta_python} not found (python3 -m venv /work/hta-venv && "
+                     "/work/hta-venv/bin/pip install HolisticTraceAnalysis==0.5.0)")
+        hta_python = None
+    env = environment(hta_python)
+    t_start = time.perf_counter()
+
+    # 1. the real trace, as shipped (.json.gz) and unpacked (.json)
+    variants = [args.source] if args.quick else [args.source, ensure_unpacked(args.source)]
+    comparison: list[dict[str, Any]] = []
+    print(f"comparison on {args.source.name} ({args.repeats} runs each)", file=sys.stderr)
+    for path in variants:
+        suffix = "json.gz" if path.name.endswith(".gz") else "json"
+        size = uncompressed_size(path)
+        comparison.append(measure(f"ours analyze ({suffix})", args.python, "ours-analyze", path, args.repeats,
+                                  args, size))
+        comparison.append(measure(f"ours load ({suffix})", args.python, "ours-load", path, args.repeats, args, size))
+        comparison.append(measure(f"orjson.loads ({suffix})", args.python, "orjson", path, args.repeats, args, size))
+        if hta_python is not None:
+            comparison.append(measure(f"HTA 0.5.0 ({suffix})", str(hta_python), "hta", path, args.repeats, args,
+                                      size))
+    by = {c["case"]: c for c in comparison}
+    ratios = ratio_rows(by, "json.gz") + ratio_rows(by, "json")
+
+    # 2. scaling
+    series: list[dict[str, Any]] = []
+    if sizes:
+        files = ensure_big(args.source, sizes, gz=not args.no_gz)
+        print(f"scaling series {sizes}", file=sys.stderr)
+        for n in sorted(sizes):
+            reps = args.repeats if n < 16 else args.repeats_big
+            for path in (p for p in files[n] if p is not None):
+                size = uncompressed_size(path)
+                c = measure(f"ours analyze {n}x", args.python, "ours-analyze", path, reps, args, size)
+                c["copies"] = n
+                series.append(c)
+                if path.suffix == ".json" and size <= args.orjson_max_gb * 1e9:
+                    oj = measure(f"orjson.loads {n}x", args.python, "orjson", path, reps, args, size)
+                    ol = measure(f"ours load {n}x", args.python, "ours-load", path, reps, args, size)
+                    if "error" not in oj and "error" not in ol:
+                        ratios.append({"ratio": f"ours load / orjson read+loads, in-process ({n}x json)",
+                                       "value": ol["load_s"] / oj["work_s"], "target": f"≤ {TARGET_ORJSON_RATIO:g}",
+                                       "ok": ol["load_s"] / oj["work_s"] <= TARGET_ORJSON_RATIO})
+                    c["orjson"], c["ours_load"] = oj, ol
+    scaling_md, scaling_checks = scaling_table(series) if series else ("", [])
+    ratios += scaling_checks
+
+    load_avgs = [r["loadavg_1m"] for c in comparison + series for r in c.get("runs", [])]
+    md = [f"Machine: {env.get('cpus')} CPUs ({env.get('cpu_model', '?')}), {env.get('mem_total_gb', '?')} GB RAM; "
+          f"1-min load average during runs {min(load_avgs):.1f}–{max(load_avgs):.1f}; "
+          f"median of {args.repeats} runs ({args.repeats_big} at 16x and above); commit {env.get('git_commit', '?')}; "
+          f"ours {env.get('ours')}, HTA {env.get('hta', 'skipped')}." if load_avgs else "",
+          "", "### Same file: traceanalyzer vs HTA 0.5.0 vs orjson", "", comparison_table(comparison), "",
+          "### Targets", "", ratio_table(ratios)]
+    if scaling_md:
+        md += ["", "### Scaling (replicated steps, `ours analyze`)", "", scaling_md]
+    md += [f"\n_{n}_" for n in notes]
+    md.append(f"\n_bench took {time.perf_counter() - t_start:.0f} s_")
+    print("\n".join(md))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"environment": env, "notes": notes, "comparison": comparison,
+                                         "scaling": series, "ratios": ratios,
+                                         "argv": sys.argv[1:]}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
