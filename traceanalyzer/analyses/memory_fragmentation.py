@@ -17,7 +17,8 @@ From the dumped segments (every snapshot, with or without history):
   fragmentation from 512-B rounding and unsplit tails).
 
 From the history (when present): ``max_unused_reserved_bytes`` = max over events of
-reserved − allocated (requested bytes), ``segment_allocs``/``segment_frees`` (cudaMalloc
+reserved − allocated (requested bytes), ``reserved_at_max_unused_bytes`` the reserved bytes
+at that event, ``segment_allocs``/``segment_frees`` (cudaMalloc
 /cudaFree count), and ``churn_reallocs``: segment allocations that follow a segment
 free (``empty_cache`` inside a loop makes the allocator cudaMalloc again), with bytes.
 ``settings`` are the allocator settings in effect (>= 2.3), ``non_default_settings``
@@ -71,6 +72,7 @@ class MemoryFragmentationResult:
     non_default_settings: dict[str, Any]
     per_device: pl.DataFrame
     per_segment: pl.DataFrame
+    reserved_at_max_unused_bytes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if not isinstance(v, pl.DataFrame)}
@@ -137,9 +139,11 @@ def memory_fragmentation(model: SnapshotModel, results: Results, config: Config)
     ).sort("device")
 
     tl: MemoryTimelineResult = results["memory_timeline"]
-    max_unused = None
+    max_unused = reserved_at_max = None
     if not tl.series.is_empty():
-        max_unused = int((tl.series["reserved_bytes"] - tl.series["allocated_bytes"]).max())  # type: ignore[arg-type]
+        unused = tl.series["reserved_bytes"] - tl.series["allocated_bytes"]
+        i = int(unused.arg_max())  # type: ignore[arg-type]
+        max_unused, reserved_at_max = int(unused[i]), int(tl.series["reserved_bytes"][i])
     t = model.trace.filter(pl.col("action").is_in(["segment_alloc", "segment_free", "segment_map", "segment_unmap"]))
     seg_allocs = t.filter(pl.col("action").is_in(["segment_alloc", "segment_map"]))
     seg_frees = t.filter(pl.col("action").is_in(["segment_free", "segment_unmap"]))
@@ -163,6 +167,7 @@ def memory_fragmentation(model: SnapshotModel, results: Results, config: Config)
         private_pool_bytes=int(seg.filter(pl.col("is_private_pool"))["total_bytes"].sum()),
         expandable_segments=bool(seg["is_expandable"].any()),
         max_unused_reserved_bytes=max_unused,
+        reserved_at_max_unused_bytes=reserved_at_max,
         segment_allocs=seg_allocs.height,
         segment_frees=seg_frees.height,
         churn_reallocs=churn.height,

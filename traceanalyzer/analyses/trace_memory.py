@@ -12,12 +12,13 @@ Each ``[memory]`` instant event carries the allocator's running totals after it:
   the first (steady training returns to the same level: growth means a leak or a
   cache filling up).
 * ``top_ops``: CPU ops (innermost enclosing op of each allocation) by bytes allocated.
-* ``ooms``: ``[OutOfMemory]`` events.
+* ``ooms``: ``[OutOfMemory]`` events, one row each: ``device``, ``ts_ns``, ``bytes`` (the
+  request that failed), ``total_allocated`` / ``total_reserved`` (the allocator's totals then).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -55,6 +56,10 @@ def _enclosing_ops(ev: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     return ev.with_columns(id=ids).join(names, on="id", how="left", maintain_order="left").drop("id")
 
 
+OOM_SCHEMA = {"device": pl.String, "ts_ns": pl.Int64, "bytes": pl.Int64, "total_allocated": pl.Int64,
+              "total_reserved": pl.Int64}
+
+
 @dataclass(frozen=True)
 class TraceMemoryResult:
     """See the module docstring. ``per_device``: one row per device; ``per_step``: one
@@ -66,11 +71,12 @@ class TraceMemoryResult:
     per_step: pl.DataFrame
     top_ops: pl.DataFrame
     step_growth_bytes: dict[str, int]
+    ooms: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=OOM_SCHEMA))
 
     def to_json(self) -> dict[str, Any]:
         return {"n_events": self.n_events, "n_ooms": self.n_ooms, "per_device": self.per_device.to_dicts(),
                 "per_step": self.per_step.to_dicts(), "top_ops": self.top_ops.to_dicts(),
-                "step_growth_bytes": self.step_growth_bytes}
+                "step_growth_bytes": self.step_growth_bytes, "ooms": self.ooms.to_dicts()}
 
     def summary(self) -> list[tuple[str, str]]:
         from traceanalyzer.report.text import fmt_bytes
@@ -144,4 +150,5 @@ def trace_memory(model: TraceModel, results: Results, config: Config) -> TraceMe
         .sort(["allocated_bytes", "op"], descending=[True, False]).head(top_n)
     )
     return TraceMemoryResult(n_events=ev.height, n_ooms=ooms.height, per_device=peaks, per_step=per_step,
-                             top_ops=top_ops, step_growth_bytes=growth)
+                             top_ops=top_ops, step_growth_bytes=growth,
+                             ooms=ooms.select(list(OOM_SCHEMA)).cast(OOM_SCHEMA))  # type: ignore[arg-type]

@@ -60,7 +60,11 @@ def terminal_summary(report: Report, top_findings: int = 5) -> str:
             else:
                 cost = ""
             lines.append(f"    [{f.severity}] {shorten(f.title, 80)}  {cost}")
-    n_skip = len(report.results.skipped) + len(report.not_run)
+    for name, why in sorted({**report.results.failed, **report.rule_failures}.items()):
+        lines.append(click.style(f"  warning: check {name} failed (internal error, please report): "
+                                 f"{shorten(why, 100)}", fg="yellow"))
+    n_skip = (len(report.results.skipped) + len(report.not_run) + len(report.results.failed)
+              + len(report.rule_failures))
     if n_skip:
         lines.append(f"  {n_skip} checks could not run (see the report for why)")
     return "\n".join(lines)

@@ -31,7 +31,8 @@ def build_memory_report(path: str, config_path: str | None = None, assignments: 
     not_run = outcome.not_run
     if model.kind == "trace":
         specs = rule_registry()
-        not_run = {k: v for k, v in not_run.items() if k in specs and set(specs[k].needs) & set(_TRACE_MEMORY)}
+        not_run = {k: v for k, v in not_run.items()
+                   if k in specs and set(specs[k].needs + specs[k].needs_any) & set(_TRACE_MEMORY)}
     return Report(
         source=path, kind=model.kind, meta=model.meta.to_json(), results=results,
         findings=outcome.findings, not_run=not_run, rule_failures=outcome.failed,

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+import re
 from typing import Any, Callable
 
 import click
 
 from traceanalyzer.config import Config
+from traceanalyzer.errors import ConfigError
 
 
 def config_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -23,5 +27,59 @@ def config_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def make_config(config_path: str | None, assignments: tuple[str, ...]) -> Config:
+    """The config in effect: the TOML file's values, then ``--set`` (later wins). Every key is
+    checked (:func:`check_keys`): a typo must not silently leave a default in effect."""
     cfg = Config.from_file(config_path) if config_path else Config()
-    return cfg.with_overrides(dict(Config.parse_assignment(a) for a in assignments))
+    check_keys(cfg.overrides, str(config_path))
+    sets = [Config.parse_assignment(a) for a in assignments]
+    for a, (key, value) in zip(assignments, sets):
+        check_keys({key: value}, f"--set {a}")
+    return cfg.with_overrides(dict(sets))
+
+
+@functools.lru_cache(maxsize=1)
+def _analysis_keys() -> dict[str, frozenset[str]]:
+    """Owner → params that analyses read. Analyses read thresholds with literal
+    ``config.get("owner.param", default)`` calls (the contract in analyses/__init__.py), so
+    their sources name every key; an analysis whose source is unavailable accepts any param."""
+    from traceanalyzer.analyses import registry as analysis_registry
+
+    keys: dict[str, set[str]] = {name: set() for name in analysis_registry()}
+    for spec in analysis_registry().values():
+        try:
+            src = inspect.getsource(inspect.getmodule(spec.func))  # type: ignore[arg-type]
+        except (OSError, TypeError):
+            keys.pop(spec.name, None)
+            continue
+        for owner, param in re.findall(r"""config\.get\(\s*["']([a-z0-9_]+)\.([a-z0-9_]+)["']""", src):
+            keys.setdefault(owner, set()).add(param)
+    return {k: frozenset(v) for k, v in keys.items()}
+
+
+def check_keys(overrides: dict[str, Any], origin: str) -> None:
+    """Raise :class:`ConfigError` (one line naming ``origin``) for a key whose owner is neither
+    a rule nor an analysis, a param the rule or analysis does not have, or a rule value that
+    does not convert to its default's type."""
+    from traceanalyzer.analyses import registry as analysis_registry
+    from traceanalyzer.rules import Params, registry as rule_registry
+
+    rules = rule_registry()
+    analyses = _analysis_keys()
+    for key, value in overrides.items():
+        owner, _, param = key.partition(".")
+        if owner in rules:
+            known = rules[owner].params
+            if param not in known:
+                have = ", ".join(sorted(known)) or "none"
+                raise ConfigError(f"{origin}: rule {owner!r} has no parameter {param!r} (its parameters: {have})")
+            try:
+                Params(owner, {param: known[param]}, Config({key: value}))  # converts to the default's type
+            except ConfigError as exc:
+                raise ConfigError(f"{origin}: {exc}") from None
+        elif owner in analyses:
+            if param not in analyses[owner]:
+                have = ", ".join(sorted(analyses[owner])) or "none"
+                raise ConfigError(f"{origin}: analysis {owner!r} has no parameter {param!r} (its parameters: {have})")
+        elif owner not in analysis_registry():
+            raise ConfigError(f"{origin}: unknown rule or analysis {owner!r}; `traceanalyzer rules` lists the rules "
+                              "and their parameters")

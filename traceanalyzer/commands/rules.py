@@ -41,7 +41,7 @@ def command(rule_ids: tuple[str, ...], config_path: str | None, assignments: tup
             spec = rules[rid]
             if i:
                 click.echo("")
-            click.echo(click.style(rid, bold=True) + f"  [{spec.severity}]  needs: {', '.join(spec.needs) or '-'}")
+            click.echo(click.style(rid, bold=True) + f"  [{spec.severity}]  needs: {spec.needs_text}")
             click.echo("")
             click.echo(spec.doc)
             values = Params(rid, spec.params, config).as_dict()
@@ -57,7 +57,7 @@ def command(rule_ids: tuple[str, ...], config_path: str | None, assignments: tup
     for rid, spec in sorted(rules.items()):
         click.echo(f"{click.style(rid.ljust(width), bold=True)}  {str(spec.severity):8}  {spec.summary}")
         values = Params(rid, spec.params, config).as_dict()
-        extra = [f"needs: {', '.join(spec.needs)}" if spec.needs else "needs: (any memory/trace input; decides itself)"]
+        extra = [f"needs: {spec.needs_text}" if spec.needs or spec.needs_any else "needs: (decides itself)"]
         if values:
             extra.append("params: " + ", ".join(f"{k}={_fmt(v)}" for k, v in values.items()))
         for line in extra:

@@ -11,13 +11,18 @@ A rule is one module in this package with one decorated function::
 
 * ``needs`` names the analyses it reads. When one is missing (skipped or failed)
   the rule does not run and the report lists it under "checks that could not run"
-  with the analysis' reason. A rule may also raise
+  with the analysis' reason. ``needs_any`` names alternatives (e.g. a snapshot's
+  ``memory_fragmentation`` or a trace's ``trace_memory``): the rule runs when at least
+  one of them is present. A rule may also raise
   :class:`~traceanalyzer.errors.NotApplicable` itself.
+* A rule that raises anything else is a bug: the run goes on, and the report lists it
+  under "checks that could not run" as failed (``RuleOutcome.failed``); its findings
+  are dropped (none of a half-run rule is kept).
 * ``params`` are its thresholds with their defaults; ``params.x`` reads the value in
   effect (``--set pageable_memcpy.min_ms_per_step=1`` or a config file overrides).
 * The docstring is its documentation (``traceanalyzer rules`` prints it).
 
-Findings are ranked by estimated cost (ms per step, then bytes).
+Findings are ranked by estimated cost: ms per step first, then bytes, then severity.
 """
 
 from __future__ import annotations
@@ -111,10 +116,19 @@ class RuleSpec:
     severity: Severity
     params: Mapping[str, Any]
     doc: str
+    needs_any: tuple[str, ...] = ()
 
     @property
     def summary(self) -> str:
         return self.doc.splitlines()[0] if self.doc else ""
+
+    @property
+    def needs_text(self) -> str:
+        """``needs`` and ``needs_any`` in words (``traceanalyzer rules``, docs/rules.md)."""
+        parts = list(self.needs)
+        if self.needs_any:
+            parts.append(self.needs_any[0] if len(self.needs_any) == 1 else "one of " + " / ".join(self.needs_any))
+        return ", ".join(parts) or "-"
 
 
 _REGISTRY: dict[str, RuleSpec] = {}
@@ -123,9 +137,10 @@ _REGISTRY: dict[str, RuleSpec] = {}
 def rule(
     rule_id: str,
     *,
-    needs: tuple[str, ...],
+    needs: tuple[str, ...] = (),
     severity: Severity = Severity.WARNING,
     params: Mapping[str, Any] | None = None,
+    needs_any: tuple[str, ...] = (),
 ) -> Callable[[CheckFunc], CheckFunc]:
     """Register a rule; see the module docstring."""
 
@@ -139,6 +154,7 @@ def rule(
             severity=severity,
             params=dict(params or {}),
             doc=inspect.cleandoc(func.__doc__ or ""),
+            needs_any=tuple(needs_any),
         )
         return func
 
@@ -164,33 +180,66 @@ class RuleOutcome:
     failed: dict[str, str] = field(default_factory=dict)
 
 
+# The input kind each analysis comes from, in words, for "could not run" reasons.
+_INPUT_WORDS = {"trace": "a profiler trace", "snapshot": "a memory snapshot",
+                "memory_timeline": "an export_memory_timeline file"}
+
+
+def _why_missing(names: Iterable[str], results: Any, alternatives: bool = False) -> str:
+    """Why analyses ``names`` are absent: their own skip/failure reasons when they ran on this
+    input, else which kind of input produces them (they do not apply to this one)."""
+    names = list(names)
+    skipped: Mapping[str, str] = getattr(results, "skipped", {})
+    failed: Mapping[str, str] = getattr(results, "failed", {})
+    reasons = [skipped.get(n) or failed.get(n) for n in names]
+    known = [r for r in dict.fromkeys(reasons) if r]
+    if known:
+        return "; ".join(known)
+    from traceanalyzer.analyses import registry as analysis_registry
+
+    specs = analysis_registry()
+    by_kind: dict[str, list[str]] = {}
+    for n in names:
+        kind = specs[n].input if n in specs else ""
+        by_kind.setdefault(_INPUT_WORDS.get(kind, kind), []).append(n)
+    if alternatives:
+        return "needs " + " or ".join(
+            f"{' or '.join(ns)} (from {kind})" if kind else " or ".join(ns) for kind, ns in by_kind.items())
+    kinds = [k for k in by_kind if k]
+    return f"needs {', '.join(names)}" + (f" (from {' or '.join(kinds)})" if kinds else "")
+
+
 def run_rules(results: Any, config: Config | None = None, strict: bool = False) -> RuleOutcome:
-    """Run every registered rule whose ``needs`` are present in ``results``.
+    """Run every registered rule whose ``needs`` (and one of ``needs_any``) are present.
 
     ``results`` is an :class:`~traceanalyzer.analyses.Results`; its ``skipped`` and
-    ``failed`` reasons explain rules that cannot run.
+    ``failed`` reasons explain rules that cannot run. Every registered rule ends up in
+    exactly one place: it produced findings or stayed silent (it ran and found nothing),
+    ``not_run`` (its input is absent, with the reason) or ``failed`` (it raised: a bug).
+    With ``strict`` a failing rule's exception propagates (tests use it).
     """
     config = config or Config()
     out = RuleOutcome()
-    skipped: Mapping[str, str] = getattr(results, "skipped", {})
-    failed: Mapping[str, str] = getattr(results, "failed", {})
     for rid, spec in sorted(registry().items()):
         missing = [n for n in spec.needs if n not in results]
         if missing:
-            reasons = [skipped.get(n) or failed.get(n) for n in missing]
-            # Rules for another kind of input (e.g. memory rules on a trace without
-            # memory data) are reported with the analysis' own reason.
-            why = "; ".join(r for r in reasons if r) or f"needs {', '.join(missing)}"
-            out.not_run[rid] = why
+            out.not_run[rid] = _why_missing(missing, results)
+            continue
+        if spec.needs_any and not any(n in results for n in spec.needs_any):
+            out.not_run[rid] = _why_missing(spec.needs_any, results, alternatives=True)
             continue
         try:
-            out.findings.extend(spec.func(results, config, Params(rid, spec.params, config)))
+            # Materialise before keeping anything: a rule that yields then raises keeps nothing.
+            found = list(spec.func(results, config, Params(rid, spec.params, config)))
         except NotApplicable as na:
             out.not_run[rid] = na.reason
+            continue
         except Exception as exc:  # noqa: BLE001 - a broken rule must not sink the report
             if strict:
                 raise
             out.failed[rid] = f"{type(exc).__name__}: {exc}"
+            continue
+        out.findings.extend(found)
     out.findings.sort(key=Finding.sort_key)
     return out
 

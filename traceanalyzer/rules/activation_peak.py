@@ -14,39 +14,48 @@ from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
 
+# Snapshot categories that say nothing about what the memory is (no stack, or allocated
+# before recording): a peak made only of these cannot be judged.
+_UNINFORMED = ("unknown", "pre_recording")
 
-@rule("activation_peak", needs=(), severity=Severity.INFO, params={"min_pct_of_peak": 50.0})
+
+@rule("activation_peak", needs_any=("export_timeline", "memory_peak"), severity=Severity.INFO,
+      params={"min_pct_of_peak": 50.0})
 def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
     """Activations dominate the memory peak: checkpointing or a smaller micro-batch would lower it.
 
     Signal
-        ``export_timeline`` (``prof.export_memory_timeline``): bytes per category at the peak
-        (the profiler's own ``ACTIVATION`` category). Snapshot (``memory_peak``): live bytes by
-        inferred category at the peak (allocated in forward and still live = activation; see
-        ``memory_timeline``). Plain traces do not categorise memory.
+        ``export_timeline`` (a ``prof.export_memory_timeline`` file): bytes per category at the
+        peak, with the profiler's own ``ACTIVATION`` category. Snapshot (``memory_peak``): live
+        bytes by inferred category at the peak (allocated in forward and still live =
+        activation; see ``memory_timeline``). Cannot decide (not run) from a plain trace (no
+        categories) nor from a snapshot whose live memory at the peak has no stacks to infer a
+        category from (all ``unknown`` / ``pre_recording``).
     Threshold
-        activations ≥ ``min_pct_of_peak`` (50) % of the peak (peers' suggested default). INFO;
-        WARNING when ``memory_capacity``/OOM pressure is also there is left to those rules.
+        activation bytes ≥ ``min_pct_of_peak`` (50) % of the peak (the peers' default). INFO:
+        activations are the normal make-up of a training peak; it matters when memory is short,
+        which ``memory_capacity`` and ``oom`` report.
     Cost
         The activation bytes at the peak (checkpointing trades most of them for recompute).
         Confidence 0.9 from the export, 0.6 from a snapshot (categories inferred from stacks).
     Fix
-        Activation checkpointing, smaller micro-batch/sequence, bf16 autocast, fused attention
-        (SDPA/FlashAttention) which stores no attention matrix.
+        Activation checkpointing on the largest blocks, a smaller micro-batch/sequence with
+        gradient accumulation, bf16 autocast, fused attention (SDPA/FlashAttention) which
+        stores no attention matrix.
     """
     if "export_timeline" in results:
         et = results["export_timeline"]
         cats, peak, conf, src = et.at_peak, et.peak_total_bytes, 0.9, "export_memory_timeline"
-    elif "memory_peak" in results:
+    else:
         mp = results["memory_peak"]
         cats, peak, conf, src = mp.categories, mp.peak_allocated_bytes, 0.6, "snapshot (inferred categories)"
-    else:
-        raise NotApplicable("memory categories need prof.export_memory_timeline() or a memory snapshot "
-                            "with stacks")
-    act = cats.filter(pl.col("category") == "activation")
-    if act.is_empty() or peak <= 0:
+        if cats.filter(~pl.col("category").is_in(_UNINFORMED) & (pl.col("bytes") > 0)).is_empty():
+            raise NotApplicable("the memory live at the snapshot's peak has no stacks to infer categories from: "
+                                "record with torch.cuda.memory._record_memory_history(stacks='python') before "
+                                "the model is built")
+    if peak <= 0:
         return
-    b = int(act["bytes"].sum())
+    b = int(cats.filter(pl.col("category") == "activation")["bytes"].sum())
     pct = b * 100.0 / peak
     if pct < params.min_pct_of_peak:
         return

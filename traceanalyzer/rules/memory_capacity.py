@@ -6,12 +6,19 @@ which ``traceanalyzer rules memory_capacity`` prints.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Iterator, Mapping
+
+import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
+
+
+def _device_id(device: str) -> int | None:
+    """``cuda:1`` → 1; ``cpu`` (host memory, no capacity) and unnamed devices → None."""
+    kind, _, idx = device.rpartition(":")
+    return int(idx) if kind and kind != "cpu" and idx.isdigit() else None
 
 
 @rule("memory_capacity", needs=("trace_memory", "ops"), severity=Severity.WARNING,
@@ -20,28 +27,33 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     """Peak device memory close to the device's capacity: one larger batch away from OOM.
 
     Signal
-        ``trace_memory`` (``profile_memory=True``): peak ``Total Allocated`` per device, against
-        ``totalGlobalMem`` from ``deviceProperties`` (``ops``). Snapshots do not record the
-        device's capacity (only an OOM's ``device_free``): the ``oom`` rule covers them.
+        ``trace_memory`` (a trace recorded with ``profile_memory=True``): the peak of the
+        allocator's ``Total Allocated`` per device, against the device's ``totalGlobalMem`` from
+        the trace's ``deviceProperties`` (``ops``). Host memory (``cpu``) has no capacity and is
+        left out. Snapshots record no capacity (only an OOM's ``device_free``): the ``oom`` rule
+        covers them. Cannot decide (not run) when no device with ``[memory]`` events has a known
+        capacity.
     Threshold
-        peak allocated ≥ ``max_pct`` (90) % of capacity → WARNING (tb_plugin's 0.9); ≥
-        ``critical_pct`` (97) % → CRITICAL. Peak reserved is shown as evidence (the caching
-        allocator may hold more than is allocated).
+        peak allocated ≥ ``max_pct`` (90) % of capacity → WARNING (tb_plugin's 0.9);
+        ≥ ``critical_pct`` (97) % → CRITICAL. Peak reserved is evidence only (the caching
+        allocator releases its cache before it gives up).
     Cost
-        Bytes above the ``max_pct`` line (what must be saved to get back under it).
+        The bytes above the ``max_pct`` line, peak allocated − ``max_pct`` % × capacity: what must
+        be saved to get back under it. Confidence 0.9: ``totalGlobalMem`` includes what the CUDA
+        context and other processes hold, so the real headroom is smaller than shown.
     Fix
-        Activation checkpointing, AMP (bf16 activations), smaller micro-batch with gradient
-        accumulation, FSDP/ZeRO sharding, CPU offload.
+        Lower the peak: activation checkpointing, bf16 autocast, a smaller micro-batch with
+        gradient accumulation, FSDP/ZeRO sharding of parameters and optimizer state.
     """
     tm, o = results["trace_memory"], results["ops"]
+    devices = [d for d in tm.per_device["device"].to_list() if _device_id(str(d)) is not None]
+    if not devices:
+        raise NotApplicable("only host (cpu) [memory] events: no device memory to compare with a capacity")
     known = False
-    for r in tm.per_device.iter_rows(named=True):
-        m = re.match(r"^[a-z0-9]+:(\d+)$", str(r["device"]))
-        if not m or str(r["device"]).startswith("cpu"):
-            continue
-        dev = o.device(int(m.group(1)))
-        cap = (dev or {}).get("total_bytes")
-        if not cap:
+    for r in tm.per_device.filter(pl.col("device").is_in(devices)).iter_rows(named=True):
+        dev = o.device(_device_id(str(r["device"])))
+        cap = int((dev or {}).get("total_bytes") or 0)
+        if cap <= 0:
             continue
         known = True
         peak = int(r["peak_allocated_bytes"] or 0)
@@ -56,7 +68,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
             evidence={"device": r["device"], "device_name": (dev or {}).get("name"), "capacity_bytes": cap,
                       "peak_allocated_bytes": peak, "peak_reserved_bytes": r["peak_reserved_bytes"],
                       "peak_op": r.get("peak_op"), "pct_of_capacity": round(pct, 2),
-                      "top_allocating_ops": tm.top_ops.head(5).to_dicts()},
+                      "top_allocating_ops": tm.top_ops.filter(pl.col("device") == r["device"]).head(5).to_dicts()},
             fix="Lower the peak: activation checkpointing (torch.utils.checkpoint), bf16 autocast, a smaller "
                 "micro-batch with gradient accumulation, FSDP/ZeRO sharding of parameters and optimizer state.",
             code_hint="from torch.utils.checkpoint import checkpoint\ny = checkpoint(block, x, use_reentrant=False)",
@@ -64,5 +76,5 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
             confidence=0.9,
         )
     if not known:
-        raise NotApplicable("device memory capacity unknown (no totalGlobalMem in deviceProperties "
-                            "for the devices with [memory] events)")
+        raise NotApplicable(f"device memory capacity unknown: no totalGlobalMem in deviceProperties for "
+                            f"{', '.join(map(str, devices))}")

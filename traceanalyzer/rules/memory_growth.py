@@ -17,68 +17,96 @@ from traceanalyzer.rules import Finding, Params, Severity, rule
 _FIX = ("Find what keeps tensors alive across iterations: accumulating graph-attached tensors "
         "(losses.append(loss) instead of loss.item()/loss.detach()), caches or lists that grow per step, "
         "hooks storing activations. Detach or drop them at the end of each step.")
+_HINT = "total_loss += loss.detach()  # not: losses.append(loss)"
 
 
-@rule("memory_growth", needs=(), severity=Severity.WARNING,
-      params={"min_growth_bytes": 16 << 20, "min_growth_pct": 5.0})
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+@rule("memory_growth", needs_any=("memory_leaks", "trace_memory"), severity=Severity.WARNING,
+      params={"min_growth_bytes": 16 << 20, "min_growth_pct": 5.0, "min_steps": 3})
 def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
     """Allocated memory grows step over step: a leak (tensors kept alive across iterations).
 
     Signal
-        Trace (``trace_memory``): allocated bytes at the end of each step per device; growth
-        = last step end − first step end, and the number of steps that grew. Snapshot
-        (``memory_leaks``): call sites whose live bytes never shrink and grow window over window.
+        Trace (``trace_memory``, per device including host memory): allocated bytes at the end
+        of each steady step (warm-up and a truncated last step left out, see ``steps``); growth
+        = last − first, and how many step-to-step transitions grew. Snapshot
+        (``memory_leaks``): the call sites whose live bytes never shrink and grow window over
+        window (steps from ``ProfilerStep#`` annotations, else equal slices of the history);
+        growth = the sum of their growth. Cannot decide (not run) from a trace without
+        ``ProfilerStep#`` windows holding ``[memory]`` events or with fewer than ``min_steps``
+        (3) steady steps, nor from a snapshot without allocation history.
     Threshold
         growth ≥ ``min_growth_bytes`` (16 MiB) and ≥ ``min_growth_pct`` (5) % of the peak
-        (SageMaker's GPUMemoryIncrease: 5 %), with growth in at least half of the step
-        transitions. Snapshot: any leak suspect of ``memory_leaks``. WARNING.
+        allocated (SageMaker's GPUMemoryIncrease: 5 %); for a trace also growth in at least
+        half of the transitions. WARNING.
     Cost
-        The bytes gained over the profiled steps (per step in the evidence): a leak grows until OOM.
+        The bytes gained over the profiled steps (per step in the evidence): a leak keeps
+        growing until OOM. Confidence 0.7 from a trace (a cache filling up also grows), 0.8
+        from snapshot steps, 0.6 from snapshot slices (not aligned with iterations).
     Fix
-        Do not keep graph-attached tensors across steps (``losses.append(loss)`` → ``loss.item()``
-        or ``loss.detach()``); clear caches/lists that grow per step.
+        Do not keep graph-attached tensors across steps (``losses.append(loss)`` →
+        ``loss.item()`` or ``loss.detach()``); clear caches/lists that grow per step.
     """
     ml = results.get("memory_leaks")
     if ml is not None:
         if ml.suspects.is_empty():
             return
         growth = int(ml.suspects["growth_bytes"].sum())
+        mp = results.get("memory_peak")
+        peak = int(mp.peak_allocated_bytes) if mp is not None else 0
+        pct = growth * 100.0 / peak if peak > 0 else None
+        if growth < params.min_growth_bytes or (pct is not None and pct < params.min_growth_pct):
+            return
         top = ml.suspects.row(0, named=True)
         yield Finding(
             rule_id="memory_growth", severity=Severity.WARNING,
-            title=f"{ml.suspects.height} call site(s) keep growing over {ml.n_windows} {ml.window_kind}: "
-                  f"+{growth / 2**20:,.1f} MiB, most at {top['site']}",
-            evidence={"suspects": ml.suspects.head(5).to_dicts(), "floor_growth_bytes": ml.floor_growth_bytes,
-                      "live_at_end_bytes": ml.live_at_end_bytes, "window_kind": ml.window_kind},
-            fix=_FIX, code_hint="total_loss += loss.detach()  # not: losses.append(loss)",
-            cost_bytes=growth, confidence=0.8,
+            title=f"{ml.suspects.height} call site(s) on cuda:{ml.device} keep growing over {ml.n_windows} "
+                  f"{ml.window_kind}: +{_mib(growth)}, most at {top['site']}",
+            evidence={"device": ml.device, "growth_bytes": growth,
+                      "pct_of_peak": None if pct is None else round(pct, 2), "peak_allocated_bytes": peak or None,
+                      "suspects": ml.suspects.head(5).to_dicts(), "n_windows": ml.n_windows,
+                      "window_kind": ml.window_kind, "floor_growth_bytes": ml.floor_growth_bytes,
+                      "live_at_end_bytes": ml.live_at_end_bytes},
+            fix=_FIX, code_hint=_HINT, cost_bytes=growth,
+            confidence=0.8 if ml.window_kind == "steps" else 0.6,
         )
         return
-    tm = results.get("trace_memory")
-    if tm is None:
-        skipped = getattr(results, "skipped", {})
-        raise NotApplicable(skipped.get("trace_memory") or skipped.get("memory_leaks")
-                            or "no memory data: profile with profile_memory=True or record a memory snapshot")
+    tm = results["trace_memory"]
     if tm.per_step.is_empty():
-        raise NotApplicable("no steps with [memory] events: growth across steps cannot be measured")
-    for dev, growth in sorted(tm.step_growth_bytes.items()):
-        if dev.startswith("cpu"):
+        raise NotApplicable("no ProfilerStep# windows holding [memory] events: growth across steps cannot be "
+                            "measured")
+    steady: list[Any] = []
+    if "steps" in results:
+        from traceanalyzer.rules._util import steady_steps
+
+        steady = [s for s in steady_steps(results) if s is not None]
+    per_step = tm.per_step.filter(pl.col("step").is_in(steady)) if steady else tm.per_step
+    measured = 0
+    for (dev,), g in per_step.sort("device", "step").group_by(["device"], maintain_order=True):
+        if g.height < params.min_steps:
             continue
-        g = tm.per_step.filter(pl.col("device") == dev).sort("step")
-        ends = g["end_allocated_bytes"].to_list()
+        measured += 1
+        ends = [int(v) for v in g["end_allocated_bytes"].to_list()]
+        growth = ends[-1] - ends[0]
         grew = sum(1 for a, b in zip(ends, ends[1:]) if b > a)
-        peak = int(g["peak_allocated_bytes"].max() or 0)
-        if (growth < params.min_growth_bytes or growth * 100.0 / max(peak, 1) < params.min_growth_pct
-                or grew * 2 < len(ends) - 1):
+        peak = int(g["peak_allocated_bytes"].max() or 0)  # type: ignore[arg-type]
+        pct = growth * 100.0 / peak if peak > 0 else 0.0
+        if growth < params.min_growth_bytes or pct < params.min_growth_pct or grew * 2 < len(ends) - 1:
             continue
-        per = growth / max(len(ends) - 1, 1)
+        per = growth / (len(ends) - 1)
         yield Finding(
             rule_id="memory_growth", severity=Severity.WARNING,
-            title=f"{dev}: allocated memory grows {per / 2**20:,.1f} MiB per step "
-                  f"(+{growth / 2**20:,.1f} MiB over {len(ends)} steps)",
+            title=f"{dev}: allocated memory grows {_mib(per)} per step (+{_mib(growth)} over {len(ends)} steps, "
+                  f"{pct:.0f} % of the peak)",
             evidence={"device": dev, "growth_bytes": growth, "growth_per_step_bytes": int(per),
-                      "steps_that_grew": grew, "end_allocated_bytes": ends, "peak_allocated_bytes": peak,
-                      "top_allocating_ops": tm.top_ops.head(5).to_dicts()},
-            fix=_FIX, code_hint="total_loss += loss.detach()  # not: losses.append(loss)",
-            cost_bytes=int(growth), confidence=0.7,
+                      "pct_of_peak": round(pct, 2), "steps": g["step"].to_list(), "steps_that_grew": grew,
+                      "end_allocated_bytes": ends, "peak_allocated_bytes": peak,
+                      "top_allocating_ops": tm.top_ops.filter(pl.col("device") == dev).head(5).to_dicts()},
+            fix=_FIX, code_hint=_HINT, cost_bytes=int(growth), confidence=0.7,
         )
+    if not measured:
+        raise NotApplicable(f"fewer than {params.min_steps} steady steps with [memory] events: a trend across "
+                            "steps cannot be measured")

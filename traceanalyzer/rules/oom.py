@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
+import polars as pl
+
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
@@ -20,68 +22,89 @@ _FIX = {
                  "smaller micro-batch with gradient accumulation, or FSDP/ZeRO sharding; free what the top call "
                  "sites hold longer than needed."),
 }
+_HINT = {
+    "fragmentation": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py",
+    "capacity": "from torch.utils.checkpoint import checkpoint\ny = checkpoint(block, x, use_reentrant=False)",
+}
 
 
-@rule("oom", needs=(), severity=Severity.CRITICAL)
+def _mib(n: int | None) -> str:
+    return "?" if n is None else f"{n / 2**20:,.1f} MiB"
+
+
+@rule("oom", needs_any=("memory_oom", "memory_timeline", "trace_memory"), severity=Severity.CRITICAL)
 def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
     """An out-of-memory error happened: what was requested, what filled the device, and why.
 
     Signal
-        Snapshot (``memory_oom``): the allocator's ``oom`` event — requested bytes, free device
-        memory, allocated/reserved then, and the verdict (``fragmentation`` when cached free
-        memory alone exceeded the request, else ``capacity``) with the call sites live then.
-        Trace (``trace_memory``): ``[OutOfMemory]`` events. A snapshot without allocation
-        history cannot tell; a trace without ``[memory]`` events neither.
+        Snapshot (``memory_oom``): the allocator's ``oom`` history entry (the first one; all are
+        counted) — the request, the device's free memory then, allocated/reserved at that event,
+        cached free = reserved − allocated, and the verdict: ``fragmentation`` when the cached
+        free memory alone covered the request (room, but in pieces), else ``capacity`` (live
+        tensors filled the device), with the call sites live then. Trace (``trace_memory``):
+        ``[OutOfMemory]`` events with the request and the allocator's totals. Cannot decide
+        (not run) from a snapshot without allocation history (``_record_memory_history`` off:
+        the OOM leaves no entry) nor from a trace without ``[memory]`` events; a snapshot with
+        history and no ``oom`` entry, or a memory-profiled trace without ``[OutOfMemory]``,
+        is silent.
     Threshold
         any OOM → CRITICAL.
     Cost
-        Snapshot: the bytes that did not fit (request − device free − cached free, at least the
-        request's shortfall); trace: the peak allocated.
+        Snapshot: the shortfall, requested − device free (bytes that did not fit); the whole
+        request when the device reported at least that much free (the request failed in
+        fragmented device memory) or free is unknown. Trace: the largest failed request (the
+        device's free memory is not recorded, so this bounds the shortfall from above;
+        confidence 0.9).
     Fix
-        fragmentation: ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``; capacity:
-        activation checkpointing, AMP, smaller batch, sharding.
+        fragmentation: ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, no
+        ``torch.cuda.empty_cache()`` in the loop; capacity: activation checkpointing, AMP, a
+        smaller micro-batch, sharding; record a snapshot to see what filled the device.
     """
-    mo = results.get("memory_oom") if hasattr(results, "get") else None
+    mo = results.get("memory_oom")
     if mo is not None:
-        free = mo.device_free_bytes or 0
-        short = max(mo.requested_bytes - free - (mo.cached_free_bytes if mo.verdict == "fragmentation" else 0), 0)
+        free = mo.device_free_bytes
+        short = mo.requested_bytes - free if free is not None else 0
         yield Finding(
             rule_id="oom", severity=Severity.CRITICAL,
-            title=f"Out of memory on cuda:{mo.device}: {mo.requested_bytes / 2**20:,.1f} MiB requested with "
-                  f"{free / 2**20:,.1f} MiB free ({mo.verdict})",
-            evidence={"requested_bytes": mo.requested_bytes, "device_free_bytes": mo.device_free_bytes,
-                      "allocated_bytes": mo.allocated_bytes, "reserved_bytes": mo.reserved_bytes,
-                      "cached_free_bytes": mo.cached_free_bytes, "verdict": mo.verdict, "n_ooms": mo.n_ooms,
-                      "failing_site": mo.failing_site, "top_sites": mo.top_sites.head(5).to_dicts(),
-                      "categories": mo.categories.to_dicts()},
-            fix=_FIX[mo.verdict],
-            code_hint="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py"
-            if mo.verdict == "fragmentation" else "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)",
-            cost_bytes=max(short, mo.requested_bytes if short == 0 and mo.verdict == "capacity" else short),
+            title=f"Out of memory on cuda:{mo.device}: {_mib(mo.requested_bytes)} requested with {_mib(free)} "
+                  f"free ({mo.verdict})",
+            evidence={"device": mo.device, "requested_bytes": mo.requested_bytes, "device_free_bytes": free,
+                      "shortfall_bytes": max(short, 0), "allocated_bytes": mo.allocated_bytes,
+                      "reserved_bytes": mo.reserved_bytes, "cached_free_bytes": mo.cached_free_bytes,
+                      "verdict": mo.verdict, "n_ooms": mo.n_ooms, "failing_site": mo.failing_site,
+                      "top_sites": mo.top_sites.head(5).to_dicts(), "categories": mo.categories.to_dicts()},
+            fix=_FIX[mo.verdict], code_hint=_HINT[mo.verdict],
+            cost_bytes=short if short > 0 else mo.requested_bytes,
             confidence=1.0,
         )
         return
-    tm = results.get("trace_memory") if hasattr(results, "get") else None
+    failed = getattr(results, "failed", {})
+    if "memory_oom" in failed:
+        raise NotApplicable(f"memory_oom failed: {failed['memory_oom']}")
+    tm = results.get("trace_memory")
     if tm is not None:
-        if tm.n_ooms:
-            peak = int(tm.per_device["peak_allocated_bytes"].max() or 0) if tm.per_device.height else 0
-            yield Finding(
-                rule_id="oom", severity=Severity.CRITICAL,
-                title=f"{tm.n_ooms} out-of-memory event(s) during the profile",
-                evidence={"n_ooms": tm.n_ooms, "per_device": tm.per_device.to_dicts()},
-                fix=_FIX["capacity"] + " Record a memory snapshot to see what filled the device.",
-                code_hint="torch.cuda.memory._record_memory_history(); ...; "
-                          "torch.cuda.memory._dump_snapshot('oom.pickle')",
-                cost_bytes=peak, confidence=0.9,
-            )
+        if tm.n_ooms == 0:
+            return
+        ooms = tm.ooms.sort(["bytes", "ts_ns"], descending=[True, False])
+        worst = ooms.row(0, named=True) if ooms.height else {}
+        devices = sorted({str(d) for d in ooms["device"].to_list()}) if ooms.height else []
+        yield Finding(
+            rule_id="oom", severity=Severity.CRITICAL,
+            title=f"{tm.n_ooms} out-of-memory event(s) during the profile"
+                  + (f" on {', '.join(devices)}: largest request {_mib(worst.get('bytes'))} with "
+                     f"{_mib(worst.get('total_allocated'))} allocated, {_mib(worst.get('total_reserved'))} reserved"
+                     if worst else ""),
+            evidence={"n_ooms": tm.n_ooms, "largest_request_bytes": worst.get("bytes"),
+                      "ooms": ooms.sort("ts_ns").head(10).to_dicts(),
+                      "per_device": tm.per_device.filter(pl.col("device") != "cpu").to_dicts()},
+            fix=_FIX["capacity"] + " Record a memory snapshot to see what filled the device.",
+            code_hint="torch.cuda.memory._record_memory_history(max_entries=100_000)\n...\n"
+                      "torch.cuda.memory._dump_snapshot('oom.pickle')  # in the except torch.OutOfMemoryError: branch",
+            cost_bytes=int(worst.get("bytes") or 0) or None, confidence=0.9,
+        )
         return
-    if "memory_timeline" in results:
-        tl = results["memory_timeline"]
-        if not tl.history:
-            raise NotApplicable("the snapshot has no allocation history: record it with "
-                                "torch.cuda.memory._record_memory_history() to see OOM events")
-        return  # history recorded and no OOM event
-    skipped = getattr(results, "skipped", {})
-    reason = skipped.get("trace_memory") or skipped.get("memory_timeline") or \
-        "no memory data: profile with profile_memory=True or record a memory snapshot"
-    raise NotApplicable(reason)
+    tl = results["memory_timeline"]
+    if not tl.history:
+        raise NotApplicable("the snapshot has no allocation history, so an OOM would leave no trace in it: record "
+                            "with torch.cuda.memory._record_memory_history() before dumping")
+    # history recorded and no oom entry: no OOM happened while recording.
