@@ -160,6 +160,8 @@ class OpsResult:
 
 
 def _ranges(model: TraceModel, pattern: str) -> pl.DataFrame:
+    """User annotations and CPU ops named like ``pattern`` (PyTorch 1.8/1.9 exported
+    ``Optimizer.step#…`` and ``enumerate(DataLoader)#…`` ranges as ops)."""
     cols = ["name", "pid", "tid", "ts_ns", "end_ns"]
     return pl.concat([model.annotations.select(cols), model.cpu_ops.select(cols)]).filter(
         pl.col("name").str.contains(pattern))
@@ -226,7 +228,7 @@ def _optimizer_impl(model: TraceModel) -> str:
     ops = model.cpu_ops
     if ops.filter(pl.col("name").str.contains(_FUSED_OPT_RE)).height:
         return "fused"
-    rng = model.annotations.filter(pl.col("name").str.contains(_OPT_STEP_RE))
+    rng = _ranges(model, _OPT_STEP_RE)
     if rng.is_empty():
         return "unknown"
     outer = outermost(rng.select("pid", "tid", "ts_ns", "end_ns").with_row_index("ev_order").with_columns(
@@ -247,7 +249,7 @@ def _optimizer(model: TraceModel, windows: pl.DataFrame) -> pl.DataFrame:
     out = w.select("window", "step")
     lj = launches(model).filter(pl.col("gpu_ts_ns").is_not_null())
     for key, pattern in (("opt", _OPT_STEP_RE), ("zero_grad", _OPT_ZERO_RE)):
-        rng = model.annotations.filter(pl.col("name").str.contains(pattern)).select("pid", "tid", "ts_ns", "end_ns")
+        rng = _ranges(model, pattern).select("pid", "tid", "ts_ns", "end_ns")
         length = window_union_lengths(rng, w) if rng.height else pl.DataFrame(
             schema={"window": pl.Int64, "length_ns": pl.Int64})
         out = out.join(length.rename({"length_ns": f"{key}_ns"}), on="window", how="left")
@@ -317,8 +319,8 @@ def ops(model: TraceModel, results: Results, config: Config) -> OpsResult:
 
     impl = _optimizer_impl(model)
     opt_names = tuple(sorted({
-        n.split("#", 1)[1].split(".")[0] for n in model.annotations.filter(
-            pl.col("name").str.contains(_OPT_STEP_RE))["name"].unique().to_list() if "#" in n}))
+        n.split("#", 1)[1].split(".")[0] for n in _ranges(model, _OPT_STEP_RE)["name"].unique().to_list()
+        if "#" in n}))
     compiled = bool(
         model.annotations.filter(pl.col("name").str.contains(COMPILED_RE)).height
         or model.cpu_ops.filter(pl.col("name").str.contains(COMPILED_RE)).height

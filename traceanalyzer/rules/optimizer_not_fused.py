@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import Any, Iterator, Mapping
 
 from traceanalyzer.config import Config
+from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
+from traceanalyzer.rules._hostsync import fmt_count
 from traceanalyzer.rules._util import ms, pct_of_step, per_step_ns, time_finding
 
 
@@ -20,10 +22,11 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     """Optimizer step not fused: a for-loop (or foreach) implementation launches many small kernels.
 
     Signal
-        ``ops``: ``Optimizer.step#<Class>.step`` ranges per steady step (CPU time, kernels
-        launched inside), and the implementation seen: ``fused`` (``aten::_fused_adam*`` …),
-        ``foreach`` (``aten::_foreach_*``), ``for-loop`` (neither: one small kernel per
-        parameter and operation).
+        ``ops``: ``Optimizer.step#<Class>.step`` ranges per steady step (union CPU time, kernels
+        launched inside), and the implementation seen inside them: ``fused``
+        (``aten::_fused_adam*`` …), ``foreach`` (``aten::_foreach_*``), ``for-loop`` (neither:
+        one small kernel per parameter and operation). No ``Optimizer.step`` range: the rule
+        cannot run and says so.
     Thresholds
         ``for-loop`` with ≥ ``min_kernels_per_step`` (10) kernels per optimizer step → WARNING if
         the optimizer takes ≥ ``warning_pct`` (5) % of the step, else INFO. ``foreach`` with the
@@ -31,13 +34,16 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         (Peers' suggested: optimizer > 10 % of step or > 200 kernels/step; torch.optim docs:
         fused > foreach > for-loop.)
     Cost
-        Optimizer CPU range time per step × ``for_loop_savings`` (0.7) or
+        Optimizer CPU range time per steady step × ``for_loop_savings`` (0.7) or
         ``foreach_savings`` (0.3) (confidence 0.5).
     Fix
         ``torch.optim.AdamW(params, fused=True)`` (Adam/AdamW/SGD/Adagrad), else ``foreach=True``.
     """
     o = results["ops"]
-    if o.optimizer_impl in ("fused", "unknown"):
+    if o.optimizer_impl == "unknown":
+        raise NotApplicable("no Optimizer.step ranges in the trace (no optimizer ran, or it was not "
+                            "profiled): the optimizer implementation cannot be judged")
+    if o.optimizer_impl == "fused":
         return
     opt_ns = per_step_ns(o.optimizer, "opt_ns", results)
     kernels = per_step_ns(o.optimizer, "opt_kernels", results)
@@ -53,7 +59,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     if o.optimizer_impl == "for-loop" and kernels >= params.min_kernels_per_step:
         yield time_finding(
             "optimizer_not_fused", Severity.WARNING if pct >= params.warning_pct else Severity.INFO,
-            f"{name} steps parameter by parameter: {kernels:,.0f} kernels and {ms(opt_ns)} ms per step",
+            f"{name} steps parameter by parameter: {fmt_count(kernels)} kernels and {ms(opt_ns)} ms per step",
             ev, fix, hint, opt_ns * params.for_loop_savings, results, confidence=0.5)
     elif o.optimizer_impl == "foreach" and pct >= params.foreach_min_pct:
         yield time_finding(

@@ -12,7 +12,8 @@ import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._util import ms, time_finding, top_rows
+from traceanalyzer.rules._hostsync import fmt_count
+from traceanalyzer.rules._util import ms, n_steady, time_finding, top_rows
 
 
 @rule("unfused_elementwise", needs=("steps", "ops"), severity=Severity.INFO,
@@ -24,40 +25,42 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     Signal
         ``ops``: kernels classed ``elementwise`` by name (vectorized/unrolled elementwise,
         pointwise functors, fills, copies, activations …) excluding generated ``triton_*``
-        kernels (already fused), as a share of kernel time and of kernel count.
+        kernels (already fused), as a share of kernel time and of kernel count over the steady
+        steps.
     Threshold
         elementwise ≥ ``min_pct_of_kernel_time`` (30) % of kernel time, or ≥
         ``min_pct_of_count`` (50) % of kernels with ≥ ``min_kernels_per_step`` (100) per step
         (peers' suggested defaults; the tuning guide says "fuse pointwise ops"). WARNING from
         ``warning_pct`` (50) % of kernel time.
     Cost
-        ``fusion_savings`` (0.5) × elementwise time per step: fusing a chain of n memory-bound
+        ``fusion_savings`` (0.5) × elementwise time per steady step: fusing a chain of n memory-bound
         kernels reads and writes memory once instead of n times (confidence 0.4).
     Fix
         ``torch.compile(model)``; fused layers (fused LayerNorm/RMSNorm, SDPA, fused optimizers).
     """
     kc = results["ops"].kernel_classes
-    total, count = float(kc["total_ns"].sum() or 0), float(kc["count"].sum() or 0)
+    total, count = float(kc["steady_ns"].sum() or 0), float(kc["steady_count"].sum() or 0)
     if total <= 0:
         return
-    ew = kc.filter((pl.col("klass") == "elementwise") & ~pl.col("name").str.starts_with("triton_"))
-    e_ns, e_n = float(ew["total_ns"].sum() or 0), float(ew["count"].sum() or 0)
-    n_windows = max(results["steps"].n_windows, 1)
+    ew = kc.filter((pl.col("klass") == "elementwise") & ~pl.col("name").str.starts_with("triton_")
+                   & (pl.col("steady_count") > 0))
+    e_ns, e_n = float(ew["steady_ns"].sum() or 0), float(ew["steady_count"].sum() or 0)
+    n = n_steady(results)
     t_pct, c_pct = e_ns * 100.0 / total, e_n * 100.0 / max(count, 1.0)
-    by_count = c_pct >= params.min_pct_of_count and e_n / n_windows >= params.min_kernels_per_step
+    by_count = c_pct >= params.min_pct_of_count and e_n / n >= params.min_kernels_per_step
     if t_pct < params.min_pct_of_kernel_time and not by_count:
         return
     sev = Severity.WARNING if t_pct >= params.warning_pct else Severity.INFO
     yield time_finding(
         "unfused_elementwise", sev,
         f"Elementwise kernels are {t_pct:.0f} % of kernel time and {c_pct:.0f} % of kernels "
-        f"({e_n / n_windows:,.0f} per step): fuse them",
-        {"elementwise_ms_per_step": ms(e_ns / n_windows), "pct_of_kernel_time": round(t_pct, 1),
-         "pct_of_kernels": round(c_pct, 1), "kernels_per_step": round(e_n / n_windows, 1),
+        f"({fmt_count(e_n / n)} per step): fuse them",
+        {"elementwise_ms_per_step": ms(e_ns / n), "pct_of_kernel_time": round(t_pct, 1),
+         "pct_of_kernels": round(c_pct, 1), "kernels_per_step": round(e_n / n, 1),
          "compiled": results["ops"].compiled,
-         "top_kernels": top_rows(ew.sort("total_ns", descending=True), 5, ("name", "count", "total_ns"))},
+         "top_kernels": top_rows(ew.sort("steady_ns", descending=True), 5, ("name", "steady_count", "steady_ns"))},
         "Fuse chains of elementwise ops: torch.compile(model) generates one kernel per chain; use fused "
         "layers (fused LayerNorm/RMSNorm, scaled_dot_product_attention) and fused/foreach optimizers.",
         "model = torch.compile(model)",
-        params.fusion_savings * e_ns / n_windows, results, confidence=0.4,
+        params.fusion_savings * e_ns / n, results, confidence=0.4,
     )

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
+import polars as pl
+
 from traceanalyzer.config import Config
+from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
+from traceanalyzer.rules._hostsync import fmt_count, plural
 from traceanalyzer.rules._util import ms, per_step_ns, time_finding
 
 
@@ -21,15 +25,20 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         ``ops``: memsets and fill/zero kernels launched inside ``Optimizer.zero_grad#…``
         ranges per steady step (``zero_grad(set_to_none=False)``, or a PyTorch before 2.0).
         Zeroing through ``model.zero_grad()`` outside an optimizer range is not annotated by
-        the profiler and cannot be seen.
+        the profiler and cannot be seen; without any ``Optimizer.zero_grad`` range the rule cannot
+        run and says so.
     Threshold
         ≥ ``min_fills_per_step`` (1) fill per step (tuning guide; tb_plugin's "optimize zero_grad").
     Cost
-        The larger of the zero_grad CPU range time and the fills' GPU time per step (confidence 0.8).
+        The larger of the zero_grad CPU range time and the fills' GPU time, per steady step
+        (confidence 0.8).
     Fix
         ``optimizer.zero_grad(set_to_none=True)`` (the default since PyTorch 2.0).
     """
     o = results["ops"]
+    if not o.op_counts.filter(pl.col("name").str.starts_with("Optimizer.zero_grad#")).height:
+        raise NotApplicable("no Optimizer.zero_grad ranges in the trace: zeroing cannot be seen "
+                            "(model.zero_grad() and set_to_none=True leave no range with fills)")
     fills = per_step_ns(o.optimizer, "zero_grad_fills", results)
     if fills < params.min_fills_per_step:
         return
@@ -37,7 +46,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     gpu = per_step_ns(o.optimizer, "zero_grad_gpu_ns", results)
     yield time_finding(
         "zero_grad_memset", Severity.INFO,
-        f"zero_grad() launches {fills:,.0f} memset/fill kernels per step ({ms(max(cpu, gpu))} ms/step)",
+        f"zero_grad() launches {fmt_count(fills)} memset/fill {plural(fills, 'kernel', 'kernels')} per step ({ms(max(cpu, gpu))} ms/step)",
         {"fills_per_step": round(fills, 1), "zero_grad_cpu_ms_per_step": ms(cpu),
          "zero_grad_gpu_ms_per_step": ms(gpu), "optimizer": list(o.optimizer_names)},
         "Set gradients to None instead of zeroing them: optimizer.zero_grad(set_to_none=True) "
