@@ -11,7 +11,8 @@ Definitions
   leading ``void`` dropped. ``void at::native::vectorized_elementwise_kernel<4, …>(int, …)``
   becomes ``at::native::vectorized_elementwise_kernel``. Tables group by it and keep
   the number of distinct full names and one example; a full-name table is also given.
-* **Per step**: a kernel belongs to the step window containing its start.
+* **Per step**: a kernel belongs to the step window containing its start; ``comm_ns``
+  sums the durations of its collective kernels (all devices, overlap counted twice).
 * **Launching CPU op**: the deepest ``cpu_op`` covering the start of the runtime call
   that launched the kernel (joined by correlation id), on that call's thread.
 * **Short kernels**: shorter than ``kernels.short_kernel_us`` (default 10 µs, TraceLens's
@@ -170,6 +171,7 @@ def kernels(model: TraceModel, results: Results, config: Config) -> KernelsResul
             median_ns=pl.col("dur_ns").median(),
             n_short=(pl.col("dur_ns") < short_ns).sum().cast(pl.Int64),
             n_comm=pl.col("is_comm").sum().cast(pl.Int64),
+            comm_ns=pl.col("dur_ns").filter(pl.col("is_comm")).sum(),
         )
         .sort("window")
     )

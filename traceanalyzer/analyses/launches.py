@@ -16,11 +16,19 @@ Definitions
   so per-kernel comparisons stay meaningful. Per-call statistics count each call once.
 * ``shorter_than_launch``: the activity ran for less time than its (share of the) launch
   call took on the CPU: the CPU cannot keep such a GPU busy.
-* **Launch-bound verdict per step**: the CPU time spent in the step's launch calls is
-  at least ``launches.min_cpu_to_gpu_ratio`` (1.0) × the GPU time of the work they
-  launched (``launch_cpu_ns ≥ ratio × launched_gpu_ns``: even with no Python overhead
-  at all the CPU could not keep the device fed) **and** the least busy device was busy
-  less than ``launches.max_busy_pct`` (80) % of the step window (``gpu_time``).
+* ``blocking``: a copy or memset whose call blocks the host until the device is done —
+  a synchronous API (``cudaMemcpy``, ``hipMemcpyWithStream``, ``cudaMemset`` …: no
+  ``Async`` in the name; XPU ``ur*`` enqueues are treated as asynchronous) or a copy
+  from/to pageable host memory. Its CPU time is mostly waiting for the GPU, not launch
+  overhead.
+* **Launch-bound verdict per step**: the CPU time spent in the step's non-blocking
+  launch calls is at least ``launches.min_cpu_to_gpu_ratio`` (1.0) × the GPU time of the
+  work they launched (``launch_cpu_ns ≥ ratio × launched_gpu_ns``: even with no Python
+  overhead at all the CPU could not keep the device fed) **and** the least busy device
+  was busy less than ``launches.max_busy_pct`` (80) % of the step window (``gpu_time``).
+  Blocking calls are left out of both sums (``blocking_cpu_ns`` gives their CPU time):
+  a blocking DtoH copy per step would otherwise make any graph-replayed decode step
+  look launch-bound.
   CUDA graphs / torch.compile help. (A per-kernel majority vote — "most kernels are
   shorter than their launch" — was rejected: it flips on real traces whose median
   kernel equals the median launch; the share is still reported.)
@@ -122,7 +130,14 @@ def launches(model: TraceModel, results: Results, config: Config) -> LaunchesRes
             start_delay_ns=pl.col("gpu_ts_ns") - pl.col("cpu_ts_ns"),
         )
         .with_columns(cpu_share_ns=pl.col("cpu_dur_ns") // pl.col("n_replayed"))
-        .with_columns(shorter_than_launch=pl.col("gpu_dur_ns") < pl.col("cpu_share_ns"))
+        .with_columns(
+            shorter_than_launch=pl.col("gpu_dur_ns") < pl.col("cpu_share_ns"),
+            blocking=pl.col("activity").is_in(["memcpy", "memset"])
+            & (
+                (~pl.col("api").str.contains("(?i)async") & ~pl.col("api").str.starts_with("ur"))
+                | pl.col("gpu_name").str.contains("Pageable").fill_null(False)
+            ),
+        )
         .drop("launch_delay_ns_right", strict=False)
     )
     # A call belongs to the step whose CPU range contains its start (the windows are
@@ -133,7 +148,7 @@ def launches(model: TraceModel, results: Results, config: Config) -> LaunchesRes
     t = assign_steps(t, cpu_ranges, "cpu_ts_ns").select(
         "window", "step", "api", "correlation", "pid", "tid", "cpu_ts_ns", "cpu_dur_ns", "cpu_share_ns",
         "gpu_name", "activity", "device", "stream", "gpu_ts_ns", "gpu_dur_ns", "launch_delay_ns",
-        "start_delay_ns", "shorter_than_launch", "is_graph", "n_replayed",
+        "start_delay_ns", "shorter_than_launch", "blocking", "is_graph", "n_replayed",
     )
     calls = t.unique("correlation", keep="first")
     by_api = (
@@ -158,8 +173,9 @@ def launches(model: TraceModel, results: Results, config: Config) -> LaunchesRes
             calls=pl.col("correlation").n_unique().cast(pl.Int64),
             gpu_activities=pl.len().cast(pl.Int64),
             kernels=kern.sum().cast(pl.Int64),
-            launch_cpu_ns=pl.col("cpu_share_ns").sum(),
-            launched_gpu_ns=pl.col("gpu_dur_ns").sum(),
+            launch_cpu_ns=pl.col("cpu_share_ns").filter(~pl.col("blocking")).sum(),
+            launched_gpu_ns=pl.col("gpu_dur_ns").filter(~pl.col("blocking")).sum(),
+            blocking_cpu_ns=pl.col("cpu_share_ns").filter(pl.col("blocking")).sum(),
             median_cpu_ns=pl.col("cpu_share_ns").median(),
             median_kernel_ns=pl.col("gpu_dur_ns").filter(kern).median(),
             median_delay_ns=pl.col("launch_delay_ns").median(),

@@ -16,10 +16,11 @@ Definitions (per rank, averages over that rank's step windows):
   times alone do not reveal the straggler; the rank with the most work does.
 * ``wait_ms`` = ``comm_ms`` − the smallest ``comm_ms`` of any rank: time a rank waits
   for the others inside collectives.
-* **Imbalance** = straggler ``work_ms`` − median ``work_ms`` of the other ranks. A
-  ``rank_straggler`` finding is raised when it is at least
-  ``multirank.min_imbalance_pct`` (5) % of the median step and at least
-  ``multirank.min_imbalance_ms`` (0.05) ms.
+* **Imbalance** = straggler ``work_ms`` − median ``work_ms`` of the other ranks. The
+  ``rank_imbalance`` rule (:mod:`traceanalyzer.rules.rank_imbalance`, thresholds
+  ``rank_imbalance.min_imbalance_pct`` (5) % of the median step and
+  ``rank_imbalance.min_imbalance_ms`` (0.05) ms; the ``multirank.*`` spellings are
+  accepted) turns it into the run's finding.
 * **What the straggler spent the time on**: per category of the step breakdown
   (kernel, memcpy, memset, runtime, dataloader, cpu_exec, other — communication left
   out, it is the symptom) and per GPU idle cause, the straggler's time minus the
@@ -33,21 +34,6 @@ from typing import Any, Mapping, Sequence
 
 from traceanalyzer.batch.summary import top_finding_text
 
-DEFAULTS = {"min_imbalance_pct": 5.0, "min_imbalance_ms": 0.05}
-
-_FIXES = {
-    "dataloader": "The slow rank waits for input data: give its DataLoader more workers / pin_memory, check the "
-                  "storage and CPU load of that host, and shard the dataset evenly.",
-    "kernel": "The slow rank does more GPU work or runs it slower: check for uneven shards or sequence lengths, "
-              "and that GPU's clocks, temperature and ECC state (nvidia-smi -q).",
-    "cpu_exec": "The slow rank's CPU is busier: look for host contention (other processes, NUMA placement, "
-                "CPU affinity) or rank-specific Python work (logging, checkpointing on rank 0).",
-    "runtime": "The slow rank spends longer in CUDA runtime calls: check CPU contention and launch overhead on "
-               "that host.",
-    "memcpy": "The slow rank copies more or slower: check its PCIe/NUMA placement and pinned memory.",
-    "memset": "The slow rank spends more time in memsets: check for rank-specific buffers being re-zeroed.",
-    "other": "The slow rank's extra time is not inside a known category: open its timeline around the steps.",
-}
 _IDLE_TO_CATEGORY = {"data_loader": "dataloader", "host_bound": "cpu_exec", "sync": "cpu_exec", "memcpy": "memcpy"}
 
 
@@ -108,9 +94,25 @@ def _excess(slow: Mapping[str, Any], others: Sequence[Mapping[str, Any]], key: s
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
+def _finding(summary: Mapping[str, Any], params: Mapping[str, float] | None) -> dict[str, Any] | None:
+    """The ``rank_imbalance`` rule run on ``summary`` (``params``: its thresholds, unprefixed)."""
+    from traceanalyzer.config import Config
+    from traceanalyzer.errors import NotApplicable
+    from traceanalyzer.rules import Params
+    from traceanalyzer.rules.rank_imbalance import PARAMS, check
+
+    config = Config({f"rank_imbalance.{k}": v for k, v in (params or {}).items()})
+    try:
+        found = list(check({"multirank": summary}, config, Params("rank_imbalance", PARAMS, config)))
+    except NotApplicable:
+        return None
+    return found[0].to_json() if found else None
+
+
 def multirank(rows: Sequence[Mapping[str, Any]], params: Mapping[str, float] | None = None) -> dict[str, Any] | None:
-    """The multi-rank summary of one run's rows, or ``None`` with fewer than 2 ranks."""
-    p = {**DEFAULTS, **(params or {})}
+    """The multi-rank summary of one run's rows, or ``None`` with fewer than 2 ranks.
+
+    ``params`` override the ``rank_imbalance`` rule's thresholds (``min_imbalance_pct`` …)."""
     ranks = per_rank_table(rows)
     if len(ranks) < 2:
         return None
@@ -153,25 +155,7 @@ def multirank(rows: Sequence[Mapping[str, Any]], params: Mapping[str, float] | N
         if ms > 0:
             top_cat, top_ms = _IDLE_TO_CATEGORY.get(cause, "other"), ms
     res["straggler_spent_on"] = top_cat if top_ms > 0 else None
-    if imb_pct >= p["min_imbalance_pct"] and imbalance >= p["min_imbalance_ms"]:
-        spent = f"; it spent the extra time in {top_cat} (+{top_ms:.2f} ms/step)" if top_ms > 0 else ""
-        waits = [e["wait_ms"] for e in others if e["wait_ms"] is not None]
-        res["finding"] = {
-            "rule_id": "rank_straggler",
-            "severity": "warning" if imb_pct < 20 else "critical",
-            "title": (f"Rank {slow['rank']} is a straggler: {imbalance:.2f} ms/step more work than the other "
-                      f"ranks ({imb_pct:.1f} % of the step){spent}"),
-            "evidence": {
-                "straggler_rank": slow["rank"],
-                "work_ms_by_rank": {str(e["rank"]): e["work_ms"] for e in worked},
-                "excess_ms_per_step": excess,
-                "idle_excess_ms_per_step": idle_excess,
-                "others_wait_in_collectives_ms_per_step": _median(waits) if waits else None,
-            },
-            "fix": _FIXES.get(top_cat or "other", _FIXES["other"]),
-            "cost_ms_per_step": round(imbalance, 6),
-            "cost_pct_of_step": round(imb_pct, 3),
-        }
+    res["finding"] = _finding(res, params)
     return res
 
 

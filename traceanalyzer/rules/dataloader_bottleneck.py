@@ -9,34 +9,38 @@ from __future__ import annotations
 from typing import Any, Iterator, Mapping
 
 from traceanalyzer.config import Config
+from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._util import ms, pct_of_step, per_step_ns, severity_for, time_finding
+from traceanalyzer.rules._util import ms, pct_of_step, per_step_ns, severity_for, steady, time_finding
 
 
 @rule("dataloader_bottleneck", needs=("steps", "ops"), severity=Severity.WARNING,
-      params={"min_pct_of_step": 5.0, "critical_pct": 30.0})
+      params={"min_pct_of_step": 5.0, "warning_pct": 10.0, "critical_pct": 30.0})
 def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
     """The step waits for input data (DataLoader), including a single-process loader.
 
     Signal
         ``ops``: the union of ``enumerate(DataLoader)#…`` / ``enumerate(DataPipe)#…`` ranges
-        inside each steady step; the iterator name (``_SingleProcessDataLoaderIter`` means
-        ``num_workers=0``: batches are produced on the training thread).
+        inside each steady step window, averaged over the steady steps; the iterator name
+        (``_SingleProcessDataLoaderIter`` means ``num_workers=0``: batches are produced on
+        the training thread). A trace without any such range cannot show where input comes
+        from: the check does not run (it is listed with that reason).
     Threshold
-        data loading ≥ ``min_pct_of_step`` (5) % of the median step (tb_plugin's 0.05).
-        WARNING from 5 %, CRITICAL from ``critical_pct`` (30) %; a single-process loader is
-        at least a WARNING.
+        data loading ≥ ``min_pct_of_step`` (5) % of the median steady step (tb_plugin's 0.05).
+        INFO below ``warning_pct`` (10) %, WARNING from it, CRITICAL from ``critical_pct``
+        (30) %; with a single-process loader at least WARNING.
     Cost
-        With GPU activity: tb_plugin's exclusive "dataloader" time (data loading while no
-        kernel, copy, runtime call or collective runs: the GPU truly waited), confidence 0.9.
-        CPU-only: the data-loading time itself, confidence 0.7.
+        With GPU activity: tb_plugin's exclusive "dataloader" time per steady step (data
+        loading while no kernel, copy, memset, collective or runtime call runs: the GPU
+        truly waited), confidence 0.9. CPU-only trace: the data-loading time itself,
+        confidence 0.7.
     Fix
-        ``DataLoader(num_workers=N, pin_memory=True, persistent_workers=True, prefetch_factor=…)``;
-        faster decoding/augmentation; move augmentation to the GPU.
+        ``DataLoader(num_workers=N, persistent_workers=True, prefetch_factor=…)`` (and
+        ``pin_memory=True`` when training on a GPU); cheaper decoding/augmentation or on the GPU.
     """
     o = results["ops"]
     if not o.dataloader_iters:
-        return
+        raise NotApplicable("no DataLoader ranges (enumerate(DataLoader)#… / enumerate(DataPipe)#…) in this trace")
     dl = per_step_ns(o.dataloader, "dataloader_ns", results)
     pct = pct_of_step(dl, results) or 0.0
     if pct < params.min_pct_of_step:
@@ -44,19 +48,29 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     single = any("SingleProcess" in n for n in o.dataloader_iters)
     cost, conf = dl, 0.7
     gt = results.get("gpu_time")
-    if gt is not None and gt.tb_breakdown.height and "dataloader_ns" in gt.tb_breakdown.columns:
+    on_gpu = gt is not None
+    if on_gpu and gt.tb_breakdown.height and "dataloader_ns" in gt.tb_breakdown.columns:
         cost, conf = per_step_ns(gt.tb_breakdown, "dataloader_ns", results), 0.9
-    sev = severity_for(pct, params.min_pct_of_step, params.critical_pct, Severity.WARNING if single else Severity.INFO)
-    what = " with a single-process loader (num_workers=0)" if single else ""
+    by_step = steady(o.dataloader, results).sort("window")
+    worst = by_step.sort(["dataloader_ns", "window"], descending=[True, False]).row(0, named=True)
+    sev = severity_for(pct, params.warning_pct, params.critical_pct, Severity.WARNING if single else Severity.INFO)
+    what = ", single-process loader (num_workers=0)" if single else ""
+    peak = ""
+    if worst["step"] is not None and by_step.height > 1 and worst["dataloader_ns"] >= 2 * dl:
+        peak = f"; up to {ms(worst['dataloader_ns'])} ms on step #{worst['step']}"
+    pin = "pin_memory=True, " if on_gpu else ""
+    fix = (("Load data in worker processes: DataLoader(num_workers=N) with N about the CPU cores per GPU, "
+            if single else "Give the DataLoader more or faster workers (num_workers) ")
+           + f"with {pin}persistent_workers=True and prefetch_factor=2–4; make decoding/augmentation cheaper "
+           + ("or move it to the GPU." if on_gpu else "or cache preprocessed data."))
     yield time_finding(
         "dataloader_bottleneck", sev,
-        f"Data loading takes {pct:.0f} % of the step ({ms(dl)} ms/step){what}",
+        f"The step waits for input data: {ms(dl)} ms/step in the DataLoader ({pct:.1f} % of the median step)"
+        f"{what}{peak}",
         {"dataloader_ms_per_step": ms(dl), "pct_of_step": pct, "exposed_ms_per_step": ms(cost),
+         "dataloader_ms_by_step": {str(s): ms(v) for s, v in by_step.select("step", "dataloader_ns").iter_rows()},
          "iterators": list(o.dataloader_iters), "single_process": single},
-        ("Load data in worker processes: DataLoader(num_workers=N) with N ≈ CPU cores per GPU, "
-         if single else "Give the DataLoader more or faster workers (num_workers, ") +
-        ("pin_memory=True, persistent_workers=True, prefetch_factor=2–4); make decoding/augmentation "
-         "cheaper or move it to the GPU."),
-        "DataLoader(ds, batch_size=B, num_workers=8, pin_memory=True, persistent_workers=True)",
+        fix,
+        f"DataLoader(ds, batch_size=B, num_workers=8, {pin}persistent_workers=True)",
         cost, results, confidence=conf,
     )

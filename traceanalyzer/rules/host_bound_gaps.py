@@ -12,7 +12,10 @@ import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._util import ms, pct_of_step, per_step_ns, severity_for, steady, time_finding
+from traceanalyzer.rules._advice import fewer_launches, fewer_launches_hint, vendor_of
+from traceanalyzer.rules._util import ms, n_steady, pct_of_step, per_step_ns, severity_for, steady, time_finding
+
+_NO_CPU = "<no CPU activity on the launching thread>"
 
 
 @rule("host_bound_gaps", needs=("steps", "idle_gaps"), severity=Severity.WARNING,
@@ -21,20 +24,25 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     """GPU idle because the CPU launched the next work too late (host-bound gaps).
 
     Signal
-        ``idle_gaps``: device gaps whose cause is ``host_bound`` (nothing was queued when the
-        device drained, and no sync, blocking copy or DataLoader range overlaps the gap),
-        summed per steady step, on the device where they are largest. Evidence names the CPU
-        context (deepest op / annotation / Python frame on the launching thread) of those gaps.
+        ``idle_gaps``: device gaps whose cause is ``host_bound`` (the next work was launched
+        only after the device drained, and no sync, blocking copy or DataLoader range
+        overlaps the gap — those have their own rules), summed over the steady steps (a gap
+        belongs to the step it starts in), on the device where they are largest. Evidence
+        names the CPU context (deepest op / annotation / Python frame at the gap's midpoint
+        on the launching thread) of those gaps and the longest gaps.
     Threshold
-        host-bound idle ≥ ``min_pct_of_step`` (5) % of the median step and ≥ ``min_ms_per_step``
-        (0.1) ms. TraceLens flags GPU idle > 15 % of the timeline without naming a cause; we
-        fire earlier because the cause is named. WARNING from ``warning_pct`` (10) %, CRITICAL
-        from ``critical_pct`` (30) %.
+        host-bound idle ≥ ``min_pct_of_step`` (5) % of the median steady step and ≥
+        ``min_ms_per_step`` (0.1) ms per step. TraceLens flags GPU idle > 15 % of the
+        timeline without naming a cause; we fire earlier because the cause is named. INFO
+        below ``warning_pct`` (10) %, WARNING from it, CRITICAL from ``critical_pct`` (30) %.
     Cost
-        The host-bound idle time per step (confidence 0.7: the CPU work may not all be removable).
+        The host-bound idle time per steady step (confidence 0.7: the CPU work may not all be
+        removable). In launch-bound steps (many tiny kernels) the same idle is also priced
+        by ``launch_bound_kernels``.
     Fix
-        Reduce Python/CPU work between launches on the hot thread (the contexts listed), move
-        logging/metrics off the step, torch.compile or CUDA graphs for launch-heavy code.
+        Reduce Python/CPU work between launches on the launching thread (the contexts
+        listed), move logging/metrics off the step; torch.compile (and CUDA/HIP graphs on
+        NVIDIA/AMD) for launch-heavy code.
     """
     ig = results["idle_gaps"]
     per = steady(ig.per_step, results)
@@ -50,22 +58,24 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         return
     gaps = steady(ig.device_gaps, results).filter((pl.col("device") == best_dev) & (pl.col("cause") == "host_bound"))
     ctx = (
-        gaps.with_columns(pl.col("cpu_context").fill_null("<no CPU activity on the launching thread>"))
+        gaps.with_columns(pl.col("cpu_context").fill_null(_NO_CPU))
         .group_by("cpu_context").agg(n_gaps=pl.len().cast(pl.Int64), idle_ns=pl.col("dur_ns").sum())
         .sort(["idle_ns", "cpu_context"], descending=[True, False]).head(5)
     )
-    longest = gaps.sort("dur_ns", descending=True).head(5).select(
+    longest = gaps.sort(["dur_ns", "start_ns"], descending=[True, False]).head(5).select(
         "step", "dur_ns", *[c for c in ("cpu_context", "next_name") if c in gaps.columns]).to_dicts()
     top = ctx.row(0, named=True)["cpu_context"] if ctx.height else None
-    where = f", mostly inside `{top}`" if top else ""
+    where = f", mostly inside `{top}`" if top and top != _NO_CPU else ""
+    vendor = vendor_of(results)
     yield time_finding(
         "host_bound_gaps", severity_for(pct, params.warning_pct, params.critical_pct),
         f"GPU {best_dev} waits for the CPU to launch work: {ms(best)} ms/step of host-bound idle{where}",
-        {"device": best_dev, "host_bound_ms_per_step": ms(best), "n_gaps": gaps.height,
+        {"device": best_dev, "host_bound_ms_per_step": ms(best),
+         "gaps_per_step": round(gaps.height / n_steady(results), 2),
          "top_cpu_contexts": ctx.to_dicts(), "longest_gaps": longest},
         "Shorten the CPU work between launches on the launching thread (the contexts listed): move "
-        "logging/metrics/Python bookkeeping out of the step or to another thread; use torch.compile "
-        "(or CUDA graphs) so that fewer, larger launches keep the queue full.",
-        "model = torch.compile(model)  # fewer launches; log every N steps, not every step",
+        "logging/metrics/Python bookkeeping out of the step or to another thread; launch fewer, larger "
+        f"kernels with {fewer_launches(vendor)}.",
+        fewer_launches_hint(vendor) + "; log every N steps, not every step",
         best, results, confidence=0.7,
     )

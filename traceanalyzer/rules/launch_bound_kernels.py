@@ -12,28 +12,35 @@ import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._util import ms, n_steady, severity_for, steady, pct_of_step, time_finding
+from traceanalyzer.rules._advice import graphs_name, has_graphs, vendor_of
+from traceanalyzer.rules._util import ms, n_steady, pct_of_step, steady, time_finding
 
 
 @rule("launch_bound_kernels", needs=("steps", "launches", "gpu_time"), severity=Severity.WARNING,
-      params={"min_steps_pct": 50.0, "warning_pct": 5.0, "critical_pct": 30.0})
+      params={"min_steps_pct": 50.0, "critical_pct": 30.0})
 def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
     """Launch-bound: kernels shorter than their launch, the CPU cannot keep the GPU fed.
 
     Signal
-        ``launches``: per steady step, the launch-bound verdict (CPU time in launch calls ≥
-        GPU time of what they launched, and the least busy device < 80 % busy; see the
-        ``launches`` analysis) and the share of kernels shorter than their launch call.
+        ``launches``: per steady step, the launch-bound verdict — CPU time in the step's
+        non-blocking launch calls ≥ ``launches.min_cpu_to_gpu_ratio`` (1) × the GPU time of
+        what they launched, and the least busy device < ``launches.max_busy_pct`` (80) % busy
+        (blocking copies are left out: their CPU time is waiting, not launching) — and the
+        share of the steady steps' kernels that ran shorter than their launch call (HTA).
     Threshold
-        at least ``min_steps_pct`` (50) % of the steady steps are launch-bound. (TraceLens counts
-        kernels < 10 µs; HTA flags kernels shorter than their launch; a per-kernel majority alone
-        flips on real traces, so we need the per-step CPU ≥ GPU test.)
+        at least ``min_steps_pct`` (50) % of the steady steps are launch-bound. (TraceLens
+        counts kernels < 10 µs; HTA flags kernels shorter than their launch; a per-kernel
+        majority alone flips on real traces, so we need the per-step CPU ≥ GPU test.)
+        WARNING; CRITICAL when the cost is ≥ ``critical_pct`` (30) % of the median step.
     Cost
-        The idle time per step of the least busy device on those steps (confidence 0.6: graphs
-        remove most launch overhead, not all).
+        Σ over the launch-bound steady steps of the idle time of their least busy device,
+        divided by the number of steady steps (confidence 0.6: graphs and fusion remove most
+        launch overhead, not all). The same idle also shows as ``host_bound_gaps``.
     Fix
-        CUDA graphs (``torch.compile(mode="reduce-overhead")`` or ``torch.cuda.CUDAGraph``),
-        fusing small ops, larger batches per launch.
+        NVIDIA/AMD: capture the step in a CUDA/HIP graph (``torch.compile(mode=
+        "reduce-overhead")`` or ``torch.cuda.CUDAGraph``); every vendor: fuse small ops
+        (torch.compile), more work per kernel (larger batch). When the trace already replays
+        graphs: enlarge the captured region.
     """
     la = results["launches"]
     per = steady(la.per_step, results)
@@ -48,24 +55,35 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         pl.col("idle_ns").max())
     cost = float(idle["idle_ns"].sum() or 0) / n_steady(results)
     pct = pct_of_step(cost, results)
+    n_k = int(per["kernels"].sum() or 0)
+    n_short = int(per["short_kernels"].sum() or 0)
+    cpu, gpu = int(per["launch_cpu_ns"].sum() or 0), int(per["launched_gpu_ns"].sum() or 0)
     graphs = la.n_graph_launches
-    fix = ("Capture the step in a CUDA graph so one launch replays all kernels: "
-           "torch.compile(model, mode=\"reduce-overhead\") or torch.cuda.CUDAGraph; fuse small elementwise "
-           "ops (torch.compile); give each kernel more work (larger batch).")
+    vendor = vendor_of(results)
     if graphs:
-        fix = (f"The trace already replays {graphs:,} graph launches: capture the remaining eager part "
-               "as well (or enlarge the captured region), and fuse the small ops left outside it.")
+        fix = (f"The trace already replays {graphs:,} graph launches: capture the remaining eager part as well "
+               "(enlarge the captured region) and fuse the small ops left outside it (torch.compile).")
+    elif has_graphs(vendor):
+        fix = (f"Capture the step in {graphs_name(vendor)} so one launch replays all its kernels: "
+               "torch.compile(model, mode=\"reduce-overhead\") or torch.cuda.CUDAGraph; fuse small elementwise "
+               "ops (torch.compile); give each kernel more work (larger batch).")
+    else:
+        fix = ("Launch fewer, larger kernels: fuse small ops with torch.compile, use foreach/fused optimizers, "
+               "give each kernel more work (larger batch).")
+    hint = ("step = torch.compile(step, mode=\"reduce-overhead\")  # graph replay"
+            if has_graphs(vendor) else "model = torch.compile(model)  # fused kernels")
     yield time_finding(
-        "launch_bound_kernels", severity_for(pct, params.warning_pct, params.critical_pct, Severity.WARNING),
-        f"Launch-bound: {bound.height} of {per.height} steady steps spend more CPU time launching than "
-        f"the GPU spends running ({la.n_shorter_than_launch:,} kernels shorter than their launch)",
+        "launch_bound_kernels", Severity.CRITICAL if (pct or 0.0) >= params.critical_pct else Severity.WARNING,
+        f"Launch-bound: in {bound.height} of {per.height} steady steps the CPU spends longer in launch calls "
+        f"than the GPU runs their work ({n_short:,} of {n_k:,} kernels shorter than their launch)",
         {"launch_bound_steps": bound["step"].to_list(),
+         "launch_cpu_ms_per_step": ms(cpu / n_steady(results)),
+         "launched_gpu_ms_per_step": ms(gpu / n_steady(results)),
+         "cpu_to_gpu_ratio": round(cpu / gpu, 3) if gpu else None,
+         "kernels_per_step": round(n_k / n_steady(results), 1),
+         "pct_kernels_shorter_than_launch": round(n_short * 100.0 / n_k, 1) if n_k else None,
          "median_launch_cpu_us": None if la.cpu_dur_ns["median"] is None else round(la.cpu_dur_ns["median"] / 1e3, 2),
          "median_gpu_us": None if la.gpu_dur_ns["median"] is None else round(la.gpu_dur_ns["median"] / 1e3, 2),
-         "pct_kernels_shorter_than_launch": round(la.n_shorter_than_launch * 100.0 / max(la.n_joined, 1), 1),
-         "cpu_to_gpu_ratio": per["cpu_to_gpu_ratio"].median(),
-         "kernels_per_step": per["kernels"].mean(), "graph_launches": graphs,
-         "idle_ms_per_step": ms(cost)},
-        fix, "step = torch.compile(step, mode=\"reduce-overhead\")  # CUDA graphs",
-        cost, results, confidence=0.6,
+         "graph_launches": graphs, "idle_ms_per_step": ms(cost)},
+        fix, hint, cost, results, confidence=0.6,
     )

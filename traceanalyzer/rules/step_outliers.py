@@ -6,6 +6,7 @@ which ``traceanalyzer rules step_outliers`` prints.
 
 from __future__ import annotations
 
+import statistics
 from typing import Any, Iterator, Mapping
 
 import polars as pl
@@ -13,6 +14,30 @@ import polars as pl
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._util import median_step_ns, ms, n_steady, pct_of_step, time_finding
+
+#: tb_plugin step-breakdown categories, in words for the title.
+_CATEGORIES = {
+    "kernel": "GPU kernels", "memcpy": "copies", "memset": "memsets", "communication": "communication",
+    "runtime": "runtime calls", "dataloader": "data loading", "cpu_exec": "CPU ops",
+    "other": "time outside any op or runtime call (Python code, idle CPU)",
+}
+
+
+def _excess_by_category(results: Mapping[str, Any], out_windows: list[int], ok_windows: list[int]) -> dict[str, float]:
+    """Per tb_plugin category: Σ over the outlier steps of (their time − the median of the other
+    steady steps), ns. Empty without the ``gpu_time`` breakdown."""
+    gt = results.get("gpu_time") if hasattr(results, "get") else None
+    if gt is None or gt.tb_breakdown.is_empty() or not ok_windows:
+        return {}
+    tb = gt.tb_breakdown
+    ref = tb.filter(pl.col("window").is_in(ok_windows))
+    slow = tb.filter(pl.col("window").is_in(out_windows))
+    out: dict[str, float] = {}
+    for c in _CATEGORIES:
+        col = f"{c}_ns"
+        if col in tb.columns:
+            out[c] = float(slow[col].sum()) - len(out_windows) * float(statistics.median(ref[col].to_list()))
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 @rule("step_outliers", needs=("steps",), severity=Severity.INFO,
@@ -22,18 +47,23 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
 
     Signal
         ``steps``: durations of the steady step windows and the leading warm-up steps the
-        ``steps`` analysis set apart (a step longer than ``steps.warmup_factor`` × the median).
+        ``steps`` analysis set apart (longer than ``steps.warmup_factor`` (2) × the median of
+        the others). With ``gpu_time``, the outliers' extra time is split by tb_plugin
+        category (kernel, memcpy, …, dataloader, cpu_exec, other: the outlier steps' time
+        minus the median of the other steady steps) and the largest is named.
     Thresholds
         * outlier: a steady step longer than ``outlier_factor`` (1.5) × the median steady step,
-          with ≥ ``min_steps`` (3) steady steps. SageMaker uses mean + 3σ, but with the 3–10 steps
-          of a profile σ is dominated by the outlier itself; a ratio to the median is robust.
-          INFO, WARNING when the outliers cost ≥ ``warning_pct`` (10) % of the median step.
+          with ≥ ``min_steps`` (3) steady steps. SageMaker uses mean + 3σ, but with the 3–10
+          steps of a profile σ is dominated by the outlier itself; a ratio to the median is
+          robust. INFO; WARNING when the outliers cost ≥ ``warning_pct`` (10) % of the median
+          step.
         * warm-up: any warm-up step → INFO (it is excluded from every statistic; the profile
           schedule should skip it: ``schedule(wait=1, warmup=1, active=N)``).
     Cost
         Outliers: Σ (outlier − median) / steady steps — what steady pacing would save per step
         on average (confidence 0.5: the cause may be outside the program, e.g. GC, I/O, other
-        processes). Warm-up: none (it does not recur).
+        processes; a named category such as data loading is also priced by its own rule).
+        Warm-up: none (it does not recur).
     Fix
         Look at the slow steps' timelines (GC pauses, recompilation, data stalls, allocator
         growth, checkpointing); for warm-up, profile with a schedule that skips it.
@@ -44,29 +74,38 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     med = median_step_ns(results)
     steady = sr.table.filter(pl.col("window").is_in(sr.steady_windows()))
     if steady.height >= params.min_steps and med > 0:
-        out = steady.filter(pl.col("dur_ns") > params.outlier_factor * med)
+        is_out = pl.col("dur_ns") > params.outlier_factor * med
+        out = steady.filter(is_out)
         if out.height:
             excess = float((out["dur_ns"] - med).sum()) / n_steady(results)
             pct = pct_of_step(excess, results) or 0.0
+            cats = _excess_by_category(results, out["window"].to_list(), steady.filter(~is_out)["window"].to_list())
+            top = next(iter(cats.items()), None)
+            spent = ""
+            if top and top[1] > 0:
+                spent = (f"; the extra time is mostly {_CATEGORIES[top[0]]} "
+                         f"(+{ms(top[1] / out.height)} ms per slow step)")
+            steps_txt = ", ".join("#" + str(s) for s in out["step"].to_list())
             yield time_finding(
                 "step_outliers", Severity.WARNING if pct >= params.warning_pct else Severity.INFO,
-                f"{out.height} of {steady.height} steps take over {params.outlier_factor:g}× the median "
-                f"({ms(med)} ms): step {', '.join('#' + str(s) for s in out['step'].to_list())}",
+                f"{out.height} of {steady.height} steps take over {params.outlier_factor:g}× the median step "
+                f"({ms(med)} ms): step {steps_txt}{spent}",
                 {"outliers": [{"step": r["step"], "dur_ms": ms(r["dur_ns"]), "x_median": round(r["dur_ns"] / med, 2)}
                               for r in out.iter_rows(named=True)],
-                 "step_ms": [ms(d) for d in steady["dur_ns"].to_list()]},
+                 "step_ms": {str(s): ms(d) for s, d in steady.select("step", "dur_ns").iter_rows()},
+                 "outlier_excess_ms_by_category": {c: ms(v) for c, v in cats.items()}},
                 "Open the slow steps' timelines: garbage-collection pauses (gc.freeze / gc.disable in the loop), "
                 "recompilation (torch._dynamo recompiles), data-loader stalls, allocator growth (cudaMalloc), "
                 "checkpointing or logging on some steps.",
                 "torch._logging.set_logs(recompiles=True)  # and gc.freeze() after warm-up",
                 excess, results, confidence=0.5,
             )
-    if sr.warmup_steps:
+    if sr.warmup_steps and med > 0:
         warm = sr.table.filter(pl.col("is_warmup"))
         yield time_finding(
             "step_outliers", Severity.INFO,
             f"Warm-up inside the profiled window: step {', '.join('#' + str(s) for s in sr.warmup_steps)} "
-            f"took {', '.join(f'{d / med:.1f}×' for d in warm['dur_ns'].to_list())} the median "
+            f"took {', '.join(f'{d / med:.1f}×' for d in warm['dur_ns'].to_list())} the median step "
             "(excluded from the statistics)",
             {"warmup_steps": list(sr.warmup_steps), "warmup_ms": [ms(d) for d in warm["dur_ns"].to_list()],
              "first_step_number": sr.table["step"][0]},
