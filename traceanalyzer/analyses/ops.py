@@ -74,7 +74,8 @@ _NV_LOWP_RE = r"(?i)bf16|fp16|f16|h884|h1688|h16816|hmma|half|hgemm|e4m3|e5m2|fp
 _NV_TF32_RE = r"(?i)tf32|tensorop_s1688|tensorop_s16816|_s1688gemm|tensorop_sgemm"
 _NV_FP32_RE = r"(?i)sgemm|simt|scudnn|implicit_convolve_sgemm|f32f32_f32|_fp32_|fp32"
 # Vendor-neutral dtype tokens spelled out in a kernel name (MIOpen igemm_*_fp32_…, oneDNN).
-_GENERIC_LOWP_RE = r"(?i)(^|_)(bf16|fp16|f16|half|fp8|int8)(_|$)"
+# (low-precision tokens may run on: "bf16bf16_bf16f32" names inputs then accumulator)
+_GENERIC_LOWP_RE = r"(?i)(^|_)(bf16|fp16|f16|half|fp8|int8)"
 _GENERIC_FP32_RE = r"(?i)(^|_)(fp32|f32)(_|$)"
 
 
