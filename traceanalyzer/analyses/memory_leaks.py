@@ -32,13 +32,16 @@ from traceanalyzer.model.memory import SnapshotModel
 
 
 def _step_bounds(model: SnapshotModel, series: pl.DataFrame) -> np.ndarray | None:
-    """Event indices where ``ProfilerStep#N`` annotations start (needs times)."""
+    """Index of the first event of each ``ProfilerStep#N`` window: the first event at or after the
+    annotation's start (needs times). Events before the first step belong to the first window."""
     ann = model.annotations.filter(pl.col("name").str.starts_with("ProfilerStep#")
                                    & (pl.col("stage") == "START") & pl.col("ts_ns").is_not_null())
     if ann.height < 3 or series["ts_ns"].null_count() == series.height:
         return None
     ts = series["ts_ns"].fill_null(strategy="forward").fill_null(0).to_numpy()
-    idx = np.searchsorted(ts, np.sort(ann["ts_ns"].to_numpy()), side="left") - 1
+    # side="left": an event at the annotation's instant is the step's first. (Starting one event
+    # earlier, as before, moved each step's last event into the next window.)
+    idx = np.searchsorted(ts, np.sort(ann["ts_ns"].to_numpy()), side="left")
     return np.unique(np.clip(idx, 0, len(ts) - 1))
 
 
