@@ -29,7 +29,8 @@ from traceanalyzer.model.memory import SnapshotModel
 def breakdown(live: pl.DataFrame, total: int, top_n: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """(top allocations, top sites, categories) of a set of live allocations."""
     denom = max(total, 1)
-    top = live.sort(["bytes", "alloc_idx"], descending=[True, False]).head(top_n).select(
+    # Address breaks ties: allocations made before recording all have alloc_idx −1.
+    top = live.sort(["bytes", "alloc_idx", "device", "addr"], descending=[True, False, False, False]).head(top_n).select(
         "device", "bytes", "site", "category", "alloc_idx", "alloc_ts_ns", "stream", "addr",
     ).with_columns(pct_of_peak=(pl.col("bytes") * 100.0 / denom).round(2))
     sites = (

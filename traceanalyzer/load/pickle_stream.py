@@ -59,18 +59,19 @@ def _is_entry_batch(items: list[Any]) -> bool:
     return bool(items) and type(items[0]) is dict and "action" in items[0]
 
 
-def _refuse(buf: bytes, pos: int, file_pos: int) -> UnsafePickleError:
-    """The same message as :func:`safe_pickle.scan_opcodes` for the opcode at ``pos``."""
+def _refuse(buf: bytes, pos: int, file_pos: int) -> Exception:
+    """The same message as :func:`safe_pickle.scan_opcodes` for the opcode at ``pos``
+    (a byte that is no opcode at all is corruption, not hostility)."""
     op = pickletools.code2op.get(chr(buf[pos]))
-    name = op.name if op else f"0x{buf[pos]:02x}"
+    if op is None:
+        return ValueError(f"invalid opcode 0x{buf[pos]:02x} at byte {file_pos}")
+    name = op.name
     arg = None
     if op is not None:
         try:
             arg = next(iter(pickletools.genops(buf[pos:pos + 4096])))[1]
         except Exception:  # noqa: BLE001 - the argument is only decoration of the message
             arg = None
-    if op is None:
-        return UnsafePickleError(f"refused: unknown opcode 0x{buf[pos]:02x} at byte {file_pos}")
     shown = f" {arg!r}" if arg is not None else ""
     return UnsafePickleError(
         f"refused: opcode {name}{shown} at byte {file_pos} can import or call code; "

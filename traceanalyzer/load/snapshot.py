@@ -24,6 +24,7 @@ from typing import Any, BinaryIO, Iterable
 import polars as pl
 
 from traceanalyzer.errors import InputError
+from traceanalyzer.load.pickle_stream import StreamFallback, stream_load
 from traceanalyzer.load.safe_pickle import (
     DEFAULT_SCAN_LIMIT,
     RestrictedUnpickler,
@@ -98,6 +99,37 @@ def read_snapshot_object(path: str | Path, scan_limit: int = DEFAULT_SCAN_LIMIT)
         raise InputError(p, f"truncated or corrupt file: {exc or type(exc).__name__}") from None
     except Exception as exc:  # noqa: BLE001 - any failure of untrusted bytes is an input problem
         raise InputError(p, f"corrupt pickle: {type(exc).__name__}: {exc}") from None
+    finally:
+        f.close()
+    return obj, protocol, size
+
+
+# Files larger than this are read by the streaming machine (bounded memory, ≈ 1.5× slower
+# than the C unpickler); smaller ones by the C unpickler after the opcode scan.
+STREAM_MIN_BYTES = 32 << 20
+
+
+def _stream_snapshot_object(path: Path, sink: "_TraceSink") -> tuple[Any, int | None, int]:
+    """Like :func:`read_snapshot_object`, but trace entries go to ``sink`` as they are read."""
+    f, size = _open(path)
+    try:
+        head = f.read(2)
+        if head[:1] != b"\x80":
+            raise InputError(path, "not a pickle (a memory snapshot starts with the pickle protocol byte 0x80)")
+        protocol = head[1] if len(head) > 1 else None
+        obj = stream_load(_Prefixed(head, f), sink.add)  # type: ignore[arg-type]
+    except UnsafePickleError as exc:
+        raise InputError(path, str(exc)) from None
+    except (StreamFallback, InputError):
+        raise
+    except RecursionError:
+        raise InputError(path, "corrupt or hostile pickle: nesting too deep") from None
+    except MemoryError:
+        raise InputError(path, "pickle too large to load in the available memory") from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(path, f"truncated or corrupt file: {exc or type(exc).__name__}") from None
+    except Exception as exc:  # noqa: BLE001 - any failure of untrusted bytes is an input problem
+        raise InputError(path, f"corrupt pickle: {type(exc).__name__}: {exc}") from None
     finally:
         f.close()
     return obj, protocol, size
@@ -419,6 +451,97 @@ def _trace_chunk(path: Path, device: int, offset: int, entries: list[dict[str, A
     return pl.DataFrame(cols)
 
 
+class _TraceSink:
+    """Receives batches of trace entries from the streaming reader and turns them into
+    columns every ``_CHUNK`` entries, so at most one chunk of entry dicts is alive.
+
+    Keyed by the identity of the list the entries were appended to (the device's
+    list in ``device_traces``, which the reader leaves empty). The device number is
+    only known once the whole file is read, so chunks carry device 0 until
+    :meth:`finish` sets it. Same rules as :func:`_trace_device`: non-dict items are
+    dropped and ``event_idx`` counts the dicts.
+    """
+
+    def __init__(self, path: Path, stacks: _Stacks, fix: _Fix) -> None:
+        self.path, self.stacks, self.fix = path, stacks, fix
+        self._lists: dict[int, list[Any]] = {}       # id → the list (kept alive: ids stay valid)
+        self._pending: dict[int, list[Any]] = {}
+        self._parts: dict[int, list[pl.DataFrame]] = {}
+        self._offset: dict[int, int] = {}
+        self.samples: dict[int, list[Any]] = {}       # first 20 items (release hint)
+
+    def add(self, target: list[Any], items: list[Any]) -> None:
+        key = id(target)
+        pending = self._pending.get(key)
+        if pending is None:
+            self._lists[key] = target
+            pending = self._pending[key] = []
+            self._parts[key] = []
+            self._offset[key] = 0
+            self.samples[key] = []
+        sample = self.samples[key]
+        if len(sample) < 20:
+            sample.extend(items[:20 - len(sample)])
+        pending.extend(items)
+        if len(pending) >= _CHUNK:
+            self._flush(key)
+
+    def _flush(self, key: int) -> None:
+        entries = self._pending[key]
+        self._pending[key] = []
+        if not all(type(e) is dict for e in entries):
+            entries = [e for e in entries if isinstance(e, dict)]
+        if entries:
+            off = self._offset[key]
+            self._parts[key].append(_trace_chunk(self.path, 0, off, entries, self.stacks, self.fix))
+            self._offset[key] = off + len(entries)
+
+    def owns(self, lst: Any) -> bool:
+        return id(lst) in self._lists and self._lists[id(lst)] is lst
+
+    def finish(self, lst: list[Any], device: int) -> pl.DataFrame | None:
+        """The device's table (None when every item was dropped); forgets the list."""
+        key = id(lst)
+        if lst:  # items appended outside the absorbed batches: order cannot be kept
+            raise StreamFallback("a trace list mixes absorbed and plain items")
+        self._flush(key)
+        parts = self._parts.pop(key)
+        del self._lists[key], self._pending[key], self._offset[key]
+        if not parts:
+            return None
+        df = pl.concat(parts, rechunk=True) if len(parts) > 1 else parts[0]
+        return df.with_columns(device=pl.lit(device, dtype=pl.Int64))
+
+    def leftover(self) -> bool:
+        return bool(self._lists)
+
+
+def _canonical_stack_ids(seg_df: pl.DataFrame, blk_df: pl.DataFrame, trace: pl.DataFrame,
+                         frames: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Renumber stacks by first use: each segment then its blocks, then the trace by
+    device and ``event_idx``. The numbering then does not depend on the order in
+    which the reader met the stacks (the streaming reader sees traces before it
+    converts segments); for inputs with under ``_CHUNK`` entries per device it is the
+    order :class:`_Stacks` already gives, so nothing changes there."""
+    if frames.is_empty():
+        return seg_df, blk_df, trace, frames
+    seg_order = pl.concat([
+        seg_df.select(pl.col("segment_idx").alias("s"), pl.lit(-1, dtype=pl.Int64).alias("b"), "stack_id"),
+        blk_df.with_row_index("b").select(pl.col("segment_idx").alias("s"), pl.col("b").cast(pl.Int64), "stack_id"),
+    ]).sort(["s", "b"], maintain_order=True).get_column("stack_id")
+    tr_order = trace.select("device", "event_idx", "stack_id").sort(["device", "event_idx"]).get_column("stack_id")
+    order = pl.concat([seg_order, tr_order]).drop_nulls().unique(maintain_order=True)
+    if (order == pl.Series(range(order.len()), dtype=pl.Int64)).all():
+        return seg_df, blk_df, trace, frames
+    mapping = {o: i for i, o in enumerate(order.to_list())}
+
+    def remap(df: pl.DataFrame) -> pl.DataFrame:
+        return df.with_columns(pl.col("stack_id").replace_strict(mapping, default=None, return_dtype=pl.Int64))
+
+    frames = remap(frames).sort(["stack_id", "depth"])
+    return remap(seg_df), remap(blk_df), remap(trace), frames
+
+
 def _annotations(path: Path, anns: Any, fix: _Fix) -> pl.DataFrame:
     if not isinstance(anns, list) or not anns:
         return empty_snapshot_table("annotations")
@@ -473,11 +596,38 @@ def _count_truncation(trace: pl.DataFrame) -> int:
     return int(t.filter((pl.col("action") != "alloc") & (pl.col("ver") == 0)).height)
 
 
-def load_snapshot(path: str | Path) -> SnapshotModel:
-    """Load a CUDA memory snapshot pickle (see the module docstring)."""
+def load_snapshot(path: str | Path, streaming: bool | None = None) -> SnapshotModel:
+    """Load a CUDA memory snapshot pickle (see the module docstring).
+
+    ``streaming``: read with :mod:`~traceanalyzer.load.pickle_stream` (trace entries
+    become columns while the file is read; bounded memory) instead of the C
+    unpickler. ``None`` streams files larger than :data:`STREAM_MIN_BYTES`. Both
+    give the same model; a file the streaming reader cannot reproduce exactly is
+    read the ordinary way.
+    """
     p = Path(path)
-    obj, protocol, size = read_snapshot_object(p)
+    if streaming is None:
+        try:
+            streaming = p.stat().st_size > STREAM_MIN_BYTES
+        except OSError:
+            streaming = False
+    if streaming:
+        try:
+            return _load_snapshot(p, streaming=True)
+        except StreamFallback:
+            pass
+    return _load_snapshot(p, streaming=False)
+
+
+def _load_snapshot(p: Path, streaming: bool) -> SnapshotModel:
     fix = _Fix()
+    stacks = _Stacks()
+    sink: _TraceSink | None = None
+    if streaming:
+        sink = _TraceSink(p, stacks, fix)
+        obj, protocol, size = _stream_snapshot_object(p, sink)
+    else:
+        obj, protocol, size = read_snapshot_object(p)
     warnings: list[str] = []
     if isinstance(obj, list):
         layout = "segments-list"
@@ -502,7 +652,6 @@ def load_snapshot(path: str | Path) -> SnapshotModel:
     )
     if legacy and layout == "dict":
         layout = "dict-legacy"
-    stacks = _Stacks()
     seg_df, blk_df, seg_warnings = _segments_and_blocks(p, segs, stacks, fix)
     warnings += seg_warnings
 
@@ -510,16 +659,26 @@ def load_snapshot(path: str | Path) -> SnapshotModel:
     if traces is None:
         traces = []
     if not isinstance(traces, list):
+        if sink is not None and sink.leftover():
+            raise StreamFallback("trace entries outside 'device_traces'")
         raise InputError(p, "malformed snapshot: 'device_traces' is not a list")
-    sample = [e for t in traces if isinstance(t, list) for e in t[:20] if isinstance(e, dict)]
+    sample = [e for t in traces if isinstance(t, list)
+              for e in (sink.samples.get(id(t), t) if sink is not None and sink.owns(t) else t)[:20]
+              if isinstance(e, dict)]
     hint = _release_hint(doc, sample, legacy, segs)
     frames_per_dev: list[pl.DataFrame] = []
     for dev in range(len(traces)):
         lst = traces[dev]
-        if isinstance(lst, list) and lst:
+        if sink is not None and sink.owns(lst):
+            df = sink.finish(lst, dev)
+            if df is not None:
+                frames_per_dev.append(df)
+        elif isinstance(lst, list) and lst:
             frames_per_dev.append(_trace_device(p, dev, lst, stacks, fix))
         traces[dev] = None  # release the object tree as we go (peak memory)
         del lst
+    if sink is not None and sink.leftover():  # entries absorbed from a list that is not a device trace
+        raise StreamFallback("trace entries outside 'device_traces'")
     trace = pl.concat(frames_per_dev) if frames_per_dev else empty_snapshot_table("trace")
     unknown = trace.filter(~pl.col("action").is_in(list(ACTIONS)))
     if unknown.height:
@@ -529,7 +688,8 @@ def load_snapshot(path: str | Path) -> SnapshotModel:
     settings = doc.get("allocator_settings")
     frames = stacks.table(p, fix)
     n_stacks = len(stacks.by_content)
-    del doc, segs, traces, stacks, sample  # nothing below needs the object tree
+    del doc, segs, traces, stacks, sample, sink  # nothing below needs the object tree
+    seg_df, blk_df, trace, frames = _canonical_stack_ids(seg_df, blk_df, trace, frames)
 
     for what, n in sorted(fix.counts.items()):
         warnings.append(f"{n:,} values of {what}")
@@ -578,4 +738,4 @@ def load_snapshot(path: str | Path) -> SnapshotModel:
     )
 
 
-__all__ = ["load_snapshot", "read_snapshot_object"]
+__all__ = ["STREAM_MIN_BYTES", "load_snapshot", "read_snapshot_object"]
