@@ -305,6 +305,7 @@ def test_htod_in_step_fires_above_ten_per_step() -> None:
     ev = f.evidence
     assert (ev["copies_per_step"], ev["bytes_per_step"], ev["gpu_ms_per_step"], ev["cpu_ms_per_step"]) == (
         12.0, 48, 0.024, 0.048)
+    assert (ev["host_blocking_per_step"], ev["copy_ms_per_step"]) == (0.0, 0.072)
 
 
 def test_htod_in_step_silent_at_ten_per_step_below_time_share() -> None:
