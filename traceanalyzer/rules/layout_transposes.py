@@ -17,7 +17,7 @@ from traceanalyzer.rules._util import ms, n_steady, time_finding, top_rows
 CONV_KERNEL_RE = r"(?i)conv|fprop|dgrad|wgrad|igemm|implicit|winograd|scudnn"
 
 
-@rule("layout_transposes", needs=("steps", "ops"), severity=Severity.INFO,
+@rule("layout_transposes", needs=("steps", "ops", "kernels"), severity=Severity.INFO,
       params={"min_pct_of_conv": 5.0, "warning_pct": 10.0})
 def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
     """NCHW↔NHWC layout transposes around convolutions: use channels_last.

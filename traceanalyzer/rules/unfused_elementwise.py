@@ -16,7 +16,7 @@ from traceanalyzer.rules._hostsync import fmt_count
 from traceanalyzer.rules._util import ms, n_steady, time_finding, top_rows
 
 
-@rule("unfused_elementwise", needs=("steps", "ops"), severity=Severity.INFO,
+@rule("unfused_elementwise", needs=("steps", "ops", "kernels"), severity=Severity.INFO,
       params={"min_pct_of_kernel_time": 30.0, "min_pct_of_count": 50.0, "min_kernels_per_step": 100.0,
               "warning_pct": 50.0, "fusion_savings": 0.5})
 def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
