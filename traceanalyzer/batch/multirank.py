@@ -19,8 +19,7 @@ Definitions (per rank, averages over that rank's step windows):
 * **Imbalance** = straggler ``work_ms`` − median ``work_ms`` of the other ranks. The
   ``rank_imbalance`` rule (:mod:`traceanalyzer.rules.rank_imbalance`, thresholds
   ``rank_imbalance.min_imbalance_pct`` (5) % of the median step and
-  ``rank_imbalance.min_imbalance_ms`` (0.05) ms; the ``multirank.*`` spellings are
-  accepted) turns it into the run's finding.
+  ``rank_imbalance.min_imbalance_ms`` (0.05) ms) turns it into the run's finding.
 * **What the straggler spent the time on**: per category of the step breakdown
   (kernel, memcpy, memset, runtime, dataloader, cpu_exec, other — communication left
   out, it is the symptom) and per GPU idle cause, the straggler's time minus the

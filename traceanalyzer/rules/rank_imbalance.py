@@ -48,8 +48,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         imbalance (straggler's work − median work of the others) ≥ ``min_imbalance_pct`` (5)
         % of the median step and ≥ ``min_imbalance_ms`` (0.05) ms (SageMaker's LoadBalancing
         uses 0.2 of the step on system metrics; we fire earlier because the cost is priced).
-        WARNING, CRITICAL from ``critical_pct`` (20) %. ``--set multirank.min_imbalance_pct=…``
-        (the batch option's older name) is accepted too.
+        WARNING, CRITICAL from ``critical_pct`` (20) %.
     Cost
         The imbalance per step: every other rank waits that long inside collectives.
     Fix
@@ -84,7 +83,8 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         evidence={"straggler_rank": slow, "n_ranks": mr.get("n_ranks"),
                   "work_ms_by_rank": {str(r["rank"]): r["work_ms"] for r in ranks},
                   "excess_ms_per_step": excess, "idle_excess_ms_per_step": idle_excess,
-                  "others_wait_in_collectives_ms_per_step": round(float(statistics.median(waits)), 6) if waits else None,
+                  "others_wait_in_collectives_ms_per_step":
+                      round(float(statistics.median(waits)), 6) if waits else None,
                   "step_ms_spread_pct": mr.get("step_ms_spread_pct")},
         fix=_FIXES.get(spent or "", _OTHER),
         code_hint="traceanalyzer batch run_dir/ -o reports/  # per-rank table and straggler breakdown",
