@@ -26,7 +26,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         ``kernels``: summed collective-kernel time of the steady steps (``per_step.comm_ns``,
         overlapped or not). Overlap = 1 − exposed / communication, both summed over devices.
         No collective kernel in the steady steps: nothing to say.
-    Thresholds
+    Threshold
         exposed ≥ ``max_exposed_pct`` (5) % of the median step → "not overlapped" (TraceLens:
         exposed comm > 5 % of GPU time, overlap < 70 %), WARNING, CRITICAL from
         ``critical_pct`` (30) %. Otherwise communication per device ≥ ``max_comm_pct`` (10) %

@@ -17,10 +17,13 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     """``nn.DataParallel`` on several GPUs: use DistributedDataParallel.
 
     Signal
-        ``ops``: ``DataParallel.forward`` ops/annotations or ``nn.Module: DataParallel_*``
-        frames, and more than one device running kernels/copies.
+        ``ops``: ``DataParallel.forward`` ops/annotations (the ``record_function`` DataParallel
+        opens) or ``nn.Module: DataParallel_*`` frames (``DistributedDataParallel`` does not
+        count), and the devices that ran kernels/copies/memsets (``ops.devices`` /
+        ``gpu_time``).
     Threshold
-        any (tb_plugin's rule). DataParallel on one device is a no-op wrapper: not reported.
+        any DataParallel call with at least ``min_devices`` (2) devices busy (tb_plugin's
+        rule). DataParallel on one device is a no-op wrapper: not reported.
     Cost
         Not estimated (DataParallel's single-process scatter/gather and GIL contention depend
         on the model); severity WARNING, confidence 0.9.

@@ -18,13 +18,16 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     """Timings inflated by the profiler itself (with_stack, record_shapes, overhead events).
 
     Signal
-        ``ops``: the profiler flags written in the trace, the share of ``python_function``
-        events among all events (``with_stack=True`` records one per Python call) and
-        Kineto/CUPTI ``overhead`` events (activity-buffer flushes) against the trace span.
-    Thresholds
+        ``ops``: the share of ``python_function`` events among all events (CPU ops,
+        annotations, Python frames, runtime calls, kernels, copies, memsets, memory and other
+        events; ``with_stack=True`` records one per Python call), the summed duration of
+        Kineto/CUPTI ``overhead`` events (activity-buffer flushes) against the trace span
+        (``overview``), and the profiler flags written in the trace (evidence).
+    Threshold
         Python frames ≥ ``max_python_pct`` (50) % of the events (peers' suggested caveat), or
         overhead events ≥ ``max_overhead_pct`` (1) % of the span. INFO: a caveat on every other
-        number, not a problem of the program.
+        number, not a problem of the program. The flags alone (e.g. ``record_shapes``) do not
+        fire it.
     Cost
         Not estimated (the profiler's cost is not in the production run).
     Fix

@@ -51,7 +51,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         the others). With ``gpu_time``, the outliers' extra time is split by tb_plugin
         category (kernel, memcpy, …, dataloader, cpu_exec, other: the outlier steps' time
         minus the median of the other steady steps) and the largest is named.
-    Thresholds
+    Threshold
         * outlier: a steady step longer than ``outlier_factor`` (1.5) × the median steady step,
           with ≥ ``min_steps`` (3) steady steps. SageMaker uses mean + 3σ, but with the 3–10
           steps of a profile σ is dominated by the outlier itself; a ratio to the median is
