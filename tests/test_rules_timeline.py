@@ -353,7 +353,7 @@ def test_step_outlier_with_the_category_that_grew() -> None:
     # Step 3 holds an 800 µs loader range; every other category equals the other steps'.
     f = _one(_steps([1000, 1000, 1800, 1000, 1000], loader={3: 800}), "step_outliers")
     assert f.severity == Severity.WARNING
-    assert f.title == ("1 of 5 steps take over 1.5× the median step (1.0 ms): step #3; the extra time is mostly "
+    assert f.title == ("1 of 5 steps takes over 1.5× the median step (1.0 ms): step #3; the extra time is mostly "
                        "data loading (+0.8 ms per slow step)")
     assert (f.cost_ms_per_step, f.cost_pct_of_step, f.confidence) == (0.16, 16.0, 0.5)
     ev = f.evidence
@@ -372,6 +372,11 @@ def test_step_outliers_silent_at_the_factor_and_override() -> None:
     assert "outside any op" in f.title
     # too few steady steps to call anything an outlier
     _silent(_steps([1000, 1800]), "step_outliers")
+    # no ProfilerStep# at all: step times unknown, the check says it could not run
+    t = Trace()
+    t.launch(0, 2, 10, 500)
+    out = _silent(t, "step_outliers")
+    assert "no ProfilerStep# ranges" in out.not_run["step_outliers"]
 
 
 def test_warmup_step_reported_without_cost() -> None:

@@ -12,6 +12,7 @@ from typing import Any, Iterator, Mapping
 import polars as pl
 
 from traceanalyzer.config import Config
+from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._util import median_step_ns, ms, n_steady, pct_of_step, time_finding
 
@@ -48,9 +49,10 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     Signal
         ``steps``: durations of the steady step windows and the leading warm-up steps the
         ``steps`` analysis set apart (longer than ``steps.warmup_factor`` (2) × the median of
-        the others). With ``gpu_time``, the outliers' extra time is split by tb_plugin
-        category (kernel, memcpy, …, dataloader, cpu_exec, other: the outlier steps' time
-        minus the median of the other steady steps) and the largest is named.
+        the others); a trace without ``ProfilerStep#`` ranges has no step times (not run).
+        With ``gpu_time``, the outliers' extra time is split by tb_plugin category (kernel,
+        memcpy, …, dataloader, cpu_exec, other: the outlier steps' time minus the median of
+        the other steady steps) and the largest is named.
     Threshold
         * outlier: a steady step longer than ``outlier_factor`` (1.5) × the median steady step,
           with ≥ ``min_steps`` (3) steady steps. SageMaker uses mean + 3σ, but with the 3–10
@@ -70,7 +72,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     """
     sr = results["steps"]
     if not sr.has_steps:
-        return
+        raise NotApplicable("no ProfilerStep# ranges: step times are unknown (profile with a schedule / prof.step())")
     med = median_step_ns(results)
     steady = sr.table.filter(pl.col("window").is_in(sr.steady_windows()))
     if steady.height >= params.min_steps and med > 0:
@@ -88,7 +90,8 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
             steps_txt = ", ".join("#" + str(s) for s in out["step"].to_list())
             yield time_finding(
                 "step_outliers", Severity.WARNING if pct >= params.warning_pct else Severity.INFO,
-                f"{out.height} of {steady.height} steps take over {params.outlier_factor:g}× the median step "
+                f"{out.height} of {steady.height} steps {'takes' if out.height == 1 else 'take'} over "
+                f"{params.outlier_factor:g}× the median step "
                 f"({ms(med)} ms): step {steps_txt}{spent}",
                 {"outliers": [{"step": r["step"], "dur_ms": ms(r["dur_ns"]), "x_median": round(r["dur_ns"] / med, 2)}
                               for r in out.iter_rows(named=True)],
