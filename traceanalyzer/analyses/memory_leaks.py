@@ -92,7 +92,8 @@ def memory_leaks(model: SnapshotModel, results: Results, config: Config) -> Memo
     if not tl.history:
         raise NotApplicable("no allocation history: record with torch.cuda.memory._record_memory_history()")
     dev = tl.primary.device
-    series = tl.series.filter(pl.col("device") == dev)
+    # Only the columns read below: these tables have one row per event / allocation.
+    series = tl.series.lazy().filter(pl.col("device") == dev).select("ts_ns", "allocated_bytes").collect()
     n = series.height
     if n < 3 * 2:
         raise NotApplicable(f"history too short to see growth ({n} events)")
@@ -103,14 +104,15 @@ def memory_leaks(model: SnapshotModel, results: Results, config: Config) -> Memo
         bounds = np.unique(np.linspace(0, n, n_slices + 1).astype(np.int64)[:-1])
     ends = np.append(bounds[1:] - 1, n - 1)  # last event of each window
     k = len(ends)
-    alloc = tl.allocations.filter((pl.col("device") == dev) & (pl.col("alloc_idx") >= 0))
+    alloc = tl.allocations.lazy().filter((pl.col("device") == dev) & (pl.col("alloc_idx") >= 0)).select(
+        "site", "category", "bytes", "alloc_idx", "free_requested_idx").collect()
 
     # bytes per site at each window end: signed deltas bucketed by window, cumulated.
     plus = alloc.select("site", idx="alloc_idx", d="bytes")
     minus = alloc.filter(pl.col("free_requested_idx").is_not_null()).select(
         "site", idx="free_requested_idx", d=-pl.col("bytes"))
-    ev = pl.concat([plus, minus]).with_columns(
-        w=pl.Series(np.searchsorted(ends, pl.concat([plus, minus])["idx"].to_numpy(), side="left")))
+    ev = pl.concat([plus, minus])
+    ev = ev.with_columns(w=pl.Series(np.searchsorted(ends, ev["idx"].to_numpy(), side="left")))
     per = ev.group_by("site", "w").agg(pl.col("d").sum())
     grid = per.pivot(on="w", index="site", values="d").fill_null(0)
     wcols = [str(i) for i in range(k)]

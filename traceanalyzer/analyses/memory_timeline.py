@@ -247,7 +247,11 @@ class DeviceReplay:
 
 def _replay_device(model: SnapshotModel, device: int, sites: pl.DataFrame
                    ) -> tuple[DeviceReplay, pl.DataFrame, pl.DataFrame]:
-    t = model.trace.filter(pl.col("device") == device).sort("event_idx")
+    # Only the columns the replay reads: a whole-table copy is the largest transient.
+    t = model.trace.lazy().filter(pl.col("device") == device).select(
+        "event_idx", "action", "addr", "bytes", "stream", "stack_id", "ts_ns").collect()
+    if not t["event_idx"].is_sorted():
+        t = t.sort("event_idx")
     n = t.height
     blocks = model.blocks.filter(pl.col("device") == device)
     segs = model.segments.filter(pl.col("device") == device)
@@ -310,10 +314,11 @@ def _replay_device(model: SnapshotModel, device: int, sites: pl.DataFrame
     pa = a_idx >= 0
     d_alloc = deltas(a_idx[pa], size[pa], fr[fr >= 0], size[fr >= 0])
     d_active = deltas(a_idx[pa], size[pa], fc[fc >= 0], size[fc >= 0])
-    act = t["action"].to_numpy() if n else np.array([], dtype=object)
-    sb = t["bytes"].fill_null(0).to_numpy() if n else np.array([], dtype=np.int64)
-    d_res = np.where(np.isin(act, SEGMENT_PLUS), sb, 0) - np.where(np.isin(act, SEGMENT_MINUS), sb, 0)
-    d_res = d_res.astype(np.int64)
+    # Vectorised in polars: action.to_numpy() would make one Python str per event.
+    sb = pl.col("bytes").fill_null(0)
+    d_res = t.select(pl.when(pl.col("action").is_in(SEGMENT_PLUS)).then(sb)
+                     .when(pl.col("action").is_in(SEGMENT_MINUS)).then(-sb)
+                     .otherwise(0).cast(pl.Int64)).to_series().to_numpy() if n else np.array([], dtype=np.int64)
     dumped_reserved = int(segs["total_bytes"].sum() or 0)
     base_res = dumped_reserved - int(d_res.sum())
     allocated = base_alloc + np.cumsum(d_alloc)

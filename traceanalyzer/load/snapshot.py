@@ -509,7 +509,8 @@ class _TraceSink:
         del self._lists[key], self._pending[key], self._offset[key]
         if not parts:
             return None
-        df = pl.concat(parts, rechunk=True) if len(parts) > 1 else parts[0]
+        # No rechunk: a contiguous copy would double the table at its largest moment.
+        df = pl.concat(parts, rechunk=False) if len(parts) > 1 else parts[0]
         return df.with_columns(device=pl.lit(device, dtype=pl.Int64))
 
     def leftover(self) -> bool:
@@ -529,7 +530,8 @@ def _canonical_stack_ids(seg_df: pl.DataFrame, blk_df: pl.DataFrame, trace: pl.D
         seg_df.select(pl.col("segment_idx").alias("s"), pl.lit(-1, dtype=pl.Int64).alias("b"), "stack_id"),
         blk_df.with_row_index("b").select(pl.col("segment_idx").alias("s"), pl.col("b").cast(pl.Int64), "stack_id"),
     ]).sort(["s", "b"], maintain_order=True).get_column("stack_id")
-    tr_order = trace.select("device", "event_idx", "stack_id").sort(["device", "event_idx"]).get_column("stack_id")
+    # The trace is built device by device in event order: no sort needed.
+    tr_order = trace.get_column("stack_id")
     order = pl.concat([seg_order, tr_order]).drop_nulls().unique(maintain_order=True)
     if (order == pl.Series(range(order.len()), dtype=pl.Int64)).all():
         return seg_df, blk_df, trace, frames
@@ -589,7 +591,8 @@ def _count_truncation(trace: pl.DataFrame) -> int:
     """Frees whose allocation is not in the history (recorded before it started)."""
     if trace.is_empty():
         return 0
-    t = trace.filter(pl.col("action").is_in(["alloc", "free_requested", "free_completed"]))
+    t = trace.select("device", "addr", "event_idx", "action").filter(
+        pl.col("action").is_in(["alloc", "free_requested", "free_completed"]))
     t = t.with_columns(
         ver=(pl.col("action") == "alloc").cast(pl.Int64).cum_sum().over(["device", "addr"], order_by="event_idx")
     )
@@ -696,8 +699,8 @@ def _load_snapshot(p: Path, streaming: bool) -> SnapshotModel:
     devices = sorted(set(seg_df["device"].to_list()) | set(trace["device"].unique().to_list()))
     n_trunc = _count_truncation(trace)
     live_blocks = blk_df.filter(pl.col("state") != "inactive").height
-    has_history = trace.filter(pl.col("action").is_in(["alloc", "free_requested", "free_completed",
-                                                        "segment_alloc", "segment_free"])).height > 0
+    has_history = bool(trace.height) and bool(trace.select(pl.col("action").is_in(
+        ["alloc", "free_requested", "free_completed", "segment_alloc", "segment_free"]).any()).item())
     if layout != "segments-list" and not has_history:
         if trace.height:
             warnings.append(f"the history holds only {trace.height} entr{'y' if trace.height == 1 else 'ies'} "
