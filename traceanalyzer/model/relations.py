@@ -129,11 +129,15 @@ def deepest_at(
     # The parents come from the same boundary rows (computing them anew via nest()
     # sorted the boundaries a second time: half of this function's cost).
     links = _link_parents(b, by)
-    b = b.join(links.select("id", "parent_id"), on="id", how="left")
+    b = b.join(links.select("id", "parent_id"), on="id", how="left", maintain_order="left")
     # After a start the interval itself is the deepest; after an end, its parent.
     b = b.with_columns(current=pl.when(pl.col("kind") == 1).then(pl.col("id")).otherwise(pl.col("parent_id")))
-    # The state after all boundaries at one instant is what covers that instant.
-    state = b.group_by([*by, "t"], maintain_order=True).agg(pl.col("current").last()).sort([*by, "t"])
+    # The state after all boundaries at one instant is what covers that instant: the
+    # last boundary row of each (by, t), ``b`` being sorted by them (a filter, not a
+    # group_by and a second sort).
+    keys = [*by, "t"]
+    last_at_instant = pl.any_horizontal([pl.col(k).ne_missing(pl.col(k).shift(-1)) for k in keys])
+    state = b.filter(last_at_instant).select(*keys, "current")
     casted = {c: state.schema[c] for c in by}
     p = points.select([pl.col(c).cast(casted[c]) for c in by] + [pl.col(point_col).alias("t")]).with_row_index("_row")
     joined = p.sort("t").join_asof(
