@@ -45,15 +45,16 @@ def _analysis_keys() -> dict[str, frozenset[str]]:
     from traceanalyzer.analyses import registry as analysis_registry
 
     keys: dict[str, set[str]] = {name: set() for name in analysis_registry()}
+    unreadable: set[str] = set()
     for spec in analysis_registry().values():
         try:
             src = inspect.getsource(inspect.getmodule(spec.func))  # type: ignore[arg-type]
         except (OSError, TypeError):
-            keys.pop(spec.name, None)
+            unreadable.add(spec.name)
             continue
         for owner, param in re.findall(r"""config\.get\(\s*["']([a-z0-9_]+)\.([a-z0-9_]+)["']""", src):
             keys.setdefault(owner, set()).add(param)
-    return {k: frozenset(v) for k, v in keys.items()}
+    return {k: frozenset(v) for k, v in keys.items() if k not in unreadable}
 
 
 def check_keys(overrides: dict[str, Any], origin: str) -> None:
