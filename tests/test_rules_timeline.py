@@ -111,7 +111,8 @@ def _host_bound(u: float = 1.0) -> Trace:
 def test_low_gpu_utilization_fires_with_idle_and_its_causes() -> None:
     f = _one(_host_bound(), "low_gpu_utilization")
     assert f.severity == Severity.WARNING  # 30 % busy: below 50, not below 20
-    assert f.title == "GPU 0 is busy only 30.0 % of the step: 0.7 ms/step idle, largest cause: host bound (0.6 ms/step)"
+    assert f.title == ("GPU 0 is busy only 30.0 % of the step: 0.7 ms/step idle, largest cause: host-bound launches "
+                       "(0.6 ms/step)")
     assert (f.cost_ms_per_step, f.cost_pct_of_step, f.confidence) == (0.7, 70.0, 0.5)
     ev = f.evidence
     assert ev["busy_pct"] == 30.0 and ev["median_step_ms"] == 1.0 and ev["steady_steps"] == 3
@@ -120,6 +121,17 @@ def test_low_gpu_utilization_fires_with_idle_and_its_causes() -> None:
     assert ev["see_rules"] == ["host_bound_gaps"]
     assert [s["step"] for s in ev["least_busy_steps"]] == [1, 2, 3]
     assert "CUDA graphs" in f.fix  # NVIDIA trace (cudaLaunchKernel)
+
+
+def test_low_gpu_utilization_without_steps_speaks_of_the_whole_trace() -> None:
+    # no ProfilerStep#: one window, the 1000 µs span (a CPU op covers it); one 100 µs kernel → 10 %
+    t = Trace()
+    t.op("aten::generate", 0, 1000)
+    t.launch(1, 5, 10, 100)
+    f = _one(t, "low_gpu_utilization")
+    assert f.severity == Severity.CRITICAL  # < 20 %
+    assert f.title == "GPU 0 is busy only 10.0 % of the whole trace (no ProfilerStep#): 0.9 ms idle"
+    assert f.evidence["idle_ms_per_step_by_cause"] == {"outside_gaps": 0.9}
 
 
 def test_low_gpu_utilization_silent_at_exactly_half_busy_and_threshold_override() -> None:
@@ -262,6 +274,33 @@ def test_launch_bound_advice_follows_the_vendor() -> None:
     xpu = _one(_tiny(100, 8, 8, 2, api="urEnqueueKernelLaunch", cat="xpu_runtime"), "launch_bound_kernels")
     assert "graph" not in xpu.fix.lower() and "reduce-overhead" not in xpu.code_hint
     assert xpu.cost_ms_per_step == 0.8
+
+
+def test_launch_bound_cost_is_capped_by_the_launch_time() -> None:
+    # 50 launches (8 µs each, 2 µs kernels) in the first half of each step, then 490 µs of CPU
+    # work: launch CPU 400 µs ≥ GPU 100 µs and 10 % busy → launch-bound. Idle is 900 µs/step, but
+    # fewer launches can give back at most the 400 µs spent launching: cost 0.4 ms = 40 %.
+    t = Trace()
+    for s in range(3):
+        t0 = 1000 * s
+        t.step(s + 1, t0, 1000, gpu_copy=False)
+        for i in range(50):
+            t.launch(t0 + 10 * i, 8, t0 + 10 * i + 8, 2)
+        t.op("aten::python_work", t0 + 500, 490)
+    f = _one(t, "launch_bound_kernels")
+    assert (f.severity, f.cost_ms_per_step, f.cost_pct_of_step) == (Severity.CRITICAL, 0.4, 40.0)
+    assert (f.evidence["idle_ms_per_step"], f.evidence["launch_cpu_ms_per_step"]) == (0.9, 0.4)
+
+
+def test_launch_bound_silent_when_launches_are_a_sliver_of_the_step() -> None:
+    # 2 launches of 5 µs per 1000 µs step (2 µs kernels): CPU 10 ≥ GPU 4 µs and 0.4 % busy, so the
+    # steps pass the launches test, but launching costs 10 µs = 1 % of the step (< 5 %)
+    t = _tiny(2, 5, 5, 2)
+    res, out = _analyse(t)
+    assert all(res["launches"].per_step["launch_bound"].to_list())
+    assert _found(out, "launch_bound_kernels") == []
+    f = _one(t, "launch_bound_kernels", **{"launch_bound_kernels.min_pct_of_step": 0.5})
+    assert (f.cost_ms_per_step, f.cost_pct_of_step) == (0.01, 1.0)
 
 
 def _graph_decode_with_blocking_copy() -> Trace:

@@ -17,7 +17,7 @@ from traceanalyzer.rules._util import ms, n_steady, pct_of_step, steady, time_fi
 
 
 @rule("launch_bound_kernels", needs=("steps", "launches", "gpu_time"), severity=Severity.WARNING,
-      params={"min_steps_pct": 50.0, "critical_pct": 30.0})
+      params={"min_steps_pct": 50.0, "min_pct_of_step": 5.0, "critical_pct": 30.0})
 def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
     """Launch-bound: kernels shorter than their launch, the CPU cannot keep the GPU fed.
 
@@ -28,14 +28,18 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         (blocking copies are left out: their CPU time is waiting, not launching) — and the
         share of the steady steps' kernels that ran shorter than their launch call (HTA).
     Threshold
-        at least ``min_steps_pct`` (50) % of the steady steps are launch-bound. (TraceLens
-        counts kernels < 10 µs; HTA flags kernels shorter than their launch; a per-kernel
-        majority alone flips on real traces, so we need the per-step CPU ≥ GPU test.)
-        WARNING; CRITICAL when the cost is ≥ ``critical_pct`` (30) % of the median step.
+        at least ``min_steps_pct`` (50) % of the steady steps are launch-bound, and the cost
+        is ≥ ``min_pct_of_step`` (5) % of the median step (a step with two kernels and a
+        long CPU phase passes the CPU ≥ GPU test without being limited by launches).
+        (TraceLens counts kernels < 10 µs; HTA flags kernels shorter than their launch; a
+        per-kernel majority alone flips on real traces, so we need the per-step CPU ≥ GPU
+        test.) WARNING; CRITICAL when the cost is ≥ ``critical_pct`` (30) % of the median step.
     Cost
-        Σ over the launch-bound steady steps of the idle time of their least busy device,
-        divided by the number of steady steps (confidence 0.6: graphs and fusion remove most
-        launch overhead, not all). The same idle also shows as ``host_bound_gaps``.
+        Σ over the launch-bound steady steps of min(CPU time in their launch calls, idle time
+        of their least busy device), divided by the number of steady steps: launching fewer
+        kernels cannot give back more idle than the launch calls take (confidence 0.6:
+        graphs and fusion remove most launch overhead, not all). The same idle also shows as
+        ``host_bound_gaps``.
     Fix
         NVIDIA/AMD: capture the step in a CUDA/HIP graph (``torch.compile(mode=
         "reduce-overhead")`` or ``torch.cuda.CUDAGraph``); every vendor: fuse small ops
@@ -53,8 +57,12 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     gt = steady(results["gpu_time"].per_step, results)
     idle = gt.filter(pl.col("window").is_in(bound["window"].to_list())).group_by("window").agg(
         pl.col("idle_ns").max())
-    cost = float(idle["idle_ns"].sum() or 0) / n_steady(results)
+    saved = bound.select("window", "launch_cpu_ns").join(idle, on="window", how="left").select(
+        pl.min_horizontal("launch_cpu_ns", pl.col("idle_ns").fill_null(0)).sum())
+    cost = float(saved.item() or 0) / n_steady(results)
     pct = pct_of_step(cost, results)
+    if (pct or 0.0) < params.min_pct_of_step:
+        return
     n_k = int(per["kernels"].sum() or 0)
     n_short = int(per["short_kernels"].sum() or 0)
     cpu, gpu = int(per["launch_cpu_ns"].sum() or 0), int(per["launched_gpu_ns"].sum() or 0)
@@ -84,6 +92,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
          "pct_kernels_shorter_than_launch": round(n_short * 100.0 / n_k, 1) if n_k else None,
          "median_launch_cpu_us": None if la.cpu_dur_ns["median"] is None else round(la.cpu_dur_ns["median"] / 1e3, 2),
          "median_gpu_us": None if la.gpu_dur_ns["median"] is None else round(la.gpu_dur_ns["median"] / 1e3, 2),
-         "graph_launches": graphs, "idle_ms_per_step": ms(cost)},
+         "graph_launches": graphs,
+         "idle_ms_per_step": ms(float(idle["idle_ns"].sum() or 0) / n_steady(results))},
         fix, hint, cost, results, confidence=0.6,
     )

@@ -23,6 +23,10 @@ _CAUSE_RULES = {
     "memcpy": "pageable_memcpy / blocking_copies",
 }
 _CAUSES = ("host_bound", "sync", "memcpy", "data_loader", "other")
+_CAUSE_WORDS = {
+    "host_bound": "host-bound launches", "sync": "host syncs", "memcpy": "blocking copies",
+    "data_loader": "data loading", "other": "waits with work queued (other streams, devices or ranks)",
+}
 
 
 @rule("low_gpu_utilization", needs=("steps", "gpu_time"), severity=Severity.WARNING,
@@ -41,7 +45,8 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         50 %; SageMaker's 70 % p95 is for whole-job system metrics. CRITICAL below
         ``critical_busy_pct`` (20) %. One finding per device below the threshold.
     Cost
-        The device's idle time per steady step (Σ idle / steady steps): the upper bound of
+        The device's idle time per steady step (Σ idle / steady steps; without
+        ``ProfilerStep#`` the window is the whole trace, setup included): the upper bound of
         what removing every wait could buy (confidence 0.5: some idle is unavoidable; the
         host-bound / data-loader / sync findings name the causes and price their share, so
         this cost overlaps theirs).
@@ -75,11 +80,14 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
             ev["see_rules"] = [_CAUSE_RULES[c] for c, _ in ranked if c in _CAUSE_RULES]
             if ranked and ranked[0][0] != "outside_gaps":
                 top, v = ranked[0]
-                why = f", largest cause: {top.replace('_', ' ')} ({ms(v)} ms/step)"
+                why = f", largest cause: {_CAUSE_WORDS[top]} ({ms(v)} ms/step)"
         sev = Severity.CRITICAL if busy < params.critical_busy_pct else Severity.WARNING
+        # Without ProfilerStep# the one window is the whole trace (setup and teardown included).
+        of = "of the step" if results["steps"].has_steps else "of the whole trace (no ProfilerStep#)"
+        unit = "/step" if results["steps"].has_steps else ""
         yield time_finding(
             "low_gpu_utilization", sev,
-            f"GPU {device} is busy only {busy:.1f} % of the step: {ms(idle)} ms/step idle{why}",
+            f"GPU {device} is busy only {busy:.1f} % {of}: {ms(idle)} ms{unit} idle{why}",
             ev,
             "Find what the GPU waits for (the idle causes above and the host-bound, data-loader and sync "
             "findings), remove it, then give the GPU more work per launch: a larger batch, overlapped data "
