@@ -274,6 +274,13 @@ def test_launch_bound_advice_follows_the_vendor() -> None:
     xpu = _one(_tiny(100, 8, 8, 2, api="urEnqueueKernelLaunch", cat="xpu_runtime"), "launch_bound_kernels")
     assert "graph" not in xpu.fix.lower() and "reduce-overhead" not in xpu.code_hint
     assert xpu.cost_ms_per_step == 0.8
+    # the same work without ProfilerStep#: one whole-trace window, said so in the title
+    t = Trace()
+    for i in range(100):
+        t.launch(10 * i, 8, 10 * i + 8, 2)
+    f = _one(t, "launch_bound_kernels")
+    assert f.title.startswith("Launch-bound over the whole trace (no ProfilerStep#): the CPU spends longer")
+    assert f.cost_ms_per_step == 0.8
 
 
 def test_launch_bound_cost_is_capped_by_the_launch_time() -> None:

@@ -82,8 +82,10 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
             if has_graphs(vendor) else "model = torch.compile(model)  # fused kernels")
     yield time_finding(
         "launch_bound_kernels", Severity.CRITICAL if (pct or 0.0) >= params.critical_pct else Severity.WARNING,
-        f"Launch-bound: in {bound.height} of {per.height} steady steps the CPU spends longer in launch calls "
-        f"than the GPU runs their work ({n_short:,} of {n_k:,} kernels shorter than their launch)",
+        (f"Launch-bound: in {bound.height} of {per.height} steady steps" if results["steps"].has_steps
+         else "Launch-bound over the whole trace (no ProfilerStep#):")
+        + f" the CPU spends longer in launch calls than the GPU runs their work ({n_short:,} of {n_k:,} kernels "
+        "shorter than their launch)",
         {"launch_bound_steps": bound["step"].to_list(),
          "launch_cpu_ms_per_step": ms(cpu / n_steady(results)),
          "launched_gpu_ms_per_step": ms(gpu / n_steady(results)),

@@ -60,6 +60,10 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     ig = results.get("idle_gaps") if hasattr(results, "get") else None
     gaps = steady(ig.per_step, results) if ig is not None else None
     vendor = vendor_of(results)
+    # Without ProfilerStep# the one window is the whole trace (setup and teardown included).
+    has_steps = results["steps"].has_steps
+    of = "of the step" if has_steps else "of the whole trace (no ProfilerStep#)"
+    unit = "/step" if has_steps else ""
     for device, busy in sorted(gt.steady_busy_pct.items()):
         if busy is None or busy >= params.min_busy_pct:
             continue
@@ -80,11 +84,8 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
             ev["see_rules"] = [_CAUSE_RULES[c] for c, _ in ranked if c in _CAUSE_RULES]
             if ranked and ranked[0][0] != "outside_gaps":
                 top, v = ranked[0]
-                why = f", largest cause: {_CAUSE_WORDS[top]} ({ms(v)} ms/step)"
+                why = f", largest cause: {_CAUSE_WORDS[top]} ({ms(v)} ms{unit})"
         sev = Severity.CRITICAL if busy < params.critical_busy_pct else Severity.WARNING
-        # Without ProfilerStep# the one window is the whole trace (setup and teardown included).
-        of = "of the step" if results["steps"].has_steps else "of the whole trace (no ProfilerStep#)"
-        unit = "/step" if results["steps"].has_steps else ""
         yield time_finding(
             "low_gpu_utilization", sev,
             f"GPU {device} is busy only {busy:.1f} % {of}: {ms(idle)} ms{unit} idle{why}",
