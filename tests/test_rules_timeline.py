@@ -152,7 +152,8 @@ def test_host_bound_gaps_fires_with_cpu_context() -> None:
     f = _one(_host_bound(), "host_bound_gaps")
     # 0.6 ms/step = 60 % of the 1 ms median step: CRITICAL (≥ 30 %)
     assert f.severity == Severity.CRITICAL
-    assert f.title == "GPU 0 waits for the CPU to launch work: 0.6 ms/step of host-bound idle, mostly inside `log_metrics`"
+    assert f.title == ("GPU 0 waits for the CPU to launch work: 0.6 ms/step of host-bound idle, "
+                       "mostly inside `log_metrics`")
     assert (f.cost_ms_per_step, f.cost_pct_of_step, f.confidence) == (0.6, 60.0, 0.7)
     ev = f.evidence
     assert ev["host_bound_ms_per_step"] == 0.6 and ev["gaps_per_step"] == round(5 / 3, 2)
