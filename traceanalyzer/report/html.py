@@ -437,7 +437,9 @@ def _findings(report: Report, ids: _Ids, t0: int | None) -> str:
         out.append('<p class="doc">No findings: none of the checks that could run found a problem.</p>')
     else:
         out.append(f'<p class="doc">{len(report.findings)} finding{"s" if len(report.findings) != 1 else ""}, '
-                   "ranked by estimated cost (time per step, then memory).</p>")
+                   "ranked by estimated cost (time per step, then memory). Each cost is what fixing that "
+                   "finding alone could buy; findings can price the same time from different angles, so the "
+                   "costs do not add up.</p>")
     for i, f in enumerate(report.findings, 1):
         sev = str(f.severity)
         conf = f" · confidence {f.confidence:.0%}" if f.confidence < 1 else ""

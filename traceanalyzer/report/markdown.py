@@ -50,6 +50,12 @@ OFFENDERS: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
 }
 
 
+# Several rules may price the same idle time from different angles (e.g. host-bound gaps and
+# launch-bound kernels); summing the column would double count, so the report says so.
+OVERLAP_NOTE = ("Ranked by estimated cost. Each cost is what fixing that finding alone could buy; "
+                "findings can price the same time from different angles, so the costs do not add up.")
+
+
 def _cost(f: Any) -> str:
     if f.cost_ms_per_step is not None:
         cost = f"{f.cost_ms_per_step:,.2f} ms"
@@ -99,6 +105,8 @@ def to_markdown(report: Report, top_rows: int = TOP_ROWS) -> str:
 
     lines += ["## Findings", ""]
     if report.findings:
+        if len(report.findings) > 1:
+            lines += [OVERLAP_NOTE, ""]
         lines += ["| # | Severity | Finding | Cost / step | Fix |", "|---|---|---|---|---|"]
         for i, f in enumerate(report.findings, 1):
             lines.append(
