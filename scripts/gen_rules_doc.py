@@ -31,7 +31,8 @@ for the GPU rules, a snapshot for the trace rules). A rule that crashes is liste
 *failed* (a bug, please report): the rest of the report is unaffected.
 
 `traceanalyzer rules` lists the rules with their thresholds in effect; `traceanalyzer rules ID`
-prints one rule's documentation, the same text as below.
+prints one rule's documentation, the same text as below. [rules_examples.md](rules_examples.md)
+shows what fired, and why, on real public traces and snapshots.
 
 ## Severity
 

@@ -153,7 +153,7 @@ def test_blocking_copies_fires_for_sync_api() -> None:
     f = _only(found, "blocking_copies")
     # THEN 100 µs/step = 0.1 ms = 10 % → CRITICAL (critical_pct 10)
     assert (f.cost_ms_per_step, f.cost_pct_of_step, f.severity, f.confidence) == (0.1, 10.0, Severity.CRITICAL, 0.8)
-    assert f.title == "1 synchronous memcpy/memset call per step block the CPU: 0.1 ms/step"
+    assert f.title == "1 synchronous memcpy/memset call per step: the CPU blocks for 0.1 ms/step"
     ev = f.evidence
     assert (ev["calls_per_step"], ev["cpu_blocked_ms_per_step"], ev["copy_waits_per_step"]) == (1.0, 0.1, 0.0)
     assert ev["by_api"] == [{"api": "cudaMemcpy", "activity": "memcpy", "kind": "HtoD", "count": 3,
@@ -272,7 +272,7 @@ def test_each_blocking_call_priced_once() -> None:
     assert pg.evidence["copies_per_step"] == 1.0  # the item's pageable copy is not counted
     assert (bc.evidence["calls_per_step"], bc.evidence["copy_waits_per_step"]) == (1.0, 1.0)
     assert bc.title == ("1 synchronous memcpy/memset call and 1 copy waiting on the stream (non_blocking=False) "
-                        "per step block the CPU: 0.105 ms/step")
+                        "per step: the CPU blocks for 0.105 ms/step")
     # Blocked time per rule adds up to the blocking calls' time (195 + 200 + 100 + 5 + 50 µs), once
     blocked = [ex.evidence["cpu_blocked_ms_per_step"], it.evidence["cpu_blocked_ms_per_step"],
                bc.evidence["cpu_blocked_ms_per_step"], bc.evidence["copy_waits"][0]["blocked_ns"] / 3e6,

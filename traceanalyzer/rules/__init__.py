@@ -193,6 +193,9 @@ def _why_missing(names: Iterable[str], results: Any, alternatives: bool = False)
     failed: Mapping[str, str] = getattr(results, "failed", {})
     reasons = [skipped.get(n) or failed.get(n) for n in names]
     known = [r for r in dict.fromkeys(reasons) if r]
+    # An analysis skipped because its own input was skipped repeats that reason inside its own
+    # ("needs gpu_time: no GPU activity …"): keep only the most informative one.
+    known = [r for r in known if not any(r != o and r in o for o in known)]
     if known:
         return "; ".join(known)
     from traceanalyzer.analyses import registry as analysis_registry

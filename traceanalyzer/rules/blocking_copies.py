@@ -76,7 +76,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         parts.append(f"{fmt_count(ops)} {plural(ops, 'copy', 'copies')} waiting on the stream (non_blocking=False)")
     yield time_finding(
         "blocking_copies", severity_for(pct, 0.5, params.critical_pct),
-        f"{' and '.join(parts)} per step block the CPU: {ms(cost)} ms/step",
+        f"{' and '.join(parts)} per step: the CPU blocks for {ms(cost)} ms/step",
         {"calls_per_step": round(calls, 2), "cpu_blocked_ms_per_step": ms(cpu), "by_api": by_api,
          "copy_waits_per_step": round(ops, 2), "copy_wait_cost_ms_per_step": ms(wait), "copy_waits": waits,
          "top_call_sites": top, "stack_hint": c.stack_hint},
