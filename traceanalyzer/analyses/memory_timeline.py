@@ -67,7 +67,7 @@ SERIES_SCHEMA: dict[str, Any] = {
     "device": pl.Int64,
     "event_idx": pl.Int64,
     "ts_ns": pl.Int64,
-    "action": pl.String,
+    "action": pl.Categorical,
     "allocated_bytes": pl.Int64,
     "active_bytes": pl.Int64,
     "reserved_bytes": pl.Int64,
@@ -328,7 +328,7 @@ def _replay_device(model: SnapshotModel, device: int, sites: pl.DataFrame
         "device": np.full(n, device, dtype=np.int64),
         "event_idx": t["event_idx"].to_numpy() if n else np.array([], dtype=np.int64),
         "ts_ns": t["ts_ns"] if n else pl.Series([], dtype=pl.Int64),
-        "action": t["action"] if n else pl.Series([], dtype=pl.String),
+        "action": t["action"] if n else pl.Series([], dtype=pl.Categorical),
         "allocated_bytes": allocated, "active_bytes": active, "reserved_bytes": reserved,
     }, schema=SERIES_SCHEMA)
 

@@ -219,7 +219,7 @@ def _series(path: Path, fix: _Fix, name: str, values: list[Any], dtype: Any) -> 
     for v in values:
         if v is None:
             out.append(None)
-        elif dtype == pl.String:
+        elif dtype == pl.String or dtype == pl.Categorical:
             out.append(str(v))
         elif isinstance(v, bool) or not isinstance(v, int):
             if isinstance(v, float) and v.is_integer():
@@ -438,15 +438,15 @@ def _trace_chunk(path: Path, device: int, offset: int, entries: list[dict[str, A
     cols = [
         pl.Series("device", [device] * n, dtype=pl.Int64) if n else pl.Series("device", [], dtype=pl.Int64),
         pl.Series("event_idx", range(offset, offset + n), dtype=pl.Int64),
-        _series(path, fix, "action", [e.get("action") for e in entries], pl.String),
+        _series(path, fix, "action", [e.get("action") for e in entries], pl.Categorical),
         _series(path, fix, "addr", [e.get("addr") for e in entries], pl.UInt64),
         _series(path, fix, "bytes", [e.get("size") for e in entries], pl.Int64),
         _series(path, fix, "stream", [e.get("stream") for e in entries], pl.UInt64),
         _series(path, fix, "ts_ns", [e.get("time_us") for e in entries], pl.Int64) * 1000,
         _series(path, fix, "device_free_bytes", [e.get("device_free") for e in entries], pl.Int64),
         pl.Series("stack_id", [sid(e) for e in entries], dtype=pl.Int64),
-        _series(path, fix, "compile_context", [e.get("compile_context") for e in entries], pl.String),
-        _series(path, fix, "user_metadata", [e.get("user_metadata") for e in entries], pl.String),
+        _series(path, fix, "compile_context", [e.get("compile_context") for e in entries], pl.Categorical),
+        _series(path, fix, "user_metadata", [e.get("user_metadata") for e in entries], pl.Categorical),
     ]
     return pl.DataFrame(cols)
 
