@@ -107,19 +107,19 @@ def memory_leaks(model: SnapshotModel, results: Results, config: Config) -> Memo
     alloc = tl.allocations.lazy().filter((pl.col("device") == dev) & (pl.col("alloc_idx") >= 0)).select(
         "site", "category", "bytes", "alloc_idx", "free_requested_idx").collect()
 
-    # bytes per site at each window end: signed deltas bucketed by window, cumulated.
-    plus = alloc.select("site", idx="alloc_idx", d="bytes")
-    minus = alloc.filter(pl.col("free_requested_idx").is_not_null()).select(
-        "site", idx="free_requested_idx", d=-pl.col("bytes"))
-    ev = pl.concat([plus, minus])
-    ev = ev.with_columns(w=pl.Series(np.searchsorted(ends, ev["idx"].to_numpy(), side="left")))
-    per = ev.group_by("site", "w").agg(pl.col("d").sum())
-    grid = per.pivot(on="w", index="site", values="d").fill_null(0)
-    wcols = [str(i) for i in range(k)]
-    for c in wcols:
-        if c not in grid.columns:
-            grid = grid.with_columns(pl.lit(0, dtype=pl.Int64).alias(c))
-    mat = np.cumsum(grid.select(wcols).to_numpy().astype(np.int64), axis=1) if grid.height else np.zeros((0, k))
+    # bytes per site at each window end: signed deltas bucketed by (site, window) with
+    # np.add.at on integer site codes, then cumulated over windows. (A concat + group-by +
+    # pivot on the site strings copied every allocation's site twice.)
+    codes = alloc.select(pl.col("site").rank("dense").cast(pl.Int64) - 1).to_series().to_numpy()
+    site_names = alloc["site"].unique().sort()
+    size = alloc["bytes"].fill_null(0).to_numpy().astype(np.int64)
+    freed = alloc["free_requested_idx"].is_not_null().to_numpy()
+    grid = np.zeros((len(site_names), k), dtype=np.int64)
+    np.add.at(grid, (codes, np.searchsorted(ends, alloc["alloc_idx"].to_numpy(), side="left")), size)
+    np.add.at(grid, (codes[freed], np.searchsorted(ends, alloc["free_requested_idx"].drop_nulls().to_numpy(),
+                                                   side="left")), -size[freed])
+    del codes, size, freed
+    mat = np.cumsum(grid, axis=1) if len(grid) else np.zeros((0, k), dtype=np.int64)
     diffs = np.diff(mat, axis=1)
     grew = (diffs > 0).sum(axis=1)
     never_shrinks = (diffs >= 0).all(axis=1) if k > 1 else np.ones(len(mat), dtype=bool)
@@ -127,14 +127,14 @@ def memory_leaks(model: SnapshotModel, results: Results, config: Config) -> Memo
     growth = (mat[:, -1] - mat[:, 0]) if len(mat) else np.zeros(0)
     suspect = never_shrinks & (grew >= max(1, (k - 1) // 2)) & (end_bytes >= min_bytes) & (growth > 0)
     suspects = pl.DataFrame({
-        "site": grid["site"], "end_bytes": end_bytes.astype(np.int64), "growth_bytes": growth.astype(np.int64),
+        "site": site_names, "end_bytes": end_bytes.astype(np.int64), "growth_bytes": growth.astype(np.int64),
         "grew_windows": grew.astype(np.int64),
         "growth_per_window_bytes": (growth / max(k - 1, 1)).astype(np.int64),
     }).filter(pl.Series(suspect)).sort(["growth_bytes", "site"], descending=[True, False])
 
     live_end = alloc.filter(pl.col("free_requested_idx").is_null())
     by_site = live_end.group_by("site").agg(bytes=pl.col("bytes").sum(), count=pl.len(),
-                                            category=pl.col("category").mode().first()
+                                            category=pl.col("category").mode().sort().first()
                                             ).sort(["bytes", "site"], descending=[True, False])
     allocated = series["allocated_bytes"].to_numpy()
     starts = np.append(0, ends[:-1] + 1)

@@ -35,7 +35,7 @@ def breakdown(live: pl.DataFrame, total: int, top_n: int) -> tuple[pl.DataFrame,
     ).with_columns(pct_of_peak=(pl.col("bytes") * 100.0 / denom).round(2))
     sites = (
         live.group_by("site").agg(bytes=pl.col("bytes").sum(), count=pl.len(),
-                                  category=pl.col("category").mode().first())
+                                  category=pl.col("category").mode().sort().first())
         .with_columns(pct_of_peak=(pl.col("bytes") * 100.0 / denom).round(2))
         .sort(["bytes", "site"], descending=[True, False]).head(top_n)
         .select("site", "category", "count", "bytes", "pct_of_peak")
