@@ -43,8 +43,10 @@ from traceanalyzer.load.jsonio import (
     Repaired,
     decode_repairing,
     describe_error,
+    fix_tokens,
     parse_json,
     read_bytes,
+    recover_members,
     repair_warnings,
     truncation_warning,
 )
@@ -120,22 +122,26 @@ _VERSION_KEYS = (
 )
 
 
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+# A numeric string, or the last space-separated word of one (``"stream 7"``): ASCII
+# digits only (``str.isdigit`` also accepts ``"²"``, which ``int`` refuses).
+_INT_STR = re.compile(r"(?s)(?:.* )?(-?[0-9]+)")
+
+
 def _int(v: Any) -> int | None:
-    """Best-effort int from a JSON scalar: ints, integral floats, numeric strings,
-    and ``"stream 7"``-style legacy ids. Anything else is None."""
+    """Best-effort int64 from a JSON scalar: ints, floats (truncated), numeric strings,
+    and ``"stream 7"``-style legacy ids. Anything else, or outside int64, is None."""
     if v is None or isinstance(v, bool):
         return None
     if isinstance(v, int):
-        return v
+        return v if _I64_MIN <= v <= _I64_MAX else None
     if isinstance(v, float):
         return int(v) if v == v and abs(v) < 9.2e18 else None
     if isinstance(v, str):
-        s = v.strip()
-        if s.lstrip("-").isdigit():
-            return int(s)
-        tail = s.rsplit(" ", 1)[-1]
-        if tail.lstrip("-").isdigit():
-            return int(tail)
+        m = _INT_STR.fullmatch(v.strip())
+        if m:
+            n = int(m.group(1))
+            return n if _I64_MIN <= n <= _I64_MAX else None
     return None
 
 
@@ -703,6 +709,20 @@ _KNOWN_PH = ("X", "s", "f", "t", "i", "I", "M", "C")
 _COLON = re.compile(rb"\s*:\s*")
 _COMMA = re.compile(rb"\s*,?")
 _SEP = re.compile(rb"\}\s*,\s*\{")
+# Values the reader would turn into the same text as a different JSON value, so that
+# the simple path's result depends on a type the columnar frame no longer knows:
+# a non-string where a string is read (``1.0`` → "1" where ``str`` gives "1.0",
+# ``true`` → "true" where ``str`` gives "True"), a string where a list of ints is read
+# (``"[1,1,1]"`` is text, ``_json_text`` quotes it), a float or non-scalar pid/tid
+# (``other_events`` keeps ``str(pid)``), a non-string in "Input type". Any match
+# sends the chunk to the slow path; a false match (the pattern inside a string)
+# costs only speed.
+_SUSPECT = re.compile(
+    rb'"(?:name|cat|ph|Collective name|dtype)"\s*:\s*[^"n\s]'
+    rb'|"(?:grid|block|Input Dims)"\s*:\s*[^\[n\s]'
+    rb'|"(?:pid|tid)"\s*:\s*(?:[^"n\s0-9-]|-?[0-9]+[.eE])'
+    rb'|"Input type"\s*:\s*(?:[^\[n\s]|\[(?:\s*"(?:[^"\\]|\\.)*"\s*,)*\s*[^"\s\]])'
+)
 
 
 class _Unframed(Exception):
@@ -746,6 +766,8 @@ def _A(k: str) -> pl.Expr:
 
 def _fast_chunk(nd: bytes, autograd_array: bool) -> tuple[dict[str, pl.DataFrame], _Stats]:
     """Newline-delimited events → raw table frames and counts, or :class:`_NotFast`."""
+    if _SUSPECT.search(nd):
+        raise _NotFast("a value of a type the reader would blur")
     df = None
     ints_as_text = False
     for ints_as_text, schema in enumerate(_ND_SCHEMAS):
@@ -951,11 +973,13 @@ class _ChunkedLoader:
         self.sep_nd: bytes = b""
         self.offset = 0  # position in the (decompressed) file of the current buffer's first byte
         self.truncated_at: int | None = None
+        self.last_end: int | None = None  # file position just after the last complete event
+        self.expect_comma = False  # the buffer starts before the ``,`` that follows an event
 
     # -- driver -----------------------------------------------------------------
 
     def load(self) -> TraceModel:
-        blocks = self.stream.blocks(self.chunk)
+        blocks = self._blocks = self.stream.blocks(self.chunk)
         carry = self._header(blocks)
         tail_parts: list[bytes] | None = None
         for block in blocks:
@@ -976,8 +1000,10 @@ class _ChunkedLoader:
         if tail is not None:
             self._tail(tail)
         total = self.stream.nbytes
-        if self.truncated_at is not None and not self.stats.n_events:
-            raise InputError(self.path, f"not valid JSON (unexpected end of data at byte {total:,} of {total:,})")
+        if self.truncated_at is not None and not self.stats.n_events and tail is None:
+            # Not one complete event before the cut: the file is a fragment, small by
+            # construction; the simple path's decoder words the error.
+            raise _Unframed
         warnings = list(self.stream.warnings)
         warnings += repair_warnings(self.n_tokens, self.n_ctrl, self.not_strict)
         if self.truncated_at is not None:
@@ -1068,14 +1094,43 @@ class _ChunkedLoader:
                 return
             limit *= 8
 
+    def _total(self) -> int:
+        """The file's (decompressed) size, for error messages: reads the rest of the stream."""
+        for _ in self._blocks:
+            pass
+        return self.stream.nbytes
+
+    def _skip_comma(self, carry: bytes, final: bool) -> bytes | None:
+        """Drop the ``,`` that separates the last processed event from the next one
+        when the previous buffer ended before it; None when more bytes are needed."""
+        rest = carry.lstrip(_WS)
+        if not rest and not final:
+            return None
+        self.expect_comma = False
+        if rest[:1] not in (b",", b"]", b""):
+            at = self.offset + len(carry) - len(rest)
+            raise InputError(self.path, "not valid JSON (unexpected character, expected ',' or ']' "
+                                        f"at byte {at:,} of {self._total():,})")
+        if rest[:1] != b",":
+            return carry  # the array's ``]``, or the end of a cut-off file
+        n = len(carry) - len(rest) + 1
+        self.offset += n
+        return carry[n:]
+
     def _step(self, carry: bytes) -> tuple[bytes, bytes | None]:
         """Process the complete events of a full buffer; return (rest, tail-or-None)."""
+        if self.expect_comma:
+            skipped = self._skip_comma(carry, final=False)
+            if skipped is None:
+                return carry, None
+            carry = skipped
         if self.sep is None:
             self._learn_sep(carry)
         p = carry.rfind(self.sep) if self.sep else -1
         if p > 0:
             nxt = p + len(self.sep) - 1  # type: ignore[arg-type]
             if self._fast(carry[: p + 1]):
+                self.last_end = self.offset + p + 1
                 self.offset += nxt
                 return carry[nxt:], None
             resume, end = self._exact(carry, p + 1, final=False)
@@ -1095,6 +1150,8 @@ class _ChunkedLoader:
         it are framed exactly (a bracket scan of the whole buffer would cost more than
         decoding it).
         """
+        if self.expect_comma:
+            carry = self._skip_comma(carry, final=True)  # type: ignore[assignment]
         if self.sep is None:
             self._learn_sep(carry)
         p = carry.rfind(self.sep) if self.sep else -1
@@ -1104,9 +1161,13 @@ class _ChunkedLoader:
             closed = np.flatnonzero(depth <= 0)
             if closed.size:
                 end = q + int(br[closed[0]])
-                if self._fast(carry[:end].rstrip(_WS)):
+                events = carry[:end].rstrip(_WS)
+                if self._fast(events):
+                    self.last_end = self.offset + len(events)
+                    self.offset += end + 1
                     return carry[end + 1:]
             elif self._fast(carry[: p + 1]):
+                self.last_end = self.offset + p + 1
                 self.offset += q
                 carry = carry[q:]
         resume, end = self._exact(carry, len(carry), final=True)
@@ -1143,15 +1204,25 @@ class _ChunkedLoader:
         else:
             content_end = int(ends[-1]) + 1 if n else 0
             if final:
-                self.truncated_at = self.offset + content_end
+                # A cut-off file: the simple path counts the repairs in the lost text too.
+                _, n_tokens, n_ctrl = fix_tokens(bytes(view[content_end:]))
+                self.n_tokens += n_tokens
+                self.n_ctrl += n_ctrl
                 resume = upto
-            else:
+            elif n:
                 m = _COMMA.match(buf, content_end)
                 resume = m.end() if m else content_end
+                self.expect_comma = not buf[content_end:resume].count(b",")
+            else:
+                resume = 0
         content = bytes(view[:content_end])
         del view
         if content.strip(_WS):
             self._exact_content(content, starts[:n], ends, starts_ch[:n])
+        if n:
+            self.last_end = self.offset + int(ends[-1]) + 1
+        if final and array_end < 0:
+            self.truncated_at = self.last_end if self.last_end is not None else self.offset + content_end
         return resume, array_end
 
     def _exact_content(self, content: bytes, starts: np.ndarray, ends: np.ndarray, starts_ch: np.ndarray) -> None:
@@ -1177,9 +1248,8 @@ class _ChunkedLoader:
         """The simple path's decoding (with its repairs) and event loop, on one chunk."""
         repaired = decode_repairing(b"[" + content + b"]")
         if not isinstance(repaired, Repaired):
-            _, error, _ = repaired
-            total = max(self.stream.nbytes, self.offset + len(content))
-            raise InputError(self.path, f"not valid JSON ({describe_error(error, self.offset - 1, total)})")
+            error = describe_error(repaired.error, self.offset - 1, self._total())
+            raise InputError(self.path, f"not valid JSON ({error})")
         self.n_tokens += repaired.n_tokens
         self.n_ctrl += repaired.n_ctrl
         self.not_strict |= repaired.not_strict
@@ -1197,25 +1267,22 @@ class _ChunkedLoader:
         self.stats.merge(stats)
 
     def _tail(self, tail: bytes) -> None:
-        """Top-level keys after the events array (older key order), or a cut-off end."""
-        rest = tail.strip(_WS)
+        """Top-level keys after the events array (Kineto writes ``traceName``,
+        ``displayTimeUnit`` and ``baseTimeNanoseconds`` there), or a damaged end: the
+        keys before the damage are kept, as the simple path's recovery does."""
+        start = self.stream.nbytes - len(tail)  # file position just after the array's ``]``
         if self.autograd:
-            ok = not rest
-        elif rest == b"}":
-            ok = True
-        elif rest.startswith(b","):
-            repaired = decode_repairing(b"{" + rest[1:])
-            ok = isinstance(repaired, Repaired) and isinstance(repaired.doc, dict)
-            if ok:
-                assert isinstance(repaired, Repaired)
-                self.n_tokens += repaired.n_tokens
-                self.n_ctrl += repaired.n_ctrl
-                self.not_strict |= repaired.not_strict
-                self.top.update(repaired.doc)
-        else:
-            ok = False
-        if not ok and self.truncated_at is None:
-            self.truncated_at = self.stream.nbytes - len(tail)
+            if tail.strip(_WS) and self.truncated_at is None:
+                self.truncated_at = start
+            return
+        fixed, n_tokens, n_ctrl = fix_tokens(tail)
+        members, kept, complete, not_strict = recover_members(fixed)
+        self.n_tokens += n_tokens
+        self.n_ctrl += n_ctrl
+        self.not_strict |= not_strict
+        self.top.update(members)
+        if not complete and self.truncated_at is None:
+            self.truncated_at = start + kept
 
 
 def _outside_string(before: bytes) -> bool:

@@ -123,12 +123,20 @@ class ByteStream:
             step = max(1 << 16, size // 32)
             while not dec.eof:
                 raw = dec.unconsumed_tail or f.read(step)
-                if not raw:
-                    break
                 try:
-                    out = dec.decompress(raw, size)
+                    if raw:
+                        out = dec.decompress(raw, size)
+                    else:
+                        # The input ended before the stream did (a truncated .gz): zlib
+                        # may still hold output it had no room for under ``size``.
+                        out = dec.flush()
                 except zlib.error as exc:
                     raise InputError(path, f"corrupt gzip data: {exc}") from None
+                if not raw:
+                    if out:
+                        pending.append(out)
+                        npending += len(out)
+                    break
                 if out:
                     pending.append(out)
                     npending += len(out)
@@ -153,8 +161,10 @@ def parse_json(path: Path, data: bytes) -> ParsedJSON:
     """Decode ``data``; on failure, repair invalid tokens and truncation, or raise.
 
     Repairs, in order: bare NaN/inf/N/A → null; raw control characters → space;
-    an unterminated document (a killed job) is cut at the last complete event of the
-    ``traceEvents`` array and closed.
+    strings with raw tabs/newlines (Python's non-strict decoder); an unterminated or
+    damaged document (a killed job) is cut after the last complete event of the
+    ``traceEvents`` array, or after the last complete key of the keys that follow
+    the array, and closed (see :func:`recover_truncated`).
     """
     try:
         return ParsedJSON(orjson.loads(data), [], len(data))
@@ -163,13 +173,13 @@ def parse_json(path: Path, data: bytes) -> ParsedJSON:
     repaired = decode_repairing(data, error)
     if isinstance(repaired, Repaired):
         return ParsedJSON(repaired.doc, repaired.warnings(), len(data))
-    fixed, error, warnings = repaired
-    recovered = _recover_truncated(fixed)
+    recovered = recover_truncated(repaired.fixed)
     if recovered is not None:
-        doc, cut = recovered
+        doc, cut, not_strict = recovered
+        warnings = repair_warnings(repaired.n_tokens, repaired.n_ctrl, not_strict)
         warnings.append(truncation_warning(cut, len(data)))
         return ParsedJSON(doc, warnings, len(data))
-    raise InputError(path, f"not valid JSON ({_describe(error, data)})")
+    raise InputError(path, f"not valid JSON ({_describe(repaired.error, data)})")
 
 
 @dataclass
@@ -183,6 +193,16 @@ class Repaired:
 
     def warnings(self) -> list[str]:
         return repair_warnings(self.n_tokens, self.n_ctrl, self.not_strict)
+
+
+@dataclass
+class Unrepaired:
+    """Text no repair made decodable: the repaired bytes, the last error, the counts."""
+
+    fixed: bytes
+    error: orjson.JSONDecodeError
+    n_tokens: int = 0
+    n_ctrl: int = 0
 
 
 def repair_warnings(n_tokens: int, n_ctrl: int, not_strict: bool) -> list[str]:
@@ -204,21 +224,25 @@ def truncation_warning(cut: int, total: int) -> str:
     )
 
 
-def decode_repairing(
-    data: bytes, error: orjson.JSONDecodeError | None = None
-) -> Repaired | tuple[bytes, orjson.JSONDecodeError, list[str]]:
+def fix_tokens(data: bytes) -> tuple[bytes, int, int]:
+    """``data`` with bare NaN/inf/N/A → null and raw control characters → space, and
+    the two counts."""
+    fixed, n_tokens = _BAD_TOKEN.subn(rb"\1null", data)
+    fixed, n_ctrl = _CTRL.subn(b" ", fixed)
+    return fixed, n_tokens, n_ctrl
+
+
+def decode_repairing(data: bytes, error: orjson.JSONDecodeError | None = None) -> Repaired | Unrepaired:
     """Decode ``data`` (which strict decoding rejected with ``error``, if known) after
     replacing bare NaN/inf/N/A tokens and raw control characters, then with Python's
-    non-strict decoder. Returns :class:`Repaired`, or, when no repair works, the
-    repaired bytes, the last decoding error and the warnings so far (for truncation
-    recovery)."""
+    non-strict decoder. Returns :class:`Repaired`, or, when no repair works,
+    :class:`Unrepaired` (for truncation recovery)."""
     if error is None:
         try:
             return Repaired(orjson.loads(data))
         except orjson.JSONDecodeError as exc:
             error = exc
-    fixed, n_tokens = _BAD_TOKEN.subn(rb"\1null", data)
-    fixed, n_ctrl = _CTRL.subn(b" ", fixed)
+    fixed, n_tokens, n_ctrl = fix_tokens(data)
     if n_tokens or n_ctrl:
         try:
             return Repaired(orjson.loads(fixed), n_tokens, n_ctrl)
@@ -228,9 +252,9 @@ def decode_repairing(
     # orjson refuses; try it before assuming truncation.
     try:
         return Repaired(json.loads(fixed, strict=False), n_tokens, n_ctrl, True)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         pass
-    return fixed, error, repair_warnings(n_tokens, n_ctrl, False)
+    return Unrepaired(fixed, error, n_tokens, n_ctrl)
 
 
 def describe_error(error: orjson.JSONDecodeError, offset: int, total: int) -> str:
@@ -250,24 +274,103 @@ def _describe(error: orjson.JSONDecodeError, data: bytes) -> str:
     return msg
 
 
-def _recover_truncated(data: bytes, max_tries: int = 64) -> tuple[Any, int] | None:
-    """Cut ``data`` after the last complete event and close the containers.
+_WS = b" \t\r\n"
 
-    Tries event boundaries from the end backwards: the prefix up to a ``}`` that is
-    followed by ``, {`` is closed with ``]}`` (object layout) or ``]`` (bare array).
-    Returns the decoded document and the cut position, or None.
+
+def _loads(text: bytes, strict: bool) -> Any:
+    """orjson, or (``strict=False``) Python's decoder that accepts raw tabs/newlines in
+    strings. Raises ValueError on failure."""
+    if strict:
+        return orjson.loads(text)
+    try:
+        return json.loads(text, strict=False)
+    except (UnicodeDecodeError, RecursionError) as exc:
+        raise ValueError(str(exc)) from None
+
+
+def recover_members(tail: bytes, max_tries: int = 256) -> tuple[dict[str, Any], int, bool, bool]:
+    """The members of a JSON object that follow one of its members, from ``tail``.
+
+    ``tail`` is the text after a member's value (``, "k": v, … }``). Returns
+    ``(members, end, complete, not_strict)``: the members that decode, where the
+    last of them ends in ``tail``, whether ``tail`` was a complete, well-formed end of
+    the object (only whitespace after its ``}``), and whether Python's non-strict
+    decoder was needed. A damaged tail (cut off, garbage after ``}``) keeps the
+    members before the damage: a member counts only when a ``,`` or ``}`` after it
+    proves it complete, so a cut-off number is never kept short.
+    """
+    rest = tail.lstrip(_WS)
+    lead = len(tail) - len(rest)
+    if rest[:1] == b"}":
+        return {}, lead + 1, not rest[1:].strip(_WS), False
+    if rest[:1] != b",":
+        return {}, 0, False, False
+    body = rest[1:]
+    for strict in (True, False):
+        try:
+            doc = _loads(b"{" + body, strict)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            return doc, len(tail), True, not strict
+    cands = [i for i in range(len(body) - 1, -1, -1) if body[i] in b",}"][:max_tries]
+    for strict in (True, False):
+        for c in cands:
+            closed = body[: c + 1] if body[c] == 0x7D else body[:c] + b"}"
+            try:
+                doc = _loads(b"{" + closed, strict)
+            except ValueError:
+                continue
+            if not isinstance(doc, dict) or not doc:
+                continue
+            end = c + 1 if body[c] == 0x7D else len(body[:c].rstrip(_WS))
+            return doc, lead + 1 + end, False, not strict
+    return {}, 0, False, False
+
+
+def recover_truncated(data: bytes, max_tries: int = 64) -> tuple[Any, int, bool] | None:
+    """Cut ``data`` after the last complete event or trailing key, and close it.
+
+    Candidate cuts, from the end backwards: after the ``]`` that closes the events
+    array (the keys after it kept as far as they are complete, see
+    :func:`recover_members`), and after an event's ``}`` (a ``}`` followed by
+    ``, {``, or the last ``}``), closed with ``]}`` (object layout) or ``]`` (bare
+    array). Returns the decoded document, the cut position and whether Python's
+    non-strict decoder was needed (raw tabs/newlines in strings), or None.
     """
     head = data.lstrip()[:1]
-    closer = b"]" if head == b"[" else b"]}"
-    if head == b"{" and b'"traceEvents"' not in data[: 1 << 20] and b'"traceEvents"' not in data:
+    is_obj = head == b"{"
+    closer = b"]}" if is_obj else b"]"
+    if is_obj and b'"traceEvents"' not in data[: 1 << 20] and b'"traceEvents"' not in data:
         return None
-    ends = [m.start() + 1 for m in _EVENT_BOUNDARY.finditer(data, max(0, len(data) - (64 << 20)))]
+    window = max(0, len(data) - (64 << 20))
+    ends = [m.start() + 1 for m in _EVENT_BOUNDARY.finditer(data, window)]
+    last_boundary = ends[-1] if ends else window
     tail_brace = data.rfind(b"}")
     if tail_brace > 0:
         ends.append(tail_brace + 1)
-    for end in sorted(set(ends), reverse=True)[:max_tries]:
-        try:
-            return orjson.loads(data[:end] + closer), end
-        except orjson.JSONDecodeError:
-            continue
+    cands: list[tuple[int, bool]] = [(e, False) for e in set(ends)]
+    # ``]`` after the last event boundary may close the events array.
+    k = data.rfind(b"]")
+    while k >= last_boundary and len(cands) < 4 * max_tries:
+        cands.append((k + 1, True))
+        k = data.rfind(b"]", last_boundary, k)
+    cands.sort(reverse=True)
+    cands = cands[:max_tries]
+    # orjson first on every candidate; Python's non-strict decoder (slow) on a few.
+    for strict, tries in ((True, cands), (False, cands[:4])):
+        for end, array_end in tries:
+            try:
+                if not array_end:
+                    return _loads(data[:end] + closer, strict), end, not strict
+                if not is_obj:
+                    return _loads(data[:end], strict), end, not strict
+                doc = _loads(data[:end] + b"}", strict)
+            except ValueError:
+                continue
+            if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+                continue
+            members, kept, _, tail_not_strict = recover_members(data[end:])
+            doc.update(members)
+            return doc, end + kept, not strict or tail_not_strict
     return None

@@ -1,0 +1,469 @@
+"""The chunked loader gives exactly the simple loader's model.
+
+:func:`~traceanalyzer.load.chrome_trace.load_chrome_trace_simple` defines the
+semantics; the chunked path (:class:`~traceanalyzer.load.chrome_trace._ChunkedLoader`)
+must reproduce it table for table (values and dtypes), with the same metadata and the
+same warnings, or raise the same one-line :class:`InputError`. Small chunk sizes force
+many chunk boundaries (down to one per event) so every seam is exercised on small
+files.
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import Any, Callable
+
+import orjson
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from traceanalyzer.errors import InputError
+from traceanalyzer.load import load
+from traceanalyzer.load.chrome_trace import (
+    _ChunkedLoader,
+    _Unframed,
+    load_chrome_trace,
+    load_chrome_trace_simple,
+)
+from traceanalyzer.model import SCHEMAS
+
+from conftest import REPO, kineto_doc, shared_model, shared_trace_files
+
+# Chunk sizes for hand-made files: 1 byte cuts at every event boundary; the others
+# land cuts inside events, strings and escapes at varying offsets.
+TINY_CHUNKS = (1, 7, 61, 4096)
+
+
+def _outcome(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except InputError as exc:
+        return ("InputError", str(exc))
+
+
+def chunked(path: Path, chunk_bytes: int) -> Any:
+    """The chunked path with ``chunk_bytes`` (as load_chrome_trace, with the simple
+    path taking files the chunked reader cannot frame)."""
+    try:
+        return _ChunkedLoader(path, chunk_bytes).load()
+    except _Unframed:
+        return load_chrome_trace_simple(path)
+
+
+def assert_same_model(a: Any, b: Any) -> None:
+    """Same InputError text, or same meta, warnings and every table (values and dtypes)."""
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        assert a == b
+        return
+    assert a.meta == b.meta
+    assert a.warnings == b.warnings
+    for table in SCHEMAS:
+        try:
+            assert_frame_equal(a.table(table), b.table(table), check_exact=True, check_dtypes=True)
+        except AssertionError as exc:
+            raise AssertionError(f"table {table}: {exc}") from None
+
+
+def assert_paths_agree(path: Path, chunks: tuple[int, ...] = TINY_CHUNKS) -> Any:
+    """Every chunk size gives the simple path's outcome; returns that outcome."""
+    ref = _outcome(lambda: load_chrome_trace_simple(path))
+    for cb in chunks:
+        got = _outcome(lambda: chunked(path, cb))
+        try:
+            assert_same_model(ref, got)
+        except AssertionError as exc:
+            raise AssertionError(f"chunk_bytes={cb}: {exc}") from None
+    assert_same_model(ref, _outcome(lambda: load_chrome_trace(path)))
+    return ref
+
+
+# ---------------------------------------------------------------------------
+# Real traces and the project's samples
+# ---------------------------------------------------------------------------
+
+SHARED = shared_trace_files()
+SAMPLES = sorted(p for p in (REPO / "sample_traces").rglob("*.json*") if not p.name.endswith(".truth.json"))
+
+
+@pytest.mark.skipif(not SHARED, reason="../shared reference data not present")
+@pytest.mark.parametrize("path", SHARED, ids=lambda p: str(p.relative_to(p.parents[2])))
+def test_shared_trace_chunked_equals_simple(path: Path) -> None:
+    ref = _outcome(lambda: load_chrome_trace_simple(path))
+    # The default path through the session cache (the other test modules' load) …
+    if path.name != "memory_timeline.raw.gz":  # not a trace: load() picks another loader
+        assert_same_model(ref, _outcome(lambda: shared_model(path)))
+    # … and small chunks: dozens of boundaries even on the 30–85 MB files.
+    size = path.stat().st_size
+    assert_same_model(ref, _outcome(lambda: chunked(path, (1 << 20) if size > (1 << 20) else 16 << 10)))
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+def test_sample_trace_chunked_equals_simple(path: Path) -> None:
+    ref = assert_paths_agree(path, chunks=(4096, 64 << 10))
+    assert not isinstance(ref, tuple) and ref.kernels.height + ref.cpu_ops.height > 0
+
+
+# ---------------------------------------------------------------------------
+# Hand-made edge cases
+# ---------------------------------------------------------------------------
+
+
+def X(cat: str | None, name: Any, ts: Any, dur: Any, pid: Any = 1, tid: Any = 1, **args: Any) -> dict[str, Any]:
+    e: dict[str, Any] = {"ph": "X", "name": name, "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args}
+    if cat is not None:
+        e["cat"] = cat
+    return e
+
+
+BASE = 1_700_000_000_000_000_000
+
+
+def modern_events(n_steps: int = 3) -> list[dict[str, Any]]:
+    ev: list[dict[str, Any]] = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "python"}}]
+    for s in range(n_steps):
+        t = 1000.0 * s
+        c = 10 * s
+        ev += [
+            X("user_annotation", f"ProfilerStep#{s}", t, 900.0),
+            X("cpu_op", "aten::mm", t + 1.5, 10.25, **{"External id": c, "Input Dims": [[2, 3], [3, 4]],
+                                                      "Input type": ["float", "c10::Half"], "Sequence number": s}),
+            X("cuda_runtime", "cudaLaunchKernel", t + 2, 3.0, correlation=c + 1, cbid=211, **{"External id": c}),
+            X("kernel", "volta_sgemm_128x64_nn", t + 10.001, 20.5, pid=0, tid=7, device=0, stream=7,
+              correlation=c + 1, grid=[1, 2, 1], block=[128, 1, 1], **{"registers per thread": 32}),
+            X("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", t + 31, 2.0, pid=0, tid=7, device=0, stream=7,
+              correlation=c + 2, bytes=4096),
+            X("gpu_memset", "Memset (Device)", t + 34, 1.0, pid=0, tid=7, device=0, stream=7, correlation=c + 3, bytes=128),
+            X("gpu_user_annotation", f"ProfilerStep#{s}", t, 60.0, pid=0, tid=7),
+            X("python_function", "train.py(42): forward", t + 0.5, 30.0, **{"Python id": s + 5, "Python parent id": 1}),
+            X("cuda_sync", "cudaStreamSynchronize", t + 50, 4.0),
+            {"ph": "s", "cat": "ac2g", "id": c + 1, "ts": t + 2, "pid": 1, "tid": 1, "name": "ac2g"},
+            {"ph": "f", "cat": "ac2g", "id": c + 1, "ts": t + 10.001, "pid": 0, "tid": 7, "name": "ac2g", "bp": "e"},
+            {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "ts": t + 5, "pid": 1, "tid": 1, "s": "t",
+             "args": {"Addr": 1234 + s, "Bytes": 512, "Total Allocated": 1024, "Total Reserved": 2048,
+                      "Device Type": 1, "Device Id": 0}},
+            {"ph": "C", "name": "GPU 0 Utilization", "ts": t, "pid": 0, "args": {"GPU Utilization": 0.5}},
+        ]
+    return ev
+
+
+def doc_of(events: list[dict[str, Any]], **top: Any) -> dict[str, Any]:
+    return kineto_doc(events, baseTimeNanoseconds=BASE, cupti_version=22, **top)
+
+
+def pretty(doc: Any) -> bytes:
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+
+
+def kineto_text(doc: dict[str, Any]) -> bytes:
+    """Kineto's own writer's layout: one event per line, ``},\\n  {`` between events."""
+    events = doc["traceEvents"]
+    head = orjson.dumps({k: v for k, v in doc.items() if k != "traceEvents"})[:-1]
+    body = b",\n  ".join(orjson.dumps(e) for e in events)
+    sep = b", " if head != b"{" else b""
+    return head + sep + b'\n  "traceEvents": [\n  ' + body + b"\n]}\n"
+
+
+def write(tmp_path: Path, name: str, data: bytes) -> Path:
+    p = tmp_path / name
+    p.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    return p
+
+
+LAYOUTS = {"compact": orjson.dumps, "indent2": pretty, "kineto": kineto_text}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("gz", [False, True])
+def test_modern_trace_every_boundary(tmp_path: Path, layout: str, gz: bool) -> None:
+    data = LAYOUTS[layout](doc_of(modern_events()))
+    m = assert_paths_agree(write(tmp_path, "t.json.gz" if gz else "t.json", data))
+    assert (m.cpu_ops.height, m.kernels.height, m.flows.height, m.memory_events.height) == (3, 3, 6, 3)
+    assert m.steps["step"].to_list() == [0, 1, 2]
+    assert m.kernels["ts_ns"].to_list() == [BASE + 10_001, BASE + 1_010_001, BASE + 2_010_001]
+    assert m.warnings == ("ignored 3 counter ('C') events (GPU metrics / hardware counters)",)
+
+
+TRICKY_NAMES = [
+    "a},{b",
+    "x}, {y",
+    'q"},\n  {"r',
+    "}{][",
+    '{"ph": "X", "ts": 1}',
+    'esc\\"aped \\"quotes\\"',
+    "backslash at end \\",
+    "\\\\",
+    "unicode é ü 中文 🚀",
+    "\u2028 line separator",
+    "tab\tinside",
+]
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_strings_with_brackets_quotes_and_unicode(tmp_path: Path, layout: str) -> None:
+    ev = modern_events(1)
+    for i, name in enumerate(TRICKY_NAMES):
+        ev.append(X("cpu_op", name, 2000 + i, 1.0, **{"External id": 100 + i, "Input type": [name, "}", '"']}))
+        ev.append(X("user_annotation", name + "},{", 2000 + i, 1.0))
+    m = assert_paths_agree(write(tmp_path, "t.json", LAYOUTS[layout](doc_of(ev))))
+    names = m.cpu_ops.filter(pl.col("external_id") >= 100)["name"].to_list()
+    assert names == TRICKY_NAMES
+    assert m.cpu_ops.filter(pl.col("external_id") == 100)["input_types"].item() == orjson.dumps(
+        ["a},{b", "}", '"']).decode()
+
+
+@pytest.mark.parametrize("layout, gz", [("indent2", False), ("kineto", False), ("compact", False), ("kineto", True)])
+def test_truncated_file_at_many_points(tmp_path: Path, layout: str, gz: bool) -> None:
+    data = LAYOUTS[layout](doc_of(modern_events(2)))
+    kept = []
+    # 30 cuts from a quarter of the file on (odd strides): inside strings, numbers,
+    # keys, between events, in the args object and after the array.
+    stride = len(data) // 40 | 1
+    for i, cut in enumerate(range(len(data) // 4, len(data), stride)):
+        p = tmp_path / (f"cut{cut}.json.gz" if gz else f"cut{cut}.json")
+        if gz:
+            z = gzip.compress(data)
+            p.write_bytes(z[: max(20, len(z) * cut // len(data))])
+        else:
+            p.write_bytes(data[:cut])
+        m = assert_paths_agree(p, chunks=(1, 97) if i % 3 == 0 else (97,))
+        if not isinstance(m, tuple):
+            kept.append(m.cpu_ops.height + m.kernels.height + m.annotations.height)
+    assert kept and min(kept) < max(kept)  # the cuts really lose different amounts
+
+
+def test_truncated_file_warning_text(tmp_path: Path) -> None:
+    data = kineto_text(doc_of(modern_events(3)))
+    cut = data.index(b"[memory]", len(data) // 2)  # inside the 2nd step's [memory] event
+    m = assert_paths_agree(write(tmp_path, "k.json", data[:cut]))
+    assert m.memory_events.height == 1 and m.steps.height == 2
+    assert any("truncated or corrupt near byte" in w for w in m.warnings)
+
+
+def test_invalid_tokens_and_control_characters(tmp_path: Path) -> None:
+    ev = modern_events(3)
+    ev[4]["args"]["bandwidth"] = "@INF@"
+    ev[5]["args"]["x"] = "@NAN@"
+    ev[14]["args"]["y"] = "@NA@"
+    ev[20]["name"] = "op@CTRL@name"
+    for layout in ("indent2", "kineto", "compact"):
+        text = (LAYOUTS[layout](doc_of(ev)).replace(b'"@INF@"', b"inf").replace(b'"@NAN@"', b"NaN")
+                .replace(b'"@NA@"', b"N/A").replace(b"@CTRL@", b"\x01\x1f"))
+        m = assert_paths_agree(write(tmp_path, f"{layout}.json", text))
+        assert "replaced 3 invalid JSON tokens (NaN/inf/N/A) with null" in m.warnings
+        assert "replaced 2 raw control characters with spaces" in m.warnings
+        assert m.kernels.height == 3 and "op  name" in m.cpu_ops["name"].to_list() + m.runtime["name"].to_list() + \
+            m.kernels["name"].to_list() + m.memcpy["name"].to_list() + m.annotations["name"].to_list() + \
+            m.python_frames["name"].to_list() + m.gpu_annotations["name"].to_list() + m.memset["name"].to_list() + \
+            m.other_events["name"].to_list()
+
+
+def test_raw_newline_inside_string(tmp_path: Path) -> None:
+    text = kineto_text(doc_of(modern_events(2))).replace(b"aten::mm", b"aten::\nmm", 1)
+    m = assert_paths_agree(write(tmp_path, "nl.json", text))
+    assert "aten::\nmm" in m.cpu_ops["name"].to_list()
+    assert "file is not strict JSON (raw whitespace control characters in strings)" in m.warnings
+
+
+def test_bare_array_legacy(tmp_path: Path) -> None:
+    ev = [
+        {"name": "aten::add", "ph": "X", "ts": 1.5, "dur": 2.25, "tid": 1, "pid": "CPU functions", "args": {}},
+        {"name": "add_kernel", "ph": "X", "ts": 3.0, "dur": 1.0, "tid": "stream 0", "pid": "CUDA functions",
+         "args": {}},
+        {"name": "aten::mul", "ph": "X", "ts": 5, "dur": 1, "tid": 2, "pid": "CPU functions"},
+    ]
+    for layout in ("compact", "indent2"):
+        p = write(tmp_path, f"arr_{layout}.json", LAYOUTS[layout](ev))
+        m = assert_paths_agree(p)
+        assert m.meta.layout == "autograd-array" and m.cpu_ops["name"].to_list() == ["aten::add", "aten::mul"]
+        assert m.kernels["stream"].to_list() == [0]
+        cut = p.read_bytes()[:-20]
+        assert_paths_agree(write(tmp_path, f"arr_{layout}_cut.json", cut))
+
+
+def test_odd_types_string_ids_float_ids_missing_fields(tmp_path: Path) -> None:
+    ev = modern_events(1) + [
+        X("cpu_op", "string pid", 10, 1, pid="7", tid="stream 9", **{"External id": "12"}),
+        X("cpu_op", "float ids", 11, 1, pid=7.0, tid=3.5, **{"External id": 13.0, "Sequence number": 2.5}),
+        X("cpu_op", "text ids", 12, 1, pid="Spans", tid="x 5", **{"External id": "ext 14", "Ev Idx": "1.5"}),
+        X("kernel", "k", 13, 1, pid="0", tid="stream 7", correlation="55", device="0", grid="[1,1,1]"),
+        X("kernel", "k2", 14, 1, pid=0, tid=7, grid=[[1], 2], block=[1.5, 2]),
+        X("runtime", "noargs", 15, 1),
+        {"ph": "X", "cat": "cpu_op", "name": "no ts", "dur": 1, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "string ts", "ts": "5", "dur": 1, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "no dur", "ts": 5, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "neg dur", "ts": 5, "dur": -1, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "bool dur", "ts": 5, "dur": True, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "ts": 6, "dur": 1},
+        {"ph": "X", "cat": "cpu_op", "name": 42, "ts": 6, "dur": 1, "args": None},
+        {"ph": "X", "cat": "cpu_op", "name": "list args", "ts": 6, "dur": 1, "args": [1, 2]},
+        {"ph": "X", "name": "no cat", "ts": 6, "dur": 1},
+        {"ph": "X", "cat": 5, "name": "int cat", "ts": 6, "dur": 1},
+        {"ph": "X", "cat": "mystery", "name": "unknown cat", "ts": 6, "dur": 1, "pid": [1], "tid": {"a": 1}},
+        {"ph": "B", "name": "begin", "ts": 1},
+        {"name": "no ph", "ts": 1},
+        {"ph": "s", "cat": "async_cpu_to_gpu", "id": "77", "ts": 3, "pid": 1, "tid": 1},
+        {"ph": "f", "cat": "weird", "id": 7.0, "ts": 4.5, "pid": 1, "tid": 1},
+        {"ph": "t", "id": 8, "ts": 4.5},
+        {"ph": "s", "cat": "ac2g", "id": 9, "pid": 1},
+        {"ph": "i", "name": "[memory]", "ts": 9, "pid": 1, "tid": 1, "args": {"Bytes": "64", "Addr": 1.0}},
+        {"ph": "i", "name": "[OutOfMemory]", "ts": 10, "pid": 1, "tid": 1, "args": {"Bytes": 1 << 40}},
+        {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "args": {}},
+        {"ph": "i", "name": "Record Window End", "ts": 1e9},
+        {"ph": "M", "name": "thread_name", "pid": "1", "tid": 2, "args": {"name": None}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 3},
+        3,
+        "not an event",
+        [1, 2],
+        None,
+    ]
+    for layout in LAYOUTS:
+        m = assert_paths_agree(write(tmp_path, f"{layout}.json", LAYOUTS[layout](doc_of(ev))))
+        ops = dict(zip(m.cpu_ops["name"].to_list(), m.cpu_ops.select("pid", "tid", "external_id").rows()))
+        assert ops["string pid"] == (7, 9, 12)
+        assert ops["float ids"] == (7, 3, 13)
+        assert ops["text ids"] == (None, 5, 14)
+        assert "skipped 4 items that are not JSON objects" in m.warnings
+
+
+# One odd event (raw JSON text, so number spellings survive) among normal ones: with
+# 1-byte chunks it is framed and decoded alone, so the columnar reader meets it
+# without a neighbour that would send the chunk to the slow path anyway.
+ODD_EVENTS = [
+    b'{"ph":"X","cat":"cpu_op","name":1.0,"ts":5,"dur":1,"pid":1,"tid":1}',
+    b'{"ph":"X","cat":"cpu_op","name":true,"ts":5,"dur":1,"pid":1,"tid":1}',
+    b'{"ph":"X","cat":"cpu_op","name":["a"],"ts":5,"dur":1,"pid":1,"tid":1}',
+    b'{"ph":"X","cat":true,"name":"a","ts":5,"dur":1,"pid":1,"tid":1}',
+    b'{"ph":"X","cat":"mystery","name":"a","ts":5,"dur":1,"pid":1.0,"tid":2.5}',
+    b'{"ph":"X","cat":"mystery","name":"a","ts":5,"dur":1,"pid":true,"tid":{"a":1}}',
+    b'{"ph":"X","cat":"mystery","name":"a","ts":5,"dur":1,"pid":[1,2],"tid":null}',
+    b'{"ph":"X","cat":"overhead","name":"a","ts":5,"dur":1,"pid":"CPU 1","tid":-3}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"pid":1e0,"tid":1E1}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"External id":1e3,"Sequence number":-0.0}}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"External id":18446744073709551616}}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"External id":-9223372036854775808}}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"External id":"\xc2\xb2"}}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"External id":" 7 ","Ev Idx":"x\\t7"}}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"External id":true,"Fwd thread id":[1]}}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Input type":[1,"x"],"Input Dims":[[1.5]]}}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Input type":"float","Input Dims":"[1]"}}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Input type":["a\\"b","\\u00e9\\n"],"Input Dims":[[],[[2]]]}}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Collective name":5,"dtype":1.0}}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Collective name":"ar","dtype":"Float","In msg nelems":"12"}}',
+    b'{"ph":"X","cat":"kernel","name":"k","ts":5,"dur":1,"pid":0,"tid":7,"args":{"grid":"[1,1,1]","block":[1,1,1]}}',
+    b'{"ph":"X","cat":"kernel","name":"k","ts":5,"dur":1,"pid":0,"tid":7,"args":{"grid":[1,-1,2],"queued":1.5}}',
+    b'{"ph":"X","cat":"kernel","name":"k","ts":5,"dur":1,"pid":"0","tid":"stream 7","args":{"device":"1","stream":2.0}}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":"not an object"}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":[1,2]}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":null}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":"5","dur":1}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":"1"}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":true}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":null,"dur":1}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":1669783687352244,"dur":0.0005}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":1.0000000000000002,"dur":1.5e-3}',
+    b'{"ph":1,"name":"a","ts":5}',
+    b'{"ph":"s","cat":"ac2g","name":"a","ts":5,"id":7.0,"pid":1,"tid":1}',
+    b'{"ph":"f","cat":"ac2g","name":"a","ts":5,"id":"7.5","pid":1,"tid":1}',
+    b'{"ph":"t","cat":5,"name":"a","ts":5,"id":"x 7"}',
+    b'{"ph":"i","name":"[memory]","ts":5,"args":{"Bytes":-512.0,"Addr":"0x10"}}',
+    b'{"ph":"M","name":"thread_name","pid":1,"tid":9,"args":{"name":7}}',
+    b'{"ph":"M","name":"thread_name","pid":1,"tid":9,"args":{"name":1.5}}',
+    b'{"ph":"M","name":"thread_name","pid":1,"tid":9,"args":["x"]}',
+    b'{"ph":"X","cat":"cpu_op","n\\u0061me":"escaped key","ts":5,"dur":1}',
+    b'{}',
+]
+
+
+@pytest.mark.parametrize("odd", ODD_EVENTS, ids=range(len(ODD_EVENTS)))
+def test_odd_event_alone(tmp_path: Path, odd: bytes) -> None:
+    normal = [orjson.dumps(e) for e in modern_events(1)]
+    body = b",\n  ".join([*normal[:3], odd, *normal[3:], odd])
+    data = b'{"baseTimeNanoseconds": 1000, "traceEvents": [\n  ' + body + b"\n]}"
+    m = assert_paths_agree(write(tmp_path, "odd.json", data), chunks=(1, 300, 1 << 20))
+    assert not isinstance(m, tuple) and m.kernels.height >= 1
+
+
+def test_huge_and_precise_numbers(tmp_path: Path) -> None:
+    ev = modern_events(1) + [
+        X("cpu_op", "abs us", 1_669_783_687_352_244, 7, **{"External id": 2**62}),
+        X("cpu_op", "frac", 0.001, 0.0005),
+        X("cpu_op", "exp", 1e3, 2.5e1, **{"External id": 1e3}),
+        X("kernel", "big", 1, 1, correlation=2**63 - 1, device=0, stream=7, bytes=-1),
+    ]
+    for layout in ("compact", "kineto"):
+        m = assert_paths_agree(write(tmp_path, f"{layout}.json", LAYOUTS[layout](doc_of(ev))))
+        assert m.cpu_ops.filter(pl.col("name") == "abs us")["external_id"].item() == 2**62
+
+
+def test_trace_events_not_first_and_keys_after(tmp_path: Path) -> None:
+    ev = modern_events(2)
+    top = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "A100", "warpSize": 32}],
+           "distributedInfo": {"rank": 3, "world_size": 8}, "baseTimeNanoseconds": BASE}
+    after = {"traceName": "x.json", "displayTimeUnit": "ms", "cuda_runtime_version": 12010,
+             "with_stack": 1, "odd": '"]},{'}
+    first = orjson.dumps({"traceEvents": ev, **top, **after})
+    middle = orjson.dumps({**top, "traceEvents": ev, **after})
+    for i, data in enumerate((first, middle, pretty(orjson.loads(middle)))):
+        m = assert_paths_agree(write(tmp_path, f"o{i}.json", data))
+        assert (m.meta.rank, m.meta.trace_name, m.meta.display_time_unit) == (3, "x.json", "ms")
+        assert m.meta.base_time_ns == BASE and m.meta.extra == {"odd": '"]},{'}
+        assert m.meta.profiler_flags == {"with_stack": True}
+    # A trailing key cut off mid-way (the job died while writing the footer).
+    m = assert_paths_agree(write(tmp_path, "footcut.json", middle[:-15]))
+    assert any("truncated" in w for w in m.warnings) and m.kernels.height == 2
+
+
+def test_nested_trace_events_key_is_not_the_array(tmp_path: Path) -> None:
+    data = orjson.dumps({"meta": {"traceEvents": [1]}, "note": '"traceEvents": [',
+                         "traceEvents": modern_events(1)})
+    m = assert_paths_agree(write(tmp_path, "n.json", data))
+    assert m.kernels.height == 1
+
+
+def test_byte_order_mark(tmp_path: Path) -> None:
+    data = b"\xef\xbb\xbf" + kineto_text(doc_of(modern_events(1)))
+    ref = assert_paths_agree(write(tmp_path, "bom.json", data))
+    assert ref == ("InputError", ref[1]) if isinstance(ref, tuple) else ref.kernels.height == 1
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b'{"hello": "world"}', "JSON object without 'traceEvents'"),
+    (b'{"schema": "1.0.3", "nodes": [], "pid": 1}', "Execution Trace"),
+    (b'{"segments": [], "device_traces": []}', "memory snapshot in JSON form"),
+    (b'{"traceEvents": {}}', "'traceEvents' is not an array"),
+    (b'{"traceEvents": []}', "trace has no events"),
+    (b'{"traceEvents": [ ]  , "x": 1}', "trace has no events"),
+    (b"[]", "trace has no events"),
+    (b"[1, 2, 3]", "not trace events"),
+    (b'[{"a": 1}, {"b": 2}]', "not trace events"),
+    (b'{"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1}]}', "no usable events"),
+    (b'{"traceEvents": [ {"ph": "X", "na', "not valid JSON"),
+    (b'{"traceEvents": [', "not valid JSON"),
+    (b'{"traceEvents"', "not valid JSON"),
+    (b'"just a string"', "not a chrome trace"),
+    (b"{]", "not valid JSON"),
+    (b'{"traceEvents": [] garbage', "trace has no events"),
+    (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 1} {"ph": "X"}]}', "not valid JSON"),
+])
+def test_unusable_files_same_error(tmp_path: Path, content: bytes, problem: str) -> None:
+    for name in ("bad.json", "bad.json.gz"):
+        ref = assert_paths_agree(write(tmp_path, name, content), chunks=(1, 5, 4096))
+        assert isinstance(ref, tuple) and problem in ref[1], ref
+
+
+def test_many_chunks_with_repairs_in_one(tmp_path: Path) -> None:
+    """A file of many default-sized chunks where one chunk needs the slow path."""
+    ev = modern_events(400)
+    ev[2000]["name"] = "@CTRL@"
+    text = kineto_text(doc_of(ev)).replace(b'"@CTRL@"', b'"a\x02b"')
+    for name in ("many.json", "many.json.gz"):
+        p = write(tmp_path, name, text)
+        m = assert_paths_agree(p, chunks=(8 << 10, 64 << 10))
+        assert m.kernels.height == 400 and "replaced 1 raw control characters with spaces" in m.warnings
+
+
+def test_load_dispatches_to_chunked_path(tmp_path: Path) -> None:
+    p = write(tmp_path, "t.json.gz", kineto_text(doc_of(modern_events(2))))
+    assert_same_model(load(p), load_chrome_trace_simple(p))
