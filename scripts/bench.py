@@ -441,6 +441,10 @@ def environment(hta_python: Path | None) -> dict[str, Any]:
     try:
         env["git_commit"] = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
                                            capture_output=True, text=True).stdout.strip()
+        # What was measured is the working tree: name the package files that differ from HEAD.
+        dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--", "traceanalyzer"],
+                               capture_output=True, text=True).stdout.split("\n")
+        env["uncommitted"] = [ln[3:] for ln in dirty if ln.strip()]
     except OSError:
         pass
     return env
@@ -530,7 +534,8 @@ def main(argv: list[str] | None = None) -> int:
     load_avgs = [r["loadavg_1m"] for c in comparison + series for r in c.get("runs", [])]
     md = [f"Machine: {env.get('cpus')} CPUs ({env.get('cpu_model', '?')}), {env.get('mem_total_gb', '?')} GB RAM; "
           f"1-min load average during runs {min(load_avgs):.1f}–{max(load_avgs):.1f}; "
-          f"median of {args.repeats} runs ({args.repeats_big} at 16x and above); commit {env.get('git_commit', '?')}; "
+          f"median of {args.repeats} runs ({args.repeats_big} at 16x and above); commit {env.get('git_commit', '?')}"
+          f"{' + uncommitted ' + ', '.join(env['uncommitted']) if env.get('uncommitted') else ''}; "
           f"ours {env.get('ours')}, HTA {env.get('hta', 'skipped')}." if load_avgs else "",
           "", "### Same file: traceanalyzer vs HTA 0.5.0 vs orjson", "", comparison_table(comparison), "",
           "### Targets", "", ratio_table(ratios)]
