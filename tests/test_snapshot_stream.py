@@ -163,7 +163,9 @@ def test_streaming_refuses_hostile_pickles(tmp_path: Path, kind: str, opcode: st
 
 
 @pytest.mark.parametrize("data", [b"\x80\x04", b"\x80\x04\xff\xff\xff", b"\x80\x04}\x94(\x8c\x08segments",
-                                  pickle.dumps({"segments": [1, 2, 3]}, protocol=4)[:-5]])
+                                  pickle.dumps({"segments": [1, 2, 3]}, protocol=4)[:-5],
+                                  b"\x80\x04\x8d" + (1 << 60).to_bytes(8, "little") + b"abc",  # forged length
+                                  b"\x80\x04r" + (1 << 31).to_bytes(4, "little") + b"."])       # memo index far off
 def test_streaming_corrupt_files_give_one_line_errors(tmp_path: Path, data: bytes) -> None:
     f = tmp_path / "bad.pickle"
     f.write_bytes(data)

@@ -403,7 +403,8 @@ def _ensure(f: BinaryIO, buf: bytes, base: int, pos: int, n: int) -> tuple[bytes
     need = n - len(rest)
     parts = [rest]
     while need > 0:
-        chunk = f.read(max(need, _BLOCK))
+        # capped: a forged length of 2**60 must end in EOFError, not one huge read
+        chunk = f.read(min(max(need, _BLOCK), 64 << 20))
         if not chunk:
             raise EOFError("pickle data was truncated")
         parts.append(chunk)
