@@ -788,6 +788,11 @@ def trace_memory_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
     return fig
 
 
+# A line of more points than this is drawn from bucket maxima (a snapshot has one point
+# per allocator event: 17 M for 1 GB, which as Python lists alone took gigabytes).
+_MAX_LINE_POINTS = 20_000
+
+
 @chart("memory_timeline", section="memory_timeline", also=("memory_peak",), order=10,
        title="GPU memory over time, peak annotated")
 def memory_timeline_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
@@ -804,14 +809,19 @@ def memory_timeline_chart(res: Any, results: Mapping[str, Any]) -> "Figure | Non
                            figsize=(FIGSIZE[0] + (3.0 if has_live else 0), FIGSIZE[1]),
                            gridspec_kw={"width_ratios": [3, 2]} if has_live else {})
     ax = axes[0][0]
-    devices = sorted({d for d in series["device"].to_list() if d is not None})[:4]
+    devices = sorted(d for d in series["device"].unique().to_list() if d is not None)[:4]
     colors = [BLUE, PURPLE, GREEN, CYAN]
     t0 = series["ts_ns"].min() if by_time else None
     hi = max(float(series["allocated_bytes"].max() or 0), float(series["reserved_bytes"].max() or 0)  # type: ignore[arg-type]
              if "reserved_bytes" in series.columns else 0.0)
     scale, unit = _byte_unit(hi)
     for j, dev in enumerate(devices):
-        d = series.filter(pl.col("device") == dev).sort("event_idx")
+        d = series.filter(pl.col("device") == dev)
+        if not d["event_idx"].is_sorted():
+            d = d.sort("event_idx")
+        if d.height > _MAX_LINE_POINTS:  # millions of events: per-bucket maxima keep the peak
+            from traceanalyzer.analyses.memory_timeline import decimate
+            d = decimate(d, _MAX_LINE_POINTS)
         if by_time:
             xs = [(t - t0) / 1e9 if t is not None else None for t in d["ts_ns"].to_list()]  # type: ignore[operator]
         else:
