@@ -6,7 +6,7 @@ The size is steered by ``--steps`` (≈ 60 trace entries per step and layer grou
 ``--target-mb`` picks the number of steps for a target file size instead.
 
     python scripts/make_big_snapshot.py -o bench_data/big100.pickle --target-mb 100
-    python scripts/make_big_snapshot.py -o bench_data/big1g.pickle --target-mb 1000   # ≈ 4 min
+    python scripts/make_big_snapshot.py -o bench_data/big1g.pickle --target-mb 1000   # 5-9 min
 
 Small files are one ``pickle.dump`` (protocol 4: frames, ``MEMOIZE``, as
 ``torch.cuda.memory._dump_snapshot`` writes them). Above ``--stream-mb`` (default

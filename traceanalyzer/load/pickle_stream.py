@@ -19,8 +19,8 @@ naming the opcode and its byte offset before anything else happens.
 A memo reference to an absorbed entry (something no real snapshot does) raises
 :class:`StreamFallback`; the loader then reads the file the ordinary way.
 
-Speed: one Python loop iteration per opcode, ≈ 2–3 s per 100 MB (a trace entry is
-≈ 22 opcodes and 56 bytes in protocol 4).
+Speed: one Python loop iteration per opcode (≈ 160 ns), ≈ 6 s of CPU per 100 MB (a trace
+entry is ≈ 22 opcodes and 56 bytes in protocol 4), against ≈ 3 s for the C unpickler.
 """
 
 from __future__ import annotations

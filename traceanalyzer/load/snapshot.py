@@ -7,9 +7,11 @@ Accepts every layout PyTorch has written (``docs/memory.md``, shared
 to ``2**64-1``, several devices, any subset of optional keys. The pickle is read
 with :mod:`traceanalyzer.load.safe_pickle`: no class is ever imported, no code runs.
 
-Memory: the unpickled object tree is the dominant cost (≈ 450 B per trace entry in
-CPython); it is converted device by device into columns and released as it goes,
-so the tables (≈ 70 B per entry) are what stays.
+Memory: an unpickled object tree costs ≈ 400 B per trace entry in CPython, so files over
+:data:`STREAM_MIN_BYTES` are read by :mod:`~traceanalyzer.load.pickle_stream`, which hands
+the trace entries over in batches; :class:`_TraceSink` turns them into columns every
+``_CHUNK`` entries and drops them, so the tables (≈ 85 B per entry) are what stays
+(docs/memory.md, "Large snapshots"). Smaller files take the faster C unpickler.
 """
 
 from __future__ import annotations
@@ -104,8 +106,9 @@ def read_snapshot_object(path: str | Path, scan_limit: int = DEFAULT_SCAN_LIMIT)
     return obj, protocol, size
 
 
-# Files larger than this are read by the streaming machine (bounded memory, ≈ 1.5× slower
-# than the C unpickler); smaller ones by the C unpickler after the opcode scan.
+# Files larger than this are read by the streaming machine (bounded memory, ≈ 2× the CPU
+# time of the C unpickler: 9 s against 4.3 s for 100 MB); smaller ones by the C
+# unpickler after the opcode scan (≈ 8-10× the file in RSS, so ≤ 320 MB here).
 STREAM_MIN_BYTES = 32 << 20
 
 
