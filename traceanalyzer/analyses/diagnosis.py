@@ -599,7 +599,9 @@ def _comm_ops(model: TraceModel, windows: pl.DataFrame, steady: list[int], devic
 def _top_ops(ph: PhasesResult | None, phase: str | None, by: str, n: int) -> pl.DataFrame:
     if ph is None or phase is None or ph.ops.is_empty():
         return pl.DataFrame()
-    return ph.ops.filter(pl.col("phase") == phase).sort([by, "cpu_ns", "name"], descending=[True, True, False]).head(n)
+    return ph.ops.filter(pl.col("phase") == phase).sort(
+        [by, "cpu_ns", "name"], descending=[True, True, False], maintain_order=True  # ties: ph.ops' total order
+    ).head(n)
 
 
 @analysis(

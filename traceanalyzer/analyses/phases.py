@@ -223,7 +223,7 @@ class PhasesResult:
             "fwd_bwd_ratio_gpu": self.fwd_bwd_ratio_gpu,
             "cpu": self.cpu.to_dicts(),
             "gpu": self.gpu.to_dicts(),
-            "ops": self.ops.sort("phase").group_by("phase", maintain_order=True).head(50).to_dicts(),
+            "ops": self.ops.sort("phase", maintain_order=True).group_by("phase", maintain_order=True).head(50).to_dicts(),
             "n_op_groups": self.ops.height,
             "sources": self.sources,
         }
@@ -271,7 +271,7 @@ class PhasesResult:
         out["CPU time per phase and step"] = self.cpu
         if self.ops.height:
             out["Top ops per phase"] = (
-                self.ops.sort(["phase", "gpu_ns", "cpu_ns"], descending=[False, True, True])
+                self.ops.sort(["phase", "gpu_ns", "cpu_ns"], descending=[False, True, True], maintain_order=True)
                 .group_by("phase", maintain_order=True)
                 .head(self.top_n)
             )
@@ -365,7 +365,9 @@ def _ops_table(model: TraceModel, ctx: PhaseContext, steady: list[int], act: pl.
             mean_gpu_ns=pl.when(pl.col("kernels") > 0).then((pl.col("gpu_ns") / pl.col("calls")).round(1)),
         )
         .select(list(schema))
-        .sort(["phase", "gpu_ns", "cpu_ns", "name"], descending=[False, True, True, False], nulls_last=True)
+        # (phase, module, name) is the group key: a total order, whatever order group_by returned.
+        .sort(["phase", "gpu_ns", "cpu_ns", "name", "module"], descending=[False, True, True, False, False],
+              nulls_last=True)
     )
 
 
