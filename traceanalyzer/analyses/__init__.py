@@ -30,6 +30,7 @@ import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
+from traceanalyzer.model.derived import forget
 from traceanalyzer.plugins import import_submodules
 
 
@@ -197,6 +198,8 @@ def run_analyses(
             if strict:
                 raise
             results.failed[spec.name] = f"{type(exc).__name__}: {exc}"
+    # Tables the analyses shared (traceanalyzer.model.derived) are not needed any more.
+    forget(model)
     return results
 
 

@@ -16,6 +16,7 @@ from traceanalyzer.analyses._intervals import pct  # noqa: F401 - re-exported fo
 from traceanalyzer.analyses.steps import assign_steps as assign_window  # noqa: F401 - re-exported
 
 from traceanalyzer.model import TraceModel
+from traceanalyzer.model.derived import derived
 
 #: CPU ops that copy tensors (outermost one of a nest counts once: aten::to > _to_copy > copy_).
 COPY_OPS: tuple[str, ...] = ("aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone")
@@ -95,7 +96,12 @@ def host_memory(name: pl.Expr, kind: pl.Expr, src: pl.Expr, dst: pl.Expr, vendor
 
 
 def runtime_by_correlation(model: TraceModel) -> pl.DataFrame:
-    """One runtime row per correlation id (the first), renamed ``api*`` for joining to GPU rows."""
+    """One runtime row per correlation id (the first), renamed ``api*`` for joining to GPU rows
+    (built once per model, read-only)."""
+    return derived(model, "runtime_by_correlation", lambda: _runtime_by_correlation(model))
+
+
+def _runtime_by_correlation(model: TraceModel) -> pl.DataFrame:
     return (
         model.runtime.filter(pl.col("correlation").is_not_null())
         .sort("ts_ns")

@@ -17,6 +17,8 @@ from typing import Sequence
 
 import polars as pl
 
+from traceanalyzer.model.derived import derived
+from traceanalyzer.model.relations import gpu_activity
 from traceanalyzer.timeutil import merge_intervals
 
 # Kernel names of collective-communication libraries (NCCL, RCCL, HCCL, MSCCL++ and
@@ -137,10 +139,14 @@ def gpu_activity_classes(model: object) -> pl.DataFrame:
     """All device activity with a ``category`` column: compute / communication / memcpy / memset.
 
     Columns: ``name, ts_ns, dur_ns, end_ns, device, stream, correlation, external_id,
-    activity, category``.
+    activity, category``. Built once per model (read-only).
     """
+    return derived(model, "gpu_activity_classes", lambda: _gpu_activity_classes(model))
+
+
+def _gpu_activity_classes(model: object) -> pl.DataFrame:
     k = model.kernels  # type: ignore[attr-defined]
-    gpu = model.gpu_activity()  # type: ignore[attr-defined]
+    gpu = gpu_activity(model)  # type: ignore[arg-type]
     comm = k.select(is_comm_kernel(pl.col("name"), pl.col("comm_name")).alias("c"))["c"]
     # gpu_activity() concatenates kernels first, in their order: align the flag.
     flag = pl.concat([comm, pl.Series([False] * (gpu.height - k.height), dtype=pl.Boolean)])

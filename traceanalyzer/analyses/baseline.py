@@ -40,6 +40,7 @@ from traceanalyzer.analyses._intervals import ms
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
 from traceanalyzer.config import Config
 from traceanalyzer.model import TraceModel
+from traceanalyzer.model.relations import gpu_activity
 
 #: Ops whose first input carries the batch dimension (``embedding``: its second input).
 BATCH_OPS_RE = r"^aten::(conv\d?d|convolution|conv_transpose\dd|linear|embedding)$"
@@ -241,7 +242,7 @@ def _dtypes(model: TraceModel) -> dict[str, Any]:
 
 
 def _devices(model: TraceModel) -> list[dict[str, Any]]:
-    used = set(model.gpu_activity()["device"].drop_nulls().unique().to_list()) if model.has_gpu else set()
+    used = set(gpu_activity(model)["device"].drop_nulls().unique().to_list()) if model.has_gpu else set()
     props = [d for d in model.meta.device_properties if isinstance(d, dict)]
     groups: dict[tuple[str, int], dict[str, Any]] = {}
     for i, d in enumerate(props):  # a handful of devices: metadata, not events

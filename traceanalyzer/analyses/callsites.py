@@ -29,13 +29,13 @@ Everything is vectorised: the predicate is a polars expression, attribution is
 from __future__ import annotations
 
 import sys
-import weakref
 from typing import Iterable, Sequence
 
 import polars as pl
 
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import deepest_at, nest
+from traceanalyzer.model.derived import derived
+from traceanalyzer.model.relations import CoverIndex, cover_index, deepest_at, nest_with_index
 
 #: Top-level modules treated as library code (besides the standard library). Users who
 #: develop one of these pass it in ``user_modules`` to see its lines as theirs.
@@ -171,29 +171,24 @@ def innermost_frames(
     )
 
 
-_TREE_CACHE: dict[int, tuple["weakref.ReferenceType[TraceModel]", pl.DataFrame]] = {}
-
-
 def cpu_tree(model: TraceModel) -> pl.DataFrame:
-    """Cached :func:`build_cpu_tree` (one per live model: copies, syncs, memory share it)."""
-    key = id(model)
-    hit = _TREE_CACHE.get(key)
-    if hit is not None and hit[0]() is model:
-        return hit[1]
-    tree = build_cpu_tree(model)
-    for k in [k for k, (ref, _) in _TREE_CACHE.items() if ref() is None]:
-        del _TREE_CACHE[k]
-    try:
-        _TREE_CACHE[key] = (weakref.ref(model), tree)
-    except TypeError:  # a model type without weakref support: no caching
-        pass
-    return tree
+    """:func:`build_cpu_tree`, built once per model (copies and syncs share it)."""
+    return _tree_and_index(model)[0]
+
+
+def _tree_and_index(model: TraceModel) -> tuple[pl.DataFrame, CoverIndex]:
+    """:func:`cpu_tree` and its :func:`~traceanalyzer.model.relations.cover_index`, once per model."""
+    return derived(model, "cpu_tree", lambda: _build_cpu_tree(model))
 
 
 def build_cpu_tree(model: TraceModel) -> pl.DataFrame:
     """CPU ops and user annotations (not ProfilerStep#) with nesting: ``id, name, ts_ns, end_ns,
     pid, tid, source, depth, parent_id``. Pass it to :func:`cpu_chain`/:func:`attribute` when
     attributing several point sets of one trace, to build it once."""
+    return _build_cpu_tree(model)[0]
+
+
+def _build_cpu_tree(model: TraceModel) -> tuple[pl.DataFrame, CoverIndex]:
     cols = ["name", "ts_ns", "end_ns", "pid", "tid"]
     iv = (
         pl.concat(
@@ -207,9 +202,12 @@ def build_cpu_tree(model: TraceModel) -> pl.DataFrame:
         .with_columns(pl.col("id").cast(pl.Int64))
     )
     if iv.is_empty():
-        return iv.with_columns(parent_id=pl.lit(None, dtype=pl.Int64), depth=pl.lit(None, dtype=pl.Int64))
-    links = nest(iv.filter(pl.col("end_ns") > pl.col("ts_ns")))
-    return iv.join(links, on="id", how="left")
+        tree = iv.with_columns(parent_id=pl.lit(None, dtype=pl.Int64), depth=pl.lit(None, dtype=pl.Int64))
+        return tree, cover_index(tree)
+    # Nesting and the covering index of cpu_chain from one sort of the boundaries.
+    links, index = nest_with_index(iv.filter(pl.col("end_ns") > pl.col("ts_ns")).select("id", "ts_ns", "end_ns",
+                                                                                          "pid", "tid"))
+    return iv.join(links, on="id", how="left"), index
 
 
 def cpu_chain(
@@ -229,12 +227,15 @@ def cpu_chain(
       code called, without ATen internals (``"## forward ## > aten::to"``).
     """
     pts = _points(points, point_col)
-    tree = cpu_tree(model) if tree is None else tree
+    if tree is None or tree is cpu_tree(model):
+        tree, index = _tree_and_index(model)
+    else:
+        index = cover_index(tree.select("id", "ts_ns", "end_ns", "pid", "tid"))
     schema = {"innermost_op": pl.String, "outermost_op": pl.String, "outermost_op_id": pl.Int64,
               "chain": pl.String, "op_site": pl.String}
     if tree.is_empty() or pts.is_empty():
         return pl.DataFrame({k: [None] * pts.height for k in schema}, schema=schema)
-    deepest = deepest_at(tree.select("id", "ts_ns", "end_ns", "pid", "tid"), pts)
+    deepest = index.lookup(pts)
     node = tree.select("id", "parent_id", "source", "name")
     levels = []
     cur = pl.DataFrame({"_row": pl.int_range(pts.height, eager=True, dtype=pl.Int64), "id": deepest})

@@ -62,13 +62,13 @@ from traceanalyzer.analyses import Results, analysis
 from traceanalyzer.analyses._copysync import runtime_by_correlation
 from traceanalyzer.analyses._intervals import DATALOADER_RE, is_comm_kernel, ms, window_union_lengths
 from traceanalyzer.analyses.kernels import normalize_kernel_names
-from traceanalyzer.model.relations import deepest_at
 from traceanalyzer.analyses.baseline import GEMM_KERNEL_RE, BaselineResult
 from traceanalyzer.analyses.phases import PHASES, USER_DATA_RE, PhasesResult
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
+from traceanalyzer.model.relations import deepest_at, gpu_activity
 from traceanalyzer.timeutil import merge_intervals
 
 #: verdict id → label shown to users.
@@ -353,7 +353,7 @@ def _gpu_breakdown(model: TraceModel, results: Results, windows: pl.DataFrame, d
         pieces.append(g)
     elif ig is None:
         notes.append("idle_gaps did not run: GPU idle inside steps cannot be given a cause (counted as other)")
-    act = model.gpu_activity().filter(pl.col("device") == device)
+    act = gpu_activity(model).filter(pl.col("device") == device)
     lo, hi = int(windows["start_ns"].min()), int(windows["end_ns"].max())  # type: ignore[arg-type]
     if act.height:
         first, last = int(act["ts_ns"].min()), int(act["end_ns"].max())  # type: ignore[arg-type]

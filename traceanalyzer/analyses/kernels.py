@@ -33,7 +33,7 @@ from traceanalyzer.analyses.steps import StepsResult, assign_steps
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import deepest_at
+from traceanalyzer.model.relations import op_index
 
 _NEST_DEPTH = 8  # nesting levels of <…> / (…) removed; real names nest ≤ 5
 
@@ -178,11 +178,11 @@ def kernels(model: TraceModel, results: Results, config: Config) -> KernelsResul
 
     # Launching CPU op: runtime call (by correlation) → deepest cpu_op covering its start.
     rt = model.runtime.filter(pl.col("correlation").is_not_null()).unique("correlation", keep="first")
-    ops = model.cpu_ops.select("name", "ts_ns", "end_ns", "pid", "tid").with_row_index("id").with_columns(
-        pl.col("id").cast(pl.Int64)
+    ops = model.cpu_ops.select(pl.col("name").alias("cpu_op")).with_row_index("op_id").with_columns(
+        pl.col("op_id").cast(pl.Int64)
     )
-    rt = rt.select("correlation", "pid", "tid", "ts_ns").with_columns(op_id=deepest_at(ops, rt))
-    rt = rt.join(ops.select(pl.col("id").alias("op_id"), pl.col("name").alias("cpu_op")), on="op_id", how="left")
+    rt = rt.select("correlation", "pid", "tid", "ts_ns").with_columns(op_id=op_index(model).lookup(rt))
+    rt = rt.join(ops, on="op_id", how="left")
     kk = k.join(rt.select("correlation", "cpu_op"), on="correlation", how="left")
     by_op = (
         kk.with_columns(pl.col("cpu_op").fill_null("<no launching CPU op>"))

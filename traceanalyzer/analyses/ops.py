@@ -51,7 +51,7 @@ from traceanalyzer.analyses.kernels import normalize_kernel_names
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
 from traceanalyzer.config import Config
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import deepest_at, launches
+from traceanalyzer.model.relations import deepest_at, gpu_activity, launches
 
 #: cuDNN / MIOpen layout conversion kernels (NCHW <-> NHWC around convolutions).
 LAYOUT_TRANSPOSE_RE = r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|batched_transpose|transpose_nchw|transpose_nhwc"
@@ -285,7 +285,7 @@ def ops(model: TraceModel, results: Results, config: Config) -> OpsResult:
     GEMM precision, optimizer work per step: the inputs of the recommendation rules."""
     sr: StepsResult = results["steps"]
     windows = sr.table.select("window", "step", "start_ns", "end_ns", "dur_ns")
-    gpu = model.gpu_activity()
+    gpu = gpu_activity(model)
     used = {int(d) for d in gpu["device"].drop_nulls().unique().to_list()}
     devices = []
     for i, p in enumerate(model.meta.device_properties):

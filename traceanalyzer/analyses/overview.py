@@ -15,6 +15,7 @@ import polars as pl
 from traceanalyzer.analyses import Results, analysis
 from traceanalyzer.config import Config
 from traceanalyzer.model import TraceModel
+from traceanalyzer.model.relations import gpu_activity
 from traceanalyzer.timeutil import union_length_ns
 
 
@@ -85,7 +86,7 @@ _COUNTED = (
 def overview(model: TraceModel, results: Results, config: Config) -> OverviewResult:
     """Whole-trace totals: span, steps, GPU busy %, event counts, top kernels."""
     top_n = config.get("overview.top_kernels", 10)
-    gpu = model.gpu_activity()
+    gpu = gpu_activity(model)
     busy = union_length_ns(gpu["ts_ns"], gpu["end_ns"]) if gpu.height else 0
     window = int(gpu["end_ns"].max() - gpu["ts_ns"].min()) if gpu.height else 0  # type: ignore[operator]
     k = model.kernels

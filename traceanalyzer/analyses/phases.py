@@ -60,7 +60,7 @@ from traceanalyzer.analyses.kernels import normalize_kernel_names
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
 from traceanalyzer.config import Config
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import deepest_at, nest
+from traceanalyzer.model.relations import deepest_at, nest, op_index
 from traceanalyzer.timeutil import merge_intervals
 
 PHASES: tuple[str, ...] = ("data_loading", "forward", "backward", "optimizer", "communication", "other")
@@ -158,7 +158,7 @@ def phase_context(model: TraceModel, windows: pl.DataFrame) -> PhaseContext:
     flow_ops = pl.DataFrame(schema=_IV)
     if fends.height and ops.height:
         ivs = ops.select("pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
-        ids = deepest_at(ivs, fends)
+        ids = op_index(model).lookup(fends)
         flow_ops = ivs.join(pl.DataFrame({"id": ids}).drop_nulls().unique(), on="id", how="semi").drop("id")
     bwd_user = ann.filter(pl.col("name").str.contains(USER_BACKWARD_RE))
     bwd = pl.concat([_iv(bwd_ops), _iv(on_bwd_threads), _iv(flow_ops), _iv(bwd_user)])

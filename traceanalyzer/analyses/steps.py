@@ -35,7 +35,7 @@ from traceanalyzer.analyses import Results, analysis
 from traceanalyzer.analyses._intervals import assign_window, dist_stats, ms
 from traceanalyzer.config import Config
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import launches
+from traceanalyzer.model.relations import gpu_activity, launches
 
 WINDOW_SCHEMA = {
     "window": pl.Int64,
@@ -162,7 +162,7 @@ def steps(model: TraceModel, results: Results, config: Config) -> StepsResult:
     st = model.steps.sort("ts_ns")
     if st.is_empty():
         lo, hi = model.meta.span_start_ns, model.meta.span_end_ns
-        gpu = model.gpu_activity()
+        gpu = gpu_activity(model)
         table = pl.DataFrame(
             {
                 "window": [0], "step": [None], "name": ["whole trace"], "cpu_start_ns": [lo],

@@ -57,7 +57,7 @@ from traceanalyzer.analyses.callsites import STACK_HINT, attribute, cpu_tree, ha
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import launches
+from traceanalyzer.model.relations import gpu_activity, launches
 from traceanalyzer.report.text import fmt_ns
 from traceanalyzer.timeutil import merge_intervals
 
@@ -192,7 +192,7 @@ def _sync_calls(model: TraceModel) -> pl.DataFrame:
 
 def _idle_after(model: TraceModel, calls: pl.DataFrame) -> pl.Series:
     """GPU idle from each call's end to the next activity on its device (0 if busy, null if none)."""
-    gpu = model.gpu_activity().filter(pl.col("device").is_not_null())
+    gpu = gpu_activity(model).filter(pl.col("device").is_not_null())
     if gpu.is_empty() or calls.is_empty():
         return pl.Series("idle_after_ns", [None] * calls.height, dtype=pl.Int64)
     default_dev = int(gpu.group_by("device").agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True)["device"][0])

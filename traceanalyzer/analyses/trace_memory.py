@@ -27,7 +27,7 @@ from traceanalyzer.analyses import Results, analysis
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import deepest_at
+from traceanalyzer.model.relations import op_index
 
 
 # c10::DeviceType values as written in the [memory] events' "Device Type".
@@ -44,15 +44,13 @@ def _device_name_expr() -> pl.Expr:
     return pl.when(kind == "cpu").then(kind).otherwise(kind + ":" + pl.col("device_id").cast(pl.String).fill_null("?"))
 
 
-def _enclosing_ops(ev: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+def _enclosing_ops(ev: pl.DataFrame, model: TraceModel) -> pl.DataFrame:
     """Add ``op``: the deepest CPU op on the same (pid, tid) whose span covers each event."""
+    ops = model.cpu_ops
     if ops.is_empty() or ev.is_empty():
         return ev.with_columns(op=pl.lit(None, dtype=pl.String))
-    intervals = ops.select("name", "ts_ns", "end_ns", "pid", "tid").with_row_index("id").with_columns(
-        pl.col("id").cast(pl.Int64)
-    )
-    ids = deepest_at(intervals, ev.select("ts_ns", "pid", "tid"))
-    names = intervals.select("id", op="name")
+    ids = op_index(model).lookup(ev.select("ts_ns", "pid", "tid"))
+    names = ops.select(op="name").with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
     return ev.with_columns(id=ids).join(names, on="id", how="left", maintain_order="left").drop("id")
 
 
@@ -112,7 +110,7 @@ def trace_memory(model: TraceModel, results: Results, config: Config) -> TraceMe
         device=_device_name_expr()
     ).sort("ts_ns", maintain_order=True)
     ooms = ev.filter(pl.col("oom"))
-    mem = _enclosing_ops(ev.filter(~pl.col("oom")), model.cpu_ops)
+    mem = _enclosing_ops(ev.filter(~pl.col("oom")), model)
 
     peaks = mem.sort("ts_ns", maintain_order=True).group_by("device", maintain_order=True).agg(
         events=pl.len(),
