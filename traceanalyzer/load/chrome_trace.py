@@ -14,15 +14,51 @@ Handles every layout from PyTorch 1.8 to today (see
 * NVIDIA (cuda*/cu*), AMD ROCm (hip* under ``cuda_runtime``), Intel XPU
   (``xpu_runtime``/``xpu_driver``), MTIA runtimes.
 
-Two paths give the same model. The chunked path (:func:`load_chrome_trace`) streams
-the ``traceEvents`` array in chunks cut at event boundaries and lets polars' JSON
-reader decode each chunk into typed columns of only the fields the model needs:
-memory holds one chunk of text plus the model's columns, and no Python object is
-made per event. The simple path (:func:`load_chrome_trace_simple`,
-:func:`build_model`) decodes the whole document and sorts events into row tuples in a
-Python loop; it defines the semantics, and the chunked path falls back to its loop
-for any chunk the columnar reader cannot take exactly. Every conversion (µs → ns,
-name parsing, step extraction) is a polars expression over whole columns.
+Two paths give the same model (``tests/test_chunked_loader.py`` checks every table,
+dtype, meta field and warning on every shared/sample trace and on hand-made edge
+cases, with chunks down to one event).
+
+* The simple path (:func:`load_chrome_trace_simple`, :func:`build_model`) reads the
+  whole file, decodes it with orjson and sorts events into row tuples in a Python
+  loop. It defines the semantics. Its memory is the decoded document: ~8× the file
+  (426 MB for the 49 MB df_index_resolver trace, 1.5 GB for 198 MB), so a 2 GB trace
+  needs ~16 GB.
+* The chunked path (:func:`load_chrome_trace`, the default) streams the
+  ``traceEvents`` array (gzip decompressed on the fly by
+  :class:`~traceanalyzer.load.jsonio.ByteStream`, never whole) in chunks of
+  ``CHUNK_BYTES`` cut at event boundaries. Each chunk becomes newline-delimited JSON
+  that polars' reader (Rust) decodes into typed columns of only the fields the model
+  needs, in two passes (events with ``args`` as text, then the ``args`` texts: the
+  reader is 2–3× slower on a wide struct); polars expressions sort the rows into
+  tables. No Python object per event. Memory: the model's columns plus one chunk's
+  transient, which is ~12–15× the chunk (the reader's parse buffers, the
+  NDJSON copies): hence 8 MiB chunks (4 MiB saves 50 MB, 32 MiB costs 500 MB more
+  on a 200 MB trace; below ~4 MiB the ~10 ms fixed cost per chunk shows).
+
+Measured (df_index_resolver replicated with shifted timestamps by
+``scripts/make_big_trace.py``; 2 shared, busy cores, so wall times are high and
+noisy; peak RSS of the whole process, interpreter and imports (62 MB) included)::
+
+    copies  .json size  chunked .json   chunked .json.gz  simple        orjson.loads alone
+    1x        49 MB     2.1 s   293 MB   2.3 s   340 MB   1.9 s  427 MB  1.1 s  377 MB
+    4x       198 MB     5.7 s   335 MB   6.1 s   360 MB   6.1 s 1521 MB  4.3 s 1472 MB
+    16x      795 MB    20.5 s   856 MB  21.6 s   864 MB   (~6 GB, not run)
+    40x     1993 MB    51.7 s  1905 MB  52.2 s  1959 MB   (~16 GB, not run)
+
+Time is linear (26 s/GB from 4x on) and within 1.2–1.9× of ``orjson.loads`` on
+the same bytes (which alone needs 7.5× the file in memory); peak RSS on the 2 GB
+trace is 0.96× its size, with or without gzip.
+
+Exactness: the reader blurs some JSON types (it reads ``1.0`` into a string column as
+"1", a string where a list is expected as the list's text, …), so each chunk is
+screened for such values (``_SUSPECTS``) and any chunk it cannot take exactly (odd
+types, NaN/inf tokens, control characters, a non-object item, a backslash in
+``args``…) is decoded by the simple path's per-event loop with the same repairs.
+Known, accepted difference: an event object with a duplicate key (the reader keeps
+the first value, orjson the last; RFC 8259 leaves it undefined). Damage in the
+middle of a file (not a truncation) is refused by the chunked path with its byte
+position, where the simple path recovers the events before it when the damage lies
+within the last 64 events.
 """
 
 from __future__ import annotations
@@ -515,9 +551,9 @@ def _collect_events(events: list[Any], autograd_array: bool) -> tuple[dict[str, 
 def load_chrome_trace(path: str | Path) -> TraceModel:
     """Load one chrome-trace file (``.json``, ``.json.gz``, any supported layout).
 
-    Streams the ``traceEvents`` array in chunks (see :mod:`traceanalyzer.load.chunked`
-    in this module's lower half): memory holds one chunk of text plus the model's
-    columns, never the whole decoded document. Files whose framing is unusual (no
+    Streams the ``traceEvents`` array in chunks (the chunked path, see the module
+    docstring and this module's lower half): memory holds one chunk of text plus the
+    model's columns, never the whole decoded document. Files whose framing is unusual (no
     ``traceEvents`` near the top, a byte-order mark, not an object or array) go
     through :func:`load_chrome_trace_simple`, which gives the same model.
 
@@ -679,7 +715,7 @@ def _assemble(
 # always goes through the exact scan, on a small piece.
 # ---------------------------------------------------------------------------
 
-CHUNK_BYTES = 32 << 20
+CHUNK_BYTES = 8 << 20
 
 # LF/CR → TAB: both are whitespace between tokens, so the text keeps its meaning, and
 # a raw LF inside a string (not strict JSON) becomes a raw TAB, which the strict
@@ -713,15 +749,39 @@ _SEP = re.compile(rb"\}\s*,\s*\{")
 # the simple path's result depends on a type the columnar frame no longer knows:
 # a non-string where a string is read (``1.0`` → "1" where ``str`` gives "1.0",
 # ``true`` → "true" where ``str`` gives "True"), a string where a list of ints is read
-# (``"[1,1,1]"`` is text, ``_json_text`` quotes it), a float or non-scalar pid/tid
-# (``other_events`` keeps ``str(pid)``), a non-string in "Input type". Any match
-# sends the chunk to the slow path; a false match (the pattern inside a string)
-# costs only speed.
-_SUSPECT = re.compile(
-    rb'"(?:name|cat|ph|Collective name|dtype)"\s*:\s*[^"n\s]'
-    rb'|"(?:grid|block|Input Dims)"\s*:\s*[^\[n\s]'
-    rb'|"(?:pid|tid)"\s*:\s*(?:[^"n\s0-9-]|-?[0-9]+[.eE])'
-    rb'|"Input type"\s*:\s*(?:[^\[n\s]|\[(?:\s*"(?:[^"\\]|\\.)*"\s*,)*\s*[^"\s\]])'
+# (``"[1,1,1]"`` is text, ``_json_text`` quotes it), a float in a list of ints
+# (``[1.0]`` → "[1]"), a non-string in "Input type", a string ``args`` (its text could
+# read as an object). Any match sends the chunk to the slow path; a false match (the
+# pattern inside a string) costs only speed. One pattern per key: a literal prefix
+# lets ``re`` skip ahead (≈20 ms per 32 MB each, where one alternation took 180 ms).
+_SUSPECTS = tuple(
+    (key, re.compile(p))
+    for key, p in (
+        # A string args: its text (unescaped) could read as an object.
+        (b'"args"', rb'"args"\s*:\s*"'),
+        (b'"Collective name"', rb'"Collective name"\s*:\s*[^"n\s]'),
+        (b'"dtype"', rb'"dtype"\s*:\s*[^"n\s]'),
+        (b'"grid"', rb'"grid"\s*:\s*(?:[^\[n\s]|\[[\[\]0-9,\s-]*[.eE])'),
+        (b'"block"', rb'"block"\s*:\s*(?:[^\[n\s]|\[[\[\]0-9,\s-]*[.eE])'),
+        (b'"Input Dims"', rb'"Input Dims"\s*:\s*(?:[^\[n\s]|\[[\[\]0-9,\s-]*[.eE])'),
+        (b'"Input type"', rb'"Input type"\s*:\s*(?:[^\[n\s]|\[(?:\s*"(?:[^"\\]|\\.)*"\s*,)*\s*[^"\s\]])'),
+    )
+)
+# Keys in every event: their columns are screened first (a value that *could* have
+# been a non-string: starts with a digit, ``-``, ``[``, ``{``, or is true/false), and
+# only a chunk the screen flags pays for the raw scan.
+_SUSPECT_TOP = (
+    re.compile(rb'"name"\s*:\s*[^"n\s]'),
+    re.compile(rb'"cat"\s*:\s*[^"n\s]'),
+    re.compile(rb'"ph"\s*:\s*[^"n\s]'),
+)
+_NON_STRING_TEXT = r"^(?:[-0-9\[{]|true$|false$)"
+# A float or non-scalar pid/tid: ``other_events`` keeps ``str(pid)`` ("1.0", "True"),
+# which the reader's text ("1", "true") does not give back. Checked only for chunks
+# that have such rows (elsewhere ``_int`` reads "1" and 1.0 alike).
+_SUSPECT_IDS = (
+    re.compile(rb'"pid"\s*:\s*(?:[^"n\s0-9-]|-?[0-9]+[.eE])'),
+    re.compile(rb'"tid"\s*:\s*(?:[^"n\s0-9-]|-?[0-9]+[.eE])'),
 )
 
 
@@ -733,23 +793,42 @@ class _NotFast(Exception):
     """A chunk the columnar reader cannot take exactly."""
 
 
-def _nd_schema(ints_as_text: bool) -> dict[str, Any]:
+def _args_schema(ints_as_text: bool) -> dict[str, Any]:
     it: Any = pl.String if ints_as_text else pl.Int64
     args: dict[str, Any] = {k: it for k in _INT_ARGS}
     args.update({k: pl.String for k in (*_STR_ARGS, *_DIMS_ARGS)})
     args["Input type"] = pl.List(pl.String)
+    return args
+
+
+def _nd_schema(args: Any) -> dict[str, Any]:
     return {
         "ph": pl.String, "cat": pl.String, "name": pl.String, "ts": pl.Float64, "dur": pl.Float64,
-        "pid": pl.String, "tid": pl.String, "id": pl.String, "args": pl.Struct(args),
+        "pid": pl.String, "tid": pl.String, "id": pl.String, "args": args,
     }
 
 
-_ND_SCHEMAS = (_nd_schema(False), _nd_schema(True))
+_ARGS_SCHEMAS = (_args_schema(False), _args_schema(True))
+# One pass: ``args`` as a struct of the fields the model reads.
+_ND_SCHEMAS = tuple(_nd_schema(pl.Struct(a)) for a in _ARGS_SCHEMAS)
+# Two passes: ``args`` as the reader's JSON text, then those texts as NDJSON of their own.
+_ND_TOP_SCHEMA = _nd_schema(pl.String)
+_ARG_COLS = ["a." + k for k in _ARG_NAMES]
 
 
 def _int_text(e: pl.Expr) -> pl.Expr:
     """``_int`` of a value the reader gave as text (a JSON number or string)."""
     return e.str.strip_chars().str.extract(_INT_TEXT, 1).cast(pl.Int64, strict=False)
+
+
+def _int_column(s: pl.Series) -> pl.Series:
+    """``_int_text`` of a column, by a plain cast when every value is a plain integer
+    (the common case, 10× faster than the regex). ``cast`` alone would also read
+    ``"+7"`` (``_int`` gives None) and refuses ``"stream 7"``."""
+    c = s.cast(pl.Int64, strict=False)
+    if c.null_count() == s.null_count() and not s.str.starts_with("+").any():
+        return c
+    return s.to_frame().select(_int_text(pl.col(s.name))).to_series()
 
 
 def _check_ints(df: pl.DataFrame, cols: list[str]) -> None:
@@ -766,35 +845,76 @@ def _A(k: str) -> pl.Expr:
 
 def _fast_chunk(nd: bytes, autograd_array: bool) -> tuple[dict[str, pl.DataFrame], _Stats]:
     """Newline-delimited events → raw table frames and counts, or :class:`_NotFast`."""
-    if _SUSPECT.search(nd):
+    if any(key in nd and p.search(nd) for key, p in _SUSPECTS):
         raise _NotFast("a value of a type the reader would blur")
-    df = None
-    ints_as_text = False
-    for ints_as_text, schema in enumerate(_ND_SCHEMAS):
-        try:
-            df = pl.read_ndjson(nd, schema=schema)
-            break
-        except Exception:  # noqa: BLE001 - any refusal sends the chunk to the slow path
-            continue
-    if df is None:
-        raise _NotFast("reader refused the chunk")
+    df, ints_as_text = _read_two_passes(nd)
     try:
-        return _fast_tables(df, bool(ints_as_text), autograd_array)
+        return _fast_tables(df, ints_as_text, autograd_array, nd)
     except _NotFast:
         raise
     except Exception as exc:  # noqa: BLE001
         raise _NotFast(str(exc)) from None
 
 
-def _fast_tables(df: pl.DataFrame, ints_as_text: bool, autograd_array: bool) -> tuple[dict[str, pl.DataFrame], _Stats]:
+def _read_one_pass(nd: bytes) -> tuple[pl.DataFrame, bool]:
+    """The events with ``args`` read as a struct, flattened to ``a.<key>`` columns."""
+    for ints_as_text, schema in enumerate(_ND_SCHEMAS):
+        try:
+            df = pl.read_ndjson(nd, schema=schema)
+        except Exception:  # noqa: BLE001 - any refusal sends the chunk to the slow path
+            continue
+        return df.with_columns(pl.col("args").struct.rename_fields(_ARG_COLS)).unnest("args"), bool(ints_as_text)
+    raise _NotFast("reader refused the chunk")
+
+
+def _read_two_passes(nd: bytes) -> tuple[pl.DataFrame, bool]:
+    r"""As :func:`_read_one_pass`, 2–3× faster: the reader looks each struct field up
+    in every object (cost ∝ fields × keys), but reads a flat row quickly, so ``args``
+    is first read as text (the reader re-serialises the object) and those texts are
+    then read as NDJSON rows of their own. The re-serialisation does not escape
+    backslashes or control characters, so a chunk whose ``args`` text has a ``\``
+    takes one pass."""
+    try:
+        top = pl.read_ndjson(nd, schema=_ND_TOP_SCHEMA)
+    except Exception:  # noqa: BLE001
+        raise _NotFast("reader refused the chunk") from None
+    args = top.get_column("args")
+    if args.str.contains("\\", literal=True).any():
+        del top, args
+        return _read_one_pass(nd)
+    name = pl.col("name")
+    flagged = top.select(
+        (name.str.contains(_NON_STRING_TEXT) & ~name.is_in(["[memory]", "[OutOfMemory]"])).any()
+        | pl.col("cat").str.contains(_NON_STRING_TEXT).any()
+        | pl.col("ph").str.contains(_NON_STRING_TEXT).any()
+    ).item()
+    if flagged and any(p.search(nd) for p in _SUSPECT_TOP):
+        raise _NotFast("a value of a type the reader would blur")
+    # Non-object args (null, a list, a number) read as {} in the simple path too.
+    lines = pl.when(pl.col("args").str.starts_with("{")).then(pl.col("args")).otherwise(pl.lit("{}"))
+    nd2 = top.select(lines.str.join("\n")).item().encode()
+    top = top.drop("args")
+    del args
+    for ints_as_text, schema in enumerate(_ARGS_SCHEMAS):
+        try:
+            a = pl.read_ndjson(nd2, schema=schema)
+        except Exception:  # noqa: BLE001
+            continue
+        if a.height != top.height:
+            break
+        return top.hstack([c.alias(new) for c, new in zip(a.get_columns(), _ARG_COLS)]), bool(ints_as_text)
+    del nd2
+    return _read_one_pass(nd)
+
+
+def _fast_tables(
+    df: pl.DataFrame, ints_as_text: bool, autograd_array: bool, nd: bytes
+) -> tuple[dict[str, pl.DataFrame], _Stats]:
     stats = _Stats(n_events=df.height)
-    df = df.with_columns(pl.col("args").struct.rename_fields(["a." + k for k in _ARG_NAMES])).unnest("args")
     int_cols = ["pid", "tid", "id"] + (["a." + k for k in _INT_ARGS] if ints_as_text else [])
     _check_ints(df, int_cols)
-    df = df.with_columns(
-        pid_s=pl.col("pid"), tid_s=pl.col("tid"),
-        **{c: _int_text(pl.col(c)) for c in int_cols},
-    )
+    df = df.with_columns(pid_s=pl.col("pid"), tid_s=pl.col("tid"))
+    df = df.with_columns(_int_column(df.get_column(c)) for c in int_cols)
     ph_counts = dict(df.group_by("ph", maintain_order=True).len().iter_rows())
     n_null = ph_counts.pop(None, 0)
     if n_null:
@@ -831,6 +951,8 @@ def _fast_tables(df: pl.DataFrame, ints_as_text: bool, autograd_array: bool) -> 
         parts = x.partition_by("_table", as_dict=True, include_key=False)
         for (t,), part in parts.items():
             if t is None:
+                if any(p.search(nd) for p in _SUSPECT_IDS):
+                    raise _NotFast("a float or non-scalar pid/tid in a chunk with other events")
                 frames["other_events"] = _other_frame(part, stats)
             else:
                 frames[t] = _x_frame(t, part)
