@@ -41,10 +41,12 @@ def covered_before(
     points: pl.DataFrame,
     by: Sequence[str] = (),
     point_col: str = "t",
+    presorted: bool = False,
 ) -> pl.Series:
     """Covered length of disjoint intervals ``merged`` in ``(-inf, t)`` for each point.
 
-    ``merged``: ``*by, start_ns, end_ns`` (disjoint per group, any order);
+    ``merged``: ``*by, start_ns, end_ns`` (disjoint per group, any order, or sorted by
+    ``(*by, start_ns)`` when ``presorted``, as :func:`merge_intervals` returns them);
     ``points``: ``*by, point_col``. Returns an Int64 series aligned with ``points``.
     """
     by = list(by)
@@ -54,7 +56,7 @@ def covered_before(
         return pl.Series("covered", [0] * points.height, dtype=pl.Int64)
     length = pl.col("end_ns") - pl.col("start_ns")
     cum = length.cum_sum().over(by) if by else length.cum_sum()
-    m = merged.sort([*by, "start_ns"]).with_columns(_before=cum - length)
+    m = (merged if presorted else merged.sort([*by, "start_ns"])).with_columns(_before=cum - length)
     casts = [pl.col(c).cast(m.schema[c]) for c in by]
     p = points.select([*casts, pl.col(point_col).alias("_t")]).with_row_index("_row")
     j = (
@@ -93,10 +95,19 @@ def window_union_lengths(
     merged = merge_intervals(activity.filter(pl.col(end) > pl.col(start)), start, end, by)
     groups = activity.select(by).unique() if by else pl.DataFrame({"_g": [0]})
     grid = groups.join(windows.select("window", "start_ns", "end_ns"), how="cross")
-    lo = covered_before(merged, grid.select([*by, pl.col("start_ns").alias("t")]), by)
-    hi = covered_before(merged, grid.select([*by, pl.col("end_ns").alias("t")]), by)
-    out = grid.with_columns(length_ns=(hi - lo))
+    out = grid.with_columns(length_ns=covered_within(merged, grid, by))
     return out.select([*by, "window", "length_ns"])
+
+
+def covered_within(merged: pl.DataFrame, spans: pl.DataFrame, by: Sequence[str] = ()) -> pl.Series:
+    """Covered length of ``merged`` (the output of :func:`merge_intervals`, sorted) inside
+    each row ``[start_ns, end_ns)`` of ``spans`` (``*by, start_ns, end_ns``), aligned with
+    ``spans``: one :func:`covered_before` pass over both ends."""
+    by = list(by)
+    n = spans.height
+    pts = pl.concat([spans.select([*by, pl.col("start_ns").alias("t")]), spans.select([*by, pl.col("end_ns").alias("t")])])
+    c = covered_before(merged, pts, by, presorted=True)
+    return (c.slice(n, n) - c.slice(0, n)).alias("covered")
 
 
 def assign_window(

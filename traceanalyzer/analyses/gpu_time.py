@@ -44,10 +44,10 @@ import polars as pl
 from traceanalyzer.analyses import Results, analysis
 from traceanalyzer.analyses._intervals import (
     DATALOADER_RE,
+    covered_within,
     gpu_activity_classes,
     ms,
     pct,
-    window_union_lengths,
 )
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.config import Config
@@ -74,12 +74,17 @@ def exclusive_breakdown(
     """
     groups = pl.concat([df.select(by) for _, df in levels]).unique() if by else pl.DataFrame({"_g": [0]})
     grid = groups.join(windows.select("window", "start_ns", "end_ns"), how="cross")
-    acc: list[pl.DataFrame] = []
+    merged: pl.DataFrame | None = None
     prev = None
     for name, df in levels:
-        acc.append(df.select([*by, "ts_ns", "end_ns"]))
-        lengths = window_union_lengths(pl.concat(acc), windows, by).rename({"length_ns": f"_cum_{name}"})
-        grid = grid.join(lengths, on=[*by, "window"], how="left").with_columns(pl.col(f"_cum_{name}").fill_null(0))
+        # Union of the levels so far, grown one level at a time: merging the previous
+        # union (disjoint, short) with the new level gives the same intervals as merging
+        # every level again (positive lengths only, as window_union_lengths keeps).
+        iv = df.select([*by, "ts_ns", "end_ns"]).filter(pl.col("end_ns") > pl.col("ts_ns"))
+        if merged is not None:
+            iv = pl.concat([merged.select([*by, pl.col("start_ns").alias("ts_ns"), "end_ns"]), iv])
+        merged = merge_intervals(iv, by=by)
+        grid = grid.with_columns(covered_within(merged, grid, by).alias(f"_cum_{name}"))
         excl = pl.col(f"_cum_{name}") - (pl.col(prev) if prev else 0)
         grid = grid.with_columns(excl.alias(f"{name}_ns"))
         prev = f"_cum_{name}"

@@ -54,7 +54,7 @@ import polars as pl
 
 from traceanalyzer.analyses import Results, analysis
 from traceanalyzer.analyses._copysync import containing, runtime_by_correlation
-from traceanalyzer.analyses._intervals import DATALOADER_RE, covered_before, gpu_activity_classes, ms
+from traceanalyzer.analyses._intervals import DATALOADER_RE, gpu_activity_classes, ms
 from traceanalyzer.analyses.gpu_time import CPU_COMM_RE, exclusive_breakdown
 from traceanalyzer.analyses.kernels import normalize_kernel_names
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
@@ -94,6 +94,8 @@ class PhaseContext:
     bwd_start: pl.DataFrame  # window, bwd_start_ns
     windows: pl.DataFrame
     sources: dict[str, int]
+    #: per CPU phase, the union of its intervals per (pid, tid) (merge_intervals), for classify
+    merged: dict[str, pl.DataFrame] = field(default_factory=dict)
 
     def classify(self, points: pl.DataFrame, t_col: str = "t") -> pl.Series:
         """Phase of each point (``pid, tid, t_col``), aligned with ``points``."""
@@ -102,19 +104,23 @@ class PhaseContext:
             return pl.Series("phase", [], dtype=pl.String)
         p = points.select(pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64),
                           pl.col(t_col).cast(pl.Int64).alias("t"))
-        cols: dict[str, pl.Series] = {}
+        # Point t is in a phase when the last merged interval of its thread starting at or
+        # before t ends after t (the unions are disjoint): one as-of join per phase.
+        s = p.with_row_index("_r").sort("t")
         for name in CPU_PRECEDENCE:
-            iv = self.intervals[name]
-            merged = merge_intervals(iv.filter(pl.col("end_ns") > pl.col("ts_ns")), by=["pid", "tid"])
+            merged = self.merged.get(name)
+            if merged is None:
+                merged = _merge_phase(self.intervals[name])
             if merged.is_empty():
-                cols[name] = pl.Series(name, [False] * n)
+                s = s.with_columns(pl.lit(False).alias(name))
                 continue
-            lo = covered_before(merged, p.select("pid", "tid", "t"), ["pid", "tid"])
-            hi = covered_before(merged, p.select("pid", "tid", (pl.col("t") + 1).alias("t")), ["pid", "tid"])
-            cols[name] = (hi - lo > 0).alias(name)
+            s = s.join_asof(
+                merged.select("pid", "tid", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e")),
+                left_on="t", right_on="_s", by=["pid", "tid"], strategy="backward", check_sortedness=False,
+            ).with_columns((pl.col("t") < pl.col("_e")).fill_null(False).alias(name)).drop("_s", "_e")
+        flags = s.sort("_r").select(list(CPU_PRECEDENCE))
         w = assign_steps(p.with_row_index("_r"), self.windows, "t").join(self.bwd_start, on="window", how="left")
         w = w.sort("_r")
-        flags = pl.DataFrame(cols)
         expr = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
         for name in CPU_PRECEDENCE:
             expr = expr.when(pl.col(name)).then(pl.lit(name))
@@ -193,7 +199,12 @@ def phase_context(model: TraceModel, windows: pl.DataFrame) -> PhaseContext:
         "user_forward_ranges": fwd_user.height,
         "module_frames": mod_frames.height,
     }
-    return PhaseContext(intervals, bwd_start, windows.select("window", "step", "start_ns", "end_ns"), sources)
+    merged = {name: _merge_phase(intervals[name]) for name in CPU_PRECEDENCE}
+    return PhaseContext(intervals, bwd_start, windows.select("window", "step", "start_ns", "end_ns"), sources, merged)
+
+
+def _merge_phase(iv: pl.DataFrame) -> pl.DataFrame:
+    return merge_intervals(iv.filter(pl.col("end_ns") > pl.col("ts_ns")), by=["pid", "tid"])
 
 
 @dataclass(frozen=True)
