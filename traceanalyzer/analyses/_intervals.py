@@ -120,21 +120,17 @@ def assign_window(
 
     ``windows`` must be disjoint; rows outside every window get null.
     """
-    if df.is_empty():
+    if df.is_empty() or windows.is_empty():
         return df.with_columns(pl.lit(None, dtype=pl.Int64).alias(out_col))
-    w = windows.select(
-        pl.col("window").alias("_w"), pl.col("start_ns").alias("_ws"), pl.col("end_ns").alias("_we")
-    ).sort("_ws")
-    j = (
-        df.with_row_index("_row")
-        .with_columns(pl.col(ts_col).alias("_t"))
-        .sort("_t")
-        .join_asof(w, left_on="_t", right_on="_ws", strategy="backward", check_sortedness=False)
-        .sort("_row")
-    )
-    inside = pl.col("_t").is_not_null() & (pl.col("_t") < pl.col("_we"))
-    return j.with_columns(pl.when(inside).then(pl.col("_w")).otherwise(None).cast(pl.Int64).alias(out_col)).drop(
-        "_row", "_t", "_w", "_ws", "_we"
+    w = windows.select("window", "start_ns", "end_ns").sort("start_ns", maintain_order=True)
+    # The last window starting at or before t, by binary search on the (few) window
+    # starts: no sort of the rows and no join (as an as-of join, backward, would).
+    t = pl.col(ts_col)
+    pos = pl.lit(w["start_ns"]).search_sorted(t, side="right").cast(pl.Int64) - 1
+    at = pos.clip(lower_bound=0)
+    inside = t.is_not_null() & (pos >= 0) & (t < pl.lit(w["end_ns"]).gather(at))
+    return df.with_columns(
+        pl.when(inside).then(pl.lit(w["window"]).gather(at)).otherwise(None).cast(pl.Int64).alias(out_col)
     )
 
 

@@ -181,6 +181,12 @@ def _tree_and_index(model: TraceModel) -> tuple[pl.DataFrame, CoverIndex]:
     return derived(model, "cpu_tree", lambda: _build_cpu_tree(model))
 
 
+def cpu_tree_index(model: TraceModel) -> tuple[pl.DataFrame, CoverIndex]:
+    """:func:`cpu_tree` and the :func:`~traceanalyzer.model.relations.cover_index` of its
+    intervals (by ``id``), built together once per model."""
+    return _tree_and_index(model)
+
+
 def build_cpu_tree(model: TraceModel) -> pl.DataFrame:
     """CPU ops and user annotations (not ProfilerStep#) with nesting: ``id, name, ts_ns, end_ns,
     pid, tid, source, depth, parent_id``. Pass it to :func:`cpu_chain`/:func:`attribute` when
@@ -316,6 +322,7 @@ __all__: Sequence[str] = (
     "cpu_chain",
     "build_cpu_tree",
     "cpu_tree",
+    "cpu_tree_index",
     "frame_parts",
     "has_stacks",
     "innermost_frames",

@@ -61,14 +61,14 @@ import polars as pl
 from traceanalyzer.analyses import Results, analysis
 from traceanalyzer.analyses._copysync import runtime_by_correlation
 from traceanalyzer.analyses._intervals import DATALOADER_RE, is_comm_kernel, ms, window_union_lengths
-from traceanalyzer.analyses.kernels import normalize_kernel_names
+from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
 from traceanalyzer.analyses.baseline import GEMM_KERNEL_RE, BaselineResult
 from traceanalyzer.analyses.phases import PHASES, USER_DATA_RE, PhasesResult
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import deepest_at, gpu_activity
+from traceanalyzer.model.relations import gpu_activity, op_index
 from traceanalyzer.timeutil import merge_intervals
 
 #: verdict id → label shown to users.
@@ -403,7 +403,8 @@ def _gpu_breakdown(model: TraceModel, results: Results, windows: pl.DataFrame, d
                                        - pl.col("other_ns")).clip(lower_bound=0)
     )
     # Kernel mix of the device's kernels, per window.
-    k = model.kernels.filter(pl.col("device") == device).with_columns(kclass=kernel_class(pl.col("name"), pl.col("comm_name")))
+    k = on_distinct(model.kernels.filter(pl.col("device") == device), ["name", "comm_name"],
+                    kclass=kernel_class(pl.col("name"), pl.col("comm_name")))
     k = assign_steps(k.select("ts_ns", "dur_ns", "kclass"), windows, "ts_ns").filter(pl.col("window").is_not_null())
     mix = k.group_by("window").agg(
         compute_kernel_ns=pl.col("dur_ns").filter(pl.col("kclass").is_in(["gemm", "attention"])).sum(),
@@ -573,14 +574,14 @@ def _comm_ops(model: TraceModel, windows: pl.DataFrame, steady: list[int], devic
         return pl.DataFrame()
     rt = runtime_by_correlation(model).select("correlation", "pid", "tid", "api_ts_ns")
     k = k.join(rt, on="correlation", how="left")
-    ops = model.cpu_ops.select("name", "input_dims", "ts_ns", "end_ns", "pid", "tid").with_row_index("id").with_columns(
-        pl.col("id").cast(pl.Int64))
+    ops = model.cpu_ops.select("name", "input_dims").with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
     pts = k.select(pl.col("pid").fill_null(-1), pl.col("tid").fill_null(-1), pl.col("api_ts_ns").fill_null(0).alias("ts_ns"))
-    k = k.with_columns(_op=deepest_at(ops.select("id", "ts_ns", "end_ns", "pid", "tid"), pts) if ops.height else None)
+    k = k.with_columns(_op=op_index(model).lookup(pts) if ops.height else None)
     k = k.join(ops.select(pl.col("id").alias("_op"), pl.col("name").alias("op"), "input_dims"), on="_op", how="left")
     steps = max(len(steady), 1)
     return (
-        k.with_columns(pl.col("op").fill_null("<no launching CPU op>"), _k=normalize_kernel_names(pl.col("name")))
+        on_distinct(k, ["name"], _k=normalize_kernel_names(pl.col("name")))
+        .with_columns(pl.col("op").fill_null("<no launching CPU op>"))
         .group_by("op", "comm_name")
         .agg(calls=pl.len().cast(pl.Int64), gpu_ns=pl.col("dur_ns").sum(),
              n_shapes=pl.col("input_dims").n_unique().cast(pl.Int64),

@@ -54,6 +54,7 @@ from traceanalyzer.analyses._intervals import (
     ms,
     pct,
 )
+from traceanalyzer.analyses.callsites import cpu_tree_index
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
@@ -231,14 +232,20 @@ def _attribute(gaps: pl.DataFrame, model: TraceModel) -> pl.DataFrame:
         return gaps.with_columns(
             cpu_context=pl.lit(None, pl.String), source=pl.lit(None, pl.String), annotation=pl.lit(None, pl.String)
         )
-    # Legacy traces record ProfilerStep#N as an op: a step is not "what the CPU was doing".
-    ctx = cpu_context(model).filter(~pl.col("name").str.starts_with("ProfilerStep#"))
     pts = gaps.select(
         pl.col("launch_pid").alias("pid"),
         pl.col("launch_tid").alias("tid"),
         ((pl.col("start_ns") + pl.col("end_ns")) // 2).alias("ts_ns"),
     )
-    ids = deepest_at(ctx, pts)
+    if model.python_frames.is_empty():
+        # Then the context is the CPU tree copies and syncs use (ops and annotations but
+        # ProfilerStep#, in the same order, so equal ids among ties): its index is shared.
+        ctx, index = cpu_tree_index(model)
+        ids = index.lookup(pts)
+    else:
+        # Legacy traces record ProfilerStep#N as an op: a step is not "what the CPU was doing".
+        ctx = cpu_context(model).filter(~pl.col("name").str.starts_with("ProfilerStep#"))
+        ids = deepest_at(ctx, pts)
     ann = ctx.filter(pl.col("source") == "annotation")
     aids = deepest_at(ann, pts)
     names = ctx.select("id", "name", "source")

@@ -49,6 +49,16 @@ def normalize_kernel_names(name: pl.Expr) -> pl.Expr:
     return e.str.strip_chars()
 
 
+def on_distinct(df: pl.DataFrame, keys: list[str], **exprs: pl.Expr) -> pl.DataFrame:
+    """``df.with_columns(**exprs)``, the expressions (of ``keys`` only) evaluated once per
+    distinct ``keys`` value and joined back in row order. Kernel names repeat (a 19k-kernel
+    trace holds 49 names), and normalising or classifying them is ~20 regex passes."""
+    if df.is_empty():
+        return df.with_columns(**exprs)
+    table = df.select(keys).unique().with_columns(**exprs)
+    return df.join(table, on=keys, how="left", nulls_equal=True, maintain_order="left")
+
+
 def normalize_kernel_name(name: str) -> str:
     """Kernel name without template arguments or parameter list, for grouping.
 
@@ -141,7 +151,9 @@ def kernels(model: TraceModel, results: Results, config: Config) -> KernelsResul
     short_us = config.get("kernels.short_kernel_us", 10.0)
     short_ns = int(short_us * 1000)
     sr: StepsResult = results["steps"]
-    k = model.kernels.with_columns(
+    k = on_distinct(
+        model.kernels,
+        ["name", "comm_name"],
         norm=normalize_kernel_names(pl.col("name")),
         is_comm=is_comm_kernel(pl.col("name"), pl.col("comm_name")),
     )

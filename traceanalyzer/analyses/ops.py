@@ -47,7 +47,7 @@ from traceanalyzer.analyses._copysync import containing, outermost
 from traceanalyzer.analyses._intervals import DATALOADER_RE, window_union_lengths
 from traceanalyzer.analyses.baseline import GEMM_OPS_RE
 from traceanalyzer.analyses.diagnosis import kernel_class
-from traceanalyzer.analyses.kernels import normalize_kernel_names
+from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
 from traceanalyzer.config import Config
 from traceanalyzer.model import TraceModel
@@ -179,13 +179,17 @@ def _kernel_classes(model: TraceModel, windows: pl.DataFrame, steady: list[int])
               "count": pl.Int64, "total_ns": pl.Int64, "steady_count": pl.Int64, "steady_ns": pl.Int64}
     if k.is_empty():
         return pl.DataFrame(schema=schema)
-    k = k.select("name", "ts_ns", "dur_ns", "correlation", "comm_name").with_columns(
+    klass = (
+        pl.when(pl.col("name").str.contains(LAYOUT_TRANSPOSE_RE)).then(pl.lit("layout_transpose"))
+        .otherwise(kernel_class(pl.col("name"), pl.col("comm_name")))
+    )
+    k = on_distinct(
+        k.select("name", "ts_ns", "dur_ns", "correlation", "comm_name"),
+        ["name", "comm_name"],
         norm=normalize_kernel_names(pl.col("name")),
-        klass=pl.when(pl.col("name").str.contains(LAYOUT_TRANSPOSE_RE)).then(pl.lit("layout_transpose"))
-        .otherwise(kernel_class(pl.col("name"), pl.col("comm_name"))),
-    ).with_columns(
-        name_precision=pl.when(pl.col("klass") == "gemm")
-        .then(gemm_name_precision(pl.col("name"), model.meta.vendor)).otherwise(None),
+        klass=klass,
+        name_precision=pl.when(klass == "gemm").then(gemm_name_precision(pl.col("name"), model.meta.vendor))
+        .otherwise(None),
     )
     # In a steady step window: by the kernel's GPU start (windows extend to their GPU tail).
     k = assign_steps(k, windows, "ts_ns").with_columns(

@@ -56,11 +56,11 @@ from traceanalyzer.analyses import Results, analysis
 from traceanalyzer.analyses._copysync import containing, runtime_by_correlation
 from traceanalyzer.analyses._intervals import DATALOADER_RE, gpu_activity_classes, ms
 from traceanalyzer.analyses.gpu_time import CPU_COMM_RE, exclusive_breakdown
-from traceanalyzer.analyses.kernels import normalize_kernel_names
+from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
 from traceanalyzer.config import Config
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import deepest_at, nest, op_index
+from traceanalyzer.model.relations import deepest_at, nest_depth, op_index
 from traceanalyzer.timeutil import merge_intervals
 
 PHASES: tuple[str, ...] = ("data_loading", "forward", "backward", "optimizer", "communication", "other")
@@ -313,7 +313,7 @@ def _ops_table(model: TraceModel, ctx: PhaseContext, steady: list[int], act: pl.
     iv = ops.select("name", "pid", "tid", "ts_ns", "end_ns", "dur_ns", "input_dims").with_row_index("op_id").with_columns(
         pl.col("op_id").cast(pl.Int64)
     )
-    depth = nest(iv.select(pl.col("op_id").alias("id"), "pid", "tid", "ts_ns", "end_ns"))
+    depth = nest_depth(iv.select(pl.col("op_id").alias("id"), "pid", "tid", "ts_ns", "end_ns"))
     top = iv.join(depth.filter(pl.col("depth") == 1).select(pl.col("id").alias("op_id")), on="op_id", how="semi")
     top = assign_steps(top, ctx.windows, "ts_ns").filter(pl.col("window").is_in(steady))
     if top.is_empty():
@@ -358,7 +358,7 @@ def _ops_table(model: TraceModel, ctx: PhaseContext, steady: list[int], act: pl.
     if g.height:
         kg = g.group_by(keys).agg(gpu_ns=pl.col("dur_ns").sum(), kernels=pl.len().cast(pl.Int64))
         topk = (
-            g.with_columns(_k=normalize_kernel_names(pl.col("gpu_name")))
+            on_distinct(g, ["gpu_name"], _k=normalize_kernel_names(pl.col("gpu_name")))
             .group_by([*keys, "_k"]).agg(_s=pl.col("dur_ns").sum())
             .sort(["_s", "_k"], descending=[True, False])
             .group_by(keys, maintain_order=True).first()

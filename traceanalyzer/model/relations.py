@@ -69,6 +69,14 @@ def nest(intervals: pl.DataFrame, by: Sequence[str] = ("pid", "tid")) -> pl.Data
     return _link_parents(_boundaries(intervals, by), by)
 
 
+def nest_depth(intervals: pl.DataFrame, by: Sequence[str] = ("pid", "tid")) -> pl.DataFrame:
+    """``id, depth`` of :func:`nest` without ``parent_id`` (its as-of join is a third of the cost)."""
+    by = list(by)
+    if intervals.is_empty():
+        return pl.DataFrame(schema={"id": pl.Int64, "depth": pl.Int64})
+    return _boundaries(intervals, by).filter(pl.col("kind") == 1).select("id", "depth")
+
+
 def _link_parents(b: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """``id, depth, parent_id`` from the boundary rows of :func:`_boundaries`."""
     starts = b.filter(pl.col("kind") == 1).select([*by, "pos", "id", "depth"])
