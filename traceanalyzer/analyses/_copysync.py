@@ -127,8 +127,13 @@ def transfers(model: TraceModel) -> pl.DataFrame:
     tid, gbps`` (bytes per ns = GB/s, null when the duration is 0 or bytes unknown),
     ``host_blocking`` (sync API, or pageable host memory: an async copy from/to pageable
     memory is staged synchronously) and ``t_ns`` (the call's start, or the GPU start
-    when no call is known: the time used to assign the transfer to a step).
+    when no call is known: the time used to assign the transfer to a step). Built once per
+    model (read-only).
     """
+    return derived(model, "transfers", lambda: _transfers(model))
+
+
+def _transfers(model: TraceModel) -> pl.DataFrame:
     vendor = model.meta.vendor
     mc = model.memcpy.with_columns(
         activity=pl.lit("memcpy"),

@@ -55,8 +55,13 @@ def on_distinct(df: pl.DataFrame, keys: list[str], **exprs: pl.Expr) -> pl.DataF
     trace holds 49 names), and normalising or classifying them is ~20 regex passes."""
     if df.is_empty():
         return df.with_columns(**exprs)
-    table = df.select(keys).unique().with_columns(**exprs)
-    return df.join(table, on=keys, how="left", nulls_equal=True, maintain_order="left")
+    # A key that is null on every row (comm_name, on most traces) distinguishes nothing:
+    # joining on the others only is several times cheaper.
+    live = [k for k in keys if df[k].null_count() < df.height]
+    if not live:
+        return df.with_columns(**exprs)
+    table = df.select(keys).unique(live).with_columns(**exprs).drop([k for k in keys if k not in live])
+    return df.join(table, on=live, how="left", nulls_equal=True, maintain_order="left")
 
 
 def normalize_kernel_name(name: str) -> str:

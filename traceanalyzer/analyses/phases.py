@@ -60,7 +60,7 @@ from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
 from traceanalyzer.config import Config
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import deepest_at, nest_depth, op_index
+from traceanalyzer.model.relations import deepest_at, op_depth, op_index
 from traceanalyzer.timeutil import merge_intervals
 
 PHASES: tuple[str, ...] = ("data_loading", "forward", "backward", "optimizer", "communication", "other")
@@ -313,7 +313,7 @@ def _ops_table(model: TraceModel, ctx: PhaseContext, steady: list[int], act: pl.
     iv = ops.select("name", "pid", "tid", "ts_ns", "end_ns", "dur_ns", "input_dims").with_row_index("op_id").with_columns(
         pl.col("op_id").cast(pl.Int64)
     )
-    depth = nest_depth(iv.select(pl.col("op_id").alias("id"), "pid", "tid", "ts_ns", "end_ns"))
+    depth = op_depth(model)  # ids: row numbers of model.cpu_ops, as op_id
     top = iv.join(depth.filter(pl.col("depth") == 1).select(pl.col("id").alias("op_id")), on="op_id", how="semi")
     top = assign_steps(top, ctx.windows, "ts_ns").filter(pl.col("window").is_in(steady))
     if top.is_empty():

@@ -103,14 +103,25 @@ def _boundaries(intervals: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     ends at t does not cover t); among starts the longer first (parent before child);
     among ends the later-started first (child closes before parent).
     """
-    iv = intervals.select([*by, "id", "ts_ns", "end_ns"]).with_columns(
+    return _numbered(_sorted_boundaries(intervals, by))
+
+
+def _sorted_boundaries(intervals: pl.DataFrame, by: list[str], keep: Sequence[str] = ()) -> pl.DataFrame:
+    """The boundary rows of :func:`_boundaries` in order, without ``pos``/``depth``; ``keep``:
+    columns of ``intervals`` carried along. The order is total (ids are unique), so the
+    boundaries of a subset of the intervals are these rows filtered to the subset."""
+    iv = intervals.select([*by, "id", "ts_ns", "end_ns", *keep]).with_columns(
         end_ns=pl.max_horizontal("end_ns", "ts_ns")
     )
     starts = iv.select([*by, "id", pl.col("ts_ns").alias("t"), pl.lit(1, pl.Int8).alias("kind"),
-                        (-pl.col("end_ns")).alias("sec")])
+                        (-pl.col("end_ns")).alias("sec"), *keep])
     ends = iv.select([*by, "id", pl.col("end_ns").alias("t"), pl.lit(0, pl.Int8).alias("kind"),
-                      (-pl.col("ts_ns")).alias("sec")])
-    b = pl.concat([starts, ends]).sort([*by, "t", "kind", "sec", "id"])
+                      (-pl.col("ts_ns")).alias("sec"), *keep])
+    return pl.concat([starts, ends]).sort([*by, "t", "kind", "sec", "id"])
+
+
+def _numbered(b: pl.DataFrame) -> pl.DataFrame:
+    """Add ``pos`` (row number) and ``depth`` (open intervals after the row) to sorted boundaries."""
     delta = pl.when(pl.col("kind") == 1).then(1).otherwise(-1)
     # A plain running sum is the per-group one: the rows of a group are contiguous and
     # each group holds as many ends as starts, so the sum is back to 0 where the next
@@ -168,7 +179,11 @@ def nest_with_index(
     no_links = pl.DataFrame(schema={"id": pl.Int64, "depth": pl.Int64, "parent_id": pl.Int64})
     if intervals.is_empty():
         return no_links, CoverIndex(empty, tuple(by))
-    b = _boundaries(intervals, by)
+    return _nest_and_index(_boundaries(intervals, by), by)
+
+
+def _nest_and_index(b: pl.DataFrame, by: list[str]) -> tuple[pl.DataFrame, CoverIndex]:
+    """The second half of :func:`nest_with_index`, from numbered boundaries (non-empty)."""
     # The parents come from the same boundary rows (computing them anew via nest()
     # sorted the boundaries a second time: half of this function's cost).
     links = _link_parents(b, by)
@@ -227,12 +242,33 @@ def gpu_activity(model: TraceModel) -> pl.DataFrame:
 def op_index(model: TraceModel) -> CoverIndex:
     """:func:`cover_index` of ``model.cpu_ops`` on (pid, tid), ``id`` = the op's row number
     in ``model.cpu_ops``: the launching/enclosing CPU op of any point (built once per model)."""
+    return _op_nesting(model)[1]
 
-    def build() -> CoverIndex:
-        ivs = model.cpu_ops.select("pid", "tid", "ts_ns", "end_ns").with_row_index("id")
-        return cover_index(ivs.with_columns(pl.col("id").cast(pl.Int64)))
 
-    return derived(model, "op_index", build)
+def op_depth(model: TraceModel) -> pl.DataFrame:
+    """:func:`nest_depth` of ``model.cpu_ops`` (zero-length ops included) on (pid, tid), ``id``
+    = the op's row number (built once per model, with :func:`op_index`)."""
+    return _op_nesting(model)[0]
+
+
+def _op_nesting(model: TraceModel) -> tuple[pl.DataFrame, CoverIndex]:
+    def build() -> tuple[pl.DataFrame, CoverIndex]:
+        by = ["pid", "tid"]
+        ivs = model.cpu_ops.select("pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(
+            pl.col("id").cast(pl.Int64), (pl.col("end_ns") > pl.col("ts_ns")).alias("_positive")
+        )
+        if ivs.is_empty():
+            return nest_depth(ivs, by), cover_index(ivs, by)
+        # One sort for both: the index's boundaries (positive-length ops) are a subset of
+        # the boundaries of all ops, in the same order.
+        b = _sorted_boundaries(ivs, by, keep=["_positive"])
+        depth = _numbered(b).filter(pl.col("kind") == 1).select("id", "depth")
+        pos = b.filter(pl.col("_positive")).drop("_positive")
+        if pos.is_empty():
+            return depth, cover_index(ivs.filter(pl.col("_positive")), by)
+        return depth, _nest_and_index(_numbered(pos), by)[1]
+
+    return derived(model, "op_nesting", build)
 
 
 def launches(model: TraceModel) -> pl.DataFrame:
