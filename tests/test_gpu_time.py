@@ -80,3 +80,42 @@ def test_cpu_only_trace_is_not_applicable():
     for name in ("gpu_time", "idle_gaps", "kernels", "launches"):
         assert name in res.skipped, name
     assert "no GPU activity" in res.skipped["gpu_time"]
+
+
+def test_exclusive_breakdown_sweep_and_unions_agree_with_hand_truth():
+    """Per device (sweep over boundaries) and without groups (level-by-level unions), and the
+    unions for overlapping windows: the same hand-computed numbers."""
+    import polars as pl
+
+    from traceanalyzer.analyses.gpu_time import exclusive_breakdown
+
+    a = pl.DataFrame({"device": [0, 0, 1], "ts_ns": [0, 12, 3], "end_ns": [10, 12, 4]})  # [0,10), zero-length, [3,4)
+    b = pl.DataFrame({"device": [0, 0], "ts_ns": [5, 16], "end_ns": [15, 18]})  # under a until 10
+    windows = pl.DataFrame({"window": [0, 1], "start_ns": [0, 8], "end_ns": [8, 20]})
+    got = exclusive_breakdown([("a", a), ("b", b)], windows, ["device"], "rest")
+    assert got.to_dicts() == [
+        {"device": 0, "window": 0, "a_ns": 8, "b_ns": 0, "rest_ns": 0},
+        {"device": 0, "window": 1, "a_ns": 2, "b_ns": 7, "rest_ns": 3},
+        {"device": 1, "window": 0, "a_ns": 1, "b_ns": 0, "rest_ns": 7},
+        {"device": 1, "window": 1, "a_ns": 0, "b_ns": 0, "rest_ns": 12},
+    ]
+    flat = exclusive_breakdown([("a", a.drop("device")), ("b", b.drop("device"))], windows, [], "rest")
+    assert flat.to_dicts() == [{"window": 0, "a_ns": 8, "b_ns": 0, "rest_ns": 0},
+                               {"window": 1, "a_ns": 2, "b_ns": 7, "rest_ns": 3}]
+    overlapping = pl.DataFrame({"window": [0, 1], "start_ns": [0, 5], "end_ns": [8, 20]})
+    got = exclusive_breakdown([("a", a), ("b", b)], overlapping, ["device"], "rest").filter(pl.col("device") == 0)
+    assert got.select("a_ns", "b_ns", "rest_ns").rows() == [(8, 0, 0), (5, 7, 3)]
+
+
+def test_merge_intervals_touching_nested_zero_length_and_negative():
+    import polars as pl
+
+    from traceanalyzer.timeutil import merge_intervals
+
+    df = pl.DataFrame({"device": [0, 0, 0, 0, 1, 1], "ts_ns": [10, 0, 5, 30, 7, 20], "end_ns": [20, 10, 8, 30, 9, 25]})
+    got = merge_intervals(df, by=["device"])  # touching [0,10)+[10,20) merge; [30,30) kept, isolated
+    assert got.rows() == [(0, 0, 20), (0, 30, 30), (1, 7, 9), (1, 20, 25)]
+    # A negative length takes the general path: [50, 40) ends before 52 starts, so 52 opens
+    # a new union, as it always did.
+    neg = pl.DataFrame({"ts_ns": [0, 50, 52], "end_ns": [10, 40, 60]})
+    assert merge_intervals(neg).rows() == [(0, 10), (50, 40), (52, 60)]

@@ -63,3 +63,19 @@ def test_kernel_stats_per_name_step_and_op():
     h = {row["bin"]: row["count"] for row in r.short_histogram.iter_rows(named=True)}
     assert h["2 µs – 5 µs"] == 2 and h["5 µs – 10 µs"] == 1 and h["20 µs – 50 µs"] == 1 and h["50 µs – 100 µs"] == 1
     assert r.to_json()["duration_ns"]["count"] == 5
+
+
+def test_on_distinct_equals_row_by_row_and_skips_all_null_keys():
+    import polars as pl
+
+    from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
+
+    df = pl.DataFrame({"name": ["void k<1>(int)", "void k<2>(float)", "gemm", "void k<1>(int)", None],
+                       "comm_name": [None, None, None, None, None], "x": [1, 2, 3, 4, 5]},
+                      schema={"name": pl.String, "comm_name": pl.String, "x": pl.Int64})
+    expr = {"norm": normalize_kernel_names(pl.col("name")), "has": pl.col("comm_name").is_not_null()}
+    got = on_distinct(df, ["name", "comm_name"], **expr)
+    assert got.equals(df.with_columns(**expr))
+    assert got["norm"].to_list() == ["k", "k", "gemm", "k", None]
+    with_comm = df.with_columns(comm_name=pl.Series(["allreduce", None, None, None, None]))
+    assert on_distinct(with_comm, ["name", "comm_name"], **expr)["has"].to_list() == [True, False, False, False, False]

@@ -53,3 +53,71 @@ def test_deepest_at_only_zero_length_intervals() -> None:
     zero = INTERVALS.with_columns(end_ns=pl.col("ts_ns"))
     got = deepest_at(zero, pl.DataFrame({"pid": [1], "tid": [1], "ts_ns": [10]}))
     assert got.to_list() == [None]
+
+
+def test_cover_index_lookups_equal_deepest_at() -> None:
+    from traceanalyzer.model.relations import cover_index
+
+    index = cover_index(INTERVALS)
+    a = pl.DataFrame({"pid": [1, 1, 1, 1], "tid": [1, 1, 2, 1], "ts_ns": [15, 60, 5, 85]})
+    b = pl.DataFrame({"pid": [1, 1], "tid": [1, 1], "t": [50, 100]})
+    assert index.lookup(a).to_list() == [B, C, E, A]
+    assert index.lookup(b, point_col="t").to_list() == [C, None]  # one index, several point sets
+    assert index.lookup(a).to_list() == deepest_at(INTERVALS, a).to_list()
+
+
+def test_nest_with_index_links_equal_nest() -> None:
+    from traceanalyzer.model.relations import nest_depth, nest_with_index
+
+    positive = INTERVALS.filter(pl.col("end_ns") > pl.col("ts_ns"))
+    links, index = nest_with_index(positive)
+    assert links.sort("id").to_dicts() == nest(positive).sort("id").to_dicts()
+    assert index.lookup(pl.DataFrame({"pid": [1], "tid": [1], "ts_ns": [20]})).to_list() == [B]
+    depth = nest_depth(INTERVALS).sort("id")
+    assert depth["depth"].to_list() == nest(INTERVALS).sort("id")["depth"].to_list()
+
+
+def test_op_index_and_depth_of_a_model_shared_and_forgotten() -> None:
+    """op_index/op_depth come from one memoised build per model; forget() drops it."""
+    from timeline_trace import Trace, ns
+
+    from traceanalyzer.model import derived
+    from traceanalyzer.model.relations import op_depth, op_index
+
+    t = Trace()
+    t.op("aten::outer", 0, 100)
+    t.op("aten::inner", 10, 20)
+    t.op("aten::empty", 50, 0)  # zero length: a depth, never covers anything
+    model = t.model()
+    names = model.cpu_ops["name"].to_list()
+    pts = pl.DataFrame({"pid": model.cpu_ops["pid"][:1], "tid": model.cpu_ops["tid"][:1], "ts_ns": [ns(15)]})
+    got = op_index(model).lookup(pts).to_list()
+    assert [names[i] for i in got] == ["aten::inner"]
+    assert op_index(model) is op_index(model)  # built once
+    depth = dict(zip(op_depth(model)["id"].to_list(), op_depth(model)["depth"].to_list()))
+    assert depth[names.index("aten::outer")] == 1 and depth[names.index("aten::inner")] == 2
+    first = op_index(model)
+    derived.forget(model)
+    assert op_index(model) is not first  # rebuilt after forget()
+
+
+def test_derived_memo_is_per_model_and_weak() -> None:
+    import gc
+
+    from traceanalyzer.model.derived import _MEMO, derived, forget
+
+    class M:  # any weak-referenceable object stands for a model
+        pass
+
+    calls: list[int] = []
+    a, b = M(), M()
+    assert derived(a, "k", lambda: calls.append(1) or "A") == "A"
+    assert derived(a, "k", lambda: calls.append(2) or "X") == "A"  # memoised
+    assert derived(b, "k", lambda: calls.append(3) or "B") == "B"  # another model, its own table
+    assert calls == [1, 3]
+    forget(a)
+    assert derived(a, "k", lambda: "A2") == "A2"
+    key = id(b)
+    del b
+    gc.collect()
+    assert key not in _MEMO  # the memo does not keep a dead model's tables

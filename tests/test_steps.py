@@ -80,3 +80,13 @@ def test_assign_steps_as_of_join():
     out = assign_steps(df, r)
     assert out["step"].to_list() == [None, 7, 7, 8, None]
     assert out["window"].to_list() == [None, 0, 0, 1, None]
+
+
+def test_assign_window_edges_nulls_and_zero_length_windows():
+    from traceanalyzer.analyses._intervals import assign_window
+
+    windows = pl.DataFrame({"window": [0, 1, 2, 3], "start_ns": [10, 20, 20, 40], "end_ns": [20, 20, 30, 50]})
+    df = pl.DataFrame({"ts_ns": [None, 5, 10, 19, 20, 29, 30, 45, 60]}, schema={"ts_ns": pl.Int64})
+    got = assign_window(df, windows)  # half-open windows; [20,20) holds nothing
+    assert got["window"].to_list() == [None, None, 0, 0, 2, 2, None, 3, None]
+    assert got.columns == ["ts_ns", "window"]

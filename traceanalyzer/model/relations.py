@@ -2,7 +2,11 @@
 
 * :func:`nest` — depth and parent of properly nested intervals on each thread.
 * :func:`deepest_at` — for points in time on a thread, the deepest interval that
-  covers each point (e.g. "what was the CPU thread doing when this gap began").
+  covers each point (e.g. "what was the CPU thread doing when this gap began");
+  :func:`cover_index` builds its lookup structure once for several point sets.
+* :func:`op_index` / :func:`op_depth` / :func:`launches` / :func:`gpu_activity` — the
+  same for ``model.cpu_ops``, and the launch join, built once per model
+  (:mod:`traceanalyzer.model.derived`) since several analyses need them.
 * :func:`launches` — every runtime/driver call joined by correlation id to the GPU
   activity it caused (one row per pair; a ``cudaGraphLaunch`` yields one row per
   replayed kernel).
