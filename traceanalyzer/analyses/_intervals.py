@@ -151,6 +151,16 @@ def gpu_activity_classes(model: object) -> pl.DataFrame:
     return derived(model, "gpu_activity_classes", lambda: _gpu_activity_classes(model))
 
 
+def device_union(model: object) -> pl.DataFrame:
+    """:func:`~traceanalyzer.timeutil.merge_intervals` of every GPU activity with a device,
+    per ``device`` (built once per model; gpu_time, idle_gaps and syncs need it)."""
+    return derived(
+        model,
+        "device_union",
+        lambda: merge_intervals(gpu_activity(model).filter(pl.col("device").is_not_null()), by=["device"]),  # type: ignore[arg-type]
+    )
+
+
 def _gpu_activity_classes(model: object) -> pl.DataFrame:
     k = model.kernels  # type: ignore[attr-defined]
     gpu = gpu_activity(model)  # type: ignore[arg-type]

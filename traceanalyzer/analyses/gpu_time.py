@@ -45,6 +45,7 @@ from traceanalyzer.analyses import Results, analysis
 from traceanalyzer.analyses._intervals import (
     DATALOADER_RE,
     covered_within,
+    device_union,
     gpu_activity_classes,
     ms,
     pct,
@@ -248,7 +249,7 @@ def gpu_time(model: TraceModel, results: Results, config: Config) -> GpuTimeResu
     steady_busy = {int(d): pct(b, w) for d, b, w in steady_dev.select("device", "busy_ns", "dur_ns").iter_rows()}
 
     # HTA-comparable: per device, first to last activity.
-    all_m = merge_intervals(act, by=["device"])
+    all_m = device_union(model)  # = merge_intervals(act, by=["device"]): the same rows
     comp_m = merge_intervals(act.filter(pl.col("category") == "compute"), by=["device"])
     span = (
         all_m.group_by("device")

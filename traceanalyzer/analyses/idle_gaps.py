@@ -49,6 +49,7 @@ from traceanalyzer.analyses._intervals import (
     MEMCPY_API_RE,
     SYNC_API_RE,
     covered_before,
+    device_union,
     gpu_activity_classes,
     histogram,
     ms,
@@ -59,7 +60,7 @@ from traceanalyzer.analyses.steps import StepsResult, assign_steps
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import cpu_context, deepest_at
+from traceanalyzer.model.relations import annotation_index, cpu_context, deepest_at
 from traceanalyzer.timeutil import gaps_between, merge_intervals
 
 CAUSES = ("host_bound", "sync", "memcpy", "data_loader", "stream_dependency", "other")
@@ -246,12 +247,14 @@ def _attribute(gaps: pl.DataFrame, model: TraceModel) -> pl.DataFrame:
         # Legacy traces record ProfilerStep#N as an op: a step is not "what the CPU was doing".
         ctx = cpu_context(model).filter(~pl.col("name").str.starts_with("ProfilerStep#"))
         ids = deepest_at(ctx, pts)
-    ann = ctx.filter(pl.col("source") == "annotation")
-    aids = deepest_at(ann, pts)
+    # The annotations of ctx, in the same order (so the same innermost one among ties),
+    # indexed once per model (phases looks them up too).
+    ann_names, ann_index = annotation_index(model)
+    aids = ann_index.lookup(pts)
     names = ctx.select("id", "name", "source")
     g = gaps.with_columns(_cid=ids, _aid=aids)
     g = g.join(names.rename({"id": "_cid", "name": "cpu_context"}), on="_cid", how="left")
-    g = g.join(names.select(pl.col("id").alias("_aid"), pl.col("name").alias("annotation")), on="_aid", how="left")
+    g = g.join(ann_names.select(pl.col("id").alias("_aid"), pl.col("name").alias("annotation")), on="_aid", how="left")
     return g.drop("_cid", "_aid")
 
 
@@ -271,8 +274,9 @@ def idle_gaps(model: TraceModel, results: Results, config: Config) -> IdleGapsRe
     tol_us = config.get("idle_gaps.sync_tolerance_us", 10.0)
     long_ns, tol_ns = int(long_us * 1000), int(tol_us * 1000)
     sr: StepsResult = results["steps"]
-    act = gpu_activity_classes(model).filter(pl.col("device").is_not_null() & pl.col("stream").is_not_null())
-    act = act.filter(pl.col("end_ns") >= pl.col("ts_ns"))
+    act = gpu_activity_classes(model).filter(pl.col("device").is_not_null())
+    n_dev = act.height
+    act = act.filter(pl.col("stream").is_not_null()).filter(pl.col("end_ns") >= pl.col("ts_ns"))
     launch = (
         model.runtime.filter(pl.col("correlation").is_not_null())
         .unique("correlation", keep="first")
@@ -285,7 +289,8 @@ def idle_gaps(model: TraceModel, results: Results, config: Config) -> IdleGapsRe
         )
     )
 
-    dev_m = merge_intervals(act, by=["device"])
+    # The shared union when the stream / length filters above dropped nothing.
+    dev_m = device_union(model) if act.height == n_dev else merge_intervals(act, by=["device"])
     dgaps = _next_activity(gaps_between(dev_m, ["device"]), act, ["device"])
     dgaps = _classify(dgaps, model, launch, tol_ns, None)
     dgaps = assign_steps(dgaps, sr, "start_ns").sort(["device", "start_ns"])

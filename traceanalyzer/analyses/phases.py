@@ -60,7 +60,7 @@ from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
 from traceanalyzer.config import Config
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import deepest_at, op_depth, op_index
+from traceanalyzer.model.relations import annotation_index, deepest_at, op_depth, op_index
 from traceanalyzer.timeutil import merge_intervals
 
 PHASES: tuple[str, ...] = ("data_loading", "forward", "backward", "optimizer", "communication", "other")
@@ -328,7 +328,8 @@ def _ops_table(model: TraceModel, ctx: PhaseContext, steady: list[int], act: pl.
         "name", "pid", "tid", "ts_ns", "end_ns"
     ).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
     mid = deepest_at(mods, pts) if mods.height else pl.Series("id", [None] * pts.height, dtype=pl.Int64)
-    aid = deepest_at(anns, pts) if anns.height else pl.Series("id", [None] * pts.height, dtype=pl.Int64)
+    # annotation_index: the same annotations, numbered the same way, indexed once per model.
+    aid = annotation_index(model)[1].lookup(pts) if anns.height else pl.Series("id", [None] * pts.height, dtype=pl.Int64)
     top = (
         top.with_columns(_m=mid, _a=aid)
         .join(mods.select(pl.col("id").alias("_m"), pl.col("name").str.replace(r"^nn\.Module:\s*", "").alias("_mn")),
@@ -391,7 +392,9 @@ def phases(model: TraceModel, results: Results, config: Config) -> PhasesResult:
     steady = sr.steady_windows()
     ctx = phase_context(model, windows)
 
-    levels = [(p, ctx.intervals[p]) for p in CPU_PRECEDENCE]
+    # Each phase's per-thread union (built for classify) covers exactly what its intervals
+    # cover, in a fraction of the rows (nested ops merge).
+    levels = [(p, ctx.merged[p].select(pl.col("start_ns").alias("ts_ns"), "end_ns")) for p in CPU_PRECEDENCE]
     cpu = exclusive_breakdown(levels, windows, [], "other")
     cpu = cpu.join(windows.select("window", "step", (pl.col("end_ns") - pl.col("start_ns")).alias("total_ns")),
                    on="window").select("window", "step", *[f"{p}_ns" for p in PHASES], "total_ns").sort("window")

@@ -53,13 +53,13 @@ from traceanalyzer.analyses._copysync import (
     step_windows,
     transfers,
 )
+from traceanalyzer.analyses._intervals import device_union
 from traceanalyzer.analyses.callsites import STACK_HINT, attribute, cpu_tree, has_stacks
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import gpu_activity, launches
 from traceanalyzer.report.text import fmt_ns
-from traceanalyzer.timeutil import merge_intervals
 
 #: Explicit host-device synchronisation APIs → kind.
 SYNC_APIS: dict[str, str] = {
@@ -211,7 +211,7 @@ def _idle_after(model: TraceModel, calls: pl.DataFrame) -> pl.Series:
     else:
         c = c.with_columns(_last_dev=pl.lit(None, pl.Int64))
     c = c.with_columns(dev=pl.coalesce("device", "_last_dev", pl.lit(default_dev, pl.Int64))).sort("end_ns")
-    merged = merge_intervals(gpu, by=["device"]).rename({"device": "dev"})
+    merged = device_union(model).rename({"device": "dev"})  # = merge_intervals(gpu, by=["device"])
     busy = merged.select("dev", pl.col("start_ns").alias("_bs"), pl.col("end_ns").alias("_be")).sort("_bs")
     nxt = merged.select("dev", pl.col("start_ns").alias("_ns")).sort("_ns")
     c = c.join_asof(busy, left_on="end_ns", right_on="_bs", by="dev", strategy="backward", check_sortedness=False)

@@ -249,6 +249,20 @@ def op_index(model: TraceModel) -> CoverIndex:
     return _op_nesting(model)[1]
 
 
+def annotation_index(model: TraceModel) -> tuple[pl.DataFrame, CoverIndex]:
+    """User annotations but ``ProfilerStep#``: ``id, name`` (``id`` = row number among them)
+    and their :func:`cover_index` on (pid, tid), the innermost annotation around any point
+    (built once per model)."""
+
+    def build() -> tuple[pl.DataFrame, CoverIndex]:
+        anns = model.annotations.filter(~pl.col("name").str.starts_with("ProfilerStep#")).select(
+            "name", "pid", "tid", "ts_ns", "end_ns"
+        ).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+        return anns.select("id", "name"), cover_index(anns.select("id", "ts_ns", "end_ns", "pid", "tid"))
+
+    return derived(model, "annotation_index", build)
+
+
 def op_depth(model: TraceModel) -> pl.DataFrame:
     """:func:`nest_depth` of ``model.cpu_ops`` (zero-length ops included) on (pid, tid), ``id``
     = the op's row number (built once per model, with :func:`op_index`)."""
