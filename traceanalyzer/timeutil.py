@@ -29,25 +29,31 @@ def merge_intervals(
             schema={**{b: df.schema[b] for b in by}, "start_ns": pl.Int64, "end_ns": pl.Int64}
         )
     s = df.select([*by, pl.col(start).alias("start_ns"), pl.col(end).alias("end_ns")]).sort([*by, "start_ns"])
-    over = by if by else None
+    over: str | None = None
+    if by:
+        # The groups are contiguous after the sort: number them, and run the windows over
+        # that one integer instead of the ``by`` columns (~30 % of the merge's time).
+        first = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in by]).fill_null(True)
+        s = s.with_columns(_seg=first.cum_sum())
+        over = "_seg"
     run_max = pl.col("end_ns").cum_max().over(over) if over else pl.col("end_ns").cum_max()
     prev_max_end = (
         pl.col("end_ns").cum_max().shift(1).over(over) if over else pl.col("end_ns").cum_max().shift(1)
     )
-    s = s.with_columns(new=(prev_max_end.is_null() | (pl.col("start_ns") > prev_max_end)))
-    clean = s.select(
-        ok=(pl.col("start_ns").null_count() == 0) & (pl.col("end_ns").null_count() == 0)
-        & (pl.col("end_ns") >= pl.col("start_ns")).all()
+    new = prev_max_end.is_null() | (pl.col("start_ns") > prev_max_end)
+    clean = df.select(
+        ok=(pl.col(start).null_count() == 0) & (pl.col(end).null_count() == 0) & (pl.col(end) >= pl.col(start)).all()
     ).item()
     if clean:
         # Rows sorted by (by, start): an interval starts at a "new" row and ends at the
         # running maximum of ends on its last row (the row before the next "new" one; a
         # new by-group always starts "new"). Without negative lengths that running
         # maximum is the group's own maximum: the earlier groups ended before it began.
+        s = s.with_columns(new=new, _run_max=run_max)
         return s.with_columns(
-            start_ns=pl.when("new").then(pl.col("start_ns")).forward_fill(), end_ns=run_max
+            start_ns=pl.when("new").then(pl.col("start_ns")).forward_fill(), end_ns=pl.col("_run_max")
         ).filter(pl.col("new").shift(-1, fill_value=True)).select([*by, "start_ns", "end_ns"])
-    s = s.with_columns(grp=pl.col("new").cast(pl.Int64).cum_sum())
+    s = s.with_columns(new=new).with_columns(grp=pl.col("new").cast(pl.Int64).cum_sum())
     return (
         s.group_by([*by, "grp"], maintain_order=True)
         .agg(start_ns=pl.col("start_ns").min(), end_ns=pl.col("end_ns").max())
