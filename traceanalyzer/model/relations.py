@@ -121,7 +121,47 @@ def _sorted_boundaries(intervals: pl.DataFrame, by: list[str], keep: Sequence[st
                         (-pl.col("end_ns")).alias("sec"), *keep])
     ends = iv.select([*by, "id", pl.col("end_ns").alias("t"), pl.lit(0, pl.Int8).alias("kind"),
                       (-pl.col("ts_ns")).alias("sec"), *keep])
-    return pl.concat([starts, ends]).sort([*by, "t", "kind", "sec", "id"])
+    b = pl.concat([starts, ends])
+    keys = [*by, "t", "kind", "sec", "id"]
+    fast = _sort_by_time_key(b, by, keys)
+    return fast if fast is not None else b.sort(keys)
+
+
+def _sort_by_time_key(b: pl.DataFrame, by: list[str], keys: list[str]) -> pl.DataFrame | None:
+    """``b.sort(keys)`` by one Int64 key ``group rank · span + (t − t_min)`` (a single-column
+    sort is ~3× cheaper than the six-column one), the rows that tie on it (same thread and
+    instant: few at ns resolution) then sorted by every key in place. None when the key
+    would overflow or a key column holds nulls (the caller sorts by ``keys``)."""
+    if b.is_empty() or any(b[c].null_count() for c in [*by, "t", "sec", "id"]):
+        return None
+    t_min, t_max = int(b["t"].min()), int(b["t"].max())  # type: ignore[arg-type]
+    span = t_max - t_min + 1
+    if by:
+        groups = b.select(by).unique().sort(by).with_row_index("_g").with_columns(pl.col("_g").cast(pl.Int64))
+        if groups.height * span >= 2**62:
+            return None
+        g = b.select(by).join(groups, on=by, how="left", maintain_order="left")["_g"]
+    else:
+        if span >= 2**62:
+            return None
+        g = pl.Series("_g", [0] * b.height, dtype=pl.Int64)
+    key = g * span + (b["t"] - t_min)
+    order = key.arg_sort()
+    out = b[order]
+    k = key.gather(order)
+    tied = (k == k.shift(1)).fill_null(False) | (k == k.shift(-1)).fill_null(False)
+    if not tied.any():
+        return out
+    # Tied rows sit in contiguous blocks of equal key: sorting them by (key, …) keeps each
+    # block at its place and orders it by the remaining keys.
+    at = tied.arg_true()
+    fixed = out[at].with_columns(_k=k.gather(at)).sort(["_k", *keys]).drop("_k")
+    return _scatter_rows(out, at, fixed)
+
+
+def _scatter_rows(df: pl.DataFrame, at: pl.Series, rows: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with its rows at positions ``at`` replaced by ``rows`` (same columns)."""
+    return pl.DataFrame([df[c].clone().scatter(at, rows[c]) for c in df.columns])
 
 
 def _numbered(b: pl.DataFrame) -> pl.DataFrame:
