@@ -69,6 +69,21 @@ def _open(path: Path) -> tuple[BinaryIO, int]:
     return f, size
 
 
+
+def _input_error(path: Path, exc: BaseException) -> InputError:
+    """One line for any failure while reading untrusted pickle bytes (both readers)."""
+    if isinstance(exc, InputError):
+        return exc
+    if isinstance(exc, UnsafePickleError):
+        return InputError(path, str(exc))
+    if isinstance(exc, RecursionError):
+        return InputError(path, "corrupt or hostile pickle: nesting too deep")
+    if isinstance(exc, MemoryError):
+        return InputError(path, "pickle too large to load in the available memory")
+    if isinstance(exc, (OSError, EOFError, zlib.error)):
+        return InputError(path, f"truncated or corrupt file: {exc or type(exc).__name__}")
+    return InputError(path, f"corrupt pickle: {type(exc).__name__}: {exc}")
+
 def read_snapshot_object(path: str | Path, scan_limit: int = DEFAULT_SCAN_LIMIT) -> tuple[Any, int | None, int]:
     """Safely unpickle ``path`` (plain or gzip); returns (object, protocol, file bytes).
 
@@ -89,18 +104,8 @@ def read_snapshot_object(path: str | Path, scan_limit: int = DEFAULT_SCAN_LIMIT)
             obj = RestrictedUnpickler(_BytesReader(data)).load()
         else:
             obj = RestrictedUnpickler(_Prefixed(head, f)).load()
-    except UnsafePickleError as exc:
-        raise InputError(p, str(exc)) from None
-    except InputError:
-        raise
-    except RecursionError:
-        raise InputError(p, "corrupt or hostile pickle: nesting too deep") from None
-    except MemoryError:
-        raise InputError(p, "pickle too large to load in the available memory") from None
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(p, f"truncated or corrupt file: {exc or type(exc).__name__}") from None
-    except Exception as exc:  # noqa: BLE001 - any failure of untrusted bytes is an input problem
-        raise InputError(p, f"corrupt pickle: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - mapped to one line below
+        raise _input_error(p, exc) from None
     finally:
         f.close()
     return obj, protocol, size
@@ -121,18 +126,10 @@ def _stream_snapshot_object(path: Path, sink: "_TraceSink") -> tuple[Any, int | 
             raise InputError(path, "not a pickle (a memory snapshot starts with the pickle protocol byte 0x80)")
         protocol = head[1] if len(head) > 1 else None
         obj = stream_load(_Prefixed(head, f), sink.add)  # type: ignore[arg-type]
-    except UnsafePickleError as exc:
-        raise InputError(path, str(exc)) from None
-    except (StreamFallback, InputError):
+    except StreamFallback:
         raise
-    except RecursionError:
-        raise InputError(path, "corrupt or hostile pickle: nesting too deep") from None
-    except MemoryError:
-        raise InputError(path, "pickle too large to load in the available memory") from None
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(path, f"truncated or corrupt file: {exc or type(exc).__name__}") from None
-    except Exception as exc:  # noqa: BLE001 - any failure of untrusted bytes is an input problem
-        raise InputError(path, f"corrupt pickle: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - mapped to one line below
+        raise _input_error(path, exc) from None
     finally:
         f.close()
     return obj, protocol, size
