@@ -34,6 +34,12 @@ SYNC_API_RE = (
 MEMCPY_API_RE = r"(?i)memcpy|^urEnqueueMemBuffer(Read|Write|Copy)"
 # CPU ranges of the PyTorch data loader.
 DATALOADER_RE = r"^enumerate\((DataLoader|DataPipe)\)#"
+# CPU ranges of torch.optim (the profiler records ``Optimizer.step#SGD.step`` …).
+OPTIMIZER_STEP_RE = r"^Optimizer\.step#"
+OPTIMIZER_ZERO_RE = r"^Optimizer\.zero_grad#"
+# Fused optimizer ops (torch.optim ``fused=True``) and multi-tensor ops (``foreach=True``).
+FUSED_OPTIMIZER_RE = r"^aten::_fused_(adam|adamw|sgd|adagrad)"
+FOREACH_PREFIX = "aten::_foreach_"
 
 
 def covered_before(

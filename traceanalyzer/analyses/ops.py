@@ -44,7 +44,14 @@ import polars as pl
 
 from traceanalyzer.analyses import Results, analysis
 from traceanalyzer.analyses._copysync import containing, outermost
-from traceanalyzer.analyses._intervals import DATALOADER_RE, window_union_lengths
+from traceanalyzer.analyses._intervals import (
+    DATALOADER_RE,
+    FOREACH_PREFIX,
+    FUSED_OPTIMIZER_RE,
+    OPTIMIZER_STEP_RE,
+    OPTIMIZER_ZERO_RE,
+    window_union_lengths,
+)
 from traceanalyzer.analyses.baseline import GEMM_OPS_RE
 from traceanalyzer.analyses.diagnosis import kernel_class
 from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
@@ -57,12 +64,7 @@ from traceanalyzer.model.relations import deepest_at, gpu_activity, launches
 LAYOUT_TRANSPOSE_RE = r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|batched_transpose|transpose_nchw|transpose_nhwc"
 #: Names that say the code ran compiled (torch.compile) or generated (Triton).
 COMPILED_RE = r"Torch-Compiled Region|CompiledFxGraph|CompiledFunction|TorchDynamo|^triton_"
-_OPT_STEP_RE = r"^Optimizer\.step#"
-_OPT_ZERO_RE = r"^Optimizer\.zero_grad#"
 _FILL_KERNEL_RE = r"(?i)fill|zero"
-#: Fused optimizer kernels (torch.optim ``fused=True``): ``aten::_fused_adam_``, ``_fused_adamw_``,
-#: ``_fused_sgd_``, ``_fused_adagrad_``.
-_FUSED_OPT_RE = r"^aten::_fused_(adam|adamw|sgd|adagrad)"
 _TYPE_MAP = {
     "float": "fp32", "double": "fp64", "c10::Half": "fp16", "c10::BFloat16": "bf16",
     "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8",
@@ -231,20 +233,20 @@ def _optimizer_impl(model: TraceModel) -> str:
     foreach grad clipping and AMP unscaling run outside the optimizer and say nothing about it.
     A fused optimizer kernel op anywhere (``aten::_fused_adamw_`` …) still counts as fused."""
     ops = model.cpu_ops
-    if ops.filter(pl.col("name").str.contains(_FUSED_OPT_RE)).height:
+    if ops.filter(pl.col("name").str.contains(FUSED_OPTIMIZER_RE)).height:
         return "fused"
-    rng = _ranges(model, _OPT_STEP_RE)
+    rng = _ranges(model, OPTIMIZER_STEP_RE)
     if rng.is_empty():
         return "unknown"
     outer = outermost(rng.select("pid", "tid", "ts_ns", "end_ns").with_row_index("ev_order").with_columns(
         pl.col("ev_order").cast(pl.Int64))).with_row_index("rid").with_columns(pl.col("rid").cast(pl.Int64))
     inside = ops.filter(pl.col("name").str.starts_with("aten::_fused_") | pl.col("name").str.starts_with(
-        "aten::_foreach_")).select("name", "pid", "tid", "ts_ns")
+        FOREACH_PREFIX)).select("name", "pid", "tid", "ts_ns")
     inside = inside.filter(containing(inside, outer, "ts_ns", "rid").is_not_null())
     names = inside["name"]
     if names.str.starts_with("aten::_fused_").any():
         return "fused"
-    if names.str.starts_with("aten::_foreach_").any():
+    if names.str.starts_with(FOREACH_PREFIX).any():
         return "foreach"
     return "for-loop"
 
@@ -253,7 +255,7 @@ def _optimizer(model: TraceModel, windows: pl.DataFrame) -> pl.DataFrame:
     w = windows.select("window", "step", "start_ns", "end_ns")
     out = w.select("window", "step")
     lj = launches(model).filter(pl.col("gpu_ts_ns").is_not_null())
-    for key, pattern in (("opt", _OPT_STEP_RE), ("zero_grad", _OPT_ZERO_RE)):
+    for key, pattern in (("opt", OPTIMIZER_STEP_RE), ("zero_grad", OPTIMIZER_ZERO_RE)):
         rng = _ranges(model, pattern).select("pid", "tid", "ts_ns", "end_ns")
         length = window_union_lengths(rng, w) if rng.height else pl.DataFrame(
             schema={"window": pl.Int64, "length_ns": pl.Int64})
@@ -324,7 +326,7 @@ def ops(model: TraceModel, results: Results, config: Config) -> OpsResult:
 
     impl = _optimizer_impl(model)
     opt_names = tuple(sorted({
-        n.split("#", 1)[1].split(".")[0] for n in _ranges(model, _OPT_STEP_RE)["name"].unique().to_list()
+        n.split("#", 1)[1].split(".")[0] for n in _ranges(model, OPTIMIZER_STEP_RE)["name"].unique().to_list()
         if "#" in n}))
     compiled = bool(
         model.annotations.filter(pl.col("name").str.contains(COMPILED_RE)).height

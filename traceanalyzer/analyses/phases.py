@@ -54,7 +54,15 @@ import polars as pl
 
 from traceanalyzer.analyses import Results, analysis
 from traceanalyzer.analyses._copysync import containing, runtime_by_correlation
-from traceanalyzer.analyses._intervals import DATALOADER_RE, gpu_activity_classes, ms
+from traceanalyzer.analyses._intervals import (
+    DATALOADER_RE,
+    FOREACH_PREFIX,
+    FUSED_OPTIMIZER_RE,
+    OPTIMIZER_STEP_RE,
+    OPTIMIZER_ZERO_RE,
+    gpu_activity_classes,
+    ms,
+)
 from traceanalyzer.analyses.gpu_time import CPU_COMM_RE, exclusive_breakdown
 from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
@@ -70,7 +78,7 @@ CPU_PRECEDENCE: tuple[str, ...] = ("data_loading", "communication", "optimizer",
 GPU_PRECEDENCE: tuple[str, ...] = ("forward", "backward", "optimizer", "data_loading", "other", "communication")
 
 BACKWARD_OP_RE = r"Backward\d*$|^autograd::engine::evaluate_function|AccumulateGrad|^torch::autograd::"
-OPTIMIZER_OP_RE = r"^Optimizer\.(step|zero_grad)#|^aten::_fused_(adam|adamw|sgd|adagrad)|^aten::_foreach_"
+OPTIMIZER_OP_RE = f"{OPTIMIZER_STEP_RE}|{OPTIMIZER_ZERO_RE}|{FUSED_OPTIMIZER_RE}|^{FOREACH_PREFIX}"
 USER_BACKWARD_RE = r"(?i)backward"
 USER_FORWARD_RE = r"(?i)forward"
 USER_OPTIMIZER_RE = r"(?i)optimi[sz]er|zero_grad"

@@ -70,6 +70,14 @@ def _open(path: Path) -> tuple[BinaryIO, int]:
 
 
 
+
+def _pickle_head(path: Path, f: BinaryIO) -> tuple[bytes, int | None]:
+    """The first two bytes and the protocol; refuses a file that does not start as a pickle."""
+    head = f.read(2)
+    if head[:1] != b"\x80":
+        raise InputError(path, "not a pickle (a memory snapshot starts with the pickle protocol byte 0x80)")
+    return head, (head[1] if len(head) > 1 else None)
+
 def _input_error(path: Path, exc: BaseException) -> InputError:
     """One line for any failure while reading untrusted pickle bytes (both readers)."""
     if isinstance(exc, InputError):
@@ -94,10 +102,7 @@ def read_snapshot_object(path: str | Path, scan_limit: int = DEFAULT_SCAN_LIMIT)
     p = Path(path)
     f, size = _open(p)
     try:
-        head = f.read(2)
-        if head[:1] != b"\x80":
-            raise InputError(p, "not a pickle (a memory snapshot starts with the pickle protocol byte 0x80)")
-        protocol = head[1] if len(head) > 1 else None
+        head, protocol = _pickle_head(p, f)
         if size <= scan_limit:
             data = head + f.read()
             scan_opcodes(data)
@@ -121,10 +126,7 @@ def _stream_snapshot_object(path: Path, sink: "_TraceSink") -> tuple[Any, int | 
     """Like :func:`read_snapshot_object`, but trace entries go to ``sink`` as they are read."""
     f, size = _open(path)
     try:
-        head = f.read(2)
-        if head[:1] != b"\x80":
-            raise InputError(path, "not a pickle (a memory snapshot starts with the pickle protocol byte 0x80)")
-        protocol = head[1] if len(head) > 1 else None
+        head, protocol = _pickle_head(path, f)
         obj = stream_load(_Prefixed(head, f), sink.add)  # type: ignore[arg-type]
     except StreamFallback:
         raise
