@@ -17,7 +17,6 @@ the trace entries over in batches; :class:`_TraceSink` turns them into columns e
 from __future__ import annotations
 
 import gzip
-import pickle
 import zlib
 from collections import Counter
 from pathlib import Path

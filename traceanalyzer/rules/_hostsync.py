@@ -13,7 +13,7 @@ them, so their costs never count the same blocked time twice:
 
 Sync-point costs (rules 1, 4 and the copy op's own stream sync in 3) are the GPU idle after the
 points that the CPU, freed of the blocked time, could have covered (:func:`priced`; one point
-alone: ``min(GPU idle after it, CPU blocked in it)`` as :func:`traceanalyzer.rules._util.sync_cost`).
+alone: ``min(GPU idle after it, CPU blocked in it)``).
 The idle is made **exclusive**: it stops where the thread enters its next blocking call (another
 sync point or a blocking copy), which owns what follows. Copy costs (2, 3) are the CPU time of
 the memcpy/memset calls.
@@ -36,16 +36,6 @@ _POINT_SCHEMA = {
     "explicit_blocked_ns": pl.Int64, "idle_after_ns": pl.Int64, "idle_excl_ns": pl.Int64, "owner": pl.String,
 }
 
-
-def fmt_count(x: float) -> str:
-    """A per-step count for a title: ``1`` not ``1.0``; ``1.5``; ``12`` (whole from 10 on)."""
-    if abs(x - round(x)) < 0.05 or x >= 10:
-        return f"{round(x):,}"
-    return f"{x:.1f}"
-
-
-def plural(x: float, one: str, many: str) -> str:
-    return one if fmt_count(x) == "1" else many
 
 
 def sync_points(results: Mapping[str, Any]) -> pl.DataFrame:

@@ -126,18 +126,6 @@ def top_rows(df: pl.DataFrame, n: int = 5, cols: Iterable[str] | None = None) ->
     return df.head(n).to_dicts()
 
 
-def fmt_ms(ns: float | None) -> str:
-    return "n/a" if ns is None else f"{ns / NS_PER_MS:.2f} ms"
-
-
-def sync_cost(idle_after: pl.Expr, blocked: pl.Expr) -> pl.Expr:
-    """What removing a host sync buys, per sync point: ``min(GPU idle after it, CPU blocked in it)``.
-
-    While the CPU is blocked the GPU drains its queue; when the call returns the GPU idles until
-    the CPU launches again. Without the sync the CPU would have been ``blocked`` ns further ahead,
-    so at most that much of the idle that followed would have been covered (idle caused by later
-    CPU work, e.g. the next DataLoader wait, is not the sync's fault)."""
-    return pl.min_horizontal(idle_after.fill_null(0), blocked.fill_null(0))
 
 
 def implied_sync(cause: pl.Expr) -> pl.Expr:
@@ -147,10 +135,12 @@ def implied_sync(cause: pl.Expr) -> pl.Expr:
     return cause.str.replace(r" \(boolean mask\)$", "").is_in(list(IMPLIED_SYNC_OPS)).fill_null(False)
 
 
-def implied_sync_correlations(results: Mapping[str, Any]) -> list[int]:
-    """Correlation ids of runtime calls made under an op implying a sync (``.item()`` …): the
-    ``item_sync`` rule reports them, copy rules leave them out (no double counting)."""
-    s = results.get("syncs") if hasattr(results, "get") else None
-    if s is None or s.calls.is_empty():
-        return []
-    return s.calls.filter(implied_sync(pl.col("cause")))["correlation"].drop_nulls().to_list()
+def fmt_count(x: float) -> str:
+    """A per-step count for a title: ``1`` not ``1.0``; ``1.5``; ``12`` (whole from 10 on)."""
+    if abs(x - round(x)) < 0.05 or x >= 10:
+        return f"{round(x):,}"
+    return f"{x:.1f}"
+
+
+def plural(x: float, one: str, many: str) -> str:
+    return one if fmt_count(x) == "1" else many

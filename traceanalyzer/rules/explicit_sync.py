@@ -12,8 +12,8 @@ import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._hostsync import fmt_count, plural, priced, sync_points
-from traceanalyzer.rules._util import ms, n_steady, pct_of_step, severity_for, time_finding
+from traceanalyzer.rules._hostsync import priced, sync_points
+from traceanalyzer.rules._util import fmt_count, ms, n_steady, pct_of_step, plural, severity_for, time_finding
 
 
 @rule("explicit_sync", needs=("steps", "syncs"), severity=Severity.WARNING,

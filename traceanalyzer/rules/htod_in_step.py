@@ -12,8 +12,7 @@ import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._hostsync import fmt_count
-from traceanalyzer.rules._util import ms, n_steady, pct_of_step, steady, time_finding
+from traceanalyzer.rules._util import fmt_count, ms, n_steady, pct_of_step, steady, time_finding
 
 
 @rule("htod_in_step", needs=("steps", "copies"), severity=Severity.INFO,

@@ -11,8 +11,7 @@ from typing import Any, Iterator, Mapping
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._hostsync import fmt_count
-from traceanalyzer.rules._util import ms, pct_of_step, per_step_ns, time_finding
+from traceanalyzer.rules._util import fmt_count, ms, pct_of_step, per_step_ns, time_finding
 
 
 @rule("optimizer_not_fused", needs=("steps", "ops"), severity=Severity.WARNING,

@@ -13,8 +13,18 @@ import polars as pl
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._hostsync import fmt_count, implied_correlations, plural
-from traceanalyzer.rules._util import implied_sync, ms, n_steady, pct_of_step, severity_for, steady, time_finding
+from traceanalyzer.rules._hostsync import implied_correlations
+from traceanalyzer.rules._util import (
+    fmt_count,
+    implied_sync,
+    ms,
+    n_steady,
+    pct_of_step,
+    plural,
+    severity_for,
+    steady,
+    time_finding,
+)
 
 
 @rule("pageable_memcpy", needs=("steps", "copies"), severity=Severity.WARNING,

@@ -12,8 +12,7 @@ import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._hostsync import fmt_count
-from traceanalyzer.rules._util import ms, n_steady, time_finding, top_rows
+from traceanalyzer.rules._util import fmt_count, ms, n_steady, time_finding, top_rows
 
 
 @rule("unfused_elementwise", needs=("steps", "ops", "kernels"), severity=Severity.INFO,

@@ -13,8 +13,7 @@ import polars as pl
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._hostsync import fmt_count, plural
-from traceanalyzer.rules._util import ms, per_step_ns, time_finding
+from traceanalyzer.rules._util import fmt_count, ms, per_step_ns, plural, time_finding
 
 
 @rule("zero_grad_memset", needs=("steps", "ops"), severity=Severity.INFO, params={"min_fills_per_step": 1.0})
