@@ -25,19 +25,28 @@ from traceanalyzer.report.fsutil import atomic_write_bytes
 SIGNIFICANT_DIGITS = 10
 
 
+_LEAVES = (int, str, bool, type(None))
+
+
 def round_floats(value: Any, digits: int = SIGNIFICANT_DIGITS) -> Any:
     """``value`` with every float rounded to ``digits`` significant digits (NaN/inf → None),
     recursing through dicts, lists and tuples; everything else unchanged."""
-    if isinstance(value, float):
+    t = type(value)
+    # Exact-type checks first: a summary holds ~10^5 leaves, mostly ints and strings,
+    # and skipping the call for them halves the time (subclasses such as numpy
+    # floats still take the isinstance branches below).
+    if t in _LEAVES:
+        return value
+    if t is float or isinstance(value, float):
         if not math.isfinite(value):
             return None
         if value == 0.0:
             return 0.0
         return float(f"{value:.{digits}g}")
-    if isinstance(value, dict):
-        return {k: round_floats(v, digits) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [round_floats(v, digits) for v in value]
+    if t is dict or isinstance(value, dict):
+        return {k: v if type(v) in _LEAVES else round_floats(v, digits) for k, v in value.items()}
+    if t is list or t is tuple or isinstance(value, (list, tuple)):
+        return [v if type(v) in _LEAVES else round_floats(v, digits) for v in value]
     return value
 
 
