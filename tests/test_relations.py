@@ -121,3 +121,47 @@ def test_derived_memo_is_per_model_and_weak() -> None:
     del b
     gc.collect()
     assert key not in _MEMO  # the memo does not keep a dead model's tables
+
+
+def test_release_drops_a_table_and_counts_a_rebuild() -> None:
+    from traceanalyzer.model.derived import derived, rebuilds, release
+
+    class M:
+        pass
+
+    m = M()
+    assert derived(m, "t", lambda: "first") == "first"
+    before = rebuilds().get("t", 0)
+    release(m, ["t"])
+    assert derived(m, "t", lambda: "again") == "again"  # built anew, not the dropped one
+    assert rebuilds().get("t", 0) == before + 1
+    assert derived(m, "t", lambda: "third") == "again"  # and memoised again
+
+
+def test_run_analyses_declares_every_shared_table(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Every derived table an analysis reads is named in its ``shared=``: none is built
+    again after its early release, and none is left for the final forget() (an undeclared
+    one would be held to the end), on traces with and without Python stacks."""
+    from pathlib import Path
+
+    import traceanalyzer.analyses as analyses
+    from traceanalyzer.load import load
+    from traceanalyzer.model.derived import _MEMO, forget, rebuilds
+
+    left: dict[str, list[str]] = {}
+
+    def spy(model: object) -> None:
+        hit = _MEMO.get(id(model))
+        left[name] = sorted(hit[1]) if hit else []
+        forget(model)
+
+    monkeypatch.setattr(analyses, "forget", spy)
+    root = Path(__file__).resolve().parent.parent / "sample_traces"
+    for name in ("legacy_pt18.json", "pt113_sync_bound.json.gz", "amd_mi300_inference.json.gz"):
+        model = load(root / name)
+        before = rebuilds()
+        res = analyses.run_analyses(model, strict=True)
+        assert {"idle_gaps", "syncs", "copies", "phases", "ops"} <= set(res.values), (name, res.skipped)
+        assert rebuilds() == before, name
+        assert left[name] == [], name
+        assert id(model) not in _MEMO

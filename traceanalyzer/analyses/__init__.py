@@ -30,7 +30,7 @@ import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
-from traceanalyzer.model.derived import forget
+from traceanalyzer.model.derived import forget, release
 from traceanalyzer.plugins import import_submodules
 
 
@@ -68,6 +68,7 @@ class AnalysisSpec:
     order: int
     doc: str
     after: tuple[str, ...] = ()  # optional inputs: run first when present, never required
+    shared: tuple[str, ...] = ()  # traceanalyzer.model.derived keys it reads (directly or not)
 
 
 _REGISTRY: dict[str, AnalysisSpec] = {}
@@ -81,11 +82,16 @@ def analysis(
     title: str | None = None,
     order: int = 100,
     after: tuple[str, ...] = (),
+    shared: tuple[str, ...] = (),
 ) -> Callable[[AnalysisFunc], AnalysisFunc]:
     """Register an analysis. ``input`` is the model ``kind`` it applies to;
     ``order`` sorts report sections (lower first). ``after`` names optional inputs: they
     run first when registered, but their absence does not skip this analysis (it reads
-    them with ``results.values.get(name)``)."""
+    them with ``results.values.get(name)``). ``shared`` names the
+    :mod:`traceanalyzer.model.derived` tables it may read, directly or through a helper
+    that builds them (``launches`` reads ``gpu_activity``): ``run_analyses`` drops each
+    table once the last analysis naming it has run. A missing name costs a rebuild, not
+    a wrong number."""
 
     def deco(func: AnalysisFunc) -> AnalysisFunc:
         if name in _REGISTRY and _REGISTRY[name].func is not func:
@@ -99,6 +105,7 @@ def analysis(
             order=order,
             doc=(func.__doc__ or "").strip(),
             after=after,
+            shared=shared,
         )
         return func
 
@@ -182,25 +189,32 @@ def run_analyses(
                 todo.extend(d for d in (*specs[n].depends_on, *specs[n].after) if d in specs)
         specs = {n: s for n, s in specs.items() if n in wanted}
     results = Results()
-    for spec in _toposort(specs):
-        missing = [d for d in spec.depends_on if d not in results.values]
-        if missing:
-            why = "; ".join(
-                results.skipped.get(d) or results.failed.get(d) or f"{d} is not available" for d in missing
-            )
-            results.skipped[spec.name] = f"needs {', '.join(missing)}: {why}"
-            continue
-        try:
-            results.values[spec.name] = spec.func(model, results, config)
-        except NotApplicable as na:
-            results.skipped[spec.name] = na.reason
-        except Exception as exc:  # noqa: BLE001 - one broken analysis must not sink the report
-            if strict:
-                raise
-            results.failed[spec.name] = f"{type(exc).__name__}: {exc}"
+    order = _toposort(specs)
+    # Each shared table is dropped right after the last analysis that names it.
+    last_reader = {key: spec.name for spec in order for key in spec.shared}
+    for spec in order:
+        _run_one(spec, model, config, results, strict)
+        release(model, [key for key, name in last_reader.items() if name == spec.name])
     # Tables the analyses shared (traceanalyzer.model.derived) are not needed any more.
     forget(model)
     return results
+
+
+def _run_one(spec: AnalysisSpec, model: Any, config: Config, results: Results, strict: bool) -> None:
+    """Run one analysis into ``results`` (value, skip reason or failure)."""
+    missing = [d for d in spec.depends_on if d not in results.values]
+    if missing:
+        why = "; ".join(results.skipped.get(d) or results.failed.get(d) or f"{d} is not available" for d in missing)
+        results.skipped[spec.name] = f"needs {', '.join(missing)}: {why}"
+        return
+    try:
+        results.values[spec.name] = spec.func(model, results, config)
+    except NotApplicable as na:
+        results.skipped[spec.name] = na.reason
+    except Exception as exc:  # noqa: BLE001 - one broken analysis must not sink the report
+        if strict:
+            raise
+        results.failed[spec.name] = f"{type(exc).__name__}: {exc}"
 
 
 __all__ = [

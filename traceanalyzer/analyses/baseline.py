@@ -260,7 +260,7 @@ def _devices(model: TraceModel) -> list[dict[str, Any]]:
     return list(groups.values())
 
 
-@analysis("baseline", depends_on=("steps",), title="Baseline", order=2)
+@analysis("baseline", depends_on=("steps",), title="Baseline", order=2, shared=("gpu_activity",))
 def baseline(model: TraceModel, results: Results, config: Config) -> BaselineResult:
     """Steady step-time statistics (warm-up apart), samples/s, and the measurement conditions."""
     sr: StepsResult = results["steps"]

@@ -177,7 +177,10 @@ def _hotspots(copies: pl.DataFrame, keys: list[str], n_steps: int | None, extra:
     )
 
 
-@analysis("copies", title="Copies and transfers", order=60, depends_on=("steps",))
+@analysis(
+    "copies", title="Copies and transfers", order=60, depends_on=("steps",),
+    shared=("cpu_tree", "gpu_activity", "launches", "runtime_by_correlation", "transfers"),
+)
 def copies(model: TraceModel, results: Results, config: Config) -> CopiesResult:
     """Every copy op and GPU memcpy/memset: direction, bytes, bandwidth, pinned/pageable, sync/async,
     GPU and CPU time, grouped by CPU op, by call site and per step."""

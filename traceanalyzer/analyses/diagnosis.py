@@ -611,6 +611,7 @@ def _top_ops(ph: PhasesResult | None, phase: str | None, by: str, n: int) -> pl.
     after=("gpu_time", "idle_gaps", "kernels", "launches", "syncs"),
     title="Diagnosis",
     order=1,
+    shared=("gpu_activity", "op_nesting", "runtime_by_correlation"),
 )
 def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisResult:
     """Baseline → bottleneck type (per step and overall, with evidence) → dominant phase → top operations."""

@@ -222,7 +222,10 @@ def _with_pct(df: pl.DataFrame, total: str) -> pl.DataFrame:
     )
 
 
-@analysis("gpu_time", depends_on=("steps",), title="GPU busy / idle", order=20)
+@analysis(
+    "gpu_time", depends_on=("steps",), title="GPU busy / idle", order=20,
+    shared=("device_union", "gpu_activity", "gpu_activity_classes"),
+)
 def gpu_time(model: TraceModel, results: Results, config: Config) -> GpuTimeResult:
     """Busy/idle per device and step (compute > communication > memcpy > memset), tb_plugin breakdown."""
     if not model.has_gpu:

@@ -265,7 +265,10 @@ def _per(gaps: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     return gaps.group_by(by).agg(aggs).sort(by)
 
 
-@analysis("idle_gaps", depends_on=("steps",), title="GPU idle gaps", order=30)
+@analysis(
+    "idle_gaps", depends_on=("steps",), title="GPU idle gaps", order=30,
+    shared=("annotation_index", "cpu_tree", "device_union", "gpu_activity_classes"),
+)
 def idle_gaps(model: TraceModel, results: Results, config: Config) -> IdleGapsResult:
     """Every device/stream gap with a cause and what the launching CPU thread was doing."""
     if not model.has_gpu:

@@ -147,7 +147,7 @@ def _stats_aggs() -> list[pl.Expr]:
     ]
 
 
-@analysis("kernels", depends_on=("steps",), title="Kernels", order=40)
+@analysis("kernels", depends_on=("steps",), title="Kernels", order=40, shared=("op_nesting",))
 def kernels(model: TraceModel, results: Results, config: Config) -> KernelsResult:
     """Kernel counts/durations per (normalised) name, step and launching CPU op; short kernels."""
     if model.kernels.is_empty():

@@ -107,7 +107,10 @@ class LaunchesResult:
         return {"Launches per API": self.by_api, "Launches per step": self.per_step}
 
 
-@analysis("launches", depends_on=("steps", "gpu_time"), title="Kernel launches", order=50)
+@analysis(
+    "launches", depends_on=("steps", "gpu_time"), title="Kernel launches", order=50,
+    shared=("gpu_activity", "launches"),
+)
 def launches(model: TraceModel, results: Results, config: Config) -> LaunchesResult:
     """Launch calls joined to GPU work: CPU/GPU durations, launch delay, launch-bound steps."""
     min_ratio = config.get("launches.min_cpu_to_gpu_ratio", 1.0)

@@ -285,7 +285,10 @@ def _optimizer(model: TraceModel, windows: pl.DataFrame) -> pl.DataFrame:
     ).sort("window")
 
 
-@analysis("ops", depends_on=("steps",), title="Ops, kernel classes and run facts", order=90)
+@analysis(
+    "ops", depends_on=("steps",), title="Ops, kernel classes and run facts", order=90,
+    shared=("gpu_activity", "launches"),
+)
 def ops(model: TraceModel, results: Results, config: Config) -> OpsResult:
     """Run facts (vendor, devices, profiler flags), op counts, data loading, kernel classes and
     GEMM precision, optimizer work per step: the inputs of the recommendation rules."""

@@ -82,7 +82,7 @@ _COUNTED = (
 )
 
 
-@analysis("overview", title="Overview", order=5)
+@analysis("overview", title="Overview", order=5, shared=("gpu_activity",))
 def overview(model: TraceModel, results: Results, config: Config) -> OverviewResult:
     """Whole-trace totals: span, steps, GPU busy %, event counts, top kernels."""
     top_n = config.get("overview.top_kernels", 10)

@@ -391,7 +391,10 @@ def _ops_table(model: TraceModel, ctx: PhaseContext, steady: list[int], act: pl.
     )
 
 
-@analysis("phases", depends_on=("steps",), title="Phases", order=3)
+@analysis(
+    "phases", depends_on=("steps",), title="Phases", order=3,
+    shared=("annotation_index", "gpu_activity", "gpu_activity_classes", "op_nesting", "runtime_by_correlation"),
+)
 def phases(model: TraceModel, results: Results, config: Config) -> PhasesResult:
     """Per-step time in data loading, forward, backward, optimizer, communication and other, CPU and GPU."""
     top_n = config.get("diagnosis.top_ops", 15)

@@ -148,7 +148,7 @@ def _flag(values: list[int], idx: int, others: list[int], factor: float, above: 
     return values[idx] > factor * med if above else values[idx] < factor * med
 
 
-@analysis("steps", title="Steps", order=10)
+@analysis("steps", title="Steps", order=10, shared=("gpu_activity", "launches"))
 def steps(model: TraceModel, results: Results, config: Config) -> StepsResult:
     """Step windows from CPU ProfilerStep#N extended to their GPU work; warm-up/truncation flags."""
     warmup_factor = config.get("steps.warmup_factor", 2.0)

@@ -246,7 +246,10 @@ def _hotspots(points: pl.DataFrame, keys: list[str], n_steps: int | None, extra:
     )
 
 
-@analysis("syncs", title="Host-device syncs", order=61, depends_on=("steps",))
+@analysis(
+    "syncs", title="Host-device syncs", order=61, depends_on=("steps",),
+    shared=("cpu_tree", "device_union", "gpu_activity", "launches", "runtime_by_correlation", "transfers"),
+)
 def syncs(model: TraceModel, results: Results, config: Config) -> SyncsResult:
     """Host-device synchronisations (explicit syncs, blocking copies, ops implying them): CPU blocked
     time, GPU idle that followed, grouped by cause, by call site and per step."""

@@ -99,7 +99,7 @@ class TraceMemoryResult:
         return out
 
 
-@analysis("trace_memory", input="trace", title="Memory (profiler events)", order=60)
+@analysis("trace_memory", input="trace", title="Memory (profiler events)", order=60, shared=("op_nesting",))
 def trace_memory(model: TraceModel, results: Results, config: Config) -> TraceMemoryResult:
     """Allocated/reserved per device from [memory] events: peaks, per step, top ops."""
     top_n = config.get("trace_memory.top_n", 15)

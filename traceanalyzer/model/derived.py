@@ -15,17 +15,24 @@ config). Callers must treat returned frames as read-only (polars frames are, unl
 mutated in place with ``df[col] = …``/``insert_column``, which analyses never do).
 
 :func:`forget` drops a model's tables (``run_analyses`` calls it when done, so they do
-not outlive the analyses that needed them).
+not outlive the analyses that needed them). :func:`release` drops some of them earlier:
+``run_analyses`` releases a table as soon as the last analysis that declares it (``shared=``
+in :func:`~traceanalyzer.analyses.analysis`) has run, so a big trace does not hold every
+shared table until the end (at 16x df_index_resolver they weigh ~0.5 GB). A table asked
+for after its release is simply built again: a missing declaration costs time, never a
+wrong number. :func:`rebuilds` counts those (tests check the declarations with it).
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
 T = TypeVar("T")
 
-_MEMO: dict[int, tuple["weakref.ReferenceType[Any]", dict[str, Any]]] = {}
+#: id(model) -> (weak reference, key -> table, keys released by :func:`release`).
+_MEMO: dict[int, tuple["weakref.ReferenceType[Any]", dict[str, Any], set[str]]] = {}
+_REBUILDS: dict[str, int] = {}
 
 
 def _drop(key: int, ref: "weakref.ReferenceType[Any]") -> None:
@@ -43,12 +50,29 @@ def derived(model: Any, key: str, build: Callable[[], T]) -> T:
             ref = weakref.ref(model, lambda r, k=mid: _drop(k, r))
         except TypeError:  # a model type without weakref support: no memo
             return build()
-        hit = (ref, {})
+        hit = (ref, {}, set())
         _MEMO[mid] = hit
     tables = hit[1]
     if key not in tables:
+        if key in hit[2]:
+            _REBUILDS[key] = _REBUILDS.get(key, 0) + 1
         tables[key] = build()
     return tables[key]  # type: ignore[no-any-return]
+
+
+def release(model: Any, keys: Iterable[str]) -> None:
+    """Drop the tables ``keys`` memoised for ``model`` (no longer needed by anyone)."""
+    hit = _MEMO.get(id(model))
+    if hit is None or hit[0]() is not model:
+        return
+    for key in keys:
+        hit[1].pop(key, None)
+        hit[2].add(key)
+
+
+def rebuilds() -> dict[str, int]:
+    """How often each key was built again after its :func:`release` (since the process began)."""
+    return dict(_REBUILDS)
 
 
 def forget(model: Any) -> None:
