@@ -30,10 +30,11 @@ cases, with chunks down to one event).
   that polars' reader (Rust) decodes into typed columns of only the fields the model
   needs, in two passes (events with ``args`` as text, then the ``args`` texts: the
   reader is 2–3× slower on a wide struct); polars expressions sort the rows into
-  tables. No Python object per event. Memory: the model's columns plus one chunk's
-  transient, which is ~12–15× the chunk (the reader's parse buffers, the
-  NDJSON copies): hence 8 MiB chunks (4 MiB saves 50 MB, 32 MiB costs 500 MB more
-  on a 200 MB trace; below ~4 MiB the ~10 ms fixed cost per chunk shows).
+  tables. No Python object per event. The next chunk decodes on a worker thread
+  while this one is framed (``DECODE_AHEAD``). Memory: the model's columns plus the
+  chunks' transients, each ~15–35× the chunk (the reader's parse buffers, the NDJSON
+  copies): hence 4 MiB chunks (on the 54 MB trace, 8 MiB peaks 80–140 MB higher at
+  the same CPU time; 2 MiB saves another 30 MB for ~5 % more CPU).
 
 Measured (df_index_resolver replicated with shifted timestamps by
 ``scripts/make_big_trace.py``; 2 shared, busy cores, so wall times are high and
@@ -716,7 +717,7 @@ def _assemble(
 # always goes through the exact scan, on a small piece.
 # ---------------------------------------------------------------------------
 
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 4 << 20
 # Chunks decoded ahead of the one being framed, on worker threads. Decoding is mostly
 # polars (Rust, the GIL released), so the next chunk's decode overlaps this one's
 # single-threaded parts (separator rewrite, per-query overheads, gzip inflate).
@@ -796,7 +797,6 @@ def _any_of(patterns: tuple[str, ...]) -> str:
     return "|".join(f"(?:{p})" for p in patterns)
 
 
-_RX_ARGS = _any_of(_SUSPECT_ARGS)
 _RX_ARGS_IDS = _any_of(_SUSPECT_ARGS + _SUSPECT_IDS)
 _RX_TOP = _any_of(_SUSPECT_TOP)
 _NON_STRING_TEXT = r"^(?:[-0-9\[{]|true$|false$)"
@@ -857,8 +857,13 @@ def _int_column(s: pl.Series) -> pl.Series:
     return c.scatter(idx, fixed)
 
 
-def _matches(text: pl.Series, pattern: str) -> bool:
-    """Whether ``pattern`` occurs in the chunk's text (a one-element String series)."""
+def _matches(nd: bytes, pattern: str) -> bool:
+    """Whether ``pattern`` occurs in the chunk's text (invalid UTF-8: the slow path words
+    it, as the reader would refuse the chunk anyway)."""
+    try:
+        text = pl.Series([nd]).cast(pl.String)
+    except Exception:  # noqa: BLE001
+        raise _NotFast("not UTF-8") from None
     return bool(text.str.contains(pattern).item())
 
 
@@ -868,15 +873,15 @@ def _A(k: str) -> pl.Expr:
 
 def _fast_chunk(nd: bytes, autograd_array: bool) -> tuple[dict[str, pl.DataFrame], _Stats]:
     """Newline-delimited events → raw table frames and counts, or :class:`_NotFast`."""
+    # Screened before the read (scanned after it, with the frames alive, the same
+    # chunk peaked ~60 MB higher at 8 MiB). The pid/tid patterns matter only for
+    # other_events rows, but a float pid is rare enough that it may cost the chunk
+    # the slow path wherever it occurs.
+    if _matches(nd, _RX_ARGS_IDS):
+        raise _NotFast("a value of a type the reader would blur")
+    df, ints_as_text = _read_two_passes(nd)
     try:
-        # One copy of the chunk as text, for the screens (invalid UTF-8: the slow path
-        # words it, as the reader would refuse the chunk anyway).
-        text = pl.Series([nd]).cast(pl.String)
-    except Exception:  # noqa: BLE001
-        raise _NotFast("not UTF-8") from None
-    df, ints_as_text = _read_two_passes(nd, text)
-    try:
-        return _fast_tables(df, ints_as_text, autograd_array, text)
+        return _fast_tables(df, ints_as_text, autograd_array)
     except _NotFast:
         raise
     except Exception as exc:  # noqa: BLE001
@@ -894,7 +899,7 @@ def _read_one_pass(nd: bytes) -> tuple[pl.DataFrame, bool]:
     raise _NotFast("reader refused the chunk")
 
 
-def _read_two_passes(nd: bytes, text: pl.Series) -> tuple[pl.DataFrame, bool]:
+def _read_two_passes(nd: bytes) -> tuple[pl.DataFrame, bool]:
     r"""As :func:`_read_one_pass`, 2–3× faster: the reader looks each struct field up
     in every object (cost ∝ fields × keys), but reads a flat row quickly, so ``args``
     is first read as text (the reader re-serialises the object) and those texts are
@@ -915,7 +920,7 @@ def _read_two_passes(nd: bytes, text: pl.Series) -> tuple[pl.DataFrame, bool]:
         | pl.col("cat").str.contains(_NON_STRING_TEXT).any()
         | pl.col("ph").str.contains(_NON_STRING_TEXT).any()
     ).item()
-    if flagged and _matches(text, _RX_TOP):
+    if flagged and _matches(nd, _RX_TOP):
         raise _NotFast("a value of a type the reader would blur")
     # Non-object args (null, a list, a number) read as {} in the simple path too.
     lines = pl.when(pl.col("args").str.starts_with("{")).then(pl.col("args")).otherwise(pl.lit("{}"))
@@ -935,7 +940,7 @@ def _read_two_passes(nd: bytes, text: pl.Series) -> tuple[pl.DataFrame, bool]:
 
 
 def _fast_tables(
-    df: pl.DataFrame, ints_as_text: bool, autograd_array: bool, text: pl.Series
+    df: pl.DataFrame, ints_as_text: bool, autograd_array: bool
 ) -> tuple[dict[str, pl.DataFrame], _Stats]:
     stats = _Stats(n_events=df.height)
     int_cols = ["pid", "tid", "id"] + (["a." + k for k in _INT_ARGS] if ints_as_text else [])
@@ -1003,10 +1008,6 @@ def _fast_tables(
     th = df.filter((ph == "M") & (pl.col("name") == "thread_name"))
     if th.height:
         frames["threads"] = _typed("threads", th.select("pid", "tid", _A("name").fill_null("None").alias("name")))
-    # One scan of the raw text for the values the reader would blur (the pid/tid
-    # patterns only where other_events keep the pid/tid text).
-    if _matches(text, _RX_ARGS_IDS if "other_events" in frames else _RX_ARGS):
-        raise _NotFast("a value of a type the reader would blur")
     return frames, stats
 
 
