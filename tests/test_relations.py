@@ -66,6 +66,35 @@ def test_cover_index_lookups_equal_deepest_at() -> None:
     assert index.lookup(a).to_list() == deepest_at(INTERVALS, a).to_list()
 
 
+def test_cover_index_keyed_edges_equal_the_per_group_state() -> None:
+    """The one-key index answers like the per-group as-of state it replaces: points before
+    any time, after every time (a group's last state), of an unknown thread, with a null
+    time, and on a thread whose intervals overlap without nesting. A span too wide for
+    one Int64 key keeps the per-group state."""
+    from traceanalyzer.model.relations import cover_index
+
+    # (2, 1): F [1000,1010) and G [1005,1020) overlap; G opened inside F, so G's parent is
+    # F: the state is null on [1010,1020) (F closed, "its parent") and F after 1020 (G
+    # closed, its parent): what the as-of state has always said of such input.
+    F, G = 5, 6
+    iv = pl.concat([INTERVALS, pl.DataFrame({"id": [F, G], "ts_ns": [1000, 1005], "end_ns": [1010, 1020],
+                                             "pid": [2, 2], "tid": [1, 1]})])
+    index = cover_index(iv)
+    assert index.groups is not None and index.groups.height == 3  # keyed
+    pts = pl.DataFrame(
+        {"pid": [1, 1, 1, 1, 2, 2, 2, 2, 3, 1],
+         "tid": [1, 1, 1, 2, 1, 1, 1, 1, 1, 1],
+         "ts_ns": [-5, 99, 5000, 9, 999, 1007, 1015, 1030, 5, None]},
+        schema={"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64},
+    )
+    got = index.lookup(pts).to_list()
+    assert got == [None, A, None, E, None, G, None, F, None, None]
+    far = pl.when(pl.col("pid") == 2).then(2**61).otherwise(0)  # thread (2, 1) moved 2^61 ns on
+    wide = cover_index(iv.with_columns(pl.col("ts_ns") + far, pl.col("end_ns") + far))
+    assert wide.groups is None and wide.state.columns == ["pid", "tid", "t", "current"]
+    assert wide.lookup(pts.with_columns(pl.col("ts_ns") + far)).to_list() == got
+
+
 def test_nest_with_index_links_equal_nest() -> None:
     from traceanalyzer.model.relations import nest_depth, nest_with_index
 

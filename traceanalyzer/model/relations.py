@@ -181,10 +181,20 @@ class CoverIndex:
     the deepest interval covering ``[t, next t)`` of that group (null: nothing). Build it
     once with :func:`cover_index` and look up as many point sets as needed with
     :meth:`lookup` (building is ~80 % of a :func:`deepest_at` call).
+
+    Where it fits in an Int64, the state is held as one sorted key per row instead,
+    ``key = group number · span + (t − t_min)`` (``groups``: the ``by`` values in
+    order, with their number ``_g``), plus one null row after each group's last time:
+    16 bytes a row instead of 32 with two ``by`` columns, and a lookup is one binary
+    search per point (no sort of the points, no as-of join by group).
     """
 
     state: pl.DataFrame
     by: tuple[str, ...]
+    groups: pl.DataFrame | None = None  # *by, _g; None: state keeps *by, t
+    t_min: int = 0
+    t_max: int = 0
+    span: int = 0
 
     def lookup(self, points: pl.DataFrame, point_col: str = "ts_ns") -> pl.Series:
         """The ``id`` of the deepest interval covering each row of ``points`` (``*by,
@@ -192,6 +202,8 @@ class CoverIndex:
         by = list(self.by)
         if self.state.is_empty() or points.is_empty():
             return pl.Series("id", [None] * points.height, dtype=pl.Int64)
+        if self.groups is not None:
+            return self._lookup_keyed(points, point_col)
         casted = {c: self.state.schema[c] for c in by}
         p = points.select([pl.col(c).cast(casted[c]) for c in by] + [pl.col(point_col).alias("t")]).with_row_index(
             "_row"
@@ -200,6 +212,65 @@ class CoverIndex:
             self.state, on="t", by=by or None, strategy="backward", check_sortedness=False
         ).sort("_row")
         return joined["current"].alias("id")
+
+    def _lookup_keyed(self, points: pl.DataFrame, point_col: str) -> pl.Series:
+        assert self.groups is not None
+        by = list(self.by)
+        t = pl.col(point_col)
+        if by:
+            g = points.select([pl.col(c).cast(self.groups.schema[c]) for c in by]).join(
+                self.groups, on=by, how="left", maintain_order="left"
+            )["_g"]
+        else:
+            g = pl.Series("_g", [0] * points.height, dtype=pl.Int64)
+        # A point after every time of the index reads its group's last state (clipped to
+        # t_max, so it stays inside the group's key range); one before every time, or of a
+        # group without intervals, or with a null time, gets key -1: nothing covers it.
+        key = points.select(
+            pl.when(t.is_not_null() & (t >= self.t_min) & pl.lit(g).is_not_null())
+            .then(pl.lit(g) * self.span + (t.clip(upper_bound=self.t_max) - self.t_min))
+            .otherwise(-1)
+            .cast(pl.Int64)
+        ).to_series()
+        keys, current = self.state["key"], self.state["current"]
+        pos = keys.search_sorted(key, side="right").cast(pl.Int64) - 1
+        at = pos.clip(lower_bound=0)
+        return (
+            pl.select(pl.when(pos >= 0).then(current.gather(at)).otherwise(None).cast(pl.Int64).alias("id"))
+            .to_series()
+        )
+
+
+def _keyed_index(state: pl.DataFrame, by: list[str]) -> CoverIndex:
+    """The :class:`CoverIndex` of ``state`` (``*by, t, current`` sorted by ``(*by, t)``),
+    keyed by one Int64 where that fits (see the class)."""
+    keys = [*by, "t"]
+    if state.is_empty() or any(state[c].null_count() for c in keys):
+        return CoverIndex(state, tuple(by))
+    t_min, t_max = int(state["t"].min()), int(state["t"].max())  # type: ignore[arg-type]
+    # One spare instant after t_max per group holds its closing null row.
+    span = t_max - t_min + 2
+    if by:
+        new_group = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in by])
+        g = state.select(new_group.cum_sum().cast(pl.Int64) - 1).to_series()
+        starts = state.select(new_group.alias("_new"))["_new"]
+        groups = state.filter(starts).select(by).with_row_index("_g").with_columns(pl.col("_g").cast(pl.Int64))
+    else:
+        g = pl.Series("_g", [0] * state.height, dtype=pl.Int64)
+        groups = pl.DataFrame({"_g": [0]}, schema={"_g": pl.Int64})
+    n_groups = groups.height
+    if n_groups * span >= 2**62:
+        return CoverIndex(state, tuple(by))
+    key = g * span + (state["t"] - t_min)
+    closing = pl.DataFrame(
+        {
+            "key": pl.int_range(n_groups, eager=True, dtype=pl.Int64) * span + (span - 1),
+            "current": pl.Series([None] * n_groups, dtype=state.schema["current"]),
+        }
+    )
+    body = pl.DataFrame({"key": key, "current": state["current"]})
+    keyed = body.merge_sorted(closing, key="key")  # both sorted: a merge, not a sort
+    return CoverIndex(keyed, tuple(by), groups, t_min, t_max, span)
 
 
 def cover_index(intervals: pl.DataFrame, by: Sequence[str] = ("pid", "tid")) -> CoverIndex:
@@ -219,7 +290,7 @@ def nest_with_index(
     :func:`cover_index` keeps only those."""
     by = list(by)
     empty = pl.DataFrame(schema={**{c: intervals.schema.get(c, pl.Int64) for c in by}, "t": pl.Int64,
-                                 "current": pl.Int64})
+                                 "current": pl.Int64})  # lookups on an empty index: all null
     no_links = pl.DataFrame(schema={"id": pl.Int64, "depth": pl.Int64, "parent_id": pl.Int64})
     if intervals.is_empty():
         return no_links, CoverIndex(empty, tuple(by))
@@ -239,7 +310,7 @@ def _nest_and_index(b: pl.DataFrame, by: list[str]) -> tuple[pl.DataFrame, Cover
     # group_by and a second sort).
     keys = [*by, "t"]
     last_at_instant = pl.any_horizontal([pl.col(k).ne_missing(pl.col(k).shift(-1)) for k in keys])
-    return links, CoverIndex(b.filter(last_at_instant).select(*keys, "current"), tuple(by))
+    return links, _keyed_index(b.filter(last_at_instant).select(*keys, "current"), by)
 
 
 def deepest_at(
