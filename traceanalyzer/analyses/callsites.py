@@ -172,13 +172,20 @@ def innermost_frames(
 
 
 def cpu_tree(model: TraceModel) -> pl.DataFrame:
-    """:func:`build_cpu_tree`, built once per model (copies and syncs share it)."""
+    """The columns of :func:`build_cpu_tree` that :func:`cpu_chain` and idle-gap attribution
+    read, ``id, name, source, parent_id``, built once per model (copies, syncs and idle_gaps
+    share it; the times stay in its cover index: half the memory of the whole tree)."""
     return _tree_and_index(model)[0]
 
 
 def _tree_and_index(model: TraceModel) -> tuple[pl.DataFrame, CoverIndex]:
     """:func:`cpu_tree` and its :func:`~traceanalyzer.model.relations.cover_index`, once per model."""
-    return derived(model, "cpu_tree", lambda: _build_cpu_tree(model))
+
+    def build() -> tuple[pl.DataFrame, CoverIndex]:
+        tree, index = _build_cpu_tree(model)
+        return tree.select("id", "name", "source", "parent_id"), index
+
+    return derived(model, "cpu_tree", build)
 
 
 def cpu_tree_index(model: TraceModel) -> tuple[pl.DataFrame, CoverIndex]:

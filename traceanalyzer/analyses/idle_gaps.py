@@ -302,12 +302,17 @@ def idle_gaps(model: TraceModel, results: Results, config: Config) -> IdleGapsRe
     sgaps = _next_activity(gaps_between(str_m, ["device", "stream"]), act, ["device", "stream"])
     # Busy time of the *other* streams during a stream gap = device coverage (this one is idle).
     sgaps = _classify(sgaps, model, launch, tol_ns, dev_m)
+    # The per-event inputs are done with: free them before the tables below are built (on
+    # a big trace these frames are a few hundred MB).
+    del act, launch, dev_m, str_m
     # One attribution pass for both tables (the as-of state is built once).
     both = _attribute(
         pl.concat([dgaps.with_columns(_kind=pl.lit(0)), sgaps.with_columns(_kind=pl.lit(1))], how="diagonal"), model
     )
+    del dgaps, sgaps
     dgaps = both.filter(pl.col("_kind") == 0).drop("_kind", "stream").sort(["device", "start_ns"])
     sgaps = both.filter(pl.col("_kind") == 1).drop("_kind", "next_stream")
+    del both
     sgaps = assign_steps(sgaps, sr, "start_ns").sort(["device", "stream", "start_ns"])
 
     per_device = _per(dgaps, ["device"])
