@@ -511,3 +511,43 @@ def test_undo_when_a_chunk_does_not_decode(tmp_path: Path, monkeypatch: pytest.M
 def test_load_dispatches_to_chunked_path(tmp_path: Path) -> None:
     p = write(tmp_path, "t.json.gz", kineto_text(doc_of(modern_events(2))))
     assert_same_model(load(p), load_chrome_trace_simple(p))
+
+
+def test_lazy_bracket_scan_equals_numpy_scan() -> None:
+    """``_brackets`` (pure Python, stops early) gives ``_structure``'s brackets and
+    depths on every buffer that is valid JSON so far: random prefixes of documents with
+    escaped quotes and brackets inside strings, and random bracket/quote soups (no
+    backslash outside a string, which only invalid JSON has)."""
+    import random
+
+    from traceanalyzer.load.chrome_trace import _brackets, _structure
+
+    rng = random.Random(7)
+    buffers: list[bytes] = []
+    for _ in range(1500):
+        doc = [{"a": 'x\\"]}{' * rng.randint(0, 2), "b": [1, {"c": "\\\\"}], "d": "[" * rng.randint(0, 3)}
+               for _ in range(rng.randint(1, 4))]
+        text = orjson.dumps(doc)
+        buffers.append(text[1:rng.randint(1, len(text))])
+    for _ in range(3000):
+        buffers.append(bytes(rng.choice(b'{}[]" ab,:') for _ in range(rng.randint(0, 40))))
+    for buf in buffers:
+        br, ch, depth = _structure(buf, 1)
+        assert list(_brackets(memoryview(buf), 1)) == list(zip(br.tolist(), ch.tolist(), depth.tolist())), buf
+
+
+def test_plain_trace_run_does_not_import_numpy(tmp_path: Path) -> None:
+    """numpy's import (0.14 s) is kept off the path of a plain trace: the loader's
+    framing scans are pure Python, the memory analyses import it when they run."""
+    import subprocess
+    import sys
+
+    p = write(tmp_path, "t.json.gz", kineto_text(doc_of(modern_events(3))))
+    code = ("import sys; from traceanalyzer.cli import main\n"
+            "try:\n    main(['analyze', sys.argv[1], '-o', sys.argv[2], '--format', 'json', '-q'])\n"
+            "except SystemExit as e:\n    assert not e.code, e.code\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'numpy')[:3])")
+    out = subprocess.run([sys.executable, "-c", code, str(p), str(tmp_path / "out")],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    assert (tmp_path / "out" / "summary.json").is_file()

@@ -69,9 +69,8 @@ from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-import numpy as np
 import orjson
 import polars as pl
 
@@ -89,6 +88,9 @@ from traceanalyzer.load.jsonio import (
     truncation_warning,
 )
 from traceanalyzer.model.trace import SCHEMAS, TraceMeta, TraceModel, empty_table
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # Category → model table, for duration ("X") events.
 CAT_TABLE: dict[str, str] = {
@@ -732,9 +734,10 @@ DECODE_AHEAD = 1
 _NL_TO_TAB = bytes.maketrans(b"\n\r", b"\t\t")
 _WS = b" \t\r\n"
 
-_BRACKET = np.zeros(256, np.int8)
-_BRACKET[[ord("{"), ord("[")]] = 1
-_BRACKET[[ord("}"), ord("]")]] = -1
+# JSON strings (skipped whole), brackets, and a string the buffer cuts off (a lone
+# ``"``: everything after it is inside that string).
+_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]|"', re.S)
+_OPEN = frozenset(b"[{")
 
 # args fields read as integers (``_int``/``_num`` in the simple path).
 _INT_ARGS = (
@@ -1080,8 +1083,12 @@ def _structure(buf: bytes | memoryview, depth0: int) -> tuple[np.ndarray, np.nda
     """The brackets of ``buf`` outside strings: (positions, byte, depth after each).
 
     ``buf`` must start outside a string, at nesting depth ``depth0``. Escaped quotes
-    are told apart by the parity of the backslash run before them.
+    are told apart by the parity of the backslash run before them. For whole chunks
+    (the exact path); the small framing jobs use :func:`_brackets`, which stops early
+    and needs no numpy (whose import, 0.14 s, a plain trace run then never pays).
     """
+    import numpy as np
+
     a = np.frombuffer(buf, np.uint8)
     q = np.flatnonzero(a == 0x22)
     if q.size:
@@ -1098,12 +1105,33 @@ def _structure(buf: bytes | memoryview, depth0: int) -> tuple[np.ndarray, np.nda
                     j -= 1
                 escaped[i] = bool(n & 1)
             q = q[~escaped]
-    kind = _BRACKET[a]
+    kind = np.zeros(256, np.int8)
+    kind[[ord("{"), ord("[")]] = 1
+    kind[[ord("}"), ord("]")]] = -1
+    kind = kind[a]
     br = np.flatnonzero(kind)
     if q.size:
         br = br[(np.searchsorted(q, br) & 1) == 0]
     step = kind[br]
     return br, a[br], depth0 + np.cumsum(step, dtype=np.int64)
+
+
+def _brackets(buf: bytes | memoryview, depth0: int) -> Iterator[tuple[int, int, int]]:
+    """:func:`_structure` as a lazy scan: (position, byte, depth after it) for each
+    bracket outside strings, in order, so a caller that needs the first few stops
+    there. Same answer for any ``buf`` that starts outside a string; on invalid JSON
+    (a backslash outside a string) the two may differ, and every caller then fails to
+    decode and re-frames with :func:`_structure`."""
+    depth = depth0
+    for m in _TOKENS.finditer(buf):
+        start = m.start()
+        ch = buf[start]
+        if ch == 0x22:
+            if m.end() - start == 1:
+                return  # a string the buffer cuts off
+            continue
+        depth += 1 if ch in _OPEN else -1
+        yield start, ch, depth
 
 
 class _ChunkedLoader:
@@ -1214,8 +1242,10 @@ class _ChunkedLoader:
             window = buf[:limit]
             k = window.find(b'"traceEvents"')
             while k >= 0:
-                _, _, depth = _structure(window[:k], 0)
-                if (int(depth[-1]) if depth.size else 0) == 1 and _outside_string(window[:k]):
+                depth = 0
+                for _, _, depth in _brackets(memoryview(window)[:k], 0):
+                    pass
+                if depth == 1 and _outside_string(window[:k]):
                     m = _COLON.match(buf, k + 13)
                     if m is None or m.end() >= len(buf):
                         if final:
@@ -1247,22 +1277,21 @@ class _ChunkedLoader:
 
     def _learn_sep(self, buf: bytes) -> None:
         """The bytes between the first two events (``},\\n  {`` for Kineto's own writer)."""
-        limit = 1 << 18
-        while True:
-            br, ch, depth = _structure(buf[:limit], 1)
-            ends = br[(depth == 1) & ((ch == ord("}")))]
-            starts = br[(depth == 2) & (ch == ord("{"))]
-            if ends.size and starts.size > 1 and starts[1] > ends[0]:
-                e, s = int(ends[0]), int(starts[1])
-                sep = buf[e:s + 1]
-                if _SEP.fullmatch(sep):
-                    self.sep = sep
-                    self.sep_nd = sep.translate(_NL_TO_TAB)
-                    self.sep_nl = self.sep_nd.replace(b",", b"\n")
-                return
-            if limit >= len(buf) or limit >= (16 << 20):
-                return
-            limit *= 8
+        end = -1
+        starts: list[int] = []
+        for pos, ch, depth in _brackets(memoryview(buf)[: 16 << 20], 1):
+            if depth == 1 and ch == 0x7D and end < 0:
+                end = pos
+            elif depth == 2 and ch == 0x7B:
+                starts.append(pos)
+            if end >= 0 and len(starts) > 1:
+                break
+        if end >= 0 and len(starts) > 1 and starts[1] > end:
+            sep = buf[end:starts[1] + 1]
+            if _SEP.fullmatch(sep):
+                self.sep = sep
+                self.sep_nd = sep.translate(_NL_TO_TAB)
+                self.sep_nl = self.sep_nd.replace(b",", b"\n")
 
     def _total(self) -> int:
         """The file's (decompressed) size, for error messages: reads the rest of the stream."""
@@ -1372,10 +1401,9 @@ class _ChunkedLoader:
         p = carry.rfind(self.sep) if self.sep else -1
         if p > 0:
             q = p + len(self.sep) - 1  # type: ignore[arg-type]
-            br, _, depth = _structure(memoryview(carry)[q:], 1)
-            closed = np.flatnonzero(depth <= 0)
-            if closed.size:
-                end = q + int(br[closed[0]])
+            closed = next((pos for pos, _, depth in _brackets(memoryview(carry)[q:], 1) if depth <= 0), -1)
+            if closed >= 0:
+                end = q + closed
                 events = carry[:end].rstrip(_WS)
                 if self._fast(events):
                     self.last_end = self.offset + len(events)
@@ -1401,6 +1429,8 @@ class _ChunkedLoader:
         Returns (where the unprocessed text resumes, array end or -1).
         """
         view = memoryview(buf)[:upto]
+        import numpy as np
+
         br, ch, depth = _structure(view, 1)
         closed = np.flatnonzero(depth <= 0)
         array_end = int(br[closed[0]]) if closed.size else -1
