@@ -252,10 +252,15 @@ def _attribute(gaps: pl.DataFrame, model: TraceModel) -> pl.DataFrame:
     ann_names, ann_index = annotation_index(model)
     aids = ann_index.lookup(pts)
     names = ctx.select("id", "name", "source")
-    g = gaps.with_columns(_cid=ids, _aid=aids)
-    g = g.join(names.rename({"id": "_cid", "name": "cpu_context"}), on="_cid", how="left")
-    g = g.join(ann_names.select(pl.col("id").alias("_aid"), pl.col("name").alias("annotation")), on="_aid", how="left")
-    return g.drop("_cid", "_aid")
+    # Joined on the two id columns alone, then added to the (wide) gaps: joining the gaps
+    # themselves would copy every column twice.
+    looked = (
+        pl.DataFrame({"_cid": ids, "_aid": aids})
+        .join(names.rename({"id": "_cid", "name": "cpu_context"}), on="_cid", how="left", maintain_order="left")
+        .join(ann_names.select(pl.col("id").alias("_aid"), pl.col("name").alias("annotation")), on="_aid",
+              how="left", maintain_order="left")
+    )
+    return gaps.with_columns(looked["cpu_context"], looked["source"], looked["annotation"])
 
 
 def _per(gaps: pl.DataFrame, by: list[str]) -> pl.DataFrame:

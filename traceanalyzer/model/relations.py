@@ -117,38 +117,61 @@ def _sorted_boundaries(intervals: pl.DataFrame, by: list[str], keep: Sequence[st
     iv = intervals.select([*by, "id", "ts_ns", "end_ns", *keep]).with_columns(
         end_ns=pl.max_horizontal("end_ns", "ts_ns")
     )
+    keys = [*by, "t", "kind", "sec", "id"]
+    fast = _sort_by_time_key(iv, by, keys, keep)
+    if fast is not None:
+        return fast
     starts = iv.select([*by, "id", pl.col("ts_ns").alias("t"), pl.lit(1, pl.Int8).alias("kind"),
                         (-pl.col("end_ns")).alias("sec"), *keep])
     ends = iv.select([*by, "id", pl.col("end_ns").alias("t"), pl.lit(0, pl.Int8).alias("kind"),
                       (-pl.col("ts_ns")).alias("sec"), *keep])
-    b = pl.concat([starts, ends])
-    keys = [*by, "t", "kind", "sec", "id"]
-    fast = _sort_by_time_key(b, by, keys)
-    return fast if fast is not None else b.sort(keys)
+    return pl.concat([starts, ends]).sort(keys)
 
 
-def _sort_by_time_key(b: pl.DataFrame, by: list[str], keys: list[str]) -> pl.DataFrame | None:
-    """``b.sort(keys)`` by one Int64 key ``group rank · span + (t − t_min)`` (a single-column
-    sort is ~3× cheaper than the six-column one), the rows that tie on it (same thread and
-    instant: few at ns resolution) then sorted by every key in place. None when the key
-    would overflow or a key column holds nulls (the caller sorts by ``keys``)."""
-    if b.is_empty() or any(b[c].null_count() for c in [*by, "t", "sec", "id"]):
+def _sort_by_time_key(iv: pl.DataFrame, by: list[str], keys: list[str], keep: Sequence[str]) -> pl.DataFrame | None:
+    """The sorted boundary rows of ``iv`` (``*by, id, ts_ns, end_ns, *keep``, ``end_ns ≥
+    ts_ns``) by one Int64 key ``group rank · span + (t − t_min)`` (a single-column sort is
+    ~3× cheaper than the six-column one), the rows that tie on it (same thread and
+    instant: few at ns resolution) then sorted by every key in place. Each column of the
+    result is gathered straight from ``iv`` (row ``i < n`` is the start of interval ``i``,
+    row ``n + i`` its end): the unsorted 2n boundary rows are never built. None when the
+    key would overflow or a key column holds nulls (the caller sorts by ``keys``)."""
+    n = iv.height
+    if n == 0 or any(iv[c].null_count() for c in [*by, "id", "ts_ns", "end_ns"]):
         return None
-    t_min, t_max = int(b["t"].min()), int(b["t"].max())  # type: ignore[arg-type]
+    t_min, t_max = int(iv["ts_ns"].min()), int(iv["end_ns"].max())  # type: ignore[arg-type]
     span = t_max - t_min + 1
     if by:
-        groups = b.select(by).unique().sort(by).with_row_index("_g").with_columns(pl.col("_g").cast(pl.Int64))
+        groups = iv.select(by).unique().sort(by).with_row_index("_g").with_columns(pl.col("_g").cast(pl.Int64))
         if groups.height * span >= 2**62:
             return None
-        g = b.select(by).join(groups, on=by, how="left", maintain_order="left")["_g"]
+        g = iv.select(by).join(groups, on=by, how="left", maintain_order="left")["_g"] * span - t_min
     else:
         if span >= 2**62:
             return None
-        g = pl.Series("_g", [0] * b.height, dtype=pl.Int64)
-    key = g * span + (b["t"] - t_min)
+        g = pl.Series("_g", [-t_min] * n, dtype=pl.Int64)
+    key = pl.concat([g + iv["ts_ns"], g + iv["end_ns"]])
+    del g
     order = key.arg_sort()
-    out = b[order]
     k = key.gather(order)
+    del key
+    is_end = order >= n
+    src = order % n
+    del order
+    out = pl.DataFrame(
+        [iv[c].gather(src) for c in [*by, "id"]]
+        + [
+            pl.select(
+                pl.when(is_end).then(iv["end_ns"].gather(src)).otherwise(iv["ts_ns"].gather(src)).alias("t")
+            ).to_series(),
+            (~is_end).cast(pl.Int8).alias("kind"),
+            pl.select(
+                pl.when(is_end).then(-iv["ts_ns"].gather(src)).otherwise(-iv["end_ns"].gather(src)).alias("sec")
+            ).to_series(),
+        ]
+        + [iv[c].gather(src) for c in keep]
+    )
+    del src, is_end
     tied = (k == k.shift(1)).fill_null(False) | (k == k.shift(-1)).fill_null(False)
     if not tied.any():
         return out
@@ -302,15 +325,18 @@ def _nest_and_index(b: pl.DataFrame, by: list[str]) -> tuple[pl.DataFrame, Cover
     # The parents come from the same boundary rows (computing them anew via nest()
     # sorted the boundaries a second time: half of this function's cost).
     links = _link_parents(b, by)
-    b = b.join(links.select("id", "parent_id"), on="id", how="left", maintain_order="left")
+    # The parent of each row's interval, joined on the id column alone (joining ``b`` would
+    # copy all of its 2n rows).
+    parent = b.select("id").join(links.select("id", "parent_id"), on="id", how="left", maintain_order="left")
     # After a start the interval itself is the deepest; after an end, its parent.
-    b = b.with_columns(current=pl.when(pl.col("kind") == 1).then(pl.col("id")).otherwise(pl.col("parent_id")))
+    b = b.select(*by, "t", current=pl.when(pl.col("kind") == 1).then(pl.col("id")).otherwise(parent["parent_id"]))
+    del parent
     # The state after all boundaries at one instant is what covers that instant: the
     # last boundary row of each (by, t), ``b`` being sorted by them (a filter, not a
     # group_by and a second sort).
     keys = [*by, "t"]
     last_at_instant = pl.any_horizontal([pl.col(k).ne_missing(pl.col(k).shift(-1)) for k in keys])
-    return links, _keyed_index(b.filter(last_at_instant).select(*keys, "current"), by)
+    return links, _keyed_index(b.filter(last_at_instant), by)
 
 
 def deepest_at(
