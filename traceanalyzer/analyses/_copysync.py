@@ -17,6 +17,7 @@ from traceanalyzer.analyses.steps import assign_steps as assign_window  # noqa: 
 
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.derived import derived
+from traceanalyzer.model.relations import gpu_activity
 
 #: CPU ops that copy tensors (outermost one of a nest counts once: aten::to > _to_copy > copy_).
 COPY_OPS: tuple[str, ...] = ("aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone")
@@ -97,15 +98,20 @@ def host_memory(name: pl.Expr, kind: pl.Expr, src: pl.Expr, dst: pl.Expr, vendor
 
 def runtime_by_correlation(model: TraceModel) -> pl.DataFrame:
     """One runtime row per correlation id (the first), renamed ``api*`` for joining to GPU rows
-    (built once per model, read-only)."""
+    (built once per model, read-only). Only correlation ids that some GPU activity carries
+    are kept: every reader joins it to GPU rows, and the calls without GPU work (syncs,
+    event records …) are about half of a trace's runtime rows."""
     return derived(model, "runtime_by_correlation", lambda: _runtime_by_correlation(model))
 
 
 def _runtime_by_correlation(model: TraceModel) -> pl.DataFrame:
+    on_gpu = gpu_activity(model)["correlation"].drop_nulls().unique()
     return (
-        model.runtime.filter(pl.col("correlation").is_not_null())
+        model.runtime.select("correlation", "name", "ts_ns", "dur_ns", "end_ns", "pid", "tid")
+        .filter(pl.col("correlation").is_not_null())
         .sort("ts_ns")
         .unique("correlation", keep="first", maintain_order=True)
+        .filter(pl.col("correlation").is_in(on_gpu.implode()))
         .select(
             "correlation",
             pl.col("name").alias("api"),

@@ -213,7 +213,10 @@ def copies(model: TraceModel, results: Results, config: Config) -> CopiesResult:
     tr = tr.with_columns(pl.when(pl.col("api").is_null()).then(None).otherwise(pl.col("copy_id")).alias("copy_id"))
     rt = model.runtime.select("name", "ts_ns", "pid", "tid", "correlation")
     rt = rt.with_columns(copy_id=containing(rt, outer, "ts_ns")).filter(pl.col("copy_id").is_not_null())
-    lk = launches(model).filter(pl.col("activity") == "kernel")
+    # The columns read below, then the rows: a filter copies every column it is given.
+    lk = launches(model).select("activity", "pid", "tid", "cpu_ts_ns", "gpu_dur_ns").filter(
+        pl.col("activity") == "kernel"
+    )
     lk = lk.with_columns(copy_id=containing(lk, outer, "cpu_ts_ns")).filter(pl.col("copy_id").is_not_null())
 
     is_mc = pl.col("activity") == "memcpy"

@@ -282,19 +282,22 @@ def idle_gaps(model: TraceModel, results: Results, config: Config) -> IdleGapsRe
     tol_us = config.get("idle_gaps.sync_tolerance_us", 10.0)
     long_ns, tol_ns = int(long_us * 1000), int(tol_us * 1000)
     sr: StepsResult = results["steps"]
-    act = gpu_activity_classes(model).filter(pl.col("device").is_not_null())
+    # The columns read below, then the rows: a filter copies every column it is given.
+    act = gpu_activity_classes(model).select("name", "ts_ns", "end_ns", "device", "stream", "correlation").filter(
+        pl.col("device").is_not_null()
+    )
     n_dev = act.height
     act = act.filter(pl.col("stream").is_not_null()).filter(pl.col("end_ns") >= pl.col("ts_ns"))
     launch = (
-        model.runtime.filter(pl.col("correlation").is_not_null())
-        .unique("correlation", keep="first")
-        .select(
+        model.runtime.select(
             "correlation",
             pl.col("name").alias("launch_api"),
             pl.col("ts_ns").alias("launch_ts_ns"),
             pl.col("pid").alias("launch_pid"),
             pl.col("tid").alias("launch_tid"),
         )
+        .filter(pl.col("correlation").is_not_null())
+        .unique("correlation", keep="first")
     )
 
     # The shared union when the stream / length filters above dropped nothing.

@@ -254,7 +254,10 @@ def _optimizer_impl(model: TraceModel) -> str:
 def _optimizer(model: TraceModel, windows: pl.DataFrame) -> pl.DataFrame:
     w = windows.select("window", "step", "start_ns", "end_ns")
     out = w.select("window", "step")
-    lj = launches(model).filter(pl.col("gpu_ts_ns").is_not_null())
+    # The columns read below, then the rows: a filter copies every column it is given.
+    lj = launches(model).select("pid", "tid", "cpu_ts_ns", "gpu_ts_ns", "gpu_dur_ns", "gpu_name", "activity").filter(
+        pl.col("gpu_ts_ns").is_not_null()
+    )
     for key, pattern in (("opt", OPTIMIZER_STEP_RE), ("zero_grad", OPTIMIZER_ZERO_RE)):
         rng = _ranges(model, pattern).select("pid", "tid", "ts_ns", "end_ns")
         length = window_union_lengths(rng, w) if rng.height else pl.DataFrame(

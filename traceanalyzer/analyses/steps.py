@@ -196,7 +196,10 @@ def steps(model: TraceModel, results: Results, config: Config) -> StepsResult:
         pl.col("end_ns").alias("cpu_end_ns"),
     )
     cpu_w = cpu.select("window", pl.col("cpu_start_ns").alias("start_ns"), pl.col("cpu_end_ns").alias("end_ns"))
-    lj = launches(model).filter(pl.col("gpu_ts_ns").is_not_null() | pl.col("is_launch"))
+    # The columns read below, then the rows: a filter copies every column it is given.
+    lj = launches(model).select("cpu_ts_ns", "gpu_ts_ns", "gpu_end_ns", "correlation", "is_launch").filter(
+        pl.col("gpu_ts_ns").is_not_null() | pl.col("is_launch")
+    )
     lj = assign_window(lj, cpu_w, "cpu_ts_ns", "window").filter(pl.col("window").is_not_null())
     per = lj.group_by("window").agg(
         gpu_end_ns=pl.col("gpu_end_ns").max(),

@@ -198,9 +198,9 @@ def _idle_after(model: TraceModel, calls: pl.DataFrame) -> pl.Series:
     default_dev = int(gpu.group_by("device").agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True)["device"][0])
     lk = (
         launches(model)
-        .filter(pl.col("device").is_not_null())
         .select(pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64), pl.col("cpu_ts_ns").alias("_t"),
                 pl.col("device").alias("_last_dev"))
+        .filter(pl.col("_last_dev").is_not_null())
         .sort("_t")
     )
     c = calls.select(pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64), "ts_ns", "end_ns", "device")
