@@ -182,8 +182,7 @@ def _tree_and_index(model: TraceModel) -> tuple[pl.DataFrame, CoverIndex]:
     """:func:`cpu_tree` and its :func:`~traceanalyzer.model.relations.cover_index`, once per model."""
 
     def build() -> tuple[pl.DataFrame, CoverIndex]:
-        tree, index = _build_cpu_tree(model)
-        return tree.select("id", "name", "source", "parent_id"), index
+        return _build_cpu_tree(model, ["id", "name", "source"])
 
     return derived(model, "cpu_tree", build)
 
@@ -201,7 +200,8 @@ def build_cpu_tree(model: TraceModel) -> pl.DataFrame:
     return _build_cpu_tree(model)[0]
 
 
-def _build_cpu_tree(model: TraceModel) -> tuple[pl.DataFrame, CoverIndex]:
+def _build_cpu_tree(model: TraceModel, columns: Sequence[str] | None = None) -> tuple[pl.DataFrame, CoverIndex]:
+    """The tree (``columns`` of it, or all, plus ``depth, parent_id``) and its cover index."""
     cols = ["name", "ts_ns", "end_ns", "pid", "tid"]
     iv = (
         pl.concat(
@@ -220,6 +220,8 @@ def _build_cpu_tree(model: TraceModel) -> tuple[pl.DataFrame, CoverIndex]:
     # Nesting and the covering index of cpu_chain from one sort of the boundaries.
     links, index = nest_with_index(iv.filter(pl.col("end_ns") > pl.col("ts_ns")).select("id", "ts_ns", "end_ns",
                                                                                           "pid", "tid"))
+    if columns is not None:
+        return iv.select(columns).join(links.select("id", "parent_id"), on="id", how="left"), index
     return iv.join(links, on="id", how="left"), index
 
 

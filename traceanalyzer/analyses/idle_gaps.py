@@ -141,13 +141,13 @@ def _next_activity(gaps: pl.DataFrame, act: pl.DataFrame, by: list[str]) -> pl.D
     )
 
 
-def _overlap(gaps: pl.DataFrame, intervals: pl.DataFrame, by: list[str]) -> pl.Series:
-    """Length of each gap ``[start_ns, end_ns)`` covered by the union of ``intervals`` per ``by``."""
+def _overlap(gaps: pl.DataFrame, merged: pl.DataFrame, by: list[str]) -> pl.Series:
+    """Length of each gap ``[start_ns, end_ns)`` covered by ``merged`` (a union of intervals
+    per ``by``, :func:`~traceanalyzer.timeutil.merge_intervals`)."""
     if gaps.is_empty():
         return pl.Series("o", [], dtype=pl.Int64)
-    merged = merge_intervals(intervals, by=by)
-    lo = covered_before(merged, gaps.select([*by, pl.col("start_ns").alias("t")]), by)
-    hi = covered_before(merged, gaps.select([*by, pl.col("end_ns").alias("t")]), by)
+    lo = covered_before(merged, gaps.select([*by, pl.col("start_ns").alias("t")]), by, presorted=True)
+    hi = covered_before(merged, gaps.select([*by, pl.col("end_ns").alias("t")]), by, presorted=True)
     return (hi - lo).fill_null(0)
 
 
@@ -165,18 +165,10 @@ def _blocking_copies(model: TraceModel) -> pl.DataFrame:
     return rt.filter(~pl.col("name").str.contains("(?i)async") | pl.col("_pg").fill_null(False))
 
 
-def _classify(
-    gaps: pl.DataFrame,
-    model: TraceModel,
-    launch: pl.DataFrame,
-    sync_tol_ns: int,
-    device_merged: pl.DataFrame | None,
-) -> pl.DataFrame:
-    """Add launch columns, ``queued`` and ``cause`` to gaps carrying ``next_correlation``."""
-    g = gaps.join(launch, left_on="next_correlation", right_on="correlation", how="left")
-    g = g.with_columns(
-        queued=pl.col("launch_ts_ns").is_not_null() & (pl.col("launch_ts_ns") < pl.col("start_ns"))
-    )
+def _host_unions(model: TraceModel, sync_tol_ns: int) -> dict[str, pl.DataFrame]:
+    """Per launching process, the unions of the synchronising calls (ends extended by the
+    tolerance), the blocking memcpy calls and the data-loader ranges: what
+    :func:`_classify` overlaps the gaps with (built once for device and stream gaps)."""
     rt = model.runtime
     sync_iv = rt.filter(pl.col("name").str.contains(SYNC_API_RE)).select(
         pl.col("pid").alias("launch_pid"), "ts_ns", (pl.col("end_ns") + sync_tol_ns).alias("end_ns")
@@ -188,12 +180,29 @@ def _classify(
             model.cpu_ops.select("name", "pid", "ts_ns", "end_ns"),
         ]
     ).filter(pl.col("name").str.contains(DATALOADER_RE)).select(pl.col("pid").alias("launch_pid"), "ts_ns", "end_ns")
+    by = ["launch_pid"]
+    return {"sync": merge_intervals(sync_iv, by=by), "memcpy": merge_intervals(memcpy_iv, by=by),
+            "dl": merge_intervals(dl_iv, by=by)}
+
+
+def _classify(
+    gaps: pl.DataFrame,
+    launch: pl.DataFrame,
+    host: dict[str, pl.DataFrame],
+    device_merged: pl.DataFrame | None,
+) -> pl.DataFrame:
+    """Add launch columns, ``queued`` and ``cause`` to gaps carrying ``next_correlation``
+    (``host``: :func:`_host_unions`)."""
+    g = gaps.join(launch, left_on="next_correlation", right_on="correlation", how="left")
+    g = g.with_columns(
+        queued=pl.col("launch_ts_ns").is_not_null() & (pl.col("launch_ts_ns") < pl.col("start_ns"))
+    )
     has = g.filter(pl.col("launch_pid").is_not_null())
     rest = g.filter(pl.col("launch_pid").is_null())
     has = has.with_columns(
-        _sync=_overlap(has, sync_iv, ["launch_pid"]),
-        _memcpy=_overlap(has, memcpy_iv, ["launch_pid"]),
-        _dl=_overlap(has, dl_iv, ["launch_pid"]),
+        _sync=_overlap(has, host["sync"], ["launch_pid"]),
+        _memcpy=_overlap(has, host["memcpy"], ["launch_pid"]),
+        _dl=_overlap(has, host["dl"], ["launch_pid"]),
     )
     rest = rest.with_columns(
         _sync=pl.lit(0, pl.Int64), _memcpy=pl.lit(0, pl.Int64), _dl=pl.lit(0, pl.Int64)
@@ -303,16 +312,17 @@ def idle_gaps(model: TraceModel, results: Results, config: Config) -> IdleGapsRe
     # The shared union when the stream / length filters above dropped nothing.
     dev_m = device_union(model) if act.height == n_dev else merge_intervals(act, by=["device"])
     dgaps = _next_activity(gaps_between(dev_m, ["device"]), act, ["device"])
-    dgaps = _classify(dgaps, model, launch, tol_ns, None)
+    host = _host_unions(model, tol_ns)
+    dgaps = _classify(dgaps, launch, host, None)
     dgaps = assign_steps(dgaps, sr, "start_ns").sort(["device", "start_ns"])
 
     str_m = merge_intervals(act, by=["device", "stream"])
     sgaps = _next_activity(gaps_between(str_m, ["device", "stream"]), act, ["device", "stream"])
     # Busy time of the *other* streams during a stream gap = device coverage (this one is idle).
-    sgaps = _classify(sgaps, model, launch, tol_ns, dev_m)
+    sgaps = _classify(sgaps, launch, host, dev_m)
     # The per-event inputs are done with: free them before the tables below are built (on
     # a big trace these frames are a few hundred MB).
-    del act, launch, dev_m, str_m
+    del act, launch, dev_m, str_m, host
     # One attribution pass for both tables (the as-of state is built once).
     both = _attribute(
         pl.concat([dgaps.with_columns(_kind=pl.lit(0)), sgaps.with_columns(_kind=pl.lit(1))], how="diagonal"), model
