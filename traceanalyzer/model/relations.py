@@ -82,8 +82,17 @@ def nest_depth(intervals: pl.DataFrame, by: Sequence[str] = ("pid", "tid")) -> p
 
 
 def _link_parents(b: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    """``id, depth, parent_id`` from the boundary rows of :func:`_boundaries`."""
-    starts = b.filter(pl.col("kind") == 1).select([*by, "pos", "id", "depth"])
+    """``id, depth, parent_id`` from the boundary rows of :func:`_boundaries`.
+
+    The parent of a start at depth d is the last earlier start of its group at depth
+    d − 1. Where it fits in an Int64, that is one binary search on one sorted key
+    ``(group number · depths + depth) · positions + pos`` (an as-of join by group and
+    depth hashes every row: the largest transient of a CPU index build)."""
+    # The columns, then the rows: a filter copies every column it is given.
+    starts = b.select([*by, "pos", "id", "depth", "kind"]).filter(pl.col("kind") == 1).drop("kind")
+    keyed = _link_parents_keyed(starts, by)
+    if keyed is not None:
+        return keyed
     parents = starts.select([*by, "pos", pl.col("id").alias("parent_id"), pl.col("depth").alias("pdepth")])
     linked = (
         starts.with_columns(pdepth=pl.col("depth") - 1)
@@ -98,6 +107,37 @@ def _link_parents(b: pl.DataFrame, by: list[str]) -> pl.DataFrame:
         )
     )
     return linked.select("id", "depth", "parent_id")
+
+
+def _link_parents_keyed(starts: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
+    """:func:`_link_parents` of ``starts`` (start rows in ``pos`` order, groups contiguous)
+    by binary search; None when a key column holds nulls or the key would overflow."""
+    if starts.is_empty() or any(starts[c].null_count() for c in [*by, "pos", "depth"]):
+        return None
+    d_min, d_max = int(starts["depth"].min()), int(starts["depth"].max())  # type: ignore[arg-type]
+    n_depths = d_max - d_min + 2  # depth − d_min + 1 lies in [1, n_depths − 1]; its parent's one below
+    n_pos = int(starts["pos"].max()) + 2  # type: ignore[arg-type]
+    if by:
+        new_group = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in by])
+        g = starts.select(new_group.cum_sum().cast(pl.Int64) - 1).to_series()
+    else:
+        g = pl.Series("g", [0] * starts.height, dtype=pl.Int64)
+    if (int(g.max()) + 1) * n_depths * n_pos >= 2**62:  # type: ignore[arg-type]
+        return None
+    # Series operations, not one query: as expressions the sorted key was recomputed per use.
+    level = g * n_depths + (starts["depth"].cast(pl.Int64) - d_min + 1)
+    pos = starts["pos"].cast(pl.Int64)
+    key = level * n_pos + pos
+    order = key.arg_sort()
+    keys, ids = key.gather(order), starts["id"].gather(order)
+    # The last start one level below with pos <= this pos − 1 (strictly earlier).
+    want = level - 1
+    at = keys.search_sorted(want * n_pos + pos - 1, side="right").cast(pl.Int64) - 1
+    j = at.clip(lower_bound=0)
+    found = pl.select(
+        pl.when((at >= 0) & (keys.gather(j) // n_pos == want)).then(ids.gather(j)).otherwise(None).alias("parent_id")
+    ).to_series()
+    return pl.DataFrame([starts["id"], starts["depth"], found.cast(starts.schema["id"])])
 
 
 def _boundaries(intervals: pl.DataFrame, by: list[str]) -> pl.DataFrame:
@@ -417,8 +457,10 @@ def _op_nesting(model: TraceModel) -> tuple[pl.DataFrame, CoverIndex]:
         # One sort for both: the index's boundaries (positive-length ops) are a subset of
         # the boundaries of all ops, in the same order.
         b = _sorted_boundaries(ivs, by, keep=["_positive"])
-        depth = _numbered(b).filter(pl.col("kind") == 1).select("id", "depth")
-        pos = b.filter(pl.col("_positive")).drop("_positive")
+        # The columns, then the rows (2 rows per op): a filter copies every column it is given.
+        depth = _numbered(b.select("id", "kind")).filter(pl.col("kind") == 1).select("id", "depth")
+        pos = b.select(*by, "id", "t", "kind", "_positive").filter(pl.col("_positive")).drop("_positive")
+        del b
         if pos.is_empty():
             return depth, cover_index(ivs.filter(pl.col("_positive")), by)
         return depth, _nest_and_index(_numbered(pos), by)[1]
