@@ -30,10 +30,10 @@ cases, with chunks down to one event).
   that polars' reader (Rust) decodes into typed columns of only the fields the model
   needs, in two passes (events with ``args`` as text, then the ``args`` texts: the
   reader is 2–3× slower on a wide struct); polars expressions sort the rows into
-  tables. No Python object per event. The next chunk decodes on a worker thread
-  while this one is framed (``DECODE_AHEAD``). Memory: the model's columns plus the
-  chunks' transients, each ~15–35× the chunk (the reader's parse buffers, the NDJSON
-  copies): hence 4 MiB chunks (on the 54 MB trace, 8 MiB peaks 80–140 MB higher at
+  tables. No Python object per event. Chunks can decode on worker threads while the
+  next is framed (``DECODE_AHEAD``, off by default: no gain on 2 cores). Memory: the
+  model's columns plus the chunks' transients, each ~15–35× the chunk (the reader's
+  parse buffers, the NDJSON copies): hence 4 MiB chunks (on the 54 MB trace, 8 MiB peaks 80–140 MB higher at
   the same CPU time; 2 MiB saves another 30 MB for ~5 % more CPU).
 
 Measured (df_index_resolver replicated with shifted timestamps by
@@ -721,11 +721,12 @@ def _assemble(
 
 CHUNK_BYTES = 4 << 20
 # Chunks decoded ahead of the one being framed, on worker threads. Decoding is mostly
-# polars (Rust, the GIL released), so the next chunk's decode overlaps this one's
-# single-threaded parts (separator rewrite, per-query overheads, gzip inflate).
-# Each chunk in flight holds its text and decode working set: 1 is the best trade
-# measured on 2 cores (see docs/performance.md).
-DECODE_AHEAD = 1
+# polars (Rust, the GIL released), so a chunk's decode can overlap the framing, gzip
+# inflate and single-threaded parts of the next. Measured on 2 cores it gains nothing
+# (polars' reader already keeps both busy: `traceanalyzer analyze` on the 54 MB trace,
+# 3 interleaved runs, 2.23 s / 195 MB serial vs 2.28 s / 212 MB one ahead; .json.gz
+# 2.50 s / 274 MB vs 2.46 s / 307 MB), so it is off by default; the tests run both.
+DECODE_AHEAD = 0
 
 # LF/CR → TAB: both are whitespace between tokens, so the text keeps its meaning, and
 # a raw LF inside a string (not strict JSON) becomes a raw TAB, which the strict
