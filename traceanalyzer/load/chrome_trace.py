@@ -33,22 +33,16 @@ cases, with chunks down to one event).
   tables. No Python object per event. Chunks can decode on worker threads while the
   next is framed (``DECODE_AHEAD``, off by default: no gain on 2 cores). Memory: the
   model's columns plus the chunks' transients, each ~15–35× the chunk (the reader's
-  parse buffers, the NDJSON copies): hence 4 MiB chunks (on the 54 MB trace, 8 MiB peaks 80–140 MB higher at
-  the same CPU time; 2 MiB saves another 30 MB for ~5 % more CPU).
+  parse buffers, the NDJSON copies): hence 4 MiB chunks (on the 54 MB trace, 8 MiB
+  peaks 80–140 MB higher at the same CPU time; 2 MiB saves another 30 MB for ~5 % more
+  CPU).
 
-Measured (df_index_resolver replicated with shifted timestamps by
-``scripts/make_big_trace.py``; 2 shared, busy cores, so wall times are high and
-noisy; peak RSS of the whole process, interpreter and imports (62 MB) included)::
-
-    copies  .json size  chunked .json   chunked .json.gz  simple        orjson.loads alone
-    1x        49 MB     2.1 s   293 MB   2.3 s   340 MB   1.9 s  427 MB  1.1 s  377 MB
-    4x       198 MB     5.7 s   335 MB   6.1 s   360 MB   6.1 s 1521 MB  4.3 s 1472 MB
-    16x      795 MB    20.5 s   856 MB  21.6 s   864 MB   (~6 GB, not run)
-    40x     1993 MB    51.7 s  1905 MB  52.2 s  1959 MB   (~16 GB, not run)
-
-Time is linear (26 s/GB from 4x on) and within 1.2–1.9× of ``orjson.loads`` on
-the same bytes (which alone needs 7.5× the file in memory); peak RSS on the 2 GB
-trace is 0.96× its size, with or without gzip.
+Measured (``scripts/bench.py``, docs/performance.md; df_index_resolver and its
+replicas by ``scripts/make_big_trace.py``; 2 cores; peak RSS of the whole process,
+interpreter and imports included): ``load()`` of the 54 MB trace takes 1.0 s and peaks
+at 201 MB, where ``orjson.loads`` alone takes 0.58 s and 382 MB; the 198 MB 4x file
+loads in 3.7 s (1.15× ``orjson.loads``) at 337 MB; the 2 GB 40x file in ~38 s at
+~1.9 GB, with or without gzip, where the simple path would need ~16 GB.
 
 Exactness: the reader blurs some JSON types (it reads ``1.0`` into a string column as
 "1", a string where a list is expected as the list's text, …), so each chunk is
