@@ -61,6 +61,7 @@ from __future__ import annotations
 import re
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import chain
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
@@ -1174,7 +1175,9 @@ class _ChunkedLoader:
         blocks = self._blocks = self.stream.blocks(self.chunk)
         carry = self._header(blocks)
         tail_parts: list[bytes] | None = None
-        for block in blocks:
+        # The empty block first: what the header left may already fill a chunk (appending
+        # the next block before cutting made the first chunk twice the others).
+        for block in chain((b"",), blocks):
             if tail_parts is not None:
                 tail_parts.append(block)
                 continue
@@ -1327,7 +1330,14 @@ class _ChunkedLoader:
             carry = skipped
         if self.sep is None:
             self._learn_sep(carry)
-        p = carry.rfind(self.sep) if self.sep else -1
+        p = -1
+        if self.sep:
+            # The last boundary within one chunk, so that a region (whose decode working
+            # set is 15-35x its size) is never much more than CHUNK_BYTES; the whole
+            # buffer only when one event is longer than that.
+            p = carry.rfind(self.sep, 0, self.chunk + len(self.sep))
+            if p <= 0:
+                p = carry.rfind(self.sep)
         if p > 0:
             nxt = p + len(self.sep) - 1  # type: ignore[arg-type]
             if self.pool is not None:

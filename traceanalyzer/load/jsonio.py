@@ -125,7 +125,9 @@ class ByteStream:
                 raw = dec.unconsumed_tail or f.read(step)
                 try:
                     if raw:
-                        out = dec.decompress(raw, size)
+                        # Never more than what completes the block: a block stays at
+                        # ``size`` (the loader's chunk), not up to twice that.
+                        out = dec.decompress(raw, size - npending)
                     else:
                         # The input ended before the stream did (a truncated .gz): zlib
                         # may still hold output it had no room for under ``size``.
