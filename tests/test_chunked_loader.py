@@ -34,10 +34,6 @@ from conftest import REPO, kineto_doc, shared_model, shared_trace_files
 # Chunk sizes for hand-made files: 1 byte cuts at every event boundary; the others
 # land cuts inside events, strings and escapes at varying offsets.
 TINY_CHUNKS = (1, 7, 61, 4096)
-# Chunks decoded ahead on worker threads, per chunk size (so each file meets the
-# serial path, one and several chunks in flight, and the undo of a chunk that did
-# not decode with others handed out after it).
-AHEAD = {1: 3, 7: 0, 61: 2, 4096: 1}
 
 
 def _outcome(fn: Callable[[], Any]) -> Any:
@@ -47,13 +43,11 @@ def _outcome(fn: Callable[[], Any]) -> Any:
         return ("InputError", str(exc))
 
 
-def chunked(path: Path, chunk_bytes: int, ahead: int | None = None) -> Any:
+def chunked(path: Path, chunk_bytes: int) -> Any:
     """The chunked path with ``chunk_bytes`` (as load_chrome_trace, with the simple
     path taking files the chunked reader cannot frame)."""
-    if ahead is None:
-        ahead = AHEAD.get(chunk_bytes, 2)
     try:
-        return _ChunkedLoader(path, chunk_bytes, ahead).load()
+        return _ChunkedLoader(path, chunk_bytes).load()
     except _Unframed:
         return load_chrome_trace_simple(path)
 
@@ -476,36 +470,6 @@ def test_many_chunks_with_repairs_in_one(tmp_path: Path) -> None:
         p = write(tmp_path, name, text)
         m = assert_paths_agree(p, chunks=(8 << 10, 64 << 10))
         assert m.kernels.height == 400 and "replaced 1 raw control characters with spaces" in m.warnings
-
-
-@pytest.mark.parametrize("ahead", [0, 1, 4])
-def test_undo_when_a_chunk_does_not_decode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ahead: int) -> None:
-    """Chunks handed to workers on the assumption that they decode: when one does not
-    (here every fifth odd event makes its chunk take the slow path), it and the chunks
-    after it are redone in order, and the model equals the simple path's."""
-    ev = modern_events(60)
-    for i in range(50, len(ev), 97):
-        ev[i]["name"] = "@CTRL@"
-    text = kineto_text(doc_of(ev)).replace(b'"@CTRL@"', b'"a\x02b"')
-    p = write(tmp_path, "undo.json", text)
-    from traceanalyzer.load import chrome_trace
-
-    calls = {"fast": 0, "slow": 0}
-    decode = chrome_trace._decode
-
-    def counting_decode(*a: Any) -> Any:
-        out = decode(*a)
-        calls["fast" if out is not None else "slow"] += 1
-        return out
-
-    monkeypatch.setattr(chrome_trace, "_decode", counting_decode)
-    ref = load_chrome_trace_simple(p)
-    got = _ChunkedLoader(p, 2048, ahead).load()
-    assert_same_model(ref, got)
-    n_odd = text.count(b"a\x02b")
-    assert n_odd >= 5 and "replaced %d raw control characters with spaces" % n_odd in got.warnings
-    # Most chunks decoded on the fast path, and some were undone and redone.
-    assert calls["fast"] > calls["slow"] > 0
 
 
 def test_load_dispatches_to_chunked_path(tmp_path: Path) -> None:

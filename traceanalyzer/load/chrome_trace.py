@@ -30,8 +30,9 @@ cases, with chunks down to one event).
   that polars' reader (Rust) decodes into typed columns of only the fields the model
   needs, in two passes (events with ``args`` as text, then the ``args`` texts: the
   reader is 2–3× slower on a wide struct); polars expressions sort the rows into
-  tables. No Python object per event. Chunks can decode on worker threads while the
-  next is framed (``DECODE_AHEAD``, off by default: no gain on 2 cores). Memory: the
+  tables. No Python object per event (decoding the next chunk on a worker thread
+  while this one is framed was measured and dropped: polars' reader already keeps 2
+  cores busy, and it cost 17–33 MB more at the same time). Memory: the
   model's columns plus the chunks' transients, each ~15–35× the chunk (the reader's
   parse buffers, the NDJSON copies): hence 4 MiB chunks (on the 54 MB trace, 8 MiB
   peaks 80–140 MB higher at the same CPU time; 2 MiB saves another 30 MB for ~5 % more
@@ -59,8 +60,7 @@ within the last 64 events.
 from __future__ import annotations
 
 import re
-from collections import Counter, deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections import Counter
 from itertools import chain
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -715,13 +715,6 @@ def _assemble(
 # ---------------------------------------------------------------------------
 
 CHUNK_BYTES = 4 << 20
-# Chunks decoded ahead of the one being framed, on worker threads. Decoding is mostly
-# polars (Rust, the GIL released), so a chunk's decode can overlap the framing, gzip
-# inflate and single-threaded parts of the next. Measured on 2 cores it gains nothing
-# (polars' reader already keeps both busy: `traceanalyzer analyze` on the 54 MB trace,
-# 3 interleaved runs, 2.23 s / 195 MB serial vs 2.28 s / 212 MB one ahead; .json.gz
-# 2.50 s / 274 MB vs 2.46 s / 307 MB), so it is off by default; the tests run both.
-DECODE_AHEAD = 0
 
 # LF/CR → TAB: both are whitespace between tokens, so the text keeps its meaning, and
 # a raw LF inside a string (not strict JSON) becomes a raw TAB, which the strict
@@ -784,8 +777,8 @@ _SUSPECT_TOP = (
     r'"ph"\s*:\s*[^"n\s]',
 )
 # A float or non-scalar pid/tid: ``other_events`` keeps ``str(pid)`` ("1.0", "True"),
-# which the reader's text ("1", "true") does not give back. Checked only for chunks
-# that have such rows (elsewhere ``_int`` reads "1" and 1.0 alike).
+# which the reader's text ("1", "true") does not give back (elsewhere ``_int`` reads
+# "1" and 1.0 alike, but the screen does not tell the rows apart: see _fast_chunk).
 _SUSPECT_IDS = (
     r'"pid"\s*:\s*(?:[^"n\s0-9-]|-?[0-9]+[.eE])',
     r'"tid"\s*:\s*(?:[^"n\s0-9-]|-?[0-9]+[.eE])',
@@ -1133,12 +1126,9 @@ def _brackets(buf: bytes | memoryview, depth0: int) -> Iterator[tuple[int, int, 
 class _ChunkedLoader:
     """Streams one file through the chunked path (see the comment above)."""
 
-    def __init__(self, path: Path, chunk_bytes: int = CHUNK_BYTES, ahead: int = DECODE_AHEAD) -> None:
+    def __init__(self, path: Path, chunk_bytes: int = CHUNK_BYTES) -> None:
         self.path = path
         self.chunk = max(1, chunk_bytes)
-        self.ahead = max(0, ahead)
-        self.pending: deque[_Pending] = deque()
-        self.pool: ThreadPoolExecutor | None = None
         self.stream = ByteStream(path)
         self.frames: dict[str, list[pl.DataFrame]] = {t: [] for t in _RAW_COLS}
         self.stats = _Stats()
@@ -1159,19 +1149,6 @@ class _ChunkedLoader:
     # -- driver -----------------------------------------------------------------
 
     def load(self) -> TraceModel:
-        if self.ahead:
-            self.pool = ThreadPoolExecutor(self.ahead, thread_name_prefix="traceanalyzer-decode")
-        try:
-            return self._load()
-        finally:
-            if self.pool is not None:
-                for job in self.pending:
-                    job.future.cancel()
-                self.pool.shutdown(wait=True)
-                self.pool = None
-            self.pending.clear()
-
-    def _load(self) -> TraceModel:
         blocks = self._blocks = self.stream.blocks(self.chunk)
         carry = self._header(blocks)
         tail_parts: list[bytes] | None = None
@@ -1316,13 +1293,6 @@ class _ChunkedLoader:
 
     def _step(self, carry: bytes) -> tuple[bytes, bytes | None]:
         """Process the complete events of a full buffer; return (rest, tail-or-None)."""
-        carry, tail = self._settle(carry, keep=self.ahead - 1)
-        if tail is not None:
-            return b"", tail
-        if self.pending and (self.expect_comma or self.sep is None or carry.rfind(self.sep) <= 0):
-            # Not the plain case: everything before must be in, in order, first.
-            carry, tail = self._settle(carry)
-            return (b"", tail) if tail is not None else self._step(carry)
         if self.expect_comma:
             skipped = self._skip_comma(carry, final=False)
             if skipped is None:
@@ -1340,13 +1310,6 @@ class _ChunkedLoader:
                 p = carry.rfind(self.sep)
         if p > 0:
             nxt = p + len(self.sep) - 1  # type: ignore[arg-type]
-            if self.pool is not None:
-                # Assume the region decodes; _settle undoes this if it did not.
-                future = self.pool.submit(_decode, carry[: p + 1], self.sep_nd, self.sep_nl, self.autograd)
-                self.pending.append(_Pending(future, carry, p, nxt, self.offset, self.last_end))
-                self.last_end = self.offset + p + 1
-                self.offset += nxt
-                return carry[nxt:], None
             if self._fast(carry[: p + 1]):
                 self.last_end = self.offset + p + 1
                 self.offset += nxt
@@ -1361,34 +1324,6 @@ class _ChunkedLoader:
         self.offset += resume
         return carry[resume:], None
 
-    def _settle(self, carry: bytes, keep: int = 0) -> tuple[bytes, bytes | None]:
-        """Collect decoded chunks, oldest first, until at most ``keep`` are in flight.
-
-        A chunk that did not decode is re-framed exactly, as :meth:`_step` would have
-        done without the workers: the chunks handed out after it are dropped, the
-        loader's position goes back to before it, and its buffer plus every byte read
-        since becomes the carry again. Returns (carry, tail-or-None) like ``_step``.
-        """
-        while len(self.pending) > max(0, keep):
-            job = self.pending.popleft()
-            result = job.future.result()
-            if result is not None:
-                self._add(*result)
-                continue
-            later = list(self.pending)
-            self.pending.clear()
-            for other in later:
-                other.future.cancel()
-            # carry == later[-1].carry[nxt:] + bytes read since (or job's, if none later).
-            carry = job.carry[: job.nxt] + b"".join(o.carry[: o.nxt] for o in later) + carry
-            self.offset, self.last_end = job.offset, job.last_end
-            resume, end = self._exact(carry, job.p + 1, final=False)
-            if end >= 0:
-                return b"", carry[end + 1:]
-            self.offset += resume
-            return carry[resume:], None
-        return carry, None
-
     def _final(self, carry: bytes) -> bytes | None:
         """The last buffer: events, the array's end and what follows (or a truncation).
 
@@ -1396,9 +1331,6 @@ class _ChunkedLoader:
         it are framed exactly (a bracket scan of the whole buffer would cost more than
         decoding it).
         """
-        carry, tail = self._settle(carry)
-        if tail is not None:
-            return tail
         if self.expect_comma:
             carry = self._skip_comma(carry, final=True)  # type: ignore[assignment]
         if self.sep is None:
@@ -1422,10 +1354,12 @@ class _ChunkedLoader:
         return carry[end + 1:] if end >= 0 else None
 
     def _fast(self, region: bytes) -> bool:
-        result = _decode(region, self.sep_nd, self.sep_nl, self.autograd)
-        if result is None:
+        try:
+            nd = region.translate(_NL_TO_TAB).replace(self.sep_nd, self.sep_nl)
+            frames, stats = _fast_chunk(nd, self.autograd)
+        except _NotFast:
             return False
-        self._add(*result)
+        self._add(frames, stats)
         return True
 
     def _exact(self, buf: bytes, upto: int, final: bool) -> tuple[int, int]:
@@ -1531,32 +1465,6 @@ class _ChunkedLoader:
         self.top.update(members)
         if not complete and self.truncated_at is None:
             self.truncated_at = start + kept
-
-
-def _decode(region: bytes, sep_nd: bytes, sep_nl: bytes, autograd: bool) -> tuple[dict[str, pl.DataFrame], _Stats] | None:
-    """The columnar decode of a framed region of events, or None when it cannot be
-    exact (the caller then re-frames it exactly). Touches no loader state, so it runs
-    on a worker thread."""
-    try:
-        nd = region.translate(_NL_TO_TAB).replace(sep_nd, sep_nl)
-        return _fast_chunk(nd, autograd)
-    except _NotFast:
-        return None
-
-
-@dataclass
-class _Pending:
-    """A chunk handed to a worker on the assumption that it decodes (the common case).
-
-    ``carry`` is the buffer it was cut from and ``nxt`` where the rest starts; with
-    the loader's position before it, that is enough to undo the assumption."""
-
-    future: Future[tuple[dict[str, pl.DataFrame], _Stats] | None]
-    carry: bytes
-    p: int
-    nxt: int
-    offset: int
-    last_end: int | None
 
 
 def _outside_string(before: bytes) -> bool:
