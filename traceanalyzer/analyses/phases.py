@@ -332,12 +332,10 @@ def _ops_table(model: TraceModel, ctx: PhaseContext, steady: list[int], act: pl.
     mods = model.python_frames.filter(pl.col("name").str.starts_with(MODULE_FRAME_PREFIX)).select(
         "name", "pid", "tid", "ts_ns", "end_ns"
     ).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
-    anns = model.annotations.filter(~pl.col("name").str.starts_with("ProfilerStep#")).select(
-        "name", "pid", "tid", "ts_ns", "end_ns"
-    ).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
     mid = deepest_at(mods, pts) if mods.height else pl.Series("id", [None] * pts.height, dtype=pl.Int64)
-    # annotation_index: the same annotations, numbered the same way, indexed once per model.
-    aid = annotation_index(model)[1].lookup(pts) if anns.height else pl.Series("id", [None] * pts.height, dtype=pl.Int64)
+    # The user annotations but ProfilerStep#, numbered and indexed once per model.
+    anns, ann_index = annotation_index(model)
+    aid = ann_index.lookup(pts)
     top = (
         top.with_columns(_m=mid, _a=aid)
         .join(mods.select(pl.col("id").alias("_m"), pl.col("name").str.replace(r"^nn\.Module:\s*", "").alias("_mn")),
