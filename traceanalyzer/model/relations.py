@@ -109,6 +109,15 @@ def _link_parents(b: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     return linked.select("id", "depth", "parent_id")
 
 
+def _group_numbers(df: pl.DataFrame, by: list[str]) -> pl.Series:
+    """``_g``: the number (0, 1, …) of each row's ``by`` group, for rows sorted so that
+    each group's rows are contiguous."""
+    if not by:
+        return pl.Series("_g", [0] * df.height, dtype=pl.Int64)
+    new_group = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in by])
+    return df.select((new_group.cum_sum().cast(pl.Int64) - 1).alias("_g")).to_series()
+
+
 def _link_parents_keyed(starts: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     """:func:`_link_parents` of ``starts`` (start rows in ``pos`` order, groups contiguous)
     by binary search; None when a key column holds nulls or the key would overflow."""
@@ -117,11 +126,7 @@ def _link_parents_keyed(starts: pl.DataFrame, by: list[str]) -> pl.DataFrame | N
     d_min, d_max = int(starts["depth"].min()), int(starts["depth"].max())  # type: ignore[arg-type]
     n_depths = d_max - d_min + 2  # depth − d_min + 1 lies in [1, n_depths − 1]; its parent's one below
     n_pos = int(starts["pos"].max()) + 2  # type: ignore[arg-type]
-    if by:
-        new_group = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in by])
-        g = starts.select(new_group.cum_sum().cast(pl.Int64) - 1).to_series()
-    else:
-        g = pl.Series("g", [0] * starts.height, dtype=pl.Int64)
+    g = _group_numbers(starts, by)
     if (int(g.max()) + 1) * n_depths * n_pos >= 2**62:  # type: ignore[arg-type]
         return None
     # Series operations, not one query: as expressions the sorted key was recomputed per use.
@@ -313,13 +318,10 @@ def _keyed_index(state: pl.DataFrame, by: list[str]) -> CoverIndex:
     t_min, t_max = int(state["t"].min()), int(state["t"].max())  # type: ignore[arg-type]
     # One spare instant after t_max per group holds its closing null row.
     span = t_max - t_min + 2
+    g = _group_numbers(state, by)
     if by:
-        new_group = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in by])
-        g = state.select(new_group.cum_sum().cast(pl.Int64) - 1).to_series()
-        starts = state.select(new_group.alias("_new"))["_new"]
-        groups = state.filter(starts).select(by).with_row_index("_g").with_columns(pl.col("_g").cast(pl.Int64))
+        groups = state.select(*by, g).filter(pl.col("_g").is_first_distinct())
     else:
-        g = pl.Series("_g", [0] * state.height, dtype=pl.Int64)
         groups = pl.DataFrame({"_g": [0]}, schema={"_g": pl.Int64})
     n_groups = groups.height
     if n_groups * span >= 2**62:
