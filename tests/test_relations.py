@@ -194,3 +194,72 @@ def test_run_analyses_declares_every_shared_table(monkeypatch) -> None:  # type:
         assert rebuilds() == before, name
         assert left[name] == [], name
         assert id(model) not in _MEMO
+
+
+def _random_nested(seed: int) -> pl.DataFrame:
+    """Properly nested intervals on two threads, with shared starts and ends, identical
+    twins and zero-length intervals (at a parent's start, end and inside)."""
+    import random
+
+    rng = random.Random(seed)
+    rows: list[tuple[int, int, int]] = []  # (tid, ts, end)
+
+    def fill(tid: int, lo: int, hi: int, level: int) -> None:
+        t = lo
+        while t < hi and level < 5:
+            kind = rng.random()
+            if kind < 0.2:  # zero-length, possibly at the parent's start or end
+                rows.append((tid, t, t))
+                t += rng.choice([0, 0, 1, 2])
+                continue
+            end = min(hi, t + rng.randint(1, 12))
+            rows.append((tid, t, end))
+            if rng.random() < 0.2:
+                rows.append((tid, t, end))  # an identical twin: nested under the first
+            fill(tid, t, end, level + 1)
+            t = end + rng.choice([0, 0, 1])
+
+    for tid in (1, 2):
+        fill(tid, 0, 60, 0)
+    rng.shuffle(rows)
+    return pl.DataFrame(
+        {"id": list(range(len(rows))), "ts_ns": [r[1] for r in rows], "end_ns": [r[2] for r in rows],
+         "pid": [1] * len(rows), "tid": [r[0] for r in rows]},
+        schema={"id": pl.Int64, "ts_ns": pl.Int64, "end_ns": pl.Int64, "pid": pl.Int64, "tid": pl.Int64},
+    )
+
+
+def _brute_nest(iv: pl.DataFrame) -> dict[int, tuple[int, int | None]]:
+    """id -> (depth, parent id) by definition: Y encloses X when Y has positive length,
+    covers X's start (half-open) and comes first at a shared start (longer, then lower id)."""
+    rows = iv.to_dicts()
+    out: dict[int, tuple[int, int | None]] = {}
+    for x in rows:
+        enclosing = [
+            y for y in rows
+            if y["id"] != x["id"] and y["tid"] == x["tid"] and y["end_ns"] > y["ts_ns"]
+            and y["ts_ns"] <= x["ts_ns"] < y["end_ns"]
+            and (y["ts_ns"], -y["end_ns"], y["id"]) < (x["ts_ns"], -x["end_ns"], x["id"])
+        ]
+        parent = max(enclosing, key=lambda y: (y["ts_ns"], -y["end_ns"], y["id"]))["id"] if enclosing else None
+        out[x["id"]] = (len(enclosing) + 1, parent)
+    return out
+
+
+def test_nest_with_zero_length_intervals_matches_the_definition(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A zero-length interval at the instant a longer one starts used to sort its end before
+    its own start: every later interval on the thread came out one level too shallow."""
+    from traceanalyzer.model import relations
+    from traceanalyzer.model.relations import nest_depth
+
+    for seed in range(12):
+        iv = _random_nested(seed)
+        want = _brute_nest(iv)
+        for fast in (True, False):
+            with monkeypatch.context() as m:
+                if not fast:  # the multi-column sort the single-key path falls back to
+                    m.setattr(relations, "_sort_by_time_key", lambda *a: None)
+                got = nest(iv)
+                depth = nest_depth(iv)
+            assert {r["id"]: (r["depth"], r["parent_id"]) for r in got.to_dicts()} == want, (seed, fast)
+            assert dict(zip(depth["id"].to_list(), depth["depth"].to_list())) == {k: v[0] for k, v in want.items()}

@@ -150,7 +150,9 @@ def _boundaries(intervals: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 
     At equal times, ends come before starts (half-open intervals: an interval that
     ends at t does not cover t); among starts the longer first (parent before child);
-    among ends the later-started first (child closes before parent).
+    among ends the later-started first (child closes before parent). A zero-length
+    interval's end comes right after its own start (sorting it with the other ends
+    put it before its start: a depth one too low for everything after it on the thread).
     """
     return _numbered(_sorted_boundaries(intervals, by))
 
@@ -162,25 +164,34 @@ def _sorted_boundaries(intervals: pl.DataFrame, by: list[str], keep: Sequence[st
     iv = intervals.select([*by, "id", "ts_ns", "end_ns", *keep]).with_columns(
         end_ns=pl.max_horizontal("end_ns", "ts_ns")
     )
-    keys = [*by, "t", "kind", "sec", "id"]
-    fast = _sort_by_time_key(iv, by, keys, keep)
+    fast = _sort_by_time_key(iv, by, keep)
     if fast is not None:
         return fast
     starts = iv.select([*by, "id", pl.col("ts_ns").alias("t"), pl.lit(1, pl.Int8).alias("kind"),
                         (-pl.col("end_ns")).alias("sec"), *keep])
     ends = iv.select([*by, "id", pl.col("end_ns").alias("t"), pl.lit(0, pl.Int8).alias("kind"),
                       (-pl.col("ts_ns")).alias("sec"), *keep])
-    return pl.concat([starts, ends]).sort(keys)
+    return _sort_boundary_rows(pl.concat([starts, ends]), by)
 
 
-def _sort_by_time_key(iv: pl.DataFrame, by: list[str], keys: list[str], keep: Sequence[str]) -> pl.DataFrame | None:
+def _sort_boundary_rows(b: pl.DataFrame, by: list[str], lead: Sequence[str] = ()) -> pl.DataFrame:
+    """``b`` (boundary rows: ``*by, id, t, kind, sec``) sorted by ``lead``, then in the
+    order of :func:`_boundaries`: ``(*by, t)``; ends of positive-length intervals
+    (``t ≠ −sec``), later-started first; then starts and zero-length ends by ``sec``
+    (longer first), ``id``, start before end."""
+    rank = ((pl.col("kind") == 1) | (pl.col("t") == -pl.col("sec"))).alias("_rank")
+    keys = [*lead, *by, "t", "_rank", "sec", "id", "kind"]
+    return b.with_columns(rank).sort(keys, descending=[False] * (len(keys) - 1) + [True]).drop("_rank")
+
+
+def _sort_by_time_key(iv: pl.DataFrame, by: list[str], keep: Sequence[str]) -> pl.DataFrame | None:
     """The sorted boundary rows of ``iv`` (``*by, id, ts_ns, end_ns, *keep``, ``end_ns ≥
     ts_ns``) by one Int64 key ``group rank · span + (t − t_min)`` (a single-column sort is
     ~3× cheaper than the six-column one), the rows that tie on it (same thread and
     instant: few at ns resolution) then sorted by every key in place. Each column of the
     result is gathered straight from ``iv`` (row ``i < n`` is the start of interval ``i``,
     row ``n + i`` its end): the unsorted 2n boundary rows are never built. None when the
-    key would overflow or a key column holds nulls (the caller sorts by ``keys``)."""
+    key would overflow or a key column holds nulls (the caller sorts the rows)."""
     n = iv.height
     if n == 0 or any(iv[c].null_count() for c in [*by, "id", "ts_ns", "end_ns"]):
         return None
@@ -223,7 +234,7 @@ def _sort_by_time_key(iv: pl.DataFrame, by: list[str], keys: list[str], keep: Se
     # Tied rows sit in contiguous blocks of equal key: sorting them by (key, …) keeps each
     # block at its place and orders it by the remaining keys.
     at = tied.arg_true()
-    fixed = out[at].with_columns(_k=k.gather(at)).sort(["_k", *keys]).drop("_k")
+    fixed = _sort_boundary_rows(out[at].with_columns(_k=k.gather(at)), by, lead=["_k"]).drop("_k")
     return _scatter_rows(out, at, fixed)
 
 
