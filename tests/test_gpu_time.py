@@ -119,3 +119,40 @@ def test_merge_intervals_touching_nested_zero_length_and_negative():
     # a new union, as it always did.
     neg = pl.DataFrame({"ts_ns": [0, 50, 52], "end_ns": [10, 40, 60]})
     assert merge_intervals(neg).rows() == [(0, 10), (50, 40), (52, 60)]
+
+
+def test_merge_intervals_groups_do_not_carry_into_each_other():
+    """Per-group unions by one running maximum over offset times: a long interval of one
+    group must not swallow the next group's intervals (random cases against a plain sweep)."""
+    import random
+
+    import polars as pl
+
+    from traceanalyzer.timeutil import merge_intervals
+
+    def sweep(rows: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
+        out: list[tuple[int, int, int, int]] = []
+        for key in sorted({(p, t) for p, t, _, _ in rows}):
+            ivs = sorted((s, e) for p, t, s, e in rows if (p, t) == key)
+            cur = list(ivs[0])
+            for s, e in ivs[1:]:
+                if s > cur[1]:
+                    out.append((*key, cur[0], cur[1]))
+                    cur = [s, e]
+                else:
+                    cur[1] = max(cur[1], e)
+            out.append((*key, cur[0], cur[1]))
+        return out
+
+    rng = random.Random(7)
+    for _ in range(30):
+        rows = []
+        for _ in range(rng.randint(1, 40)):
+            s = rng.randint(0, 100)
+            rows.append((rng.choice([1, 2]), rng.choice([5, 9, 11]), s, s + rng.choice([0, 1, 3, 10, 90])))
+        df = pl.DataFrame(rows, schema=["pid", "tid", "ts_ns", "end_ns"], orient="row")
+        assert merge_intervals(df, by=["pid", "tid"]).rows() == sweep(rows)
+        assert merge_intervals(df.with_columns(pid=pl.lit(0), tid=pl.lit(0)), by=["pid", "tid"]).rows() == sweep(
+            [(0, 0, s, e) for _, _, s, e in rows]
+        )
+        assert merge_intervals(df).rows() == [(s, e) for _, _, s, e in sweep([(0, 0, s, e) for _, _, s, e in rows])]

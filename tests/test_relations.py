@@ -102,6 +102,14 @@ def test_nest_with_index_links_equal_nest() -> None:
     links, index = nest_with_index(positive)
     assert links.sort("id").to_dicts() == nest(positive).sort("id").to_dicts()
     assert index.lookup(pl.DataFrame({"pid": [1], "tid": [1], "ts_ns": [20]})).to_list() == [B]
+    # Ids far from row numbers take the join instead of the dense scatter/gather: same answers.
+    far = 10**12
+    links_far, index_far = nest_with_index(positive.with_columns(pl.col("id") + far))
+    assert links_far.sort("id").to_dicts() == [
+        {**r, "id": r["id"] + far, "parent_id": None if r["parent_id"] is None else r["parent_id"] + far}
+        for r in links.sort("id").to_dicts()
+    ]
+    assert index_far.lookup(pl.DataFrame({"pid": [1], "tid": [1], "ts_ns": [20]})).to_list() == [B + far]
     depth = nest_depth(INTERVALS).sort("id")
     assert depth["depth"].to_list() == nest(INTERVALS).sort("id")["depth"].to_list()
 

@@ -28,7 +28,34 @@ def merge_intervals(
         return pl.DataFrame(
             schema={**{b: df.schema[b] for b in by}, "start_ns": pl.Int64, "end_ns": pl.Int64}
         )
-    s = df.select([*by, pl.col(start).alias("start_ns"), pl.col(end).alias("end_ns")]).sort([*by, "start_ns"])
+    s = sort_within_groups(df.select([*by, pl.col(start).alias("start_ns"), pl.col(end).alias("end_ns")]), by,
+                           "start_ns")
+    clean = s.select(
+        ok=(pl.col("start_ns").null_count() == 0) & (pl.col("end_ns").null_count() == 0)
+        & (pl.col("end_ns") >= pl.col("start_ns")).all()
+    ).item()
+    if clean:
+        # Rows sorted by (by, start): an interval starts at a "new" row and ends at the
+        # running maximum of ends on its last row (the row before the next "new" one).
+        # The running maximum must not carry over from one group to the next: each group's
+        # times are shifted by (group number · span) so that one plain running maximum
+        # over the column is the per-group one (a window per group cost 6× as much).
+        lo, hi = s["start_ns"].min(), s["end_ns"].max()
+        span = int(hi) - int(lo) + 1  # type: ignore[arg-type]
+        if by:
+            first = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in by]).fill_null(True)
+            g = s.select(first.cum_sum().cast(pl.Int64) - 1).to_series()
+            n_groups = int(g[-1]) + 1
+            off = pl.lit(g * span - lo)
+        else:
+            off, n_groups = pl.lit(-lo, pl.Int64), 1
+        if n_groups * span < 2**62:
+            run_max = (pl.col("end_ns") + off).cum_max()
+            new = run_max.shift(1).is_null() | (pl.col("start_ns") + off > run_max.shift(1))
+            s = s.with_columns(new=new, _run_max=run_max - off)
+            return s.with_columns(
+                start_ns=pl.when("new").then(pl.col("start_ns")).forward_fill(), end_ns=pl.col("_run_max")
+            ).filter(pl.col("new").shift(-1, fill_value=True)).select([*by, "start_ns", "end_ns"])
     over: str | None = None
     if by:
         # The groups are contiguous after the sort: number them, and run the windows over
@@ -36,23 +63,10 @@ def merge_intervals(
         first = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in by]).fill_null(True)
         s = s.with_columns(_seg=first.cum_sum())
         over = "_seg"
-    run_max = pl.col("end_ns").cum_max().over(over) if over else pl.col("end_ns").cum_max()
     prev_max_end = (
         pl.col("end_ns").cum_max().shift(1).over(over) if over else pl.col("end_ns").cum_max().shift(1)
     )
     new = prev_max_end.is_null() | (pl.col("start_ns") > prev_max_end)
-    clean = df.select(
-        ok=(pl.col(start).null_count() == 0) & (pl.col(end).null_count() == 0) & (pl.col(end) >= pl.col(start)).all()
-    ).item()
-    if clean:
-        # Rows sorted by (by, start): an interval starts at a "new" row and ends at the
-        # running maximum of ends on its last row (the row before the next "new" one; a
-        # new by-group always starts "new"). Without negative lengths that running
-        # maximum is the group's own maximum: the earlier groups ended before it began.
-        s = s.with_columns(new=new, _run_max=run_max)
-        return s.with_columns(
-            start_ns=pl.when("new").then(pl.col("start_ns")).forward_fill(), end_ns=pl.col("_run_max")
-        ).filter(pl.col("new").shift(-1, fill_value=True)).select([*by, "start_ns", "end_ns"])
     s = s.with_columns(new=new).with_columns(grp=pl.col("new").cast(pl.Int64).cum_sum())
     return (
         s.group_by([*by, "grp"], maintain_order=True)
@@ -60,6 +74,15 @@ def merge_intervals(
         .drop("grp")
         .sort([*by, "start_ns"])
     )
+
+
+def sort_within_groups(df: pl.DataFrame, by: Sequence[str], key: str) -> pl.DataFrame:
+    """``df`` sorted by ``(*by, key)``: by ``key`` first (one column, cheap on the nearly
+    sorted times of a trace), then stably by ``by``; about a third of the time of one sort
+    by all of them."""
+    by = list(by)
+    s = df.sort(key)
+    return s.sort(by, maintain_order=True) if by else s
 
 
 def union_length_ns(starts: pl.Series, ends: pl.Series) -> int:
