@@ -271,3 +271,19 @@ def test_nest_with_zero_length_intervals_matches_the_definition(monkeypatch) -> 
                 depth = nest_depth(iv)
             assert {r["id"]: (r["depth"], r["parent_id"]) for r in got.to_dicts()} == want, (seed, fast)
             assert dict(zip(depth["id"].to_list(), depth["depth"].to_list())) == {k: v[0] for k, v in want.items()}
+
+
+def test_by_id_dense_and_join_paths_agree() -> None:
+    """by_id is a left join of ids on a table: absent and null ids give null, both paths."""
+    from traceanalyzer.model.relations import by_id
+
+    table_ids = pl.Series([4, 0, 2], dtype=pl.Int64)
+    values = pl.Series("name", ["e", "a", "c"])
+    ids = pl.Series([0, None, 2, 3, 4, 9, 0], dtype=pl.Int64)
+    want = ["a", None, "c", None, "e", None, "a"]
+    got = by_id(ids, table_ids, values)
+    assert got.name == "name" and got.to_list() == want
+    far = 10**12  # ids far from row numbers: the join
+    assert by_id(ids + far, table_ids + far, values).to_list() == want
+    assert by_id(ids, pl.Series([], dtype=pl.Int64), pl.Series("name", [], dtype=pl.String)).to_list() == [None] * 7
+    assert by_id(ids - 1, table_ids - 1, values).to_list() == want  # a negative id: the join

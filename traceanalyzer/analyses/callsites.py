@@ -35,7 +35,7 @@ import polars as pl
 
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.derived import derived
-from traceanalyzer.model.relations import CoverIndex, cover_index, deepest_at, nest_with_index
+from traceanalyzer.model.relations import CoverIndex, by_id, cover_index, deepest_at, nest_with_index
 
 #: Top-level modules treated as library code (besides the standard library). Users who
 #: develop one of these pass it in ``user_modules`` to see its lines as theirs.
@@ -138,8 +138,7 @@ def _covering(intervals: pl.DataFrame, pts: pl.DataFrame, value: str = "name") -
         return pl.Series(value, [None] * pts.height, dtype=intervals.schema.get(value, pl.String))
     iv = intervals.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
     ids = deepest_at(iv.select("id", "ts_ns", "end_ns", "pid", "tid"), pts)
-    looked = pl.DataFrame({"id": ids}).join(iv.select("id", value), on="id", how="left", maintain_order="left")
-    return looked[value]
+    return iv[value].gather(ids)  # ids are row numbers of iv
 
 
 def innermost_frames(
@@ -221,8 +220,10 @@ def _build_cpu_tree(model: TraceModel, columns: Sequence[str] | None = None) -> 
     links, index = nest_with_index(iv.filter(pl.col("end_ns") > pl.col("ts_ns")).select("id", "ts_ns", "end_ns",
                                                                                           "pid", "tid"))
     if columns is not None:
-        return iv.select(columns).join(links.select("id", "parent_id"), on="id", how="left"), index
-    return iv.join(links, on="id", how="left"), index
+        return iv.select(columns).with_columns(parent_id=by_id(iv["id"], links["id"], links["parent_id"])), index
+    return iv.with_columns(
+        depth=by_id(iv["id"], links["id"], links["depth"]), parent_id=by_id(iv["id"], links["id"], links["parent_id"])
+    ), index
 
 
 def cpu_chain(

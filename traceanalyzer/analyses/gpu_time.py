@@ -54,7 +54,7 @@ from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.timeutil import merge_intervals
+from traceanalyzer.timeutil import merge_intervals, sort_within_groups
 
 DEVICE_CATEGORIES = ("compute", "communication", "memcpy", "memset")
 TB_CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
@@ -119,7 +119,7 @@ def _exclusive_sweep(
         parts.append(grid.select(*by, pl.col(col).alias("t"), pl.lit(lvl_code, pl.Int32).alias("lvl"),
                                  pl.col("window").cast(pl.Int32).alias("d")))
     schema = parts[0].schema
-    b = pl.concat([p.cast(schema) for p in parts]).sort([*by, "t"])  # type: ignore[arg-type]
+    b = sort_within_groups(pl.concat([p.cast(schema) for p in parts]), by, "t")  # type: ignore[arg-type]
     # Per-level counts: plain running sums are per group (each interval's +1 and −1 are in
     # its group, and groups are contiguous after the sort).
     counts = [pl.when(pl.col("lvl") == i).then(pl.col("d")).otherwise(0).cum_sum() for i in range(k)]

@@ -60,7 +60,7 @@ from traceanalyzer.analyses.steps import StepsResult, assign_steps
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import annotation_index, cpu_context, deepest_at
+from traceanalyzer.model.relations import annotation_index, by_id, cpu_context, deepest_at
 from traceanalyzer.timeutil import gaps_between, merge_intervals
 
 CAUSES = ("host_bound", "sync", "memcpy", "data_loader", "stream_dependency", "other")
@@ -260,16 +260,11 @@ def _attribute(gaps: pl.DataFrame, model: TraceModel) -> pl.DataFrame:
     # indexed once per model (phases looks them up too).
     ann_names, ann_index = annotation_index(model)
     aids = ann_index.lookup(pts)
-    names = ctx.select("id", "name", "source")
-    # Joined on the two id columns alone, then added to the (wide) gaps: joining the gaps
-    # themselves would copy every column twice.
-    looked = (
-        pl.DataFrame({"_cid": ids, "_aid": aids})
-        .join(names.rename({"id": "_cid", "name": "cpu_context"}), on="_cid", how="left", maintain_order="left")
-        .join(ann_names.select(pl.col("id").alias("_aid"), pl.col("name").alias("annotation")), on="_aid",
-              how="left", maintain_order="left")
+    return gaps.with_columns(
+        by_id(ids, ctx["id"], ctx["name"]).alias("cpu_context"),
+        by_id(ids, ctx["id"], ctx["source"]).alias("source"),
+        by_id(aids, ann_names["id"], ann_names["name"]).alias("annotation"),
     )
-    return gaps.with_columns(looked["cpu_context"], looked["source"], looked["annotation"])
 
 
 def _per(gaps: pl.DataFrame, by: list[str]) -> pl.DataFrame:

@@ -195,12 +195,13 @@ def kernels(model: TraceModel, results: Results, config: Config) -> KernelsResul
 
     # Launching CPU op: runtime call (by correlation) → deepest cpu_op covering its start.
     rt = model.runtime.filter(pl.col("correlation").is_not_null()).unique("correlation", keep="first")
-    ops = model.cpu_ops.select(pl.col("name").alias("cpu_op")).with_row_index("op_id").with_columns(
-        pl.col("op_id").cast(pl.Int64)
+    # Only the launch points of these kernels are looked up (not every runtime call), and
+    # op ids are row numbers of model.cpu_ops: the name is a gather, not a join.
+    launch = k.select("correlation").join(
+        rt.select("correlation", "pid", "tid", "ts_ns"), on="correlation", how="left", maintain_order="left"
     )
-    rt = rt.select("correlation", "pid", "tid", "ts_ns").with_columns(op_id=op_index(model).lookup(rt))
-    rt = rt.join(ops, on="op_id", how="left")
-    kk = k.join(rt.select("correlation", "cpu_op"), on="correlation", how="left")
+    op_id = op_index(model).lookup(launch.select("pid", "tid", "ts_ns"))
+    kk = k.with_columns(cpu_op=model.cpu_ops["name"].gather(op_id))
     by_op = (
         kk.with_columns(pl.col("cpu_op").fill_null("<no launching CPU op>"))
         .group_by("cpu_op")

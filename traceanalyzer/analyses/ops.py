@@ -207,7 +207,7 @@ def _kernel_classes(model: TraceModel, windows: pl.DataFrame, steady: list[int])
         rt = model.runtime.filter(pl.col("correlation").is_not_null()).unique("correlation", keep="first").select(
             "correlation", "pid", "tid", "ts_ns")
         rt = rt.with_columns(id=deepest_at(ops.select("id", "pid", "tid", "ts_ns", "end_ns"), rt))
-        rt = rt.join(ops.select("id", "_dt"), on="id", how="left")
+        rt = rt.with_columns(_dt=ops["_dt"].gather(rt["id"]))  # ids are row numbers of ops
         k = k.drop("op_dtype").join(rt.select("correlation", pl.col("_dt").alias("op_dtype")), on="correlation",
                                     how="left")
     # Grouped by precision too: normalisation drops template arguments, so one CUTLASS/xmma

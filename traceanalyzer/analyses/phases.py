@@ -68,7 +68,7 @@ from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
 from traceanalyzer.config import Config
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import annotation_index, deepest_at, op_depth, op_index
+from traceanalyzer.model.relations import annotation_index, by_id, deepest_at, op_depth, op_index
 from traceanalyzer.timeutil import merge_intervals
 
 PHASES: tuple[str, ...] = ("data_loading", "forward", "backward", "optimizer", "communication", "other")
@@ -336,14 +336,9 @@ def _ops_table(model: TraceModel, ctx: PhaseContext, steady: list[int], act: pl.
     # The user annotations but ProfilerStep#, numbered and indexed once per model.
     anns, ann_index = annotation_index(model)
     aid = ann_index.lookup(pts)
-    top = (
-        top.with_columns(_m=mid, _a=aid)
-        .join(mods.select(pl.col("id").alias("_m"), pl.col("name").str.replace(r"^nn\.Module:\s*", "").alias("_mn")),
-              on="_m", how="left", maintain_order="left")
-        .join(anns.select(pl.col("id").alias("_a"), pl.col("name").alias("_an")), on="_a", how="left",
-              maintain_order="left")
-        .with_columns(module=pl.coalesce("_mn", "_an"))
-        .drop("_m", "_a", "_mn", "_an")
+    mod_names = mods["name"].str.replace(r"^nn\.Module:\s*", "")
+    top = top.with_columns(
+        module=pl.coalesce(pl.lit(by_id(mid, mods["id"], mod_names)), pl.lit(by_id(aid, anns["id"], anns["name"])))
     )
     # GPU work launched inside each top-level op (runtime call start inside the op, same thread).
     g = act.filter(pl.col("api_ts_ns").is_not_null()) if act.height else act

@@ -50,8 +50,8 @@ def _enclosing_ops(ev: pl.DataFrame, model: TraceModel) -> pl.DataFrame:
     if ops.is_empty() or ev.is_empty():
         return ev.with_columns(op=pl.lit(None, dtype=pl.String))
     ids = op_index(model).lookup(ev.select("ts_ns", "pid", "tid"))
-    names = ops.select(op="name").with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
-    return ev.with_columns(id=ids).join(names, on="id", how="left", maintain_order="left").drop("id")
+    # Op ids are row numbers of model.cpu_ops: the name is a gather, not a join.
+    return ev.with_columns(op=ops["name"].gather(ids))
 
 
 OOM_SCHEMA = {"device": pl.String, "ts_ns": pl.Int64, "bytes": pl.Int64, "total_allocated": pl.Int64,

@@ -385,7 +385,7 @@ def _nest_and_index(b: pl.DataFrame, by: list[str]) -> tuple[pl.DataFrame, Cover
     # The parents come from the same boundary rows (computing them anew via nest()
     # sorted the boundaries a second time: half of this function's cost).
     links = _link_parents(b, by)
-    parent = _parent_per_row(b["id"], links)
+    parent = by_id(b["id"], links["id"], links["parent_id"].cast(pl.Int64))
     # After a start the interval itself is the deepest; after an end, its parent.
     b = b.select(*by, "t", current=pl.when(pl.col("kind") == 1).then(pl.col("id")).otherwise(parent))
     del parent
@@ -397,19 +397,22 @@ def _nest_and_index(b: pl.DataFrame, by: list[str]) -> tuple[pl.DataFrame, Cover
     return links, _keyed_index(b.filter(last_at_instant), by)
 
 
-def _parent_per_row(ids: pl.Series, links: pl.DataFrame) -> pl.Series:
-    """``links.parent_id`` of each of ``ids`` (all of them in ``links.id``, which is unique).
+def by_id(ids: pl.Series, table_ids: pl.Series, values: pl.Series) -> pl.Series:
+    """``values`` of the row of ``table_ids`` (unique) equal to each of ``ids``; null where
+    none is (or ``ids`` is null): a left join of ``ids`` on the table, aligned with ``ids``.
 
-    Where the ids are small non-negative numbers (row numbers, as every caller's are), a
-    scatter into a dense array and a gather: a hash join of the 2n boundary rows on ``id``
-    was 30 % of a CPU index build."""
-    lid = links["id"]
-    lo, hi = lid.min(), lid.max()
-    if lid.dtype.is_integer() and lo is not None and int(lo) >= 0 and int(hi) < 4 * lid.len() + 1024:  # type: ignore[arg-type]
-        dense = pl.repeat(None, int(hi) + 1, dtype=pl.Int64, eager=True)  # type: ignore[arg-type]
-        return dense.scatter(lid, links["parent_id"].cast(pl.Int64)).gather(ids).alias("parent_id")
-    joined = ids.to_frame("id").join(links.select("id", "parent_id"), on="id", how="left", maintain_order="left")
-    return joined["parent_id"]
+    Where the ids are small non-negative integers (row numbers, as the ids of
+    :func:`nest`, :func:`cpu_context` and the CPU tree are), a scatter into a dense array
+    and a gather: a hash join of millions of rows on ``id`` was 30 % of a CPU index build."""
+    if ids.dtype.is_integer() and table_ids.dtype.is_integer() and table_ids.len():
+        lo = min(int(table_ids.min()), int(ids.min()) if ids.null_count() < ids.len() else 0)  # type: ignore[arg-type]
+        hi = max(int(table_ids.max()), int(ids.max()) if ids.null_count() < ids.len() else 0)  # type: ignore[arg-type]
+        if lo >= 0 and hi < 4 * (table_ids.len() + ids.len()) + 1024:
+            dense = pl.repeat(None, hi + 1, dtype=values.dtype, eager=True)
+            return dense.scatter(table_ids, values).gather(ids).alias(values.name)
+    table = pl.DataFrame({"_id": table_ids, "_v": values})
+    joined = ids.cast(table_ids.dtype).to_frame("_id").join(table, on="_id", how="left", maintain_order="left")
+    return joined["_v"].alias(values.name)
 
 
 def deepest_at(
