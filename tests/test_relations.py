@@ -194,10 +194,11 @@ def test_run_analyses_declares_every_shared_table(monkeypatch) -> None:  # type:
 
     monkeypatch.setattr(analyses, "forget", spy)
     root = Path(__file__).resolve().parent.parent / "sample_traces"
-    for name in ("legacy_pt18.json", "pt113_sync_bound.json.gz", "amd_mi300_inference.json.gz"):
+    for name, workers in [(n, w) for n in ("legacy_pt18.json", "pt113_sync_bound.json.gz",
+                                           "amd_mi300_inference.json.gz") for w in (1, 2)]:
         model = load(root / name)
         before = rebuilds()
-        res = analyses.run_analyses(model, strict=True)
+        res = analyses.run_analyses(model, strict=True, workers=workers)
         assert {"idle_gaps", "syncs", "copies", "phases", "ops"} <= set(res.values), (name, res.skipped)
         assert rebuilds() == before, name
         assert left[name] == [], name

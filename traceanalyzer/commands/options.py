@@ -54,6 +54,8 @@ def _analysis_keys() -> dict[str, frozenset[str]]:
             continue
         for owner, param in re.findall(r"""config\.get\(\s*["']([a-z0-9_]+)\.([a-z0-9_]+)["']""", src):
             keys.setdefault(owner, set()).add(param)
+    # The runner's own setting (traceanalyzer.analyses.run_analyses): how many at once.
+    keys.setdefault("analyses", set()).add("workers")
     return {k: frozenset(v) for k, v in keys.items() if k not in unreadable}
 
 

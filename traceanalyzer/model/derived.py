@@ -25,58 +25,84 @@ wrong number. :func:`rebuilds` counts those (tests check the declarations with i
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Any, Callable, Iterable, TypeVar
 
 T = TypeVar("T")
 
-#: id(model) -> (weak reference, key -> table, keys released by :func:`release`).
-_MEMO: dict[int, tuple["weakref.ReferenceType[Any]", dict[str, Any], set[str]]] = {}
+#: id(model) -> (weak reference, key -> table, keys released by :func:`release`,
+#: key -> the lock its build holds).
+_MEMO: dict[
+    int, tuple["weakref.ReferenceType[Any]", dict[str, Any], set[str], dict[str, "threading.RLock"]]
+] = {}
 _REBUILDS: dict[str, int] = {}
+# Guards the dicts above; never held while a table is built (analyses run in threads:
+# a table two of them ask for at once is built by one while the other waits for it).
+_LOCK = threading.Lock()
 
 
 def _drop(key: int, ref: "weakref.ReferenceType[Any]") -> None:
-    hit = _MEMO.get(key)
-    if hit is not None and hit[0] is ref:
-        del _MEMO[key]
+    with _LOCK:
+        hit = _MEMO.get(key)
+        if hit is not None and hit[0] is ref:
+            del _MEMO[key]
 
 
 def derived(model: Any, key: str, build: Callable[[], T]) -> T:
-    """``build()``, computed once per live ``model`` and ``key``."""
+    """``build()``, computed once per live ``model`` and ``key`` (thread-safe: concurrent
+    callers of one key wait for the one that builds it)."""
     mid = id(model)
-    hit = _MEMO.get(mid)
-    if hit is None or hit[0]() is not model:
-        try:
-            ref = weakref.ref(model, lambda r, k=mid: _drop(k, r))
-        except TypeError:  # a model type without weakref support: no memo
-            return build()
-        hit = (ref, {}, set())
-        _MEMO[mid] = hit
-    tables = hit[1]
-    if key not in tables:
-        if key in hit[2]:
-            _REBUILDS[key] = _REBUILDS.get(key, 0) + 1
-        tables[key] = build()
-    return tables[key]  # type: ignore[no-any-return]
+    with _LOCK:
+        hit = _MEMO.get(mid)
+        if hit is None or hit[0]() is not model:
+            try:
+                ref = weakref.ref(model, lambda r, k=mid: _drop(k, r))
+            except TypeError:  # a model type without weakref support: no memo
+                hit = None
+            else:
+                hit = (ref, {}, set(), {})
+                _MEMO[mid] = hit
+        if hit is not None:
+            tables = hit[1]
+            if key in tables:
+                return tables[key]  # type: ignore[no-any-return]
+            lock = hit[3].setdefault(key, threading.RLock())
+    if hit is None:
+        return build()
+    with lock:
+        with _LOCK:
+            if key in tables:  # built by another thread while this one waited
+                return tables[key]  # type: ignore[no-any-return]
+            rebuilt = key in hit[2]
+        value = build()
+        with _LOCK:
+            if rebuilt:
+                _REBUILDS[key] = _REBUILDS.get(key, 0) + 1
+            tables[key] = value
+        return value
 
 
 def release(model: Any, keys: Iterable[str]) -> None:
     """Drop the tables ``keys`` memoised for ``model`` (no longer needed by anyone)."""
-    hit = _MEMO.get(id(model))
-    if hit is None or hit[0]() is not model:
-        return
-    for key in keys:
-        hit[1].pop(key, None)
-        hit[2].add(key)
+    with _LOCK:
+        hit = _MEMO.get(id(model))
+        if hit is None or hit[0]() is not model:
+            return
+        for key in keys:
+            hit[1].pop(key, None)
+            hit[2].add(key)
 
 
 def rebuilds() -> dict[str, int]:
     """How often each key was built again after its :func:`release` (since the process began)."""
-    return dict(_REBUILDS)
+    with _LOCK:
+        return dict(_REBUILDS)
 
 
 def forget(model: Any) -> None:
     """Drop every table memoised for ``model``."""
-    hit = _MEMO.get(id(model))
-    if hit is not None and hit[0]() is model:
-        del _MEMO[id(model)]
+    with _LOCK:
+        hit = _MEMO.get(id(model))
+        if hit is not None and hit[0]() is model:
+            del _MEMO[id(model)]

@@ -1,0 +1,135 @@
+"""run_analyses: dependency order, two analyses at once, shared tables built once."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import traceanalyzer.analyses as analyses_mod
+from traceanalyzer.analyses import AnalysisSpec, Results, run_analyses
+from traceanalyzer.config import Config
+from traceanalyzer.errors import NotApplicable
+from traceanalyzer.model.derived import derived
+
+
+class FakeModel:
+    kind = "fake"
+
+
+def _spec(name: str, func: Any, depends_on: tuple[str, ...] = (), after: tuple[str, ...] = (),
+          order: int = 100, shared: tuple[str, ...] = ()) -> AnalysisSpec:
+    return AnalysisSpec(name=name, func=func, input="fake", depends_on=depends_on, title=name, order=order,
+                        doc="", after=after, shared=shared)
+
+
+@pytest.fixture
+def fake_registry(monkeypatch: pytest.MonkeyPatch) -> dict[str, AnalysisSpec]:
+    reg: dict[str, AnalysisSpec] = {}
+    monkeypatch.setattr(analyses_mod, "registry", lambda: dict(reg))
+    return reg
+
+
+def test_parallel_run_respects_dependencies_and_keeps_dependency_order(fake_registry: dict[str, AnalysisSpec]) -> None:
+    log: list[tuple[str, str]] = []
+    lock = threading.Lock()
+    builds: list[str] = []
+    running = {"now": 0, "max": 0}
+
+    def make(name: str, pause: float, reads: tuple[str, ...] = ()) -> Any:
+        def run(model: Any, results: Results, config: Config) -> str:
+            with lock:
+                log.append(("start", name))
+                running["now"] += 1
+                running["max"] = max(running["max"], running["now"])
+            for dep in reads:
+                assert dep in results.values, f"{name} started before {dep} finished"
+            # Both slow analyses ask for one shared table: it is built once.
+            if name in ("slow_a", "slow_b"):
+                derived(model, "table", lambda: (builds.append(name), time.sleep(0.05), 42)[-1])
+            time.sleep(pause)
+            with lock:
+                running["now"] -= 1
+                log.append(("end", name))
+            return f"{name}-result"
+        return run
+
+    def skipped(model: Any, results: Results, config: Config) -> str:
+        raise NotApplicable("nothing to see")
+
+    fake_registry.update({
+        "base": _spec("base", make("base", 0.01), order=1),
+        "slow_a": _spec("slow_a", make("slow_a", 0.1, ("base",)), ("base",), order=2, shared=("table",)),
+        "slow_b": _spec("slow_b", make("slow_b", 0.1, ("base",)), ("base",), order=3, shared=("table",)),
+        "late": _spec("late", make("late", 0.0, ("slow_a", "slow_b")), ("slow_a",), after=("slow_b",), order=0),
+        "nope": _spec("nope", skipped, order=5),
+        "needs_nope": _spec("needs_nope", make("needs_nope", 0.0), ("nope",), order=6),
+    })
+    model = FakeModel()
+    res = run_analyses(model, Config(), strict=True, workers=2)
+    # Dependency order whatever order they finished in (late's order=0 puts it first among
+    # the ready ones, never before what it reads).
+    assert list(res.values) == ["base", "slow_a", "slow_b", "late"]
+    assert res.values["late"] == "late-result"
+    assert res.skipped["nope"] == "nothing to see"
+    assert res.skipped["needs_nope"].startswith("needs nope")
+    assert running["max"] == 2  # the two slow ones overlapped
+    assert builds in (["slow_a"], ["slow_b"])  # the shared table was built once
+    serial = run_analyses(FakeModel(), Config(), strict=True, workers=1)
+    assert serial.values == res.values and serial.skipped == res.skipped
+
+
+def test_parallel_run_records_or_raises_failures(fake_registry: dict[str, AnalysisSpec]) -> None:
+    def boom(model: Any, results: Results, config: Config) -> str:
+        raise ValueError("bug")
+
+    def fine(model: Any, results: Results, config: Config) -> str:
+        time.sleep(0.02)
+        return "ok"
+
+    fake_registry.update({"boom": _spec("boom", boom), "fine": _spec("fine", fine), "after_boom": _spec(
+        "after_boom", fine, ("boom",))})
+    res = run_analyses(FakeModel(), Config(), workers=2)
+    assert res.failed == {"boom": "ValueError: bug"}
+    assert res.values == {"fine": "ok"}
+    assert "after_boom" in res.skipped
+    with pytest.raises(ValueError, match="bug"):
+        run_analyses(FakeModel(), Config(), strict=True, workers=2)
+
+
+def test_workers_default_follows_config(fake_registry: dict[str, AnalysisSpec]) -> None:
+    threads: set[str] = set()
+
+    def who(model: Any, results: Results, config: Config) -> str:
+        threads.add(threading.current_thread().name)
+        return "x"
+
+    fake_registry.update({"a": _spec("a", who), "b": _spec("b", who)})
+    run_analyses(FakeModel(), Config({"analyses.workers": 1}))
+    assert threads == {threading.main_thread().name}
+
+
+def test_big_models_run_one_analysis_at_a_time_by_default(
+    fake_registry: dict[str, AnalysisSpec], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import polars as pl
+
+    threads: set[str] = set()
+
+    def who(model: Any, results: Results, config: Config) -> str:
+        threads.add(threading.current_thread().name)
+        return "x"
+
+    fake_registry.update({"a": _spec("a", who), "b": _spec("b", who)})
+    model = FakeModel()
+    model.table = pl.DataFrame({"x": list(range(1000))})  # type: ignore[attr-defined]
+    monkeypatch.setattr(analyses_mod, "PARALLEL_MAX_MODEL_BYTES", 1000)  # the table is 8 kB: "big"
+    run_analyses(model, Config())
+    assert threads == {threading.main_thread().name}
+    if pl.thread_pool_size() >= 2:  # small enough, and two polars threads: two at once
+        monkeypatch.setattr(analyses_mod, "PARALLEL_MAX_MODEL_BYTES", 10**9)
+        threads.clear()
+        run_analyses(model, Config())
+        assert threads and threading.main_thread().name not in threads
