@@ -288,3 +288,31 @@ def test_by_id_dense_and_join_paths_agree() -> None:
     assert by_id(ids + far, table_ids + far, values).to_list() == want
     assert by_id(ids, pl.Series([], dtype=pl.Int64), pl.Series("name", [], dtype=pl.String)).to_list() == [None] * 7
     assert by_id(ids - 1, table_ids - 1, values).to_list() == want  # a negative id: the join
+
+
+def test_deepest_at_and_nest_with_index_match_the_definition(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The deepest interval covering a point (half-open, zero-length never covers), on random
+    nestings with shared instants, against the brute-force nesting; both sort paths."""
+    from traceanalyzer.model import relations
+    from traceanalyzer.model.relations import nest_with_index
+
+    for seed in range(8):
+        iv = _random_nested(seed)
+        tree = _brute_nest(iv)
+        rows = {r["id"]: r for r in iv.to_dicts()}
+        pts = pl.DataFrame({"pid": [1] * 2 * 62, "tid": [1] * 62 + [2] * 62, "ts_ns": list(range(-1, 61)) * 2})
+        want = []
+        for p in pts.to_dicts():
+            cover = [i for i, r in rows.items() if r["tid"] == p["tid"] and r["ts_ns"] <= p["ts_ns"] < r["end_ns"]]
+            want.append(max(cover, key=lambda i: tree[i][0]) if cover else None)
+        positive = iv.filter(pl.col("end_ns") > pl.col("ts_ns"))
+        for fast in (True, False):
+            with monkeypatch.context() as m:
+                if not fast:
+                    m.setattr(relations, "_sort_by_time_key", lambda *a: None)
+                assert deepest_at(iv, pts).to_list() == want, (seed, fast)
+                links, index = nest_with_index(positive)
+                assert index.lookup(pts).to_list() == want, (seed, fast)
+                # Among positive intervals alone, the nesting is the brute force of that subset.
+                sub = _brute_nest(positive)
+                assert {r["id"]: (r["depth"], r["parent_id"]) for r in links.to_dicts()} == sub

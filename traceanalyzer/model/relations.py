@@ -150,7 +150,8 @@ def _boundaries(intervals: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 
     At equal times, ends come before starts (half-open intervals: an interval that
     ends at t does not cover t); among starts the longer first (parent before child);
-    among ends the later-started first (child closes before parent). A zero-length
+    among ends the later-started first (child closes before parent); identical intervals
+    nest by ``id`` (the lower one outside) and close in reverse. A zero-length
     interval's end comes right after its own start (sorting it with the other ends
     put it before its start: a depth one too low for everything after it on the thread).
     """
@@ -177,11 +178,15 @@ def _sorted_boundaries(intervals: pl.DataFrame, by: list[str], keep: Sequence[st
 def _sort_boundary_rows(b: pl.DataFrame, by: list[str], lead: Sequence[str] = ()) -> pl.DataFrame:
     """``b`` (boundary rows: ``*by, id, t, kind, sec``) sorted by ``lead``, then in the
     order of :func:`_boundaries`: ``(*by, t)``; ends of positive-length intervals
-    (``t ≠ −sec``), later-started first; then starts and zero-length ends by ``sec``
-    (longer first), ``id``, start before end."""
-    rank = ((pl.col("kind") == 1) | (pl.col("t") == -pl.col("sec"))).alias("_rank")
-    keys = [*lead, *by, "t", "_rank", "sec", "id", "kind"]
-    return b.with_columns(rank).sort(keys, descending=[False] * (len(keys) - 1) + [True]).drop("_rank")
+    (``t ≠ −sec``), later-started first and, among identical intervals, the higher ``id``
+    first (it is the child: its start came later); then starts and zero-length ends by
+    ``sec`` (longer first), ``id``, start before end."""
+    rank = (pl.col("kind") == 1) | (pl.col("t") == -pl.col("sec"))
+    b = b.with_columns(rank.alias("_rank")).with_columns(
+        _oid=pl.when(pl.col("_rank")).then(pl.col("id").cast(pl.Int64)).otherwise(-pl.col("id").cast(pl.Int64))
+    )
+    keys = [*lead, *by, "t", "_rank", "sec", "_oid", "kind"]
+    return b.sort(keys, descending=[False] * (len(keys) - 1) + [True]).drop("_rank", "_oid")
 
 
 def _sort_by_time_key(iv: pl.DataFrame, by: list[str], keep: Sequence[str]) -> pl.DataFrame | None:
