@@ -156,3 +156,28 @@ def test_merge_intervals_groups_do_not_carry_into_each_other():
             [(0, 0, s, e) for _, _, s, e in rows]
         )
         assert merge_intervals(df).rows() == [(s, e) for _, _, s, e in sweep([(0, 0, s, e) for _, _, s, e in rows])]
+
+
+def test_covered_before_and_within_match_a_brute_force_count():
+    """Covered length of a union before a point / inside a span, per group, on random data."""
+    import random
+
+    import polars as pl
+
+    from traceanalyzer.analyses._intervals import covered_before, covered_within
+    from traceanalyzer.timeutil import merge_intervals
+
+    rng = random.Random(11)
+    for _ in range(20):
+        rows = [(rng.choice([0, 1]), s, s + rng.choice([0, 1, 4, 15])) for s in (rng.randint(0, 60) for _ in range(25))]
+        df = pl.DataFrame(rows, schema=["device", "ts_ns", "end_ns"], orient="row")
+        merged = merge_intervals(df, by=["device"])
+        covered = {d: {t for dd, s, e in rows if dd == d for t in range(s, e)} for d in (0, 1, 2)}
+        pts = [(rng.choice([0, 1, 2]), rng.randint(-3, 80)) for _ in range(40)]
+        got = covered_before(merged, pl.DataFrame(pts, schema=["device", "t"], orient="row"), ["device"],
+                             presorted=True)
+        assert got.to_list() == [sum(1 for x in covered[d] if x < t) for d, t in pts]
+        spans = [(d, a, a + rng.randint(0, 30)) for d, a in pts]
+        got = covered_within(merged, pl.DataFrame(spans, schema=["device", "start_ns", "end_ns"], orient="row"),
+                             ["device"])
+        assert got.to_list() == [sum(1 for x in covered[d] if a <= x < b) for d, a, b in spans]
