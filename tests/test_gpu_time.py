@@ -181,3 +181,43 @@ def test_covered_before_and_within_match_a_brute_force_count():
         got = covered_within(merged, pl.DataFrame(spans, schema=["device", "start_ns", "end_ns"], orient="row"),
                              ["device"])
         assert got.to_list() == [sum(1 for x in covered[d] if a <= x < b) for d, a, b in spans]
+
+
+def test_exclusive_breakdown_sweep_and_unions_match_a_brute_force_count():
+    """Each instant of a window goes to the first level covering it: random levels per device,
+    disjoint windows (the sweep) and the same windows taken as overlapping (the unions)."""
+    import random
+
+    import polars as pl
+
+    from traceanalyzer.analyses import gpu_time
+    from traceanalyzer.analyses.gpu_time import exclusive_breakdown
+
+    rng = random.Random(5)
+    for _ in range(15):
+        levels = []
+        for name in ("a", "b", "c"):
+            rows = [(rng.choice([0, 1]), s, s + rng.choice([0, 1, 3, 8, 25])) for s in
+                    (rng.randint(-5, 70) for _ in range(rng.randint(0, 12)))]
+            levels.append((name, pl.DataFrame(rows, schema={"device": pl.Int64, "ts_ns": pl.Int64, "end_ns": pl.Int64},
+                                              orient="row")))
+        edges = sorted(rng.sample(range(0, 70), 4))
+        windows = pl.DataFrame({"window": [0, 1], "start_ns": [edges[0], edges[2]], "end_ns": [edges[1], edges[3]]})
+        devices = sorted({d for _, df in levels for d in df["device"].to_list()})
+        want = []
+        for d in devices:
+            for w, lo, hi in windows.rows():
+                counts = {n: 0 for n, _ in levels} | {"rest": 0}
+                for t in range(lo, hi):
+                    owner = next((n for n, df in levels
+                                  if any(dd == d and s <= t < e for dd, s, e in df.rows())), "rest")
+                    counts[owner] += 1
+                want.append({"device": d, "window": w, **{f"{k}_ns": v for k, v in counts.items()}})
+        got = exclusive_breakdown(levels, windows, ["device"], "rest").to_dicts()
+        assert got == want
+        unions = gpu_time._exclusive_by_unions  # the general path, forced
+        grid = pl.DataFrame({"device": devices}).join(windows, how="cross")
+        forced = unions(levels, ["device"], grid).with_columns(
+            rest_ns=pl.col("end_ns") - pl.col("start_ns") - pl.col("a_ns") - pl.col("b_ns") - pl.col("c_ns")
+        ).select("device", "window", "a_ns", "b_ns", "c_ns", "rest_ns").sort("device", "window").to_dicts()
+        assert forced == want

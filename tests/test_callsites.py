@@ -1,0 +1,48 @@
+"""analyses.callsites: the CPU chain of a point against a brute-force walk of the nesting."""
+
+from __future__ import annotations
+
+import random
+
+import polars as pl
+from test_relations import _brute_nest, _random_nested
+from timeline_trace import Trace
+
+from traceanalyzer.analyses.callsites import build_cpu_tree, cpu_chain
+
+
+def test_cpu_chain_matches_the_covering_intervals_outermost_first() -> None:
+    """Random nestings of ops and annotations on two threads (shared instants, identical twins,
+    zero-length ops): every point's chain, innermost/outermost op and op site are those of
+    the intervals covering it, ordered by the brute-force nesting of the CPU tree."""
+    for seed in range(6):
+        rng = random.Random(seed)
+        iv = _random_nested(seed)
+        t = Trace()
+        for r in iv.to_dicts():
+            if rng.random() < 0.3 and r["end_ns"] > r["ts_ns"]:
+                t.ann(f"ann{r['id']}", r["ts_ns"], r["end_ns"] - r["ts_ns"], tid=r["tid"])
+            else:
+                t.op(f"op{r['id']}", r["ts_ns"], r["end_ns"] - r["ts_ns"], tid=r["tid"])
+        model = t.model()
+        tree = build_cpu_tree(model)
+        nodes = tree.filter(pl.col("end_ns") > pl.col("ts_ns"))
+        depth = {k: v[0] for k, v in _brute_nest(nodes.select("id", "ts_ns", "end_ns", "pid", "tid")).items()}
+        pts = pl.DataFrame({"pid": [100] * 124, "tid": [1] * 62 + [2] * 62,
+                            "ts_ns": [1000 * x for x in range(-1, 61)] * 2})
+        got = cpu_chain(model, pts).to_dicts()
+        for p, g in zip(pts.to_dicts(), got):
+            cover = sorted(
+                (r for r in nodes.to_dicts() if r["tid"] == p["tid"] and r["ts_ns"] <= p["ts_ns"] < r["end_ns"]),
+                key=lambda r: depth[r["id"]],
+            )
+            ops = [r for r in cover if r["source"] == "cpu_op"]
+            anns = [r["name"] for r in cover if r["source"] == "annotation"]
+            want = {
+                "innermost_op": ops[-1]["name"] if ops else None,
+                "outermost_op": ops[0]["name"] if ops else None,
+                "outermost_op_id": ops[0]["id"] if ops else None,
+                "chain": " > ".join(r["name"] for r in cover) or None,
+                "op_site": " > ".join(anns + ([ops[0]["name"]] if ops else [])) or None,
+            }
+            assert g == want, (seed, p)
