@@ -46,3 +46,32 @@ def test_cpu_chain_matches_the_covering_intervals_outermost_first() -> None:
                 "op_site": " > ".join(anns + ([ops[0]["name"]] if ops else [])) or None,
             }
             assert g == want, (seed, p)
+
+
+def test_containing_matches_a_brute_force_search() -> None:
+    """The disjoint outer interval of the same thread holding each point (half-open; a
+    zero-length one holds its own instant), random cases."""
+    from traceanalyzer.analyses._copysync import containing
+
+    rng = random.Random(9)
+    for _ in range(25):
+        outer = []
+        for tid in (1, 2):
+            t = rng.randint(-3, 3)
+            while t < 60:
+                length = rng.choice([0, 1, 2, 5, 9])
+                outer.append((100, tid, t, t + length))
+                t += length + (1 if length == 0 else rng.choice([0, 1, 4]))
+        rng.shuffle(outer)
+        o = pl.DataFrame(outer, schema=["pid", "tid", "ts_ns", "end_ns"], orient="row").with_row_index("copy_id")
+        o = o.with_columns(pl.col("copy_id").cast(pl.Int64) + 1000)
+        pts = [(100, rng.choice([1, 2, 3]), rng.randint(-5, 65)) for _ in range(60)]
+        df = pl.DataFrame(pts, schema=["pid", "tid", "t"], orient="row")
+        got = containing(df, o, "t").to_list()
+        want = []
+        for _, tid, t in pts:
+            hold = [r["copy_id"] for r in o.to_dicts() if r["tid"] == tid
+                    and (r["ts_ns"] <= t < r["end_ns"] or r["ts_ns"] == r["end_ns"] == t)]
+            assert len(hold) <= 1
+            want.append(hold[0] if hold else None)
+        assert got == want

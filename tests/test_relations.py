@@ -308,8 +308,10 @@ def test_deepest_at_and_nest_with_index_match_the_definition(monkeypatch) -> Non
         positive = iv.filter(pl.col("end_ns") > pl.col("ts_ns"))
         for fast in (True, False):
             with monkeypatch.context() as m:
-                if not fast:
+                if not fast:  # every general path: multi-column sort, as-of joins
                     m.setattr(relations, "_sort_by_time_key", lambda *a: None)
+                    m.setattr(relations, "_link_parents_keyed", lambda *a: None)
+                    m.setattr(relations, "_keyed_index", lambda state, by: relations.CoverIndex(state, tuple(by)))
                 assert deepest_at(iv, pts).to_list() == want, (seed, fast)
                 links, index = nest_with_index(positive)
                 assert index.lookup(pts).to_list() == want, (seed, fast)
