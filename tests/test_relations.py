@@ -114,28 +114,48 @@ def test_nest_with_index_links_equal_nest() -> None:
     assert depth["depth"].to_list() == nest(INTERVALS).sort("id")["depth"].to_list()
 
 
-def test_op_index_and_depth_of_a_model_shared_and_forgotten() -> None:
-    """op_index/op_depth come from one memoised build per model; forget() drops it."""
+def test_op_index_and_top_level_of_a_model_shared_and_forgotten() -> None:
+    """op_index/op_top_level are memoised per model; forget() drops them."""
     from timeline_trace import Trace, ns
 
     from traceanalyzer.model import derived
-    from traceanalyzer.model.relations import op_depth, op_index
+    from traceanalyzer.model.relations import op_index, op_top_level
 
     t = Trace()
     t.op("aten::outer", 0, 100)
     t.op("aten::inner", 10, 20)
-    t.op("aten::empty", 50, 0)  # zero length: a depth, never covers anything
+    t.op("aten::empty", 50, 0)  # zero length: inside outer, never covers anything
+    t.op("aten::zero_at_end", 100, 0)  # starts where outer ends: top level
     model = t.model()
     names = model.cpu_ops["name"].to_list()
     pts = pl.DataFrame({"pid": model.cpu_ops["pid"][:1], "tid": model.cpu_ops["tid"][:1], "ts_ns": [ns(15)]})
     got = op_index(model).lookup(pts).to_list()
     assert [names[i] for i in got] == ["aten::inner"]
     assert op_index(model) is op_index(model)  # built once
-    depth = dict(zip(op_depth(model)["id"].to_list(), op_depth(model)["depth"].to_list()))
-    assert depth[names.index("aten::outer")] == 1 and depth[names.index("aten::inner")] == 2
+    top = dict(zip(names, op_top_level(model).to_list()))
+    assert top == {"aten::outer": True, "aten::inner": False, "aten::empty": False, "aten::zero_at_end": True}
     first = op_index(model)
     derived.forget(model)
     assert op_index(model) is not first  # rebuilt after forget()
+
+
+def test_op_top_level_is_depth_one_of_the_nesting() -> None:
+    """op_top_level equals nest_depth == 1 on random nestings (twins, shared instants,
+    zero-length ops), in model row order."""
+    from timeline_trace import Trace
+
+    from traceanalyzer.model.relations import nest_depth, op_top_level
+
+    for seed in range(6):
+        iv = _random_nested(seed)
+        t = Trace()
+        for r in iv.to_dicts():
+            t.op(f"op{r['id']}", r["ts_ns"], r["end_ns"] - r["ts_ns"], tid=r["tid"])
+        model = t.model()
+        ops = model.cpu_ops.select("pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(
+            pl.col("id").cast(pl.Int64))
+        depth = nest_depth(ops).sort("id")["depth"]
+        assert op_top_level(model).to_list() == (depth == 1).to_list(), seed
 
 
 def test_derived_memo_is_per_model_and_weak() -> None:

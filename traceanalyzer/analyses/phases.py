@@ -68,7 +68,7 @@ from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
 from traceanalyzer.config import Config
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import annotation_index, by_id, deepest_at, op_depth, op_index
+from traceanalyzer.model.relations import annotation_index, by_id, deepest_at, op_index, op_top_level
 from traceanalyzer.timeutil import merge_intervals
 
 PHASES: tuple[str, ...] = ("data_loading", "forward", "backward", "optimizer", "communication", "other")
@@ -321,8 +321,7 @@ def _ops_table(model: TraceModel, ctx: PhaseContext, steady: list[int], act: pl.
     iv = ops.select("name", "pid", "tid", "ts_ns", "end_ns", "dur_ns", "input_dims").with_row_index("op_id").with_columns(
         pl.col("op_id").cast(pl.Int64)
     )
-    depth = op_depth(model)  # ids: row numbers of model.cpu_ops, as op_id
-    top = iv.join(depth.filter(pl.col("depth") == 1).select(pl.col("id").alias("op_id")), on="op_id", how="semi")
+    top = iv.filter(op_top_level(model))  # aligned with model.cpu_ops, as iv
     top = assign_steps(top, ctx.windows, "ts_ns").filter(pl.col("window").is_in(steady))
     if top.is_empty():
         return pl.DataFrame(schema=schema)
@@ -386,7 +385,8 @@ def _ops_table(model: TraceModel, ctx: PhaseContext, steady: list[int], act: pl.
 
 @analysis(
     "phases", depends_on=("steps",), title="Phases", order=3,
-    shared=("annotation_index", "gpu_activity", "gpu_activity_classes", "op_nesting", "runtime_by_correlation"),
+    shared=("annotation_index", "gpu_activity", "gpu_activity_classes", "op_nesting", "op_top_level",
+            "runtime_by_correlation"),
 )
 def phases(model: TraceModel, results: Results, config: Config) -> PhasesResult:
     """Per-step time in data loading, forward, backward, optimizer, communication and other, CPU and GPU."""
@@ -394,6 +394,9 @@ def phases(model: TraceModel, results: Results, config: Config) -> PhasesResult:
     sr: StepsResult = results["steps"]
     windows = sr.windows()
     steady = sr.steady_windows()
+    # The CPU op index is built here, the first analysis that may read it, while little else
+    # is held: left to `kernels`, after idle_gaps' CPU tree, it set the 40x peak (2.83 GB).
+    op_index(model)
     ctx = phase_context(model, windows)
 
     # Each phase's per-thread union (built for classify) covers exactly what its intervals

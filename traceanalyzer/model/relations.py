@@ -4,7 +4,7 @@
 * :func:`deepest_at` — for points in time on a thread, the deepest interval that
   covers each point (e.g. "what was the CPU thread doing when this gap began");
   :func:`cover_index` builds its lookup structure once for several point sets.
-* :func:`op_index` / :func:`op_depth` / :func:`launches` / :func:`gpu_activity` — the
+* :func:`op_index` / :func:`op_top_level` / :func:`launches` / :func:`gpu_activity` — the
   same for ``model.cpu_ops``, and the launch join, built once per model
   (:mod:`traceanalyzer.model.derived`) since several analyses need them.
 * :func:`launches` — every runtime/driver call joined by correlation id to the GPU
@@ -464,7 +464,7 @@ def gpu_activity(model: TraceModel) -> pl.DataFrame:
 def op_index(model: TraceModel) -> CoverIndex:
     """:func:`cover_index` of ``model.cpu_ops`` on (pid, tid), ``id`` = the op's row number
     in ``model.cpu_ops``: the launching/enclosing CPU op of any point (built once per model)."""
-    return _op_nesting(model)[1]
+    return _op_nesting(model)
 
 
 def annotation_index(model: TraceModel) -> tuple[pl.DataFrame, CoverIndex]:
@@ -481,30 +481,39 @@ def annotation_index(model: TraceModel) -> tuple[pl.DataFrame, CoverIndex]:
     return derived(model, "annotation_index", build)
 
 
-def op_depth(model: TraceModel) -> pl.DataFrame:
-    """:func:`nest_depth` of ``model.cpu_ops`` (zero-length ops included) on (pid, tid), ``id``
-    = the op's row number (built once per model, with :func:`op_index`)."""
-    return _op_nesting(model)[0]
+def op_top_level(model: TraceModel) -> pl.Series:
+    """Boolean per row of ``model.cpu_ops``: True where the op is top level on its (pid, tid),
+    i.e. :func:`nest_depth` would give it depth 1: no other op of the thread is open at its
+    start. Ops open at an instant are those of positive length started before it and ending
+    after it; at a shared start the longer op, then the lower row, is the outer one; a
+    zero-length op covers nothing (built once per model).
+
+    One sort by (thread, start, longer first, row) and a running maximum of ends: a tenth of
+    building the nesting, which :func:`op_index` does only for positive-length ops."""
+
+    def build() -> pl.Series:
+        ops = model.cpu_ops
+        if ops.is_empty():
+            return pl.Series("top_level", [], dtype=pl.Boolean)
+        iv = ops.select(
+            "pid", "tid", "ts_ns", pl.max_horizontal("end_ns", "ts_ns").alias("end_ns")
+        ).with_row_index("_row")
+        s = iv.sort(["pid", "tid", "ts_ns", "end_ns", "_row"], descending=[False, False, False, True, False])
+        first = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in ("pid", "tid")]).fill_null(True)
+        prev_end = pl.col("end_ns").cum_max().shift(1).over(first.cum_sum())
+        top = s.select(prev_end.is_null() | (prev_end <= pl.col("ts_ns")) | pl.col("ts_ns").is_null())
+        out = pl.repeat(False, ops.height, dtype=pl.Boolean, eager=True)
+        return out.scatter(s["_row"], top.to_series()).alias("top_level")
+
+    return derived(model, "op_top_level", build)
 
 
-def _op_nesting(model: TraceModel) -> tuple[pl.DataFrame, CoverIndex]:
-    def build() -> tuple[pl.DataFrame, CoverIndex]:
-        by = ["pid", "tid"]
+def _op_nesting(model: TraceModel) -> CoverIndex:
+    def build() -> CoverIndex:
         ivs = model.cpu_ops.select("pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(
-            pl.col("id").cast(pl.Int64), (pl.col("end_ns") > pl.col("ts_ns")).alias("_positive")
+            pl.col("id").cast(pl.Int64)
         )
-        if ivs.is_empty():
-            return nest_depth(ivs, by), cover_index(ivs, by)
-        # One sort for both: the index's boundaries (positive-length ops) are a subset of
-        # the boundaries of all ops, in the same order.
-        b = _sorted_boundaries(ivs, by, keep=["_positive"])
-        # The columns, then the rows (2 rows per op): a filter copies every column it is given.
-        depth = _numbered(b.select("id", "kind")).filter(pl.col("kind") == 1).select("id", "depth")
-        pos = b.select(*by, "id", "t", "kind", "_positive").filter(pl.col("_positive")).drop("_positive")
-        del b
-        if pos.is_empty():
-            return depth, cover_index(ivs.filter(pl.col("_positive")), by)
-        return depth, _nest_and_index(_numbered(pos), by)[1]
+        return cover_index(ivs, ["pid", "tid"])
 
     return derived(model, "op_nesting", build)
 
