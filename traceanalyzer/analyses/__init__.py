@@ -274,6 +274,8 @@ def _run_parallel(
                     if all(d in done for d in (*spec.depends_on, *spec.after) if d in specs):
                         todo.remove(spec)
                         running[pool.submit(_run_one, spec, model, config, results, strict)] = spec
+                if not running:  # cannot happen with an acyclic order; never spin on it
+                    raise RuntimeError(f"no analysis can start: {[s.name for s in todo]}")
                 over, _ = wait(list(running), return_when=FIRST_COMPLETED)
                 for fut in over:
                     spec = running.pop(fut)
