@@ -221,3 +221,33 @@ def test_exclusive_breakdown_sweep_and_unions_match_a_brute_force_count():
             rest_ns=pl.col("end_ns") - pl.col("start_ns") - pl.col("a_ns") - pl.col("b_ns") - pl.col("c_ns")
         ).select("device", "window", "a_ns", "b_ns", "c_ns", "rest_ns").sort("device", "window").to_dicts()
         assert forced == want
+
+
+def test_assign_steps_and_window_union_lengths_match_brute_force():
+    """assign_steps: the disjoint window holding each time (half-open, unsorted windows, null
+    times); window_union_lengths: the union's length inside each window (windows may overlap)."""
+    import random
+
+    import polars as pl
+
+    from traceanalyzer.analyses._intervals import window_union_lengths
+    from traceanalyzer.analyses.steps import assign_steps
+
+    rng = random.Random(21)
+    for _ in range(20):
+        edges = sorted(rng.sample(range(0, 100), 6))
+        win = [(i, 10 + i, edges[2 * i], edges[2 * i + 1]) for i in range(3)]
+        rng.shuffle(win)
+        windows = pl.DataFrame(win, schema=["window", "step", "start_ns", "end_ns"], orient="row")
+        ts = [rng.choice([None, *edges, rng.randint(-5, 105)]) for _ in range(50)]
+        got = assign_steps(pl.DataFrame({"ts_ns": ts}, schema={"ts_ns": pl.Int64}), windows)
+        want = [next(((w, s) for w, s, a, b in win if t is not None and a <= t < b), (None, None)) for t in ts]
+        assert list(zip(got["window"].to_list(), got["step"].to_list())) == want
+
+        rows = [(rng.choice([0, 1]), s, s + rng.choice([0, 2, 7, 30])) for s in (rng.randint(-10, 100) for _ in range(15))]
+        act = pl.DataFrame(rows, schema=["device", "ts_ns", "end_ns"], orient="row")
+        over = pl.DataFrame({"window": [0, 1], "start_ns": [edges[0], edges[1]], "end_ns": [edges[4], edges[5]]})
+        got = window_union_lengths(act, over, ["device"]).sort("device", "window")
+        want = [(d, w, sum(1 for t in range(a, b) if any(dd == d and s <= t < e for dd, s, e in rows)))
+                for d in sorted({r[0] for r in rows}) for w, a, b in over.rows()]
+        assert got.rows() == want
