@@ -308,6 +308,10 @@ def test_by_id_dense_and_join_paths_agree() -> None:
     assert by_id(ids + far, table_ids + far, values).to_list() == want
     assert by_id(ids, pl.Series([], dtype=pl.Int64), pl.Series("name", [], dtype=pl.String)).to_list() == [None] * 7
     assert by_id(ids - 1, table_ids - 1, values).to_list() == want  # a negative id: the join
+    # Ids that are the table's row numbers: a plain gather; out-of-range and null ids give null.
+    rows = pl.Series([0, 1, 2], dtype=pl.Int64)
+    assert by_id(ids, rows, values).to_list() == ["e", None, "c", None, None, None, "e"]
+    assert by_id(ids, rows.slice(0, 1), values.slice(0, 1)).to_list() == ["e", None, None, None, None, None, "e"]
 
 
 def test_deepest_at_and_nest_with_index_match_the_definition(monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -410,6 +410,12 @@ def by_id(ids: pl.Series, table_ids: pl.Series, values: pl.Series) -> pl.Series:
     :func:`nest`, :func:`cpu_context` and the CPU tree are), a scatter into a dense array
     and a gather: a hash join of millions of rows on ``id`` was 30 % of a CPU index build."""
     if ids.dtype.is_integer() and table_ids.dtype.is_integer() and table_ids.len():
+        n = table_ids.len()
+        if table_ids[0] == 0 and table_ids[-1] == n - 1 and (n == 1 or bool((table_ids.diff(null_behavior="drop") == 1).all())):
+            # The table's ids are its row numbers (0, 1, …): a plain gather, O(len(ids)).
+            inside = ids.is_between(0, n - 1)
+            at = pl.select(pl.when(inside).then(ids).otherwise(None)).to_series()
+            return values.gather(at).alias(values.name)
         lo = min(int(table_ids.min()), int(ids.min()) if ids.null_count() < ids.len() else 0)  # type: ignore[arg-type]
         hi = max(int(table_ids.max()), int(ids.max()) if ids.null_count() < ids.len() else 0)  # type: ignore[arg-type]
         if lo >= 0 and hi < 4 * (table_ids.len() + ids.len()) + 1024:
