@@ -158,20 +158,20 @@ def _boundaries(intervals: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     return _numbered(_sorted_boundaries(intervals, by))
 
 
-def _sorted_boundaries(intervals: pl.DataFrame, by: list[str], keep: Sequence[str] = ()) -> pl.DataFrame:
-    """The boundary rows of :func:`_boundaries` in order, without ``pos``/``depth``; ``keep``:
-    columns of ``intervals`` carried along. The order is total (ids are unique), so the
-    boundaries of a subset of the intervals are these rows filtered to the subset."""
-    iv = intervals.select([*by, "id", "ts_ns", "end_ns", *keep]).with_columns(
+def _sorted_boundaries(intervals: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """The boundary rows of :func:`_boundaries` in order, without ``pos``/``depth``. The
+    order is total (ids are unique), so the boundaries of a subset of the intervals are
+    these rows filtered to the subset."""
+    iv = intervals.select([*by, "id", "ts_ns", "end_ns"]).with_columns(
         end_ns=pl.max_horizontal("end_ns", "ts_ns")
     )
-    fast = _sort_by_time_key(iv, by, keep)
+    fast = _sort_by_time_key(iv, by)
     if fast is not None:
         return fast
     starts = iv.select([*by, "id", pl.col("ts_ns").alias("t"), pl.lit(1, pl.Int8).alias("kind"),
-                        (-pl.col("end_ns")).alias("sec"), *keep])
+                        (-pl.col("end_ns")).alias("sec")])
     ends = iv.select([*by, "id", pl.col("end_ns").alias("t"), pl.lit(0, pl.Int8).alias("kind"),
-                      (-pl.col("ts_ns")).alias("sec"), *keep])
+                      (-pl.col("ts_ns")).alias("sec")])
     return _sort_boundary_rows(pl.concat([starts, ends]), by)
 
 
@@ -189,8 +189,8 @@ def _sort_boundary_rows(b: pl.DataFrame, by: list[str], lead: Sequence[str] = ()
     return b.sort(keys, descending=[False] * (len(keys) - 1) + [True]).drop("_rank", "_oid")
 
 
-def _sort_by_time_key(iv: pl.DataFrame, by: list[str], keep: Sequence[str]) -> pl.DataFrame | None:
-    """The sorted boundary rows of ``iv`` (``*by, id, ts_ns, end_ns, *keep``, ``end_ns ≥
+def _sort_by_time_key(iv: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
+    """The sorted boundary rows of ``iv`` (``*by, id, ts_ns, end_ns``, ``end_ns ≥
     ts_ns``) by one Int64 key ``group rank · span + (t − t_min)`` (a single-column sort is
     ~3× cheaper than the six-column one), the rows that tie on it (same thread and
     instant: few at ns resolution) then sorted by every key in place. Each column of the
@@ -251,7 +251,6 @@ def _sort_by_time_key(iv: pl.DataFrame, by: list[str], keep: Sequence[str]) -> p
                 pl.when(is_end).then(-iv["ts_ns"].gather(src)).otherwise(-iv["end_ns"].gather(src)).alias("sec")
             ).to_series(),
         ]
-        + [iv[c].gather(src) for c in keep]
     )
 
 
