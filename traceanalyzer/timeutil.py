@@ -43,8 +43,7 @@ def merge_intervals(
         lo, hi = s["start_ns"].min(), s["end_ns"].max()
         span = int(hi) - int(lo) + 1  # type: ignore[arg-type]
         if by:
-            first = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in by]).fill_null(True)
-            g = s.select(first.cum_sum().cast(pl.Int64) - 1).to_series()
+            g = group_numbers(s, by)
             n_groups = int(g[-1]) + 1
             off = pl.lit(g * span - lo)
         else:
@@ -60,8 +59,7 @@ def merge_intervals(
     if by:
         # The groups are contiguous after the sort: number them, and run the windows over
         # that one integer instead of the ``by`` columns (~30 % of the merge's time).
-        first = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in by]).fill_null(True)
-        s = s.with_columns(_seg=first.cum_sum())
+        s = s.with_columns(_seg=group_numbers(s, by))
         over = "_seg"
     prev_max_end = (
         pl.col("end_ns").cum_max().shift(1).over(over) if over else pl.col("end_ns").cum_max().shift(1)
@@ -74,6 +72,16 @@ def merge_intervals(
         .drop("grp")
         .sort([*by, "start_ns"])
     )
+
+
+def group_numbers(df: pl.DataFrame, by: Sequence[str]) -> pl.Series:
+    """``_g``: the number (0, 1, …) of each row's ``by`` group, for rows sorted so that each
+    group's rows are contiguous (a new number wherever a ``by`` value changes)."""
+    by = list(by)
+    if not by:
+        return pl.zeros(df.height, dtype=pl.Int64, eager=True).alias("_g")
+    new_group = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in by])
+    return df.select((new_group.cum_sum().cast(pl.Int64) - 1).alias("_g")).to_series()
 
 
 def sort_within_groups(df: pl.DataFrame, by: Sequence[str], key: str) -> pl.DataFrame:

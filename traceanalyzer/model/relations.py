@@ -25,6 +25,7 @@ import polars as pl
 
 from traceanalyzer.model.derived import derived
 from traceanalyzer.model.trace import TraceModel
+from traceanalyzer.timeutil import group_numbers
 
 # Runtime/driver calls that enqueue device work. HTA joins only the first few; we
 # also count driver launches (Triton), graph launches, memcpy/memset APIs, HIP and
@@ -109,15 +110,6 @@ def _link_parents(b: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     return linked.select("id", "depth", "parent_id")
 
 
-def _group_numbers(df: pl.DataFrame, by: list[str]) -> pl.Series:
-    """``_g``: the number (0, 1, …) of each row's ``by`` group, for rows sorted so that
-    each group's rows are contiguous."""
-    if not by:
-        return pl.Series("_g", [0] * df.height, dtype=pl.Int64)
-    new_group = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in by])
-    return df.select((new_group.cum_sum().cast(pl.Int64) - 1).alias("_g")).to_series()
-
-
 def _link_parents_keyed(starts: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     """:func:`_link_parents` of ``starts`` (start rows in ``pos`` order, groups contiguous)
     by binary search; None when a key column holds nulls or the key would overflow."""
@@ -126,7 +118,7 @@ def _link_parents_keyed(starts: pl.DataFrame, by: list[str]) -> pl.DataFrame | N
     d_min, d_max = int(starts["depth"].min()), int(starts["depth"].max())  # type: ignore[arg-type]
     n_depths = d_max - d_min + 2  # depth − d_min + 1 lies in [1, n_depths − 1]; its parent's one below
     n_pos = int(starts["pos"].max()) + 2  # type: ignore[arg-type]
-    g = _group_numbers(starts, by)
+    g = group_numbers(starts, by)
     if (int(g.max()) + 1) * n_depths * n_pos >= 2**62:  # type: ignore[arg-type]
         return None
     # Series operations, not one query: as expressions the sorted key was recomputed per use.
@@ -210,7 +202,7 @@ def _sort_by_time_key(iv: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     else:
         if span >= 2**62:
             return None
-        g = pl.Series("_g", [-t_min] * n, dtype=pl.Int64)
+        g = pl.repeat(-t_min, n, dtype=pl.Int64, eager=True)
     key = pl.concat([g + iv["ts_ns"], g + iv["end_ns"]])
     del g
     order = key.arg_sort()
@@ -312,7 +304,7 @@ class CoverIndex:
                 self.groups, on=by, how="left", maintain_order="left"
             )["_g"]
         else:
-            g = pl.Series("_g", [0] * points.height, dtype=pl.Int64)
+            g = pl.zeros(points.height, dtype=pl.Int64, eager=True)
         # A point after every time of the index reads its group's last state (clipped to
         # t_max, so it stays inside the group's key range); one before every time, or of a
         # group without intervals, or with a null time, gets key -1: nothing covers it.
@@ -340,7 +332,7 @@ def _keyed_index(state: pl.DataFrame, by: list[str]) -> CoverIndex:
     t_min, t_max = int(state["t"].min()), int(state["t"].max())  # type: ignore[arg-type]
     # One spare instant after t_max per group holds its closing null row.
     span = t_max - t_min + 2
-    g = _group_numbers(state, by)
+    g = group_numbers(state, by)
     if by:
         groups = state.select(*by, g).filter(pl.col("_g").is_first_distinct())
     else:
@@ -410,7 +402,8 @@ def by_id(ids: pl.Series, table_ids: pl.Series, values: pl.Series) -> pl.Series:
     and a gather: a hash join of millions of rows on ``id`` was 30 % of a CPU index build."""
     if ids.dtype.is_integer() and table_ids.dtype.is_integer() and table_ids.len():
         n = table_ids.len()
-        if table_ids[0] == 0 and table_ids[-1] == n - 1 and (n == 1 or bool((table_ids.diff(null_behavior="drop") == 1).all())):
+        rows = table_ids[0] == 0 and table_ids[-1] == n - 1
+        if rows and (n == 1 or bool((table_ids.diff(null_behavior="drop") == 1).all())):
             # The table's ids are its row numbers (0, 1, …): a plain gather, O(len(ids)).
             inside = ids.is_between(0, n - 1)
             at = pl.select(pl.when(inside).then(ids).otherwise(None)).to_series()
@@ -504,8 +497,8 @@ def op_top_level(model: TraceModel) -> pl.Series:
             "pid", "tid", "ts_ns", pl.max_horizontal("end_ns", "ts_ns").alias("end_ns")
         ).with_row_index("_row")
         s = iv.sort(["pid", "tid", "ts_ns", "end_ns", "_row"], descending=[False, False, False, True, False])
-        first = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in ("pid", "tid")]).fill_null(True)
-        prev_end = pl.col("end_ns").cum_max().shift(1).over(first.cum_sum())
+        s = s.with_columns(group_numbers(s, ["pid", "tid"]))
+        prev_end = pl.col("end_ns").cum_max().shift(1).over("_g")
         top = s.select(prev_end.is_null() | (prev_end <= pl.col("ts_ns")) | pl.col("ts_ns").is_null())
         out = pl.repeat(False, ops.height, dtype=pl.Boolean, eager=True)
         return out.scatter(s["_row"], top.to_series()).alias("top_level")
