@@ -121,14 +121,18 @@ def assign_window(
     windows: pl.DataFrame,
     ts_col: str = "ts_ns",
     out_col: str = "window",
+    carry: Sequence[str] = (),
 ) -> pl.DataFrame:
-    """Add ``out_col``: the index of the window ``[start_ns, end_ns)`` containing ``ts_col``.
+    """Add ``out_col``: the index of the window ``[start_ns, end_ns)`` containing ``ts_col``,
+    and the ``carry`` columns of that window (``step`` …).
 
     ``windows`` must be disjoint; rows outside every window get null.
     """
+    carry = list(carry)
     if df.is_empty() or windows.is_empty():
-        return df.with_columns(pl.lit(None, dtype=pl.Int64).alias(out_col))
-    w = windows.select("window", "start_ns", "end_ns").sort("start_ns", maintain_order=True)
+        return df.with_columns(pl.lit(None, dtype=pl.Int64).alias(out_col),
+                               *[pl.lit(None, windows.schema[c]).alias(c) for c in carry])
+    w = windows.select("window", *carry, "start_ns", "end_ns").sort("start_ns", maintain_order=True)
     # The last window starting at or before t, by binary search on the (few) window
     # starts: no sort of the rows and no join (as an as-of join, backward, would).
     t = pl.col(ts_col)
@@ -136,7 +140,8 @@ def assign_window(
     at = pos.clip(lower_bound=0)
     inside = t.is_not_null() & (pos >= 0) & (t < pl.lit(w["end_ns"]).gather(at))
     return df.with_columns(
-        pl.when(inside).then(pl.lit(w["window"]).gather(at)).otherwise(None).cast(pl.Int64).alias(out_col)
+        pl.when(inside).then(pl.lit(w["window"]).gather(at)).otherwise(None).cast(pl.Int64).alias(out_col),
+        *[pl.when(inside).then(pl.lit(w[c]).gather(at)).otherwise(None).cast(w.schema[c]).alias(c) for c in carry],
     )
 
 

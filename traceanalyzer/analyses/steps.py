@@ -135,20 +135,9 @@ def assign_steps(df: pl.DataFrame, steps: StepsResult | pl.DataFrame, ts_col: st
     """
     w = steps.windows() if isinstance(steps, StepsResult) else steps
     base = df.drop([c for c in ("window", "step") if c in df.columns])
-    step_type = w.schema["step"]
-    if base.is_empty() or w.is_empty():
-        return base.with_columns(pl.lit(None, pl.Int64).alias("window"), pl.lit(None, step_type).alias("step"))
-    # assign_window's binary search, taking the step of the same window too: no join (a
-    # join copies every column of ``df``; these frames are the analyses' largest).
-    w = w.select("window", "step", "start_ns", "end_ns").sort("start_ns", maintain_order=True)
-    t = pl.col(ts_col)
-    pos = pl.lit(w["start_ns"]).search_sorted(t, side="right").cast(pl.Int64) - 1
-    at = pos.clip(lower_bound=0)
-    inside = t.is_not_null() & (pos >= 0) & (t < pl.lit(w["end_ns"]).gather(at))
-    return base.with_columns(
-        pl.when(inside).then(pl.lit(w["window"]).gather(at)).otherwise(None).cast(pl.Int64).alias("window"),
-        pl.when(inside).then(pl.lit(w["step"]).gather(at)).otherwise(None).cast(step_type).alias("step"),
-    )
+    # The step comes from the same binary search as the window: no join (a join copies
+    # every column of ``df``; these frames are the analyses' largest).
+    return assign_window(base, w, ts_col, "window", carry=("step",))
 
 
 def _flag(values: list[int], idx: int, others: list[int], factor: float, above: bool) -> bool:
