@@ -68,14 +68,13 @@ def _open(path: Path) -> tuple[BinaryIO, int]:
     return f, size
 
 
-
-
 def _pickle_head(path: Path, f: BinaryIO) -> tuple[bytes, int | None]:
     """The first two bytes and the protocol; refuses a file that does not start as a pickle."""
     head = f.read(2)
     if head[:1] != b"\x80":
         raise InputError(path, "not a pickle (a memory snapshot starts with the pickle protocol byte 0x80)")
     return head, (head[1] if len(head) > 1 else None)
+
 
 def _input_error(path: Path, exc: BaseException) -> InputError:
     """One line for any failure while reading untrusted pickle bytes (both readers)."""

@@ -37,7 +37,6 @@ _POINT_SCHEMA = {
 }
 
 
-
 def sync_points(results: Mapping[str, Any]) -> pl.DataFrame:
     """Sync points of the steady steps with their owner rule and exclusive idle.
 

@@ -126,8 +126,6 @@ def top_rows(df: pl.DataFrame, n: int = 5, cols: Iterable[str] | None = None) ->
     return df.head(n).to_dicts()
 
 
-
-
 def implied_sync(cause: pl.Expr) -> pl.Expr:
     """True for sync points caused by an op that implies a sync (``aten::item``, ``nonzero`` …)."""
     from traceanalyzer.analyses.syncs import IMPLIED_SYNC_OPS
