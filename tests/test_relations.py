@@ -141,21 +141,31 @@ def test_op_index_and_top_level_of_a_model_shared_and_forgotten() -> None:
 
 def test_op_top_level_is_depth_one_of_the_nesting() -> None:
     """op_top_level equals nest_depth == 1 on random nestings (twins, shared instants,
-    zero-length ops), in model row order."""
+    zero-length ops), in model row order: built alone (its own sort) and handed over by
+    op_index's nesting (built first, as phases does)."""
     from timeline_trace import Trace
 
-    from traceanalyzer.model.relations import nest_depth, op_top_level
+    from traceanalyzer.model import derived
+    from traceanalyzer.model.relations import nest_depth, op_index, op_top_level
 
-    for seed in range(6):
-        iv = _random_nested(seed)
+    handed_over = 0
+    for seed in range(12):
+        iv = _random_nested(seed // 2)
+        if seed % 2:  # positive lengths only: the nesting places every op
+            iv = iv.filter(pl.col("end_ns") > pl.col("ts_ns"))
         t = Trace()
         for r in iv.to_dicts():
             t.op(f"op{r['id']}", r["ts_ns"], r["end_ns"] - r["ts_ns"], tid=r["tid"])
         model = t.model()
         ops = model.cpu_ops.select("pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(
             pl.col("id").cast(pl.Int64))
-        depth = nest_depth(ops).sort("id")["depth"]
-        assert op_top_level(model).to_list() == (depth == 1).to_list(), seed
+        want = (nest_depth(ops).sort("id")["depth"] == 1).to_list()
+        assert op_top_level(model).to_list() == want, seed
+        derived.forget(model)
+        op_index(model)
+        handed_over += _memo_has(model, "op_top_level")  # forgotten above: only op_index can have put it there
+        assert op_top_level(model).to_list() == want, seed
+    assert handed_over == 6  # the positive-length cases took the nesting's depths
 
 
 def test_derived_memo_is_per_model_and_weak() -> None:
@@ -223,6 +233,13 @@ def test_run_analyses_declares_every_shared_table(monkeypatch) -> None:  # type:
         assert rebuilds() == before, name
         assert left[name] == [], name
         assert id(model) not in _MEMO
+
+
+def _memo_has(model: object, key: str) -> bool:
+    from traceanalyzer.model.derived import _MEMO
+
+    hit = _MEMO.get(id(model))
+    return hit is not None and key in hit[1]
 
 
 def _random_nested(seed: int) -> pl.DataFrame:

@@ -149,8 +149,10 @@ class PhaseContext:
 def phase_context(model: TraceModel, windows: pl.DataFrame) -> PhaseContext:
     """Collect the phase evidence of ``model`` (see the module docstring)."""
     ann = model.annotations.filter(~pl.col("name").str.starts_with("ProfilerStep#"))
-    ops = model.cpu_ops
-    cpu = pl.concat([ops.select("name", "pid", "tid", "ts_ns", "end_ns"), ann.select("name", "pid", "tid", "ts_ns", "end_ns")])
+    # Only these columns are read: selected first (no copy), every filter below copies
+    # five columns instead of the op table's dozen (at 16x the thread filter took 69 ms).
+    ops = model.cpu_ops.select("name", "pid", "tid", "ts_ns", "end_ns")
+    cpu = pl.concat([ops, ann.select("name", "pid", "tid", "ts_ns", "end_ns")])
     dl = cpu.filter(pl.col("name").str.contains(DATALOADER_RE))
     dl_user = ann.filter(pl.col("name").str.contains(USER_DATA_RE) & ~pl.col("name").str.contains(DATALOADER_RE))
     comm = cpu.filter(pl.col("name").str.contains(CPU_COMM_RE))

@@ -487,7 +487,9 @@ def op_top_level(model: TraceModel) -> pl.Series:
     zero-length op covers nothing (built once per model).
 
     One sort by (thread, start, longer first, row) and a running maximum of ends: a tenth of
-    building the nesting, which :func:`op_index` does only for positive-length ops."""
+    building the nesting. Where :func:`op_index` is built first (``phases`` builds it before
+    anything else), the flags come from its nesting instead (depth 1), and this sort is
+    not needed at all (:func:`_top_level_from_nesting`)."""
 
     def build() -> pl.Series:
         ops = model.cpu_ops
@@ -511,9 +513,26 @@ def _op_nesting(model: TraceModel) -> CoverIndex:
         ivs = model.cpu_ops.select("pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(
             pl.col("id").cast(pl.Int64)
         )
-        return cover_index(ivs, ["pid", "tid"])
+        links, index = nest_with_index(ivs.filter(pl.col("end_ns") > pl.col("ts_ns")), ["pid", "tid"])
+        # The nesting's depths are what op_top_level computes with a sort of its own:
+        # handed over now (the links are not kept), they save that sort (~0.4 s at 40x).
+        top = _top_level_from_nesting(ivs, links)
+        if top is not None:
+            derived(model, "op_top_level", lambda: top)
+        return index
 
     return derived(model, "op_nesting", build)
+
+
+def _top_level_from_nesting(ivs: pl.DataFrame, links: pl.DataFrame) -> pl.Series | None:
+    """:func:`op_top_level` of the ops ``ivs`` (``id`` = row number) from the nesting of
+    their positive-length ones (``links``): top level is depth 1. None where some op has
+    zero length or a null time: the nesting does not place those (the cover index would
+    answer for them only where the ops nest properly), so op_top_level sorts."""
+    if links.height != ivs.height:
+        return None
+    flag = pl.repeat(False, ivs.height, dtype=pl.Boolean, eager=True)
+    return flag.scatter(links["id"], links["depth"] == 1).alias("top_level")
 
 
 def launches(model: TraceModel) -> pl.DataFrame:
