@@ -19,7 +19,13 @@ Cases (``FILE`` = the real trace, by default ``hta/df_index_resolver``):
   ``get_gpu_kernel_breakdown`` and ``get_cuda_kernel_launch_stats`` for every rank
   (the arguments of ``scripts/hta_reference.py``); skipped with a note when absent;
 * ``orjson``        — read FILE (gunzip if ``.gz``) and ``orjson.loads`` it: the
-  floor for any loader that parses JSON in Python.
+  floor for any loader that parses JSON in Python;
+* ``msgspec``       — the typed decoding issue 9 suggests trying: read FILE and decode
+  it with ``msgspec.json.Decoder`` into Structs of only the fields the model reads
+  (unknown keys skipped in C, no dict per event), then take those fields out as one
+  Python list per column (what any columnar build from such objects must do first).
+  Runs in ``--msgspec-python`` (default: ours) when msgspec imports there; skipped
+  with a note otherwise (``pip install msgspec``; not a dependency of the tool).
 
 and a scaling series on ``bench_data/<stem>_x{1,4,16,40}.json`` (and ``.json.gz``),
 which ``scripts/make_big_trace.py`` builds when missing (40x ≈ 2 GB).
@@ -143,6 +149,46 @@ def _worker_orjson(path: str) -> dict[str, Any]:
             "work_s": t1 - t_import, "load_s": t1 - t_import, "events": n}
 
 
+def _worker_msgspec(path: str) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    from typing import Optional, Union
+
+    import msgspec
+
+    from traceanalyzer.load.chrome_trace import _DIMS_ARGS, _INT_ARGS, _STR_ARGS
+
+    # The fields the chunked loader reads, typed as leniently as the traces write them
+    # (ids as numbers or strings, dims as lists), so that one decode covers the file.
+    def field(name: str, tp: Any) -> tuple[str, Any, Any]:
+        return ("f_" + "".join(c if c.isalnum() else "_" for c in name), Optional[tp],
+                msgspec.field(default=None, name=name))
+
+    args_fields = ([field(k, Union[int, str]) for k in _INT_ARGS] + [field(k, str) for k in _STR_ARGS]
+                   + [field(k, list) for k in _DIMS_ARGS] + [field("Input type", list)])
+    args_t = msgspec.defstruct("Args", args_fields)
+    event_t = msgspec.defstruct("Event", [
+        field("ph", str), field("cat", str), field("name", str), field("ts", Union[int, float]),
+        field("dur", Union[int, float]), field("pid", Union[int, str]), field("tid", Union[int, str]),
+        field("id", Union[int, str]), field("args", args_t)])
+    doc_t = msgspec.defstruct("Doc", [("traceEvents", list[event_t])])  # type: ignore[valid-type]
+    decoder = msgspec.json.Decoder(doc_t)
+    t_import = time.perf_counter()
+    raw = Path(path).read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    t_read = time.perf_counter()
+    events = decoder.decode(raw).traceEvents
+    del raw
+    t_decoded = time.perf_counter()
+    columns = {f: [getattr(e, f) for e in events] for f in event_t.__struct_fields__ if f != "f_args"}
+    args = [e.f_args for e in events]
+    columns.update({f: [getattr(a, f) if a is not None else None for a in args] for f in args_t.__struct_fields__})
+    t1 = time.perf_counter()
+    return {"import_s": t_import - t0, "read_s": t_read - t_import, "decode_s": t_decoded - t_read,
+            "columns_s": t1 - t_decoded, "work_s": t1 - t_import, "load_s": t1 - t_import,
+            "events": len(events), "columns": len(columns)}
+
+
 def _worker_hta(path: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     import logging
@@ -174,6 +220,7 @@ WORKERS = {
     "ours-analyze": _worker_ours_analyze,
     "ours-load": _worker_ours_load,
     "orjson": _worker_orjson,
+    "msgspec": _worker_msgspec,
     "hta": _worker_hta,
 }
 
@@ -256,7 +303,7 @@ def measure(label: str, python: str, mode: str, path: Path, repeats: int, args: 
         case["error"] = runs[-1].get("error", "failed")
     else:
         for key in ("wall_s", "cpu_s", "peak_rss_mb", "import_s", "load_s", "analyses_s", "write_s", "work_s",
-                    "loads_s", "read_s"):
+                    "loads_s", "read_s", "decode_s", "columns_s"):
             vals = [r[key] for r in ok if key in r]
             if vals:
                 case[key] = statistics.median(vals)
@@ -349,6 +396,7 @@ def ratio_rows(by: dict[str, dict[str, Any]], suffix: str) -> list[dict[str, Any
         return c if c and "error" not in c else None
 
     ours, ours_load, hta, oj = get("ours analyze"), get("ours load"), get("HTA 0.5.0"), get("orjson.loads")
+    ms = get("msgspec typed")
     if ours and hta:
         v = hta["wall_s"] / ours["wall_s"]
         out.append({"ratio": f"HTA wall / ours wall ({suffix})", "value": v,
@@ -367,6 +415,14 @@ def ratio_rows(by: dict[str, dict[str, Any]], suffix: str) -> list[dict[str, Any
                     "ok": None})
         v = ours_load["peak_rss_mb"] / oj["peak_rss_mb"]
         out.append({"ratio": f"ours load RSS / orjson RSS ({suffix})", "value": v, "target": "(info)", "ok": None})
+    if ours_load and ms:
+        v = ours_load["load_s"] / ms["work_s"]
+        out.append({"ratio": f"ours load / msgspec typed decode + columns, in-process ({suffix})", "value": v,
+                    "target": "(info)", "ok": None})
+        v = ms["decode_s"] / oj["loads_s"] if oj else None
+        if v is not None:
+            out.append({"ratio": f"msgspec typed decode alone / orjson.loads alone ({suffix})", "value": v,
+                        "target": "(info)", "ok": None})
     if ours and "analyses_s" in ours and ours.get("load_s"):
         v = (ours["analyses_s"] + ours.get("write_s", 0.0)) / ours["load_s"]
         out.append({"ratio": f"ours (analyses+rules+json) / load ({suffix})", "value": v,
@@ -462,6 +518,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-gz", action="store_true", help="scaling series on .json only")
     ap.add_argument("--hta-python", type=Path, default=DEFAULT_HTA_PYTHON)
     ap.add_argument("--python", default=sys.executable, help="python of our venv (default: this one)")
+    ap.add_argument("--msgspec-python", default=None,
+                    help="python with traceanalyzer and msgspec for the msgspec case (default: --python)")
+    ap.add_argument("--no-msgspec", action="store_true", help="skip the msgspec case")
     ap.add_argument("--max-rss-gb", type=float, default=6.0, help="kill a child above this RSS (default 6)")
     ap.add_argument("--orjson-max-gb", type=float, default=0.25,
                     help="orjson case only on files up to this many GB of JSON (its objects take ~10x)")
@@ -488,6 +547,11 @@ def main(argv: list[str] | None = None) -> int:
         notes.append(f"HTA skipped: {hta_python} not found (python3 -m venv /work/hta-venv && "
                      "/work/hta-venv/bin/pip install HolisticTraceAnalysis==0.5.0)")
         hta_python = None
+    msgspec_python = None if args.no_msgspec else (args.msgspec_python or args.python)
+    if msgspec_python is not None and subprocess.run([msgspec_python, "-c", "import msgspec, traceanalyzer"],
+                                                     capture_output=True).returncode != 0:
+        notes.append(f"msgspec skipped: it does not import in {msgspec_python} (pip install msgspec)")
+        msgspec_python = None
     env = environment(hta_python)
     t_start = time.perf_counter()
 
@@ -502,6 +566,9 @@ def main(argv: list[str] | None = None) -> int:
                                   args, size))
         comparison.append(measure(f"ours load ({suffix})", args.python, "ours-load", path, args.repeats, args, size))
         comparison.append(measure(f"orjson.loads ({suffix})", args.python, "orjson", path, args.repeats, args, size))
+        if msgspec_python is not None:
+            comparison.append(measure(f"msgspec typed ({suffix})", msgspec_python, "msgspec", path, args.repeats,
+                                      args, size))
         if hta_python is not None:
             comparison.append(measure(f"HTA 0.5.0 ({suffix})", str(hta_python), "hta", path, args.repeats, args,
                                       size))
