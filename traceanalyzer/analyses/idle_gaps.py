@@ -236,17 +236,31 @@ def _classify(
     return g.with_columns(cause=cause).drop("_sync", "_memcpy", "_dl")
 
 
-def _attribute(gaps: pl.DataFrame, model: TraceModel) -> pl.DataFrame:
-    """Add ``cpu_context``/``source`` and ``annotation``: deepest intervals at the gap midpoint."""
-    if gaps.is_empty():
-        return gaps.with_columns(
-            cpu_context=pl.lit(None, pl.String), source=pl.lit(None, pl.String), annotation=pl.lit(None, pl.String)
+def _attribution(gaps: list[pl.DataFrame], model: TraceModel) -> list[pl.DataFrame]:
+    """``cpu_context``, ``source`` and ``annotation`` of each gap of each frame (the deepest
+    intervals at the gap midpoint on the launching thread), one frame aligned with each of
+    ``gaps``: the points of all of them are looked up at once (the indexes are built once),
+    and no gap frame is copied to do it."""
+    pts = pl.concat([
+        g.select(
+            pl.col("launch_pid").alias("pid"),
+            pl.col("launch_tid").alias("tid"),
+            ((pl.col("start_ns") + pl.col("end_ns")) // 2).alias("ts_ns"),
         )
-    pts = gaps.select(
-        pl.col("launch_pid").alias("pid"),
-        pl.col("launch_tid").alias("tid"),
-        ((pl.col("start_ns") + pl.col("end_ns")) // 2).alias("ts_ns"),
-    )
+        for g in gaps
+    ])
+    cols = _attribute_points(pts, model)
+    out, at = [], 0
+    for g in gaps:
+        out.append(cols.slice(at, g.height))
+        at += g.height
+    return out
+
+
+def _attribute_points(pts: pl.DataFrame, model: TraceModel) -> pl.DataFrame:
+    """``cpu_context, source, annotation`` of each point (``pid, tid, ts_ns``)."""
+    if pts.is_empty():
+        return pl.DataFrame(schema={"cpu_context": pl.String, "source": pl.String, "annotation": pl.String})
     if model.python_frames.is_empty():
         # Then the context is the CPU tree copies and syncs use (ops and annotations but
         # ProfilerStep#, in the same order, so equal ids among ties): its index is shared.
@@ -260,11 +274,11 @@ def _attribute(gaps: pl.DataFrame, model: TraceModel) -> pl.DataFrame:
     # indexed once per model (phases looks them up too).
     ann_names, ann_index = annotation_index(model)
     aids = ann_index.lookup(pts)
-    return gaps.with_columns(
+    return pl.DataFrame([
         by_id(ids, ctx["id"], ctx["name"]).alias("cpu_context"),
         by_id(ids, ctx["id"], ctx["source"]).alias("source"),
         by_id(aids, ann_names["id"], ann_names["name"]).alias("annotation"),
-    )
+    ])
 
 
 def _per(gaps: pl.DataFrame, by: list[str]) -> pl.DataFrame:
@@ -318,14 +332,13 @@ def idle_gaps(model: TraceModel, results: Results, config: Config) -> IdleGapsRe
     # The per-event inputs are done with: free them before the tables below are built (on
     # a big trace these frames are a few hundred MB).
     del act, launch, dev_m, str_m, host
-    # One attribution pass for both tables (the as-of state is built once).
-    both = _attribute(
-        pl.concat([dgaps.with_columns(_kind=pl.lit(0)), sgaps.with_columns(_kind=pl.lit(1))], how="diagonal"), model
-    )
-    del dgaps, sgaps
-    dgaps = both.filter(pl.col("_kind") == 0).drop("_kind", "stream").sort(["device", "start_ns"])
-    sgaps = both.filter(pl.col("_kind") == 1).drop("_kind", "next_stream")
-    del both
+    # One attribution pass for both tables (the as-of state is built once). dgaps stays
+    # sorted by (device, start_ns); sgaps keeps the column order it has always had
+    # (``stream`` after ``cause``).
+    d_attr, s_attr = _attribution([dgaps, sgaps], model)
+    dgaps = dgaps.hstack(d_attr)
+    sgaps = sgaps.select(pl.exclude("stream"), "stream").hstack(s_attr)
+    del d_attr, s_attr
     sgaps = assign_steps(sgaps, sr, "start_ns").sort(["device", "stream", "start_ns"])
 
     per_device = _per(dgaps, ["device"])
