@@ -43,11 +43,12 @@ def _outcome(fn: Callable[[], Any]) -> Any:
         return ("InputError", str(exc))
 
 
-def chunked(path: Path, chunk_bytes: int) -> Any:
-    """The chunked path with ``chunk_bytes`` (as load_chrome_trace, with the simple
-    path taking files the chunked reader cannot frame)."""
+def chunked(path: Path, chunk_bytes: int, workers: int | None = None) -> Any:
+    """The chunked path with ``chunk_bytes`` and ``workers`` regions decoded at once
+    (default: the loader's), as load_chrome_trace, with the simple path taking files the
+    chunked reader cannot frame."""
     try:
-        return _ChunkedLoader(path, chunk_bytes).load()
+        return _ChunkedLoader(path, chunk_bytes, workers).load()
     except _Unframed:
         return load_chrome_trace_simple(path)
 
@@ -69,12 +70,17 @@ def assert_same_model(a: Any, b: Any) -> None:
 def assert_paths_agree(path: Path, chunks: tuple[int, ...] = TINY_CHUNKS) -> Any:
     """Every chunk size gives the simple path's outcome; returns that outcome."""
     ref = _outcome(lambda: load_chrome_trace_simple(path))
-    for cb in chunks:
-        got = _outcome(lambda: chunked(path, cb))
-        try:
-            assert_same_model(ref, got)
-        except AssertionError as exc:
-            raise AssertionError(f"chunk_bytes={cb}: {exc}") from None
+    for i, cb in enumerate(chunks):
+        # Both ways of decoding: one region at a time, and two at once (regions cut ahead
+        # of the one being decoded, rolled back where it does not decode).
+        for workers in (1, 2) if i % 2 else (2, 1):
+            got = _outcome(lambda: chunked(path, cb, workers))
+            try:
+                assert_same_model(ref, got)
+            except AssertionError as exc:
+                raise AssertionError(f"chunk_bytes={cb}, workers={workers}: {exc}") from None
+            if cb >= 4096:
+                break  # the larger chunks: one way each (alternating), for time
     assert_same_model(ref, _outcome(lambda: load_chrome_trace(path)))
     return ref
 
@@ -96,7 +102,7 @@ def test_shared_trace_chunked_equals_simple(path: Path) -> None:
         assert_same_model(ref, _outcome(lambda: shared_model(path)))
     # … and small chunks: dozens of boundaries even on the 30–85 MB files.
     size = path.stat().st_size
-    assert_same_model(ref, _outcome(lambda: chunked(path, (1 << 20) if size > (1 << 20) else 16 << 10)))
+    assert_same_model(ref, _outcome(lambda: chunked(path, (1 << 20) if size > (1 << 20) else 16 << 10, workers=2)))
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
@@ -515,3 +521,34 @@ def test_plain_trace_run_does_not_import_numpy(tmp_path: Path) -> None:
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
     assert (tmp_path / "out" / "summary.json").is_file()
+
+
+@pytest.mark.parametrize("where", ["early", "middle", "last"])
+def test_regions_decoded_ahead_roll_back_where_one_does_not_decode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Two regions at once: where a region the reader cannot take exactly (here a float
+    pid, which other_events would keep as "1.0") sits among many, the regions cut after it
+    are dropped and decoded again one at a time, and the model is the simple path's."""
+    from traceanalyzer.load import chrome_trace
+
+    ev = modern_events(40)
+    at = {"early": 3, "middle": len(ev) // 2, "last": len(ev) - 2}[where]
+    ev.insert(at, {"ph": "i", "name": "odd", "ts": 5.0, "pid": 1.0, "tid": 1, "s": "t"})
+    path = write(tmp_path, "t.json", kineto_text(doc_of(ev)))
+    rollbacks: list[int] = []
+    original = chrome_trace._Rollback.__init__
+
+    def counting(self: Any, carry: bytes) -> None:
+        rollbacks.append(len(carry))
+        original(self, carry)
+
+    monkeypatch.setattr(chrome_trace._Rollback, "__init__", counting)
+    ref = load_chrome_trace_simple(path)
+    assert_same_model(ref, chunked(path, 2048, workers=2))
+    # The last events are decoded in place, after the regions in flight are settled.
+    want = 0 if where == "last" else 1
+    assert len(rollbacks) == want
+    assert_same_model(ref, chunked(path, 2048, workers=1))
+    assert len(rollbacks) == want  # one region at a time never cuts ahead
+    assert ref.other_events.height >= 1

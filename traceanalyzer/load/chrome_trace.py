@@ -30,13 +30,13 @@ cases, with chunks down to one event).
   that polars' reader (Rust) decodes into typed columns of only the fields the model
   needs, in two passes (events with ``args`` as text, then the ``args`` texts: the
   reader is 2–3× slower on a wide struct); polars expressions sort the rows into
-  tables. No Python object per event (decoding the next chunk on a worker thread
-  while this one is framed was measured and dropped: polars' reader already keeps 2
-  cores busy, and it cost 17–33 MB more at the same time). Memory: the
+  tables. No Python object per event. Two chunks are decoded at once where polars
+  has two threads (:class:`_ChunkedLoader`: the reader keeps two cores busy, the rest
+  of a chunk's work one), in chunks of ``PARALLEL_CHUNK_BYTES`` (2 MiB). Memory: the
   model's columns plus the chunks' transients, each ~15–35× the chunk (the reader's
-  parse buffers, the NDJSON copies): hence 4 MiB chunks (on the 54 MB trace, 8 MiB
-  peaks 80–140 MB higher at the same CPU time; 2 MiB saves another 30 MB for ~5 % more
-  CPU).
+  parse buffers, the NDJSON copies), plus the pages the allocator has not returned yet:
+  one 4 MiB chunk at a time or two 2 MiB chunks peak alike (on the 54 MB trace, 8 MiB
+  chunks peaked 80–140 MB higher at the same CPU time).
 
 Measured (``scripts/bench.py``, docs/performance.md; df_index_resolver and its
 replicas by ``scripts/make_big_trace.py``; 2 cores; peak RSS of the whole process,
@@ -60,7 +60,8 @@ within the last 64 events.
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import Counter, deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import chain
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -715,6 +716,9 @@ def _assemble(
 # ---------------------------------------------------------------------------
 
 CHUNK_BYTES = 4 << 20
+# Regions when two are decoded at once (see _ChunkedLoader): the same peak as one region
+# of CHUNK_BYTES at a time.
+PARALLEL_CHUNK_BYTES = 2 << 20
 
 # LF/CR → TAB: both are whitespace between tokens, so the text keeps its meaning, and
 # a raw LF inside a string (not strict JSON) becomes a raw TAB, which the strict
@@ -1123,12 +1127,67 @@ def _brackets(buf: bytes | memoryview, depth0: int) -> Iterator[tuple[int, int, 
         yield start, ch, depth
 
 
-class _ChunkedLoader:
-    """Streams one file through the chunked path (see the comment above)."""
+def _decode_region(region: bytes, sep_nd: bytes, sep_nl: bytes,
+                   autograd: bool) -> tuple[dict[str, pl.DataFrame], _Stats] | None:
+    """A region of whole events (cut at separators) → raw frames and counts, or None when
+    the columnar reader cannot take it exactly (the caller frames it exactly)."""
+    try:
+        nd = region.translate(_NL_TO_TAB).replace(sep_nd, sep_nl)
+        return _fast_chunk(nd, autograd)
+    except _NotFast:
+        return None
 
-    def __init__(self, path: Path, chunk_bytes: int = CHUNK_BYTES) -> None:
+
+@dataclass
+class _Pending:
+    """A region being decoded on the pool, and what undoes the assumption that it decodes:
+    where it started (``carry[:nxt]`` is its text up to the next region) and the loader's
+    position before it."""
+
+    future: Future[tuple[dict[str, pl.DataFrame], _Stats] | None]
+    carry: bytes
+    nxt: int
+    offset: int
+    last_end: int | None
+
+
+class _Rollback(Exception):
+    """A region decoded ahead did not decode: ``carry`` is the text from its start on."""
+
+    def __init__(self, carry: bytes) -> None:
+        super().__init__()
+        self.carry = carry
+
+
+class _ChunkedLoader:
+    """Streams one file through the chunked path (see the comment above).
+
+    With ``workers`` ≥ 2 (the default where polars has two threads or more), two regions
+    are decoded at once on a thread pool: the reader keeps two cores busy, but the rest of
+    a region's work (the screen, the separator rewrite, the split into tables: ~60 % of
+    it) runs on one, so on 2 cores one region's tables are built while the next one is
+    read. Two regions in flight hold two working sets, hence regions of
+    :data:`PARALLEL_CHUNK_BYTES` (2 MiB) then: the same peak as one 4 MiB region at a
+    time (203–217 MB at 1x), where two 4 MiB regions peaked at 262–273 MB. Measured,
+    interleaved, fresh processes: ``load()`` of the 54 MB trace 0.92–1.02 s → 0.80–0.81 s,
+    of the 795 MB 16x trace 14.6–16.0 s → 12.8–14.9 s (3 runs each; the box is noisy:
+    one more pair went the other way, 14.5 vs 15.4 s). Regions are cut assuming the one
+    before decodes; where one does not
+    (a value the reader would blur, a separator inside a string), the regions cut after
+    it are dropped, the loader goes back to its start and carries on one region at a
+    time, exactly as with ``workers=1``. Frames are added in file order either way.
+    """
+
+    def __init__(self, path: Path, chunk_bytes: int | None = None, workers: int | None = None) -> None:
         self.path = path
+        if workers is None:
+            workers = 2 if pl.thread_pool_size() >= 2 else 1
+        self.workers = workers
+        if chunk_bytes is None:
+            chunk_bytes = PARALLEL_CHUNK_BYTES if workers > 1 else CHUNK_BYTES
         self.chunk = max(1, chunk_bytes)
+        self.pool: ThreadPoolExecutor | None = None
+        self.pending: deque[_Pending] = deque()
         self.stream = ByteStream(path)
         self.frames: dict[str, list[pl.DataFrame]] = {t: [] for t in _RAW_COLS}
         self.stats = _Stats()
@@ -1149,6 +1208,14 @@ class _ChunkedLoader:
     # -- driver -----------------------------------------------------------------
 
     def load(self) -> TraceModel:
+        try:
+            return self._load()
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(wait=True, cancel_futures=True)
+                self.pool = None
+
+    def _load(self) -> TraceModel:
         blocks = self._blocks = self.stream.blocks(self.chunk)
         carry = self._header(blocks)
         tail_parts: list[bytes] | None = None
@@ -1160,11 +1227,18 @@ class _ChunkedLoader:
                 continue
             carry += block
             if len(carry) >= self.chunk:
-                carry, tail = self._step(carry)
+                try:
+                    carry, tail = self._step(carry)
+                except _Rollback as rb:  # from here on one region at a time
+                    carry, tail = self._step(rb.carry)
                 if tail is not None:
                     tail_parts = [tail]
                     carry = b""
         if tail_parts is None:
+            try:
+                self._drain(carry)
+            except _Rollback as rb:
+                carry = rb.carry
             tail = self._final(carry)
         else:
             tail = b"".join(tail_parts)
@@ -1310,6 +1384,8 @@ class _ChunkedLoader:
                 p = carry.rfind(self.sep)
         if p > 0:
             nxt = p + len(self.sep) - 1  # type: ignore[arg-type]
+            if self.workers > 1:
+                return self._ahead(carry, p, nxt), None
             if self._fast(carry[: p + 1]):
                 self.last_end = self.offset + p + 1
                 self.offset += nxt
@@ -1318,6 +1394,7 @@ class _ChunkedLoader:
         elif len(carry) < 4 * self.chunk:
             return carry, None  # no boundary yet: read on
         else:
+            self._drain(carry)
             resume, end = self._exact(carry, len(carry), final=False)
         if end >= 0:
             return b"", carry[end + 1:]
@@ -1354,13 +1431,50 @@ class _ChunkedLoader:
         return carry[end + 1:] if end >= 0 else None
 
     def _fast(self, region: bytes) -> bool:
-        try:
-            nd = region.translate(_NL_TO_TAB).replace(self.sep_nd, self.sep_nl)
-            frames, stats = _fast_chunk(nd, self.autograd)
-        except _NotFast:
+        got = _decode_region(region, self.sep_nd, self.sep_nl, self.autograd)
+        if got is None:
             return False
-        self._add(frames, stats)
+        self._add(*got)
         return True
+
+    def _ahead(self, carry: bytes, p: int, nxt: int) -> bytes:
+        """Send ``carry[:p + 1]`` to the pool and move on as if it decodes (see the class);
+        with two regions in flight, first settle the older one. Returns the rest."""
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="traceanalyzer-load")
+        future = self.pool.submit(_decode_region, carry[: p + 1], self.sep_nd, self.sep_nl, self.autograd)
+        self.pending.append(_Pending(future, carry, nxt, self.offset, self.last_end))
+        self.last_end = self.offset + p + 1
+        self.offset += nxt
+        rest = carry[nxt:]
+        while len(self.pending) >= self.workers:
+            self._settle_oldest(rest)
+        return rest
+
+    def _drain(self, carry: bytes) -> None:
+        """Settle every region in flight (``carry``: the text after the last one)."""
+        while self.pending:
+            self._settle_oldest(carry)
+
+    def _settle_oldest(self, carry: bytes) -> None:
+        """Add the oldest region's frames, or, where it did not decode, drop every region
+        in flight, go back to its start and raise :class:`_Rollback` with the text from
+        there on (``carry``: the text after the newest region)."""
+        first = self.pending.popleft()
+        got = first.future.result()
+        if got is not None:
+            self._add(*got)
+            return
+        later = list(self.pending)
+        self.pending.clear()
+        for q in later:
+            if not q.future.cancel():
+                q.future.result()  # let it finish: its working set goes with it
+        self.offset, self.last_end = first.offset, first.last_end
+        self.workers = 1
+        parts = [first.carry[: first.nxt], *(q.carry[: q.nxt] for q in later), carry]
+        del first, later
+        raise _Rollback(b"".join(parts))
 
     def _exact(self, buf: bytes, upto: int, final: bool) -> tuple[int, int]:
         """Frame ``buf[:upto]`` exactly and process its complete events.
