@@ -40,10 +40,11 @@ cases, with chunks down to one event).
 
 Measured (``scripts/bench.py``, docs/performance.md; df_index_resolver and its
 replicas by ``scripts/make_big_trace.py``; 2 cores; peak RSS of the whole process,
-interpreter and imports included): ``load()`` of the 54 MB trace takes 1.0 s and peaks
-at 201 MB, where ``orjson.loads`` alone takes 0.58 s and 382 MB; the 198 MB 4x file
-loads in 3.7 s (1.15× ``orjson.loads``) at 337 MB; the 2 GB 40x file in ~38 s at
-~1.9 GB, with or without gzip, where the simple path would need ~16 GB.
+interpreter and imports included; commit f6f6e35): ``load()`` of the 54 MB trace takes
+0.91 s and peaks at 208 MB, where ``orjson.loads`` alone takes 0.61 s and 382 MB; the
+198 MB 4x file loads at 1.11× the time of ``orjson.loads`` and 363 MB (orjson: 1,442
+MB); the 2 GB 40x file in 32–35 s, with or without gzip, where the simple path would
+need ~16 GB.
 
 Exactness: the reader blurs some JSON types (it reads ``1.0`` into a string column as
 "1", a string where a list is expected as the list's text, …), so each chunk is
