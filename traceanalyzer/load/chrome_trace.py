@@ -1173,10 +1173,10 @@ class _ChunkedLoader:
     interleaved, fresh processes: ``load()`` of the 54 MB trace 0.92–1.02 s → 0.80–0.81 s,
     of the 795 MB 16x trace 14.6–16.0 s → 12.8–14.9 s (3 runs each; the box is noisy:
     one more pair went the other way, 14.5 vs 15.4 s). Regions are cut assuming the one
-    before decodes; where one does not
-    (a value the reader would blur, a separator inside a string), the regions cut after
-    it are dropped, the loader goes back to its start and carries on one region at a
-    time, exactly as with ``workers=1``. Frames are added in file order either way.
+    before decodes; where one does not (a value the reader would blur, a separator inside
+    a string), the regions cut after it are dropped, the loader goes back to its start
+    and carries on one region at a time, exactly as with ``workers=1``. Frames are added
+    in file order either way.
     """
 
     def __init__(self, path: Path, chunk_bytes: int | None = None, workers: int | None = None) -> None:
