@@ -176,8 +176,9 @@ class Comparability:
         """The line every output states at its top; ``None`` when nothing mismatches."""
         parts = []
         if self.hardware_mismatches:
-            parts.append("NOT COMPARABLE: different hardware (" + "; ".join(f.phrase() for f in self.hardware_mismatches)
-                         + "); the step-time change measures the hardware, not the code")
+            what = "; ".join(f.phrase() for f in self.hardware_mismatches)
+            parts.append(f"NOT COMPARABLE: different hardware ({what}); the step-time change measures the hardware, "
+                         "not the code")
         if self.warnings:
             parts.append("warning: " + "; ".join(f.phrase() for f in self.warnings) + " differ")
         return ". ".join(parts) or None
