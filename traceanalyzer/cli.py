@@ -2,7 +2,8 @@
 
 Sub-commands live one per module in :mod:`traceanalyzer.commands` and are
 discovered automatically. Exit codes: 0 ok, 1 a ``--fail-on``/regression gate
-tripped, 2 bad input or usage, 3 internal error (a bug; set
+tripped, 2 bad input or usage (also a ``compare`` gate refusing to judge across
+different hardware), 3 internal error (a bug; set
 ``TRACEANALYZER_DEBUG=1`` for the traceback).
 """
 

@@ -15,6 +15,10 @@ windows summed over ranks; a trace without ``ProfilerStep`` is one window), so r
 with different step or rank counts compare fairly. Deltas are ranked by impact, the
 absolute change of time per step; names present on one side only are ``new`` or
 ``vanished``. The step-time verdict comes from :mod:`traceanalyzer.compare.stats`.
+
+Before any of that, :mod:`traceanalyzer.compare.comparability` checks that the two sides
+ran on the same hardware (device model and count, vendor, world size) and software
+(versions, batch size); each input's facts are kept in ``Side.facts``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any, Iterable, Mapping
 
 import polars as pl
 
+from traceanalyzer.compare.comparability import Comparability, check_comparability, input_facts
 from traceanalyzer.compare.stats import StepTimeChange, step_time_change
 from traceanalyzer.config import Config
 from traceanalyzer.errors import InputError
@@ -44,6 +49,7 @@ class Side:
     metrics: list[dict[str, Any]] = field(default_factory=list)
     kernels: dict[str, tuple[int, int]] = field(default_factory=dict)  # name → (count, total_ns)
     ops: dict[str, tuple[int, int]] = field(default_factory=dict)
+    facts: list[dict[str, Any]] = field(default_factory=list)  # per input, comparability.input_facts
 
     @property
     def n_ranks(self) -> int:
@@ -83,6 +89,7 @@ def add_report(side: Side, source: str, model: Any, report: Any) -> None:
     side.files.append(source)
     side.kinds.append(report.kind)
     side.metrics.append(m)
+    side.facts.append(input_facts(model, report))
     steps = report.results.values.get("steps")
     if steps is not None:
         side.n_windows += max(1, int(getattr(steps, "n_windows", 1)))
@@ -149,6 +156,7 @@ class Comparison:
 
     baseline: Side
     candidate: Side
+    comparability: Comparability
     step_time: StepTimeChange
     metrics: list[dict[str, Any]]  # name, unit, baseline, candidate, delta, delta_pct
     kernels: pl.DataFrame
@@ -172,13 +180,24 @@ class Comparison:
             return False
         return st.ci_low_ms is None or st.ci_low_ms > 0
 
+    def gate_refusal(self, allow_mismatch: bool = False) -> str | None:
+        """Why the ``--fail-if-slower`` gate refuses to judge (``None``: it may): the sides ran
+        on different hardware and ``allow_mismatch`` is off."""
+        if allow_mismatch or self.comparability.comparable:
+            return None
+        what = "; ".join(f.phrase() for f in self.comparability.hardware_mismatches)
+        return (f"{self.candidate.label}: not comparable with {self.baseline.label} ({what}); the "
+                f"--fail-if-slower gate does not call a regression across different hardware "
+                f"(pass --allow-mismatch to gate anyway)")
+
     def to_json(self, top: int = 200) -> dict[str, Any]:
         def side(s: Side) -> dict[str, Any]:
             return {"label": s.label, "files": s.files, "errors": [{"file": f, "error": e} for f, e in s.errors],
                     "kinds": sorted(set(s.kinds)), "n_ranks": s.n_ranks, "n_windows": s.n_windows,
-                    "has_steps": s.has_steps, "step_times_ms": s.step_samples_ms}
+                    "has_steps": s.has_steps, "step_times_ms": s.step_samples_ms, "facts": s.facts}
 
         return {
+            "comparability": self.comparability.to_json(),
             "baseline": side(self.baseline),
             "candidate": side(self.candidate),
             "per": self.per,
@@ -250,7 +269,8 @@ def _metric_row(key: str, label: str, unit: str, b: float | None, c: float | Non
 
 
 def compare_sides(base: Side, cand: Side) -> Comparison:
-    """The comparison of two loaded sides (pure: no I/O)."""
+    """The comparison of two loaded sides (pure: no I/O). Comparability is checked first."""
+    comparability = check_comparability(base.facts, cand.facts)
     st = step_time_change(base.step_samples_ms, cand.step_samples_ms)
     metrics = [_metric_row(k, label, unit, base.mean(k), cand.mean(k)) for k, label, unit in _METRICS]
     metrics.append(_metric_row("peak_memory_bytes", "Peak memory allocated", "bytes",
@@ -259,6 +279,7 @@ def compare_sides(base: Side, cand: Side) -> Comparison:
     return Comparison(
         baseline=base,
         candidate=cand,
+        comparability=comparability,
         step_time=st,
         metrics=metrics,
         kernels=delta_table(base.kernels, cand.kernels, bd, cd),

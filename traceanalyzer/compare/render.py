@@ -2,6 +2,10 @@
 terminal summary. Formatting only: every number comes from the
 :class:`~traceanalyzer.compare.diff.Comparison`. The HTML page is self-contained (inline
 CSS, no script) and escapes every trace-derived string with :func:`html.escape`.
+
+Every output opens with the comparability check
+(:mod:`~traceanalyzer.compare.comparability`): a hardware mismatch ("not comparable") or
+a software/batch-size warning is the first thing stated, before the verdict.
 """
 
 from __future__ import annotations
@@ -62,13 +66,30 @@ def to_markdown(cmp: Comparison, top: int = 20) -> str:
     b, c = cmp.baseline, cmp.candidate
     st = cmp.step_time
     per = "per step and rank" if cmp.per == "step" else "per trace (no ProfilerStep on a side)"
-    lines = [
-        "# traceanalyzer compare",
-        "",
+    lines = ["# traceanalyzer compare", ""]
+    head = cmp.comparability.headline()
+    if head:
+        lines += [f"> **{md_escape(head)}**", ""]
+    lines += [
         f"**Baseline**: `{md_escape(b.label)}` ({b.n_ranks} file(s), {len(b.step_samples_ms)} steady steps) · "
         f"**Candidate**: `{md_escape(c.label)}` ({c.n_ranks} file(s), {len(c.step_samples_ms)} steady steps)",
         "",
         f"> **Verdict: {st.verdict}** — {md_escape(st.sentence())}",
+        "",
+        "## Comparability",
+        "",
+        f"Status: **{cmp.comparability.status}** (hardware: device model, devices per trace, vendor, world size; "
+        "software: versions; workload: batch size).",
+        "",
+        "| Fact | Baseline | Candidate | Status |",
+        "|---|---|---|---|",
+    ]
+    for f in cmp.comparability.fields:
+        if f.baseline is None and f.candidate is None:
+            continue
+        lines.append(f"| {f.label} | {md_escape(f.baseline or '–')} | {md_escape(f.candidate or '–')} | "
+                     f"{'**mismatch**' if f.status == 'mismatch' else f.status} |")
+    lines += [
         "",
         "## Key numbers",
         "",
@@ -118,6 +139,7 @@ header{background:#1d2b3a;color:#fff;padding:18px 28px}header h1{margin:0 0 4px;
 header p{margin:0;color:#c9d4e0}main{padding:8px 28px 40px}h2{font-size:17px;margin:24px 0 8px}
 .verdict{background:#fff;border:1px solid #d1d9e0;border-left:5px solid #2f5d9b;padding:10px 14px;margin:16px 0}
 .verdict.slower{border-left-color:#b42318}.verdict.faster{border-left-color:#1a7f37}
+.mismatch{background:#fff4e5;border:1px solid #f0b429;border-left:5px solid #b42318;padding:10px 14px;margin:16px 0}
 table{border-collapse:collapse;background:#fff;border:1px solid #d1d9e0;font-size:13px}
 th,td{padding:5px 8px;border-bottom:1px solid #e6eaef;text-align:left;vertical-align:top}
 th{background:#eef2f6}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
@@ -159,7 +181,15 @@ def to_html(cmp: Comparison, top: int = 50) -> str:
         "<header><h1>traceanalyzer compare</h1>",
         f"<p>baseline <code>{_e(b.label)}</code> ({b.n_ranks} file(s)) vs candidate <code>{_e(c.label)}</code> "
         f"({c.n_ranks} file(s)) · traceanalyzer {_e(__version__)}</p></header><main>",
+        (f"<div class=mismatch><b>{_e(cmp.comparability.headline())}</b></div>"
+         if cmp.comparability.headline() else ""),
         f"<div class='verdict {_e(st.verdict.split()[0])}'><b>Verdict: {_e(st.verdict)}</b><br>{_e(st.sentence())}</div>",
+        f"<h2>Comparability: {_e(cmp.comparability.status)}</h2><table><thead><tr><th>Fact</th><th>Baseline</th>"
+        "<th>Candidate</th><th>Status</th></tr></thead><tbody>",
+        *(f"<tr><td>{_e(f.label)}</td><td>{_e(f.baseline or '–')}</td><td>{_e(f.candidate or '–')}</td>"
+          f"<td>{'<b>mismatch</b>' if f.status == 'mismatch' else _e(f.status)}</td></tr>"
+          for f in cmp.comparability.fields if f.baseline is not None or f.candidate is not None),
+        "</tbody></table>",
         "<h2>Key numbers</h2><table><thead><tr><th>Metric</th><th>Baseline</th><th>Candidate</th><th>Δ</th>"
         "<th>Δ %</th></tr></thead><tbody>",
     ]
@@ -186,7 +216,11 @@ def to_html(cmp: Comparison, top: int = 50) -> str:
 
 def terminal_summary(cmp: Comparison, top: int = 10) -> str:
     st = cmp.step_time
-    lines = [f"{cmp.baseline.label}  →  {cmp.candidate.label}", f"  {st.sentence()}"]
+    lines = []
+    head = cmp.comparability.headline()
+    if head:
+        lines.append(head)
+    lines += [f"{cmp.baseline.label}  →  {cmp.candidate.label}", f"  {st.sentence()}"]
     for m in cmp.metrics[1:4]:
         if m["delta"] is not None:
             lines.append(f"  {m['metric']}: {_v(m['baseline'], m['unit'])} → {_v(m['candidate'], m['unit'])}")

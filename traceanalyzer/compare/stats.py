@@ -10,10 +10,23 @@
 
   - ``"slower"`` / ``"faster"``: the interval excludes zero **and** the rank test agrees
     (p < ``alpha``);
-  - ``"no significant change"``: the interval spans zero;
-  - ``"inconclusive"``: the interval excludes zero but the rank test does not confirm it
-    (typically too few steps: with 3 steps per side the smallest possible p is 0.1);
+  - ``"too few steps to tell"``: not ``slower``/``faster``, and the test has little
+    power — fewer than :data:`MIN_STEPS` steady steps on a side, or an interval that
+    spans zero but reaches beyond ±:data:`POWER_MARGIN_PCT` % of the baseline median
+    (a change that large could hide in the noise). The sentence says so and gives the
+    median's move instead of claiming "no significant change";
+  - ``"no significant change"``: the interval spans zero and lies within
+    ±:data:`POWER_MARGIN_PCT` % of the baseline median (a change larger than that
+    would have shown), with at least :data:`MIN_STEPS` steps a side;
+  - ``"inconclusive"``: at least :data:`MIN_STEPS` steps a side, the interval excludes
+    zero but the rank test does not confirm it;
   - ``"not enough steps"``: fewer than 2 steps on a side — only the point difference.
+
+**Power.** ``mde_pct`` (minimum detectable effect) is the interval's half-width,
+``(hi − lo) / 2``, as % of the baseline median: a move of the median smaller than about
+that cannot make the interval exclude zero with these samples. With 3 steps a side the
+exact rank test cannot reach p < 0.05 at all (its smallest two-sided p is 0.1), hence
+the :data:`MIN_STEPS` floor.
 
 Step times are not independent draws (consecutive steps share caches, allocator and
 clocks), so the interval is a guide to the noise, not a guarantee; record ≥ 10 steps
@@ -30,6 +43,10 @@ import numpy as np
 
 N_BOOT = 10_000
 SEED = 0
+#: Steady steps a side below which a non-significant result is "too few steps to tell".
+MIN_STEPS = 5
+#: A non-significant interval reaching beyond ± this % of the baseline median has little power.
+POWER_MARGIN_PCT = 5.0
 _EXACT_MAX = 400  # n1·n2 up to this: exact U distribution (cheap DP)
 
 
@@ -136,6 +153,11 @@ class StepTimeChange:
     p_value: float | None
     test_method: str
     verdict: str
+    mde_ms: float | None = None  # the interval's half-width (module docstring: Power)
+    mde_pct: float | None = None  # mde_ms as % of the baseline median
+    low_power: bool = False  # the verdict is "too few steps to tell"
+    min_steps: int = MIN_STEPS
+    margin_pct: float = POWER_MARGIN_PCT
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -156,11 +178,31 @@ class StepTimeChange:
         ci = f"{int(self.conf * 100)} % CI [{self.ci_low_ms:+.3f}, {self.ci_high_ms:+.3f}] ms"
         test = "" if self.p_value is None else (
             "Mann-Whitney p < 0.001" if self.p_value < 0.001 else f"Mann-Whitney p = {self.p_value:.3g}")
-        return f"{head}; {ci}, {test}, {self.n_base} vs {self.n_cand} steps: {self.verdict}"
+        if self.low_power:
+            return f"{head}: {self.power_sentence()}; {ci}, {test}"
+        tail = ""
+        if self.verdict == "no significant change" and self.mde_pct is not None:
+            tail = f" (the interval lies within ±{self.margin_pct:g} % of the baseline median)"
+        return f"{head}; {ci}, {test}, {self.n_base} vs {self.n_cand} steps: {self.verdict}{tail}"
+
+    def power_sentence(self) -> str:
+        """Why the verdict is "too few steps to tell" (empty when the test had the power)."""
+        if not self.low_power:
+            return ""
+        moved = f"{self.diff_pct:+.1f} %" if self.diff_pct is not None else f"{self.diff_ms:+.3f} ms"
+        why = "the test has little power"
+        if min(self.n_base, self.n_cand) >= self.min_steps and self.ci_low_pct is not None:
+            why += (f": its {int(self.conf * 100)} % interval [{self.ci_low_pct:+.1f} %, {self.ci_high_pct:+.1f} %]"
+                    f" reaches beyond ±{self.margin_pct:g} %")
+        else:
+            why += f" with fewer than {self.min_steps} steady steps a side"
+        return (f"too few steps to tell ({self.n_base} and {self.n_cand} steady steps): {why}; "
+                f"the median moved {moved}")
 
 
 def step_time_change(base: Sequence[float], cand: Sequence[float], *, conf: float = 0.95, alpha: float = 0.05,
-                     n_boot: int = N_BOOT, seed: int = SEED) -> StepTimeChange:
+                     n_boot: int = N_BOOT, seed: int = SEED, min_steps: int = MIN_STEPS,
+                     margin_pct: float = POWER_MARGIN_PCT) -> StepTimeChange:
     """Compare two samples of step times (ms); see the module docstring for the verdicts."""
     nb, nc = len(base), len(cand)
     if nb == 0 or nc == 0:
@@ -175,11 +217,20 @@ def step_time_change(base: Sequence[float], cand: Sequence[float], *, conf: floa
                               "not enough steps")
     point, lo, hi = bootstrap_median_diff(base, cand, n_boot=n_boot, conf=conf, seed=seed)
     u, p, method = mann_whitney(base, cand)
-    if lo <= 0.0 <= hi:
-        verdict = "no significant change"
-    elif p < alpha:
+    spans = lo <= 0.0 <= hi
+    mde = (hi - lo) / 2.0
+    reach = None if bm <= 0 else 100.0 * max(abs(lo), abs(hi)) / bm
+    if not spans and p < alpha:
         verdict = "slower" if point > 0 else "faster"
-    else:
+    elif nb < min_steps or nc < min_steps:
+        verdict = "too few steps to tell"
+    elif not spans:
         verdict = "inconclusive"
+    elif reach is not None and reach > margin_pct:
+        verdict = "too few steps to tell"
+    else:
+        verdict = "no significant change"
     return StepTimeChange(nb, nc, round(bm, 6), round(cm, 6), round(point, 6), round(lo, 6), round(hi, 6),
-                          pct(point), pct(lo), pct(hi), conf, u, round(p, 6), method, verdict)
+                          pct(point), pct(lo), pct(hi), conf, u, round(p, 6), method, verdict,
+                          mde_ms=round(mde, 6), mde_pct=pct(mde), low_power=verdict == "too few steps to tell",
+                          min_steps=min_steps, margin_pct=margin_pct)
