@@ -31,6 +31,16 @@ KNOWN_SECTIONS = {"input", "summary", "refused", "error_contains", "verdict", "m
                   "must_not_advise", "context", "communication"}
 CONTEXT_KEYS = {"compiled", "cuda_graphs", "graph_capture", "capture_only", "inference_engine", "device_arch", "vendor"}
 COMM_RANGES = ("comm_pct_of_step", "hidden_pct", "exposed_pct_of_step")
+# Which context fields explain a value (shown when it differs; only compiled_evidence is in the contract).
+_CONTEXT_EVIDENCE = {
+    "compiled": ("compiled_evidence",),
+    "cuda_graphs": ("graph_launches", "graph_kernels"),
+    "graph_capture": ("capture_evidence",),
+    "capture_only": ("capture_evidence", "graph_launches"),
+    "inference_engine": ("engine_evidence",),
+    "device_arch": ("device_name", "arch_source", "compute_capability"),
+    "vendor": ("device_name",),
+}
 
 
 def _expectation_files() -> list[Path]:
@@ -183,8 +193,9 @@ def test_expectation(exp_file: Path) -> None:
         else:
             for key, want in ctx_exp.items():
                 if ctx.get(key) != want:
+                    evidence = {k: ctx[k] for k in _CONTEXT_EVIDENCE.get(key, ()) if k in ctx}
                     problems.append(f"context.{key}: expected {want!r}, tool says {ctx.get(key)!r} "
-                                    f"(evidence {ctx.get('compiled_evidence')}); because: {exp['context']['reason']}")
+                                    f"(tool evidence {evidence}); because: {exp['context']['reason']}")
 
     if "communication" in exp:
         c_exp = exp["communication"]
