@@ -64,17 +64,18 @@ def compiled_lacks(vendor: str, ctx: Any) -> str:
     parts = []
     frames, recompiles = int(getattr(ctx, "compiled_frames", 0) or 0), int(getattr(ctx, "recompiles", 0) or 0)
     if frames > 1:
-        parts.append(f"fewer graph breaks ({frames} compiled frames: each break returns to eager Python; "
+        parts.append(f"remove graph breaks ({frames} compiled frames: each break returns to eager Python; "
                      "find them with TORCH_LOGS=graph_breaks or torch._dynamo.explain)")
     else:
-        parts.append("no graph breaks (TORCH_LOGS=graph_breaks lists them)")
+        parts.append("check for graph breaks (TORCH_LOGS=graph_breaks lists them)")
     if recompiles:
-        parts.append(f"no recompiles ({recompiles} seen: TORCH_LOGS=recompiles says which guard failed; "
+        parts.append(f"stop recompiles ({recompiles} seen: TORCH_LOGS=recompiles says which guard failed; "
                      "mark varying dims dynamic)")
     if has_graphs(vendor) and not uses_graphs(ctx):
-        parts.append(f"{graphs_name(vendor)} replay of the compiled code (torch.compile(mode=\"reduce-overhead\"))")
-    parts.append("static or bucketed shapes so the compiled graphs are reused")
-    return "the code is already compiled, so: " + "; ".join(parts)
+        parts.append(f"replay the compiled code in {graphs_name(vendor)} (mode=\"reduce-overhead\" in the existing "
+                     "torch.compile call)")
+    parts.append("keep shapes static or bucketed so the compiled graphs are reused")
+    return "the code is already compiled; what it can still gain: " + "; ".join(parts)
 
 
 def fewer_launches(vendor: str, ctx: Any = None) -> str:
@@ -104,8 +105,8 @@ def fewer_launches_hint(vendor: str, ctx: Any = None) -> str:
         return "# move the eager work between graph replays inside the captured region"
     if is_compiled(ctx):
         if has_graphs(vendor):
-            return ("TORCH_LOGS=graph_breaks,recompiles python train.py  # then: "
-                    "torch.compile(model, mode=\"reduce-overhead\")")
+            return ("TORCH_LOGS=graph_breaks,recompiles python train.py  # then add mode=\"reduce-overhead\" "
+                    "to the existing torch.compile call")
         return "TORCH_LOGS=graph_breaks,recompiles python train.py"
     if has_graphs(vendor):
         return "step = torch.compile(step, mode=\"reduce-overhead\")  # fusion + graph replay"
