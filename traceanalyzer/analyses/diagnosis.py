@@ -33,6 +33,10 @@ The verdict, in this order:
    ``diagnosis.dominant_pct`` (50) % of the lost time and is not ``other``; else **mixed**.
    Share = that cause's % of the step.
 
+A capture-only trace (``context.capture_only``: CUDA/HIP stream capture and no replay) gets the
+verdict ``capture_only`` instead, every step too: kernels under capture are recorded, not run.
+"What would move it" respects ``context`` (``docs/context.md``): nothing the run already does.
+
 CPU-only traces (no device activity; also traces whose GPU activity was not captured): the
 CPU phases decide — **input-bound** when data loading takes ≥ ``diagnosis.dominant_pct`` % of
 the step, else **CPU-bound** (the model runs on the CPU). A trace with neither CPU ops nor
