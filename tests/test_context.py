@@ -402,3 +402,41 @@ def test_real_h100_timesformer_legacy_kernels_and_unfused_attention() -> None:
     la = _found(out, "legacy_arch_kernels")[0]
     assert la.title.startswith("27.9 % of kernel time runs turing-generation kernels on a hopper device")
     assert la.evidence["legacy_families"][0]["kernels"] == 24
+
+
+# --------------------------------------------------------------------------- annotated phases
+
+
+def test_record_function_ranges_become_annotated_phases() -> None:
+    # per step, two layers: `layer_<l>.attn` (150 µs CPU, a 100 µs kernel) and `layer_<l>.mlp`
+    # (150 µs CPU, a 50 µs kernel); no CPU ops, so the six phases leave the CPU time in `other`
+    t = Trace()
+    for s in range(3):
+        t0 = 1000 * s
+        t.step(s + 1, t0, 1000, gpu_copy=False)
+        for layer in range(2):
+            b = t0 + 400 * layer
+            t.ann(f"layer_{layer}.attn", b, 150)
+            t.launch(b + 10, 5, b + 20, 100, name="gemm_attn")
+            t.ann(f"layer_{layer}.mlp", b + 200, 150)
+            t.launch(b + 210, 5, b + 220, 50, name="gemm_mlp")
+        t.ann("ProfilerStep#x", t0, 5)  # never a phase
+    r, _ = _run(t)
+    ph = r["phases"]
+    assert ph.annotated.rows() == [("layer_N.attn", 6, 300e3, 30.0, 200e3, 20.0),
+                                   ("layer_N.mlp", 6, 300e3, 30.0, 100e3, 10.0)]
+    assert ph.annotated_line("gpu") == "layer_N.attn 20.0 %, layer_N.mlp 10.0 %"
+    assert ph.cpu_mean["other_ns"] == 1e6  # the six phase ids are unchanged …
+    d = r["diagnosis"]
+    assert d.dominant_phase in ("forward", "other")
+    # … and the diagnosis names where the time goes
+    assert "record_function ranges: layer_N.attn 20.0 %, layer_N.mlp 10.0 % of the step" in d.phase_line
+    assert ph.to_json()["annotated_phases"][0]["phase"] == "layer_N.attn"
+
+
+def test_no_annotated_phases_without_model_part_ranges() -> None:
+    t = _tiny(10)
+    t.ann("my_logging", 5, 10)
+    t.ann("Optimizer.step#AdamW.step", 20, 10)
+    r, _ = _run(t)
+    assert r["phases"].annotated.is_empty() and r["phases"].annotated_line() == ""

@@ -790,6 +790,11 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
         ratios.append(f"{ph.fwd_bwd_ratio_cpu:.2f}× on the CPU")
     if ratios:
         phase_line += "; " + ", ".join(ratios)
+    annotated = ph.annotated_line(res) if hasattr(ph, "annotated_line") else ""
+    if annotated:
+        # User record_function ranges (attn, mlp, dispatch …) say where the time goes inside the phases.
+        phase_line += ("; other is split by your record_function ranges: " if dom == "other"
+                       else "; by your record_function ranges: ") + annotated + " of the step"
     top = _top_ops(ph, dom, rank_by, top_n)
     if dom == "communication" and use_gpu:
         top = _comm_ops(model, windows, steady, device, top_n)
