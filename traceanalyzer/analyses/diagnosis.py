@@ -69,7 +69,7 @@ from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
 from traceanalyzer.analyses.baseline import GEMM_KERNEL_RE, BaselineResult
 from traceanalyzer.analyses.phases import PHASES, USER_DATA_RE, PhasesResult
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
-from traceanalyzer.rules._advice import capture_only_note, fewer_launches
+from traceanalyzer.analyses._advice import capture_only_note, fewer_launches
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
