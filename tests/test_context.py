@@ -440,3 +440,35 @@ def test_no_annotated_phases_without_model_part_ranges() -> None:
     t.ann("Optimizer.step#AdamW.step", 20, 10)
     r, _ = _run(t)
     assert r["phases"].annotated.is_empty() and r["phases"].annotated_line() == ""
+
+
+@needs_shared
+def test_real_df_index_resolver_is_compiled_on_a_v100() -> None:
+    r, out = _real("hta/df_index_resolver/df_index_resolver.json.gz")
+    c = r["context"]
+    assert c.compiled and c.compile_markers["compiled_functions"] == 15 and c.triton_kernels == 0
+    assert (c.device_arch, c.supports_bf16, c.supports_tf32) == ("volta", False, False)
+    assert c.kernel_families[0]["family"] == "volta"
+    fp32 = _found(out, "fp32_gemm")[0]
+    assert "fp16 with autocast and a GradScaler" in fp32.fix and "set_float32_matmul_precision" not in fp32.fix
+    assert _found(out, "legacy_arch_kernels") == []  # Volta kernels on a Volta device
+    assert not [a for a in _advice(r, out) if USE_COMPILE_RE.search(a)]
+
+
+@needs_shared
+@pytest.mark.parametrize("rel", ["hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+                                 "hta/trace_diff/test/test.json.gz"])
+def test_real_v100_traces_get_no_bf16_or_tf32_advice(rel: str) -> None:
+    r, out = _real(rel)
+    c = r["context"]
+    assert (c.device_arch, c.arch_source, c.supports_bf16) == ("volta", "device_properties", False)
+    for a in _advice(r, out):
+        assert "set_float32_matmul_precision" not in a and "dtype=torch.bfloat16" not in a, a
+
+
+def test_inference_step_is_judged_per_token() -> None:
+    t = _tiny(10)
+    t.op("vllm::unified_attention", 1, 2)
+    t.ann("execute_64_context_0(sq0)_generation_64(sq64)", 0, 2000)
+    d = _run(t)[0]["diagnosis"]
+    assert "vllm decode engine step: 2.000 ms for 64 token(s) of 64 sequence(s), 31.2 µs per token." in d.evidence

@@ -756,6 +756,12 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
 
     ctx = results.values.get("context")
     cap_note = capture_only_note(ctx)
+    inf = getattr(ctx, "inference", None) or {}
+    if getattr(ctx, "inference_engine", None) and inf.get("tokens_per_step") and inf.get("engine_step_ms"):
+        # An engine step is judged per token and sequence, not per sample.
+        ev.append(f"{ctx.inference_engine} {inf['phase']} engine step: {inf['engine_step_ms']:,.3f} ms for "
+                  f"{inf['tokens_per_step']:,.0f} token(s) of {inf['sequences_per_step']:,.0f} sequence(s), "
+                  f"{inf['engine_step_ms'] * 1000.0 / inf['tokens_per_step']:,.1f} µs per token.")
     if cap_note:
         # A capture/warm-up trace: kernels under capture are recorded, not run; no steady state to judge.
         verdict, share = "capture_only", 0.0
