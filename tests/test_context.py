@@ -77,7 +77,10 @@ def _tiny(n: int = 100, api: str = "cudaLaunchKernel", kernel: str = "k") -> Tra
 
 
 def test_plain_trace_has_no_context() -> None:
-    r, _ = _run(_tiny(10))
+    t = _tiny(10)
+    # torch._disable_dynamo wraps eager code (checkpointing, optimizers) in eval_frame: not compiled
+    t._x("python_function", "torch/_dynamo/eval_frame.py(838): _fn", 1, 5)
+    r, _ = _run(t)
     c = r["context"].to_json()
     assert (c["compiled"], c["cuda_graphs"], c["graph_capture"], c["capture_only"]) == (False, False, False, False)
     assert (c["inference_engine"], c["inference"], c["fused_attention"]) == (None, None, False)

@@ -12,7 +12,8 @@ Checks (all vectorised over the distinct names of each table, never per event)
   frame means the function was split by **graph breaks**), ``CompiledFunction`` /
   ``CompiledFunctionBackward`` (AOTAutograd), ``## Call CompiledFxGraph …`` (Inductor),
   ``TorchDynamo Cache Lookup`` (Dynamo guard checks), Inductor-generated kernels ``triton_*``,
-  Python frames in ``torch/_dynamo`` / ``torch/_inductor``. ``compiled_evidence`` says which.
+  Python frames of Inductor / AOTAutograd runtime code (not ``torch/_dynamo/eval_frame.py``:
+  ``torch._disable_dynamo`` puts eager code there too). ``compiled_evidence`` says which.
 * **cuda_graphs**: CUDA/HIP graph replays — runtime calls ``cudaGraphLaunch`` /
   ``hipGraphLaunch`` / ``cuGraphLaunch`` — and the kernels they replay (same correlation id, or
   a ``graph id`` on the kernel).
@@ -67,7 +68,10 @@ COMPILED_FUNCTION_RE = r"CompiledFunction"
 COMPILED_FX_RE = r"CompiledFxGraph"
 DYNAMO_LOOKUP_RE = r"TorchDynamo Cache Lookup"
 INDUCTOR_KERNEL_RE = r"^triton_"
-COMPILE_FRAME_RE = r"torch/_dynamo/|torch/_inductor/|torch/_functorch/_aot_autograd"
+#: Python frames of compiled code running: Inductor's runtime and output code, AOTAutograd's
+#: runtime wrappers. Not ``torch/_dynamo/eval_frame.py``: ``torch._disable_dynamo`` wraps eager
+#: code (torch.utils.checkpoint, optimizers) in it.
+COMPILE_FRAME_RE = r"torch/_inductor/|torch/_functorch/_aot_autograd/runtime_wrappers"
 GRAPH_LAUNCH_RE = r"GraphLaunch"
 CAPTURE_API_RE = r"StreamBeginCapture|StreamEndCapture|GraphInstantiate"
 CAPTURE_ANN_RE = r"(?i)^capture_\d|cuda_?graph.{0,20}captur|graph_?captur|captur.{0,20}cuda_?graph"
@@ -255,7 +259,7 @@ def _compile(model: TraceModel, ops: pl.DataFrame, anns: pl.DataFrame, frames: p
         "compiled_fx_graphs": "`CompiledFxGraph` (Inductor) call(s)",
         "dynamo_cache_lookups": "`TorchDynamo Cache Lookup` range(s)",
         "triton_kernels": "Inductor-generated `triton_*` kernel(s)",
-        "compile_frames": "Python frame(s) in torch/_dynamo or torch/_inductor",
+        "compile_frames": "Python frame(s) of Inductor / AOTAutograd runtime code",
     }
     evidence = [f"{v:,} {words[k]}" for k, v in markers.items() if v]
     return markers, evidence, frames_n, recompiles, markers["triton_kernels"], tri_pct
