@@ -363,7 +363,7 @@ def _families(kn: pl.DataFrame) -> pl.DataFrame:
     schema = {"family": pl.String, "compute_capability": pl.Float64, "kernels": pl.Int64, "gpu_ns": pl.Int64,
               "distinct_names": pl.Int64, "example": pl.String}
     if kn.is_empty():
-        return pl.DataFrame(schema=schema)
+        return pl.DataFrame(schema={**schema, "compute_capability": pl.String})
     fam = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
     cc = pl.when(pl.lit(False)).then(pl.lit(None, pl.Float64))
     for rx, f, c in KERNEL_FAMILIES:
@@ -371,7 +371,7 @@ def _families(kn: pl.DataFrame) -> pl.DataFrame:
         cc = cc.when(pl.col("name").str.contains(rx)).then(pl.lit(c))
     t = kn.with_columns(family=fam, compute_capability=cc).filter(pl.col("family").is_not_null())
     if t.is_empty():
-        return pl.DataFrame(schema=schema)
+        return pl.DataFrame(schema={**schema, "compute_capability": pl.String})
     return (
         t.sort(["ns", "name"], descending=[True, False])
         .group_by("family", "compute_capability")
@@ -379,6 +379,7 @@ def _families(kn: pl.DataFrame) -> pl.DataFrame:
              distinct_names=pl.len().cast(pl.Int64), example=pl.col("name").first().str.slice(0, 120))
         .sort(["gpu_ns", "family"], descending=[True, False])
         .select(list(schema))
+        .with_columns(pl.col("compute_capability").round(1).cast(pl.String))  # "8.0", as devices say it
     )
 
 
@@ -399,7 +400,8 @@ def _device(model: TraceModel, fams: pl.DataFrame) -> dict[str, Any]:
     if arch is None and fams.height:
         # The newest family a kernel name shows is the device's (old-family kernels can run on
         # newer devices, never the reverse).
-        top = fams.sort(["compute_capability", "gpu_ns"], descending=[True, True]).row(0, named=True)
+        top = fams.sort([pl.col("compute_capability").cast(pl.Float64), "gpu_ns"], descending=[True, True]).row(
+            0, named=True)
         arch, source = str(top["family"]), "kernel_names"
     return {"device_name": name, "device_arch": arch, "arch_source": source, "compute_capability": cc,
             "vendor": vendor}
