@@ -161,6 +161,11 @@ class ContextResult:
     attention_pattern: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def steady_kernel_ns_per_step(self) -> float:
+        """Kernel time per steady step (the base of the attention and family shares)."""
+        return float(self.attention_pattern.get("kernel_ns_per_step", 0.0) or 0.0)
+
+    @property
     def graphs_name(self) -> str:
         return "HIP graphs" if self.vendor == "amd" else "CUDA graphs"
 
@@ -193,6 +198,7 @@ class ContextResult:
             "fused_attention": self.fused_attention,
             "attention_evidence": list(self.attention_evidence),
             "attention_pattern": self.attention_pattern,
+            "steady_kernel_ns_per_step": self.steady_kernel_ns_per_step,
         }
 
     def summary(self) -> list[tuple[str, str]]:

@@ -78,7 +78,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         return
     # Families are counted over the whole trace: their share of it, applied to the steady
     # steps' kernel time per step.
-    steady_kernel_ns = float(ctx.attention_pattern.get("kernel_ns_per_step", 0) or 0)
+    steady_kernel_ns = ctx.steady_kernel_ns_per_step
     per_step = pct / 100.0 * steady_kernel_ns
     names = ", ".join(f"{f['family']} ({f['kernels']:,} kernels, {ms(f['gpu_ns'])} ms)" for f in old)
     yield time_finding(
