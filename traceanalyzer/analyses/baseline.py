@@ -17,7 +17,8 @@ Definitions
   ``aten::linear`` or ``aten::embedding`` (its index tensor) on any thread — as the
   leading dimension; the most common value over the steps wins. It is a heuristic and
   says where it came from; ``diagnosis.batch_size`` (default 0 = infer) overrides it.
-  **Samples/s** = batch size / mean steady step time.
+  **Samples/s** = batch size / mean steady step time. Not for an inference engine (``context``):
+  its throughput is tokens/s, from the engine-step annotations when the trace records them.
 * **Conditions**: devices (``deviceProperties`` names and memory; devices that ran
   activity are marked), vendor, versions the trace records, world size and rank,
   profiler flags, **dtypes** seen in GEMM/conv/attention op inputs (``Input type``) and in
@@ -103,6 +104,8 @@ class BaselineResult:
     batch_source: str | None
     samples_per_s: float | None
     conditions: dict[str, Any]
+    inference_engine: str | None = None  # from ``context``: throughput is then tokens, not samples
+    tokens_per_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -114,6 +117,8 @@ class BaselineResult:
             "batch_size": self.batch_size,
             "batch_source": self.batch_source,
             "samples_per_s": self.samples_per_s,
+            "inference_engine": self.inference_engine,
+            "tokens_per_s": self.tokens_per_s,
             "conditions": self.conditions,
         }
 
@@ -159,7 +164,11 @@ class BaselineResult:
 
     def summary(self) -> list[tuple[str, str]]:
         out = [("Step time", self.headline())]
-        if self.samples_per_s is not None:
+        if self.inference_engine:
+            out.append(("Throughput", f"{self.tokens_per_s:,.1f} tokens/s ({self.inference_engine})"
+                        if self.tokens_per_s else f"{self.inference_engine} inference: tokens/s not recorded "
+                        "in the trace (samples/s does not apply)"))
+        elif self.samples_per_s is not None:
             out.append(("Throughput", f"{self.samples_per_s:,.1f} samples/s (batch {self.batch_size}, {self.batch_source})"))
         else:
             out.append(("Throughput", "batch size unknown (no input shapes recorded): set diagnosis.batch_size"))
@@ -260,7 +269,7 @@ def _devices(model: TraceModel) -> list[dict[str, Any]]:
     return list(groups.values())
 
 
-@analysis("baseline", depends_on=("steps",), title="Baseline", order=2, shared=("gpu_activity",))
+@analysis("baseline", depends_on=("steps",), after=("context",), title="Baseline", order=2, shared=("gpu_activity",))
 def baseline(model: TraceModel, results: Results, config: Config) -> BaselineResult:
     """Steady step-time statistics (warm-up apart), samples/s, and the measurement conditions."""
     sr: StepsResult = results["steps"]
@@ -275,6 +284,12 @@ def baseline(model: TraceModel, results: Results, config: Config) -> BaselineRes
     else:
         batch, src = _batch_size(model, sr)
     sps = round(batch * 1e9 / stats["mean"], 2) if batch and stats["mean"] else None
+    # An inference engine's throughput is tokens, not samples: never claim samples/s for it.
+    ctx = results.values.get("context")
+    engine = getattr(ctx, "inference_engine", None)
+    tps = ((getattr(ctx, "inference", None) or {}).get("tokens_per_s")) if engine else None
+    if engine:
+        sps = None
     first = t["step"].drop_nulls().min() if sr.has_steps else None
     if first is None:
         schedule = "no ProfilerStep# ranges (no schedule recorded)"
@@ -306,4 +321,6 @@ def baseline(model: TraceModel, results: Results, config: Config) -> BaselineRes
         batch_source=src,
         samples_per_s=sps,
         conditions=conditions,
+        inference_engine=engine,
+        tokens_per_s=tps,
     )

@@ -33,6 +33,10 @@ The verdict, in this order:
    ``diagnosis.dominant_pct`` (50) % of the lost time and is not ``other``; else **mixed**.
    Share = that cause's % of the step.
 
+A capture-only trace (``context.capture_only``: CUDA/HIP stream capture and no replay) gets the
+verdict ``capture_only`` instead, every step too: kernels under capture are recorded, not run.
+"What would move it" respects ``context`` (``docs/context.md``): nothing the run already does.
+
 CPU-only traces (no device activity; also traces whose GPU activity was not captured): the
 CPU phases decide — **input-bound** when data loading takes ≥ ``diagnosis.dominant_pct`` % of
 the step, else **CPU-bound** (the model runs on the CPU). A trace with neither CPU ops nor
@@ -65,6 +69,7 @@ from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
 from traceanalyzer.analyses.baseline import GEMM_KERNEL_RE, BaselineResult
 from traceanalyzer.analyses.phases import PHASES, USER_DATA_RE, PhasesResult
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
+from traceanalyzer.analyses._advice import capture_only_note, fewer_launches
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
@@ -81,6 +86,7 @@ VERDICTS: dict[str, str] = {
     "sync_bound": "sync-bound",
     "mixed": "mixed",
     "cpu_compute": "CPU-bound (no GPU activity)",
+    "capture_only": "capture/warm-up trace (steady-state verdict withheld)",
 }
 #: lost-time cause → verdict.
 CAUSE_VERDICT = {"input": "input_bound", "sync": "sync_bound", "communication": "comm_bound", "host": "cpu_bound"}
@@ -214,7 +220,10 @@ class DiagnosisResult:
                       else f"of the step is lost to the largest cause "
                            f"({_CAUSE_LABEL.get(self.top_cause or '', 'n/a')}), which does not dominate"),
             "cpu_compute": "of the step is CPU op time",
+            "capture_only": "",
         }[self.verdict]
+        if self.verdict == "capture_only":
+            return f"{self.label}: the trace records graph capture and no replay, so no steady state to judge"
         return f"{self.label}: {self.share_pct:.1f} % {what}" + (f" ({agree})" if agree else "")
 
     def ops_lines(self, n: int = 3) -> list[str]:
@@ -431,6 +440,23 @@ def _gpu_breakdown(model: TraceModel, results: Results, windows: pl.DataFrame, d
 # ------------------------------------------------------------------------------------------------
 
 
+def _throughput_line(bl: BaselineResult, ctx: Any) -> str | None:
+    """Samples/s for training; for an inference engine tokens/s when the trace records the tokens of
+    its engine steps, and never samples (a decode step makes one token per sequence)."""
+    engine = getattr(ctx, "inference_engine", None)
+    if engine:
+        inf = getattr(ctx, "inference", None) or {}
+        if inf.get("tokens_per_s"):
+            return (f"{inf['tokens_per_s']:,.1f} tokens/s ({engine} {inf['phase']}: {inf['tokens_per_step']:,.0f} "
+                    f"tokens and {inf['sequences_per_step']:,.0f} sequences per engine step of "
+                    f"{inf['engine_step_ms']:,.3f} ms, from {inf['source']})")
+        return (f"{engine} inference: throughput is tokens/s, and the trace records no token counts "
+                "(samples/s does not apply)")
+    if bl.samples_per_s is None:
+        return None
+    return f"{bl.samples_per_s:,.1f} samples/s at batch {bl.batch_size} ({bl.batch_source})"
+
+
 def _first(df: Any, n: int = 1) -> list[dict[str, Any]]:
     return df.head(n).to_dicts() if df is not None and getattr(df, "height", 0) else []
 
@@ -451,6 +477,7 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
     launches = results.values.get("launches")
     syncs = results.values.get("syncs")
     ig = results.values.get("idle_gaps")
+    ctx = results.values.get("context")
     ktot = tot["compute_kernel_ns"] + tot["memory_kernel_ns"] + tot["other_kernel_ns"]
     dtypes = set(bl.conditions["dtypes"]["ops"]) | set(bl.conditions["dtypes"]["kernels"])
     if verdict in ("compute_bound", "memory_bound"):
@@ -467,13 +494,22 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
             ev.append("Compute dtypes seen: " + ", ".join(sorted(dtypes)) + ".")
     if verdict == "compute_bound":
         if {"fp32", "tf32"} & dtypes and not {"bf16", "fp16", "fp8"} & dtypes:
-            mv.append("The GEMMs run in fp32/tf32: mixed precision (torch.autocast bf16/fp16) is the first lever "
-                      "(2-8× tensor-core throughput); torch.set_float32_matmul_precision('high') at least.")
-        mv.append("Less work or faster math: lower precision (bf16/fp8), tensor-core friendly shapes (multiples of "
-                  "8/16), fused attention (SDPA/FlashAttention), no unneeded recomputation, a larger/faster GPU. "
+            if ctx is not None and ctx.vendor == "nvidia" and ctx.supports_bf16 is False:
+                mv.append(f"The GEMMs run in fp32: fp16 autocast with a GradScaler is the first lever (the "
+                          f"{ctx.device_arch} tensor cores take fp16 only: no bf16, no TF32 on this device).")
+            else:
+                mv.append("The GEMMs run in fp32/tf32: mixed precision (torch.autocast bf16/fp16) is the first "
+                          "lever (2-8× tensor-core throughput); torch.set_float32_matmul_precision('high') at least.")
+        attn = "" if ctx is not None and ctx.fused_attention else "fused attention (SDPA/FlashAttention), "
+        low = ("lower precision (fp16 with a GradScaler: no bf16 on this device)"
+               if ctx is not None and ctx.vendor == "nvidia" and ctx.supports_bf16 is False else "lower precision (bf16/fp8)")
+        mv.append(f"Less work or faster math: {low}, tensor-core friendly shapes (multiples of "
+                  f"8/16), {attn}no unneeded recomputation, a larger/faster GPU. "
                   "The GPU is saturated, so CPU-side fixes will not help.")
     elif verdict == "memory_bound":
-        mv.append("Fuse the memory-bound kernels: torch.compile (fuses elementwise/reduction chains), fused "
+        fuse = ("the code is already compiled: shrink what runs outside the compiled regions (graph breaks), "
+                "fused" if ctx is not None and ctx.compiled else "torch.compile (fuses elementwise/reduction chains), fused")
+        mv.append(f"Fuse the memory-bound kernels: {fuse} "
                   "optimizers (fused=True / foreach), fused norms and SDPA, channels_last for convs, avoid "
                   "needless .contiguous()/copies; larger GEMMs raise arithmetic intensity.")
     elif verdict == "input_bound":
@@ -501,9 +537,14 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
                       f"{100.0 * launches.n_shorter_than_launch / max(launches.n_joined, 1):.1f} % of GPU "
                       "activities are shorter than their launch call.")
             if nb * 2 >= max(ps.height, 1):
-                mv.append("Launch overhead dominates: capture the step in CUDA graphs "
-                          "(torch.compile(mode='reduce-overhead') or torch.cuda.CUDAGraph) and fuse small ops "
-                          "(torch.compile) so fewer, larger kernels are launched; a larger batch per launch helps too.")
+                if ctx is not None and (ctx.compiled or ctx.cuda_graphs or ctx.graph_capture):
+                    mv.append("Launch overhead dominates: " + fewer_launches(model.meta.vendor, ctx)
+                              + "; a larger batch per launch helps too.")
+                else:
+                    mv.append("Launch overhead dominates: capture the step in CUDA graphs "
+                              "(torch.compile(mode='reduce-overhead') or torch.cuda.CUDAGraph) and fuse small ops "
+                              "(torch.compile) so fewer, larger kernels are launched; a larger batch per launch "
+                              "helps too.")
         if kern is not None:
             ev.append(f"Median kernel {kern.duration_ns['median'] / 1e3:,.1f} µs; {kern.n_short:,} of "
                       f"{kern.n_kernels:,} kernels are shorter than {kern.short_kernel_ns / 1e3:g} µs.")
@@ -511,9 +552,19 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
         if top:
             ev.append(f"During long GPU gaps the CPU is mostly in `{top[0]['cpu_context']}` "
                       f"({top[0]['pct_of_idle']:.0f} % of idle time).")
-        mv.append("Cut the CPU work between launches: torch.compile to remove Python/dispatcher overhead, move "
-                  "host-side bookkeeping (logging, metric math, Python loops over tensors) out of the step, "
-                  "vectorise per-sample Python code, larger batches per step.")
+        if ctx is not None and ctx.inference_engine:
+            mv.append(f"Cut the CPU work between engine steps ({ctx.inference_engine}: scheduling, sampling, input "
+                      "preparation, detokenisation run on the host between graph replays): larger decode batches, "
+                      "async scheduling/output processing where the engine offers it.")
+        elif ctx is not None and ctx.compiled:
+            mv.append("Cut the CPU work between launches: the code is already compiled, so remove what still runs "
+                      "eagerly (graph breaks: TORCH_LOGS=graph_breaks; recompiles: TORCH_LOGS=recompiles), move "
+                      "host-side bookkeeping (logging, metric math, Python loops over tensors) out of the step, "
+                      "larger batches per step.")
+        else:
+            mv.append("Cut the CPU work between launches: torch.compile to remove Python/dispatcher overhead, move "
+                      "host-side bookkeeping (logging, metric math, Python loops over tensors) out of the step, "
+                      "vectorise per-sample Python code, larger batches per step.")
     elif verdict == "sync_bound":
         if syncs is not None:
             t = syncs.totals
@@ -523,9 +574,16 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
             for r in _first(syncs.by_site, 3):
                 ev.append(f"Sync site {r['site']}: {r['count']:,} point(s) ({r.get('causes') or ''}), blocked "
                           f"{ms(r['blocked_ns'])}.")
-        mv.append("Remove host syncs from the loop: keep metrics on the GPU and call .item()/.cpu() every N steps, "
-                  "no print/if on CUDA tensors, no torch.cuda.synchronize() in the step, pinned memory with "
-                  "non_blocking=True copies, static-shape alternatives to nonzero/masked_select/boolean indexing.")
+        if ctx is not None and ctx.inference_engine:
+            # The engine's own step syncs (sampled tokens copied to the host): its settings, not user code.
+            mv.append(f"The blocking syncs are in {ctx.inference_engine}'s engine step (sampled tokens and outputs "
+                      "copied to the host): overlap them with the next step's scheduling (vLLM async scheduling, "
+                      "SGLang's overlap scheduler), larger decode batches so each sync covers more tokens, and no "
+                      "extra host reads in custom logits processors or sampling code.")
+        else:
+            mv.append("Remove host syncs from the loop: keep metrics on the GPU and call .item()/.cpu() every N steps, "
+                      "no print/if on CUDA tensors, no torch.cuda.synchronize() in the step, pinned memory with "
+                      "non_blocking=True copies, static-shape alternatives to nonzero/masked_select/boolean indexing.")
     elif verdict == "comm_bound":
         comm_total = tot["comm_kernel_ns"]
         hidden = max(comm_total - tot["communication_ns"], 0)
@@ -608,7 +666,7 @@ def _top_ops(ph: PhasesResult | None, phase: str | None, by: str, n: int) -> pl.
 @analysis(
     "diagnosis",
     depends_on=("steps", "baseline", "phases"),
-    after=("gpu_time", "idle_gaps", "kernels", "launches", "syncs"),
+    after=("gpu_time", "idle_gaps", "kernels", "launches", "syncs", "context"),
     title="Diagnosis",
     order=1,
     shared=("gpu_activity", "op_nesting", "runtime_by_correlation"),
@@ -703,6 +761,25 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
         resource = "cpu"
         phase_tables["CPU time per phase and step"] = ph.cpu
 
+    ctx = results.values.get("context")
+    cap_note = capture_only_note(ctx)
+    inf = getattr(ctx, "inference", None) or {}
+    if getattr(ctx, "inference_engine", None) and inf.get("tokens_per_step") and inf.get("engine_step_ms"):
+        # An engine step is judged per token and sequence, not per sample.
+        ev.append(f"{ctx.inference_engine} {inf['phase']} engine step: {inf['engine_step_ms']:,.3f} ms for "
+                  f"{inf['tokens_per_step']:,.0f} token(s) of {inf['sequences_per_step']:,.0f} sequence(s), "
+                  f"{inf['engine_step_ms'] * 1000.0 / inf['tokens_per_step']:,.1f} µs per token.")
+    if cap_note:
+        # A capture/warm-up trace: kernels under capture are recorded, not run; no steady state to judge.
+        verdict, share = "capture_only", 0.0
+        per = per.with_columns(verdict=pl.lit("capture_only"))
+        per_step = per_step.with_columns(verdict=pl.lit("capture_only"), label=pl.lit(VERDICTS["capture_only"]))
+        ev = [f"Capture seen: {'; '.join(ctx.capture_evidence)}; no graph replay in the trace.", *ev[:1]]
+        mv = ["Profile the steady state instead: the graph replays (decode/training steps after warm-up), e.g. "
+              "torch.profiler with schedule(wait=…, warmup=…, active=…) started after the capture, or the "
+              "engine's profiler during serving."]
+        secondary = []
+        notes.append(cap_note)
     agree = int(per.filter(steady_flag & (pl.col("verdict") == verdict)).height)
     n_steady = int(per.filter(steady_flag).height)
     # Phase, then operation.
@@ -726,6 +803,11 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
         ratios.append(f"{ph.fwd_bwd_ratio_cpu:.2f}× on the CPU")
     if ratios:
         phase_line += "; " + ", ".join(ratios)
+    annotated = ph.annotated_line(res) if hasattr(ph, "annotated_line") else ""
+    if annotated:
+        # User record_function ranges (attn, mlp, dispatch …) say where the time goes inside the phases.
+        phase_line += ("; other is split by your record_function ranges: " if dom == "other"
+                       else "; by your record_function ranges: ") + annotated + " of the step"
     top = _top_ops(ph, dom, rank_by, top_n)
     if dom == "communication" and use_gpu:
         top = _comm_ops(model, windows, steady, device, top_n)
@@ -747,8 +829,7 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
         top_ops=top,
         rank_by=rank_by,
         baseline_line=bl.headline(),
-        throughput_line=(f"{bl.samples_per_s:,.1f} samples/s at batch {bl.batch_size} ({bl.batch_source})"
-                         if bl.samples_per_s is not None else None),
+        throughput_line=_throughput_line(bl, ctx),
         conditions_line=bl.conditions_line(),
         baseline={"step_time_ns": bl.stats, "warmup_steps": bl.warmup.to_dicts(), "batch_size": bl.batch_size,
                   "samples_per_s": bl.samples_per_s},

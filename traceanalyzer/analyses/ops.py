@@ -289,7 +289,7 @@ def _optimizer(model: TraceModel, windows: pl.DataFrame) -> pl.DataFrame:
 
 
 @analysis(
-    "ops", depends_on=("steps",), title="Ops, kernel classes and run facts", order=90,
+    "ops", depends_on=("steps",), after=("context",), title="Ops, kernel classes and run facts", order=90,
     shared=("gpu_activity", "launches"),
 )
 def ops(model: TraceModel, results: Results, config: Config) -> OpsResult:
@@ -340,6 +340,9 @@ def ops(model: TraceModel, results: Results, config: Config) -> OpsResult:
         or model.kernels.filter(pl.col("name").str.starts_with("triton_")).height
     )
     graph_launches = int(model.runtime.filter(pl.col("name").str.contains("GraphLaunch")).height)
+    ctx = results.values.get("context")
+    if ctx is not None:  # one fact, one value: the context analysis decides what "compiled" means
+        compiled = bool(ctx.compiled)
     return OpsResult(
         vendor=model.meta.vendor,
         devices=tuple(devices),

@@ -43,6 +43,21 @@ count of everything launched inside (kernels, copies, memsets) with its top kern
 
 forward/backward ratio = backward time / forward time over the steady steps (GPU: primary
 device; CPU: the CPU phases). A plain training step is around 2.
+
+Annotated phases (``annotated``)
+--------------------------------
+User ``record_function`` ranges named like model parts (:data:`ANNOTATION_PHASE_RE`: ``attn``,
+``attention``, ``mlp``, ``ffn``, ``moe``, ``experts``, ``dispatch``, ``combine``, ``router``,
+``embed``, ``norm``, ``lm_head``, ``encoder``, ``decoder``, ``sampler``, ``all_to_all`` …; not
+the ranges the six phases above already read) become phases of their own, next to the six
+(never replacing them: the ids above are what the diagnosis and rules rely on). A phase is
+the range's name with digit runs replaced by ``N`` (``layer_3.attn`` → ``layer_N.attn``, so
+every layer's ``attn`` is one phase). CPU: per step the union of that phase's ranges. GPU
+(primary device): each activity belongs to the innermost such range around its launch call
+(same thread), per step the union of its activities. Per steady step means, with the share of
+the step window; overlaps between streams and nested ranges of different names are counted in
+each, so the shares need not add up. Where the six phases leave the time in ``other`` (or in one
+phase: inference is all forward), these say where it goes.
 """
 
 from __future__ import annotations
@@ -62,6 +77,7 @@ from traceanalyzer.analyses._intervals import (
     OPTIMIZER_ZERO_RE,
     gpu_activity_classes,
     ms,
+    window_union_lengths,
 )
 from traceanalyzer.analyses.gpu_time import CPU_COMM_RE, exclusive_breakdown
 from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
@@ -84,6 +100,12 @@ USER_FORWARD_RE = r"(?i)forward"
 USER_OPTIMIZER_RE = r"(?i)optimi[sz]er|zero_grad"
 USER_DATA_RE = r"(?i)data_?load|load_?batch|get_?batch|next_?batch|prefetch"
 MODULE_FRAME_PREFIX = "nn.Module:"
+#: User ranges named like model parts: they become annotated phases.
+ANNOTATION_PHASE_RE = (
+    r"(?i)(^|[^a-z])(attn|attention|self_attn|cross_attn|mlp|ffn|feed_?forward|moe|experts?|shared_experts?|"
+    r"dispatch|combine|router|routing|gate|gating|embed|embedding|embeddings|lm_head|head|norm|layernorm|rmsnorm|"
+    r"encoder|decoder|rope|rotary|sampler|sampling|logits|all_?to_?all|a2a|kv_cache|qkv|proj|o_proj)([^a-z]|$)"
+)
 
 _IV = {"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64, "end_ns": pl.Int64}
 
@@ -233,6 +255,16 @@ class PhasesResult:
     sources: dict[str, int]
     top_n: int = 15
     thresholds: dict[str, Any] = field(default_factory=dict)
+    #: phase, n_ranges, cpu_ns_per_step, cpu_pct_of_step, gpu_ns_per_step, gpu_pct_of_step (primary device)
+    annotated: pl.DataFrame = field(default_factory=pl.DataFrame)
+
+    def annotated_line(self, resource: str = "gpu", n: int = 6) -> str:
+        """The annotated phases as "attn 40.1 %, mlp 30.2 %" (% of the step window), largest first."""
+        if self.annotated.is_empty():
+            return ""
+        col = f"{resource}_pct_of_step"
+        rows = self.annotated.filter(pl.col(col) > 0).sort([col, "phase"], descending=[True, False]).head(n)
+        return ", ".join(f"{r['phase']} {r[col]:.1f} %" for r in rows.iter_rows(named=True))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -247,6 +279,7 @@ class PhasesResult:
             "ops": self.ops.sort("phase", maintain_order=True).group_by("phase", maintain_order=True).head(50).to_dicts(),
             "n_op_groups": self.ops.height,
             "sources": self.sources,
+            "annotated_phases": self.annotated.to_dicts() if self.annotated.height else [],
         }
 
     def dominant(self, resource: str = "gpu", exclude: tuple[str, ...] = ("other",)) -> str | None:
@@ -281,6 +314,10 @@ class PhasesResult:
         if self.fwd_bwd_ratio_cpu is not None:
             ratios.append(f"{self.fwd_bwd_ratio_cpu:.2f}× on the CPU")
         out.append(("Backward / forward", ", ".join(ratios) if ratios else "n/a (no forward or no backward found)"))
+        for res in ("gpu", "cpu"):
+            line = self.annotated_line(res)
+            if line:
+                out.append((f"Annotated phases ({res.upper()}, % of the step)", line))
         used = [k.replace("_", " ") for k, v in self.sources.items() if v]
         out.append(("Phase evidence", ", ".join(used) if used else "none: every op counts as forward"))
         return out
@@ -290,6 +327,8 @@ class PhasesResult:
         if self.gpu.height:
             out["GPU time per phase and step"] = self.gpu
         out["CPU time per phase and step"] = self.cpu
+        if self.annotated.height:
+            out["Annotated phases (record_function)"] = self.annotated
         if self.ops.height:
             out["Top ops per phase"] = (
                 self.ops.sort(["phase", "gpu_ns", "cpu_ns"], descending=[False, True, True], maintain_order=True)
@@ -297,6 +336,53 @@ class PhasesResult:
                 .head(self.top_n)
             )
         return out
+
+
+def _annotated(model: TraceModel, windows: pl.DataFrame, steady: list[int], act: pl.DataFrame,
+               primary: int | None, cpu_total: float, gpu_total: float) -> pl.DataFrame:
+    """Annotated phases (see the module docstring), steady-step means."""
+    schema = {"phase": pl.String, "n_ranges": pl.Int64, "cpu_ns_per_step": pl.Float64, "cpu_pct_of_step": pl.Float64,
+              "gpu_ns_per_step": pl.Float64, "gpu_pct_of_step": pl.Float64}
+    ann = model.annotations
+    if ann.is_empty() or not steady:
+        return pl.DataFrame(schema=schema)
+    taken = f"{DATALOADER_RE}|{USER_DATA_RE}|{USER_BACKWARD_RE}|{USER_FORWARD_RE}|{USER_OPTIMIZER_RE}|{CPU_COMM_RE}"
+    rng = ann.filter(pl.col("name").str.contains(ANNOTATION_PHASE_RE) & ~pl.col("name").str.contains(taken)
+                     & ~pl.col("name").str.starts_with("ProfilerStep#"))
+    if rng.is_empty():
+        return pl.DataFrame(schema=schema)
+    rng = rng.select("pid", "tid", "ts_ns", "end_ns",
+                     pl.col("name").str.replace_all(r"\d+", "N").str.strip_chars().alias("phase"))
+    w = windows.filter(pl.col("window").is_in(steady)).select("window", "start_ns", "end_ns")
+    n = len(steady)
+    cpu = window_union_lengths(rng, w, ["phase"]).group_by("phase").agg(cpu_ns=pl.col("length_ns").sum())
+    counts = assign_steps(rng.select("phase", "ts_ns"), windows, "ts_ns").filter(
+        pl.col("window").is_in(steady)).group_by("phase").agg(n_ranges=pl.len().cast(pl.Int64))
+    out = counts.join(cpu, on="phase", how="left")
+    if primary is not None and act.height:
+        g = act.filter((pl.col("device") == primary) & pl.col("api_ts_ns").is_not_null())
+        if g.height:
+            iv = rng.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+            ids = deepest_at(iv.select("id", "pid", "tid", "ts_ns", "end_ns"),
+                             g.select(pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64), "api_ts_ns"),
+                             point_col="api_ts_ns")
+            g = g.with_columns(phase=by_id(ids, iv["id"], iv["phase"])).filter(pl.col("phase").is_not_null())
+            gl = window_union_lengths(g.select("phase", "ts_ns", "end_ns"), w, ["phase"]).group_by("phase").agg(
+                gpu_ns=pl.col("length_ns").sum())
+            out = out.join(gl, on="phase", how="left")
+    if "gpu_ns" not in out.columns:
+        out = out.with_columns(gpu_ns=pl.lit(None, pl.Int64))
+    return (
+        out.with_columns(
+            cpu_ns_per_step=(pl.col("cpu_ns").fill_null(0) / n).round(1),
+            gpu_ns_per_step=(pl.col("gpu_ns").fill_null(0) / n).round(1),
+        ).with_columns(
+            cpu_pct_of_step=(pl.col("cpu_ns_per_step") * 100.0 / cpu_total).round(2) if cpu_total else pl.lit(0.0),
+            gpu_pct_of_step=(pl.col("gpu_ns_per_step") * 100.0 / gpu_total).round(2) if gpu_total else pl.lit(0.0),
+        )
+        .select(list(schema))
+        .sort(["gpu_ns_per_step", "cpu_ns_per_step", "phase"], descending=[True, True, False])
+    )
 
 
 def _ratio(means: dict[str, float]) -> float | None:
@@ -441,6 +527,8 @@ def phases(model: TraceModel, results: Results, config: Config) -> PhasesResult:
     )
     ops_act = act.select("gpu_name", "dur_ns", "pid", "tid", "api_ts_ns") if act.height else pl.DataFrame()
     ops = _ops_table(model, ctx, steady, ops_act)
+    annotated = _annotated(model, windows, steady, act.rename({"gpu_name": "name"}) if act.height else act, primary,
+                           float(cpu_mean.get("total_ns") or 0.0), float(gpu_mean.get("total_ns") or 0.0))
     return PhasesResult(
         cpu=cpu,
         gpu=gpu,
@@ -453,4 +541,5 @@ def phases(model: TraceModel, results: Results, config: Config) -> PhasesResult:
         n_steady=len(steady),
         sources=ctx.sources,
         top_n=top_n,
+        annotated=annotated,
     )

@@ -1,13 +1,25 @@
-"""Vendor-aware wording shared by the timeline rules (private: kept out of rule discovery).
+"""Vendor- and context-aware wording shared by the timeline rules (private: kept out of rule discovery).
 
-CUDA graphs exist on NVIDIA and, as HIP graphs behind the same PyTorch API
-(``torch.cuda.CUDAGraph``, ``torch.compile(mode="reduce-overhead")``), on ROCm. Other
-back-ends (Intel XPU, MTIA, CPU) get fusion advice only.
+The wording lives in :mod:`traceanalyzer.analyses._advice` (the diagnosis uses it too) and is
+re-exported here with the helpers that read results: a rule never advises what the run already
+does (``docs/context.md``), and withholds steady-state judgements on a capture-only trace.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
+
+from traceanalyzer.analyses._advice import (  # noqa: F401 - re-exported for the rules
+    capture_only_note,
+    compiled_lacks,
+    engine_of,
+    fewer_launches,
+    fewer_launches_hint,
+    graphs_name,
+    has_graphs,
+    is_compiled,
+    uses_graphs,
+)
 
 
 def vendor_of(results: Mapping[str, Any]) -> str:
@@ -16,23 +28,19 @@ def vendor_of(results: Mapping[str, Any]) -> str:
     return str(getattr(o, "vendor", None) or "unknown")
 
 
-def has_graphs(vendor: str) -> bool:
-    return vendor in ("nvidia", "amd")
+def context_of(results: Mapping[str, Any]) -> Any:
+    """The ``context`` result, or None when it did not run (advice then stays generic)."""
+    values = getattr(results, "values", None)
+    if isinstance(values, Mapping):
+        return values.get("context")
+    return results.get("context") if hasattr(results, "get") else None
 
 
-def graphs_name(vendor: str) -> str:
-    return "HIP graphs" if vendor == "amd" else "CUDA graphs"
+def withhold_on_capture(results: Mapping[str, Any], what: str) -> None:
+    """Raise NotApplicable on a capture-only trace: a rule that judges ``what`` of the steady
+    state has nothing to judge there (the report lists it as not run, with the reason)."""
+    note = capture_only_note(context_of(results))
+    if note:
+        from traceanalyzer.errors import NotApplicable
 
-
-def fewer_launches(vendor: str) -> str:
-    """How to launch fewer, larger kernels on this vendor (one clause, no final period)."""
-    if has_graphs(vendor):
-        return (f"torch.compile (fuses small ops) or {graphs_name(vendor)} "
-                "(torch.compile(mode=\"reduce-overhead\") or torch.cuda.CUDAGraph: one launch replays the step)")
-    return "torch.compile (fuses small ops into fewer, larger kernels)"
-
-
-def fewer_launches_hint(vendor: str) -> str:
-    if has_graphs(vendor):
-        return "step = torch.compile(step, mode=\"reduce-overhead\")  # fusion + graph replay"
-    return "model = torch.compile(model)  # fewer, fused kernels"
+        raise NotApplicable(f"{what} is a steady-state judgement, withheld: {note}")

@@ -13,6 +13,7 @@ import polars as pl
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
+from traceanalyzer.rules._advice import context_of
 from traceanalyzer.rules._util import ms, n_steady, time_finding, top_rows
 
 
@@ -48,7 +49,9 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     Fix
         ``torch.autocast("cuda", dtype=torch.bfloat16)`` (AMP); at least
         ``torch.set_float32_matmul_precision("high")`` (TF32) on NVIDIA; keep GEMM dims
-        multiples of 8.
+        multiples of 8. On pre-Ampere NVIDIA devices (Volta, Turing: ``context.device_arch``, else
+        ``computeMajor`` < 8) neither bf16 nor TF32 exists: the fix is fp16 autocast with a
+        GradScaler, and says why.
     """
     o = results["ops"]
     kc = o.kernel_classes
@@ -69,9 +72,22 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     unknown_rows = gemm.filter(silent_name & pl.col("op_dtype").is_null())
     speed = max(float(params.expected_speedup), 1.0)
     cols = ("name", "name_precision", "op_dtype", "steady_count", "steady_ns")
-    fix = ("Run matmuls/convolutions in bf16/fp16 with autocast (AMP); on NVIDIA at least allow TF32 with "
-           "torch.set_float32_matmul_precision('high'); keep GEMM dimensions multiples of 8.")
-    hint = "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(x)"
+    ctx = context_of(results)
+    arch = getattr(ctx, "device_arch", None)
+    # No bf16 and no TF32 on pre-Ampere NVIDIA tensor cores (Volta, Turing: fp16 only).
+    old_nv = o.vendor == "nvidia" and (arch in ("volta", "turing", "pascal", "older") or (
+        arch is None and bool(majors) and max(majors) < 8))
+    if old_nv:
+        dev = (getattr(ctx, "device_name", None) or "this device") + (f" ({arch})" if arch else "")
+        fix = (f"Run matmuls/convolutions in fp16 with autocast and a GradScaler: the tensor cores of {dev} take "
+               "fp16 only (bf16 and TF32 need Ampere or newer, so neither applies here); keep GEMM dimensions "
+               "multiples of 8.")
+        hint = ("scaler = torch.cuda.amp.GradScaler()\nwith torch.autocast('cuda', dtype=torch.float16):\n"
+                "    loss = model(x)\nscaler.scale(loss).backward()")
+    else:
+        fix = ("Run matmuls/convolutions in bf16/fp16 with autocast (AMP); on NVIDIA at least allow TF32 with "
+               "torch.set_float32_matmul_precision('high'); keep GEMM dimensions multiples of 8.")
+        hint = "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(x)"
     fp32_ns = float(fp32_rows["steady_ns"].sum() or 0)
     fp32_pct = fp32_ns * 100.0 / total
     if fp32_rows.height and has_tc and fp32_pct >= params.min_pct_of_kernel_time:
@@ -84,7 +100,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
             {"vendor": o.vendor, "pct_of_kernel_time": round(fp32_pct, 1),
              "fp32_gemm_ms_per_step": ms(fp32_ns / n),
              "evidence_from": "kernel names" if from_names else "input dtypes of the launching ops",
-             "compute_major": majors,
+             "compute_major": majors, "device_arch": arch,
              "top_kernels": top_rows(fp32_rows.sort("steady_ns", descending=True), 5, cols)},
             fix, hint, fp32_ns / n * (1 - 1 / speed), results, confidence=0.6 if from_names else 0.4,
         )

@@ -12,7 +12,7 @@ import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._advice import fewer_launches, fewer_launches_hint, vendor_of
+from traceanalyzer.rules._advice import context_of, fewer_launches, fewer_launches_hint, vendor_of, withhold_on_capture
 from traceanalyzer.rules._util import ms, n_steady, pct_of_step, per_step_ns, severity_for, steady, time_finding
 
 _NO_CPU = "<no CPU activity on the launching thread>"
@@ -42,8 +42,11 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     Fix
         Reduce Python/CPU work between launches on the launching thread (the contexts
         listed), move logging/metrics off the step; torch.compile (and CUDA/HIP graphs on
-        NVIDIA/AMD) for launch-heavy code.
+        NVIDIA/AMD) for launch-heavy code. A compiled run is told what its compiled code
+        still lacks, a run replaying graphs about the work outside them (``context``).
+        Not run on a capture-only trace (no steady state to judge).
     """
+    withhold_on_capture(results, "host-bound idle")
     ig = results["idle_gaps"]
     per = steady(ig.per_step, results)
     if per.is_empty():
@@ -75,7 +78,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
          "top_cpu_contexts": ctx.to_dicts(), "longest_gaps": longest},
         "Shorten the CPU work between launches on the launching thread (the contexts listed): move "
         "logging/metrics/Python bookkeeping out of the step or to another thread; launch fewer, larger "
-        f"kernels with {fewer_launches(vendor)}.",
-        fewer_launches_hint(vendor) + "; log every N steps, not every step",
+        f"kernels: {fewer_launches(vendor, context_of(results))}.",
+        fewer_launches_hint(vendor, context_of(results)) + "; log every N steps, not every step",
         best, results, confidence=0.7,
     )

@@ -12,7 +12,7 @@ import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._advice import fewer_launches, fewer_launches_hint, vendor_of
+from traceanalyzer.rules._advice import context_of, fewer_launches, fewer_launches_hint, vendor_of, withhold_on_capture
 from traceanalyzer.rules._util import n_steady, per_step_ns, steady, time_finding, top_rows
 
 
@@ -37,8 +37,10 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         0.3: an estimate, the fusion ratio is unknown). None without launch times.
     Fix
         torch.compile (fuses elementwise chains), foreach/fused optimizers, fused layers;
-        CUDA/HIP graphs on NVIDIA/AMD.
+        CUDA/HIP graphs on NVIDIA/AMD; a compiled run or one replaying graphs is told what it
+        still lacks instead (``context``). Not run on a capture-only trace.
     """
+    withhold_on_capture(results, "kernels per step")
     k = results["kernels"]
     per = steady(k.per_step, results)
     if per.is_empty():
@@ -77,8 +79,8 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
                                                    ("name", "count", "mean_ns", "pct_of_kernel_time")),
          "top_launching_ops_in_trace": top_rows(k.by_cpu_op.sort(["n_kernels", "cpu_op"], descending=[True, False]),
                                                 5, ("cpu_op", "n_kernels", "mean_ns"))},
-        f"Launch fewer, larger kernels: {fewer_launches(vendor)}; use foreach/fused optimizers and fused layers "
+        f"Launch fewer, larger kernels: {fewer_launches(vendor, context_of(results))}; use foreach/fused optimizers and fused layers "
         "(SDPA, fused norms).",
-        fewer_launches_hint(vendor),
+        fewer_launches_hint(vendor, context_of(results)),
         cost, results, confidence=0.3,
     )

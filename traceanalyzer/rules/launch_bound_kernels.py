@@ -12,7 +12,17 @@ import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._advice import graphs_name, has_graphs, vendor_of
+from traceanalyzer.rules._advice import (
+    context_of,
+    fewer_launches,
+    fewer_launches_hint,
+    graphs_name,
+    has_graphs,
+    is_compiled,
+    uses_graphs,
+    vendor_of,
+    withhold_on_capture,
+)
 from traceanalyzer.rules._util import ms, n_steady, pct_of_step, steady, time_finding
 
 
@@ -44,8 +54,11 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         NVIDIA/AMD: capture the step in a CUDA/HIP graph (``torch.compile(mode=
         "reduce-overhead")`` or ``torch.cuda.CUDAGraph``); every vendor: fuse small ops
         (torch.compile), more work per kernel (larger batch). When the trace already replays
-        graphs: enlarge the captured region.
+        graphs: enlarge the captured region; when it is already compiled: what the compiled
+        code still lacks (graph replay, graph breaks, recompiles, dynamic shapes: ``context``).
+        Not run on a capture-only trace (kernels under capture are recorded, not run).
     """
+    withhold_on_capture(results, "launch-boundness")
     la = results["launches"]
     per = steady(la.per_step, results)
     if per.is_empty():
@@ -68,9 +81,13 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     cpu, gpu = int(per["launch_cpu_ns"].sum() or 0), int(per["launched_gpu_ns"].sum() or 0)
     graphs = la.n_graph_launches
     vendor = vendor_of(results)
+    ctx = context_of(results)
     if graphs:
-        fix = (f"The trace already replays {graphs:,} graph launches: capture the remaining eager part as well "
-               "(enlarge the captured region) and fuse the small ops left outside it (torch.compile).")
+        fix = (f"The trace already replays {graphs:,} graph launches: the launch-bound part is the work launched "
+               "eagerly outside them; capture it as well (enlarge the captured region)"
+               + (" and fuse the small ops left outside it (torch.compile)." if not is_compiled(ctx) else "."))
+    elif uses_graphs(ctx) or is_compiled(ctx):
+        fix = f"Launch fewer, larger kernels: {fewer_launches(vendor, ctx)}; give each kernel more work (larger batch)."
     elif has_graphs(vendor):
         fix = (f"Capture the step in {graphs_name(vendor)} so one launch replays all its kernels: "
                "torch.compile(model, mode=\"reduce-overhead\") or torch.cuda.CUDAGraph; fuse small elementwise "
@@ -78,8 +95,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     else:
         fix = ("Launch fewer, larger kernels: fuse small ops with torch.compile, use foreach/fused optimizers, "
                "give each kernel more work (larger batch).")
-    hint = ("step = torch.compile(step, mode=\"reduce-overhead\")  # graph replay"
-            if has_graphs(vendor) else "model = torch.compile(model)  # fused kernels")
+    hint = fewer_launches_hint(vendor, ctx)
     yield time_finding(
         "launch_bound_kernels", Severity.CRITICAL if (pct or 0.0) >= params.critical_pct else Severity.WARNING,
         (f"Launch-bound: in {bound.height} of {per.height} steady steps" if results["steps"].has_steps

@@ -12,7 +12,7 @@ import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._advice import fewer_launches, fewer_launches_hint, vendor_of
+from traceanalyzer.rules._advice import context_of, fewer_launches, fewer_launches_hint, vendor_of, withhold_on_capture
 from traceanalyzer.rules._util import ms, per_step_ns, steady, time_finding
 
 #: idle_gaps cause → the rule that prices it (evidence points the reader there).
@@ -53,8 +53,10 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     Fix
         Remove what the GPU waits for (the largest idle cause is named), then give it more
         work per launch: a larger batch, overlapped data loading, fewer host syncs,
-        torch.compile (plus CUDA/HIP graphs on NVIDIA/AMD).
+        torch.compile (plus CUDA/HIP graphs on NVIDIA/AMD) — or, where the ``context`` shows the
+        run compiled or replaying graphs, what it still lacks. Not run on a capture-only trace.
     """
+    withhold_on_capture(results, "GPU utilisation")
     gt = results["gpu_time"]
     per = steady(gt.per_step, results)
     ig = results.get("idle_gaps") if hasattr(results, "get") else None
@@ -92,7 +94,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
             ev,
             "Find what the GPU waits for (the idle causes above and the host-bound, data-loader and sync "
             "findings), remove it, then give the GPU more work per launch: a larger batch, overlapped data "
-            f"loading, fewer host syncs, {fewer_launches(vendor)}.",
-            fewer_launches_hint(vendor) + "; and/or a larger batch_size",
+            f"loading, fewer host syncs; {fewer_launches(vendor, context_of(results))}.",
+            fewer_launches_hint(vendor, context_of(results)) + "; and/or a larger batch_size",
             idle, results, confidence=0.5,
         )

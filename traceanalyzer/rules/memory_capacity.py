@@ -13,6 +13,19 @@ import polars as pl
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
+from traceanalyzer.rules._advice import context_of
+
+#: How each inference engine sizes its KV-cache preallocation.
+_ENGINE_MEMORY = {
+    "vllm": "gpu_memory_utilization (default 0.9) of the device",
+    "sglang": "--mem-fraction-static of the device",
+    "tensorrt_llm": "kv_cache_free_gpu_memory_fraction (default 0.9) of the free memory",
+}
+_ENGINE_HINT = {
+    "vllm": "LLM(model, gpu_memory_utilization=0.9)  # the KV-cache budget, by design",
+    "sglang": "python -m sglang.launch_server --mem-fraction-static 0.85  # the KV-cache budget",
+    "tensorrt_llm": "KvCacheConfig(free_gpu_memory_fraction=0.9)  # the KV-cache budget",
+}
 
 
 def _device_id(device: str) -> int | None:
@@ -41,6 +54,10 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         The bytes above the ``max_pct`` line, peak allocated − ``max_pct`` % × capacity: what must
         be saved to get back under it. Confidence 0.9: ``totalGlobalMem`` includes what the CUDA
         context and other processes hold, so the real headroom is smaller than shown.
+    Inference engines
+        When ``context`` names an inference engine (vLLM, SGLang, TensorRT-LLM), the peak is its
+        KV-cache preallocation (a configured fraction of the device, by design): the finding is
+        INFO, without a cost, and says so.
     Fix
         Lower the peak: activation checkpointing, bf16 autocast, a smaller micro-batch with
         gradient accumulation, FSDP/ZeRO sharding of parameters and optimizer state.
@@ -49,6 +66,8 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     devices = [d for d in tm.per_device["device"].to_list() if _device_id(str(d)) is not None]
     if not devices:
         raise NotApplicable("only host (cpu) [memory] events: no device memory to compare with a capacity")
+    ctx = context_of(results)
+    engine = getattr(ctx, "inference_engine", None)
     known = False
     for r in tm.per_device.filter(pl.col("device").is_in(devices)).iter_rows(named=True):
         dev = o.device(_device_id(str(r["device"])))
@@ -61,18 +80,31 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         if pct < params.max_pct:
             continue
         sev = Severity.CRITICAL if pct >= params.critical_pct else Severity.WARNING
+        title = (f"{r['device']} peaks at {pct:.1f} % of its {cap / 2**30:.1f} GiB"
+                 + (f" (in {r['peak_op']})" if r.get("peak_op") else ""))
+        fix = ("Lower the peak: activation checkpointing (torch.utils.checkpoint), bf16 autocast, a smaller "
+               "micro-batch with gradient accumulation, FSDP/ZeRO sharding of parameters and optimizer state.")
+        hint = "from torch.utils.checkpoint import checkpoint\ny = checkpoint(block, x, use_reentrant=False)"
+        cost: int | None = max(int(peak - cap * params.max_pct / 100.0), 0)
+        if engine:
+            # The engine fills the device with its KV cache on purpose: not a capacity problem.
+            sev, cost = Severity.INFO, None
+            title += f": {engine}'s KV-cache preallocation, by design, not a capacity problem"
+            fix = (f"Nothing to fix for capacity: {engine} preallocates its KV cache up to "
+                   f"{_ENGINE_MEMORY.get(engine, 'its configured memory fraction')} at start-up, so the peak sits "
+                   "near capacity by design. Lower that fraction only to share the device with another process; "
+                   "a larger KV cache (higher fraction) serves more concurrent sequences.")
+            hint = _ENGINE_HINT.get(engine, "")
         yield Finding(
             rule_id="memory_capacity", severity=sev,
-            title=f"{r['device']} peaks at {pct:.1f} % of its {cap / 2**30:.1f} GiB"
-                  + (f" (in {r['peak_op']})" if r.get("peak_op") else ""),
-            evidence={"device": r["device"], "device_name": (dev or {}).get("name"), "capacity_bytes": cap,
+            title=title,
+            evidence={"inference_engine": engine, "device": r["device"], "device_name": (dev or {}).get("name"), "capacity_bytes": cap,
                       "peak_allocated_bytes": peak, "peak_reserved_bytes": r["peak_reserved_bytes"],
                       "peak_op": r.get("peak_op"), "pct_of_capacity": round(pct, 2),
                       "top_allocating_ops": tm.top_ops.filter(pl.col("device") == r["device"]).head(5).to_dicts()},
-            fix="Lower the peak: activation checkpointing (torch.utils.checkpoint), bf16 autocast, a smaller "
-                "micro-batch with gradient accumulation, FSDP/ZeRO sharding of parameters and optimizer state.",
-            code_hint="from torch.utils.checkpoint import checkpoint\ny = checkpoint(block, x, use_reentrant=False)",
-            cost_bytes=max(int(peak - cap * params.max_pct / 100.0), 0),
+            fix=fix,
+            code_hint=hint,
+            cost_bytes=cost,
             confidence=0.9,
         )
     if not known:

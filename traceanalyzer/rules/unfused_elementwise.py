@@ -12,6 +12,7 @@ import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
+from traceanalyzer.rules._advice import context_of, is_compiled, withhold_on_capture
 from traceanalyzer.rules._util import fmt_count, ms, n_steady, time_finding, top_rows
 
 
@@ -36,7 +37,10 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         kernels reads and writes memory once instead of n times (confidence 0.4).
     Fix
         ``torch.compile(model)``; fused layers (fused LayerNorm/RMSNorm, SDPA, fused optimizers).
+        A compiled run (``context``) is told instead that these kernels run eagerly outside its
+        compiled regions (graph breaks, fallbacks). Not run on a capture-only trace.
     """
+    withhold_on_capture(results, "the steady kernel mix")
     kc = results["ops"].kernel_classes
     total, count = float(kc["steady_ns"].sum() or 0), float(kc["steady_count"].sum() or 0)
     if total <= 0:
@@ -50,16 +54,26 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     if t_pct < params.min_pct_of_kernel_time and not by_count:
         return
     sev = Severity.WARNING if t_pct >= params.warning_pct else Severity.INFO
+    ctx = context_of(results)
+    if is_compiled(ctx):
+        # The triton_* kernels are already left out: these ran eagerly despite compilation.
+        fix = ("The code is already compiled, yet these elementwise kernels run eagerly: they sit outside the "
+               "compiled regions (graph breaks, uncompiled functions) or in ops Inductor falls back on. Remove the "
+               "graph breaks (TORCH_LOGS=graph_breaks), compile the code around them too, and use fused layers "
+               "(fused LayerNorm/RMSNorm, scaled_dot_product_attention) and fused/foreach optimizers.")
+        hint = "TORCH_LOGS=graph_breaks python train.py  # then compile what runs eagerly"
+    else:
+        fix = ("Fuse chains of elementwise ops: torch.compile(model) generates one kernel per chain; use fused "
+               "layers (fused LayerNorm/RMSNorm, scaled_dot_product_attention) and fused/foreach optimizers.")
+        hint = "model = torch.compile(model)"
     yield time_finding(
         "unfused_elementwise", sev,
         f"Elementwise kernels are {t_pct:.0f} % of kernel time and {c_pct:.0f} % of kernels "
         f"({fmt_count(e_n / n)} per step): fuse them",
         {"elementwise_ms_per_step": ms(e_ns / n), "pct_of_kernel_time": round(t_pct, 1),
          "pct_of_kernels": round(c_pct, 1), "kernels_per_step": round(e_n / n, 1),
-         "compiled": results["ops"].compiled,
+         "compiled": results["ops"].compiled if ctx is None else bool(ctx.compiled),
          "top_kernels": top_rows(ew.sort("steady_ns", descending=True), 5, ("name", "steady_count", "steady_ns"))},
-        "Fuse chains of elementwise ops: torch.compile(model) generates one kernel per chain; use fused "
-        "layers (fused LayerNorm/RMSNorm, scaled_dot_product_attention) and fused/foreach optimizers.",
-        "model = torch.compile(model)",
+        fix, hint,
         params.fusion_savings * e_ns / n, results, confidence=0.4,
     )
