@@ -141,11 +141,17 @@ def test_inference_engine_and_tokens() -> None:
     ([V100], "k", "volta", "device_properties", False),
     ([H100], "k", "hopper", "device_properties", True),
     ([MI300], "k", "cdna3", "device_properties", True),
+    # ROCm's "AMD Radeon Graphics" name with 9.0: the CU count tells MI200 (104) from MI100 (120).
+    ([{"id": 0, "name": "AMD Radeon Graphics", "computeMajor": 9, "computeMinor": 0, "numSms": 104}], "k", "cdna2",
+     "device_properties", True),
+    ([{"id": 0, "name": "AMD Radeon Graphics", "computeMajor": 9, "computeMinor": 0, "numSms": 60}], "k", None,
+     None, None),  # Vega 20 or unknown: no claim
     ([{"id": 0, "name": "Tesla T4"}], "k", "turing", "device_name", False),
     ([], "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "hopper", "kernel_names", True),
     ([], "volta_sgemm_128x64_nn", "volta", "kernel_names", False),
 ])
-def test_device_architecture(props: list[dict[str, Any]], kernel: str, arch: str, source: str, bf16: bool) -> None:
+def test_device_architecture(props: list[dict[str, Any]], kernel: str, arch: str | None, source: str | None,
+                             bf16: bool | None) -> None:
     api = "hipLaunchKernel" if props and "AMD" in props[0]["name"] else "cudaLaunchKernel"
     c = _run(_tiny(10, api=api, kernel=kernel), props)[0]["context"]
     assert (c.device_arch, c.arch_source, c.supports_bf16) == (arch, source, bf16)

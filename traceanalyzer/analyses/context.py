@@ -350,6 +350,13 @@ def _arch_from_props(props: dict[str, Any], vendor: str) -> tuple[str | None, st
             arch = {4: "cdna3", 5: "cdna4"}.get(int(minor))
             if arch:
                 return arch, "device_properties", cc
+            # 9.0 covers every gfx90x (Vega 20, MI100, MI200), and ROCm builds that name the
+            # device "AMD Radeon Graphics" leave only the compute-unit count to tell them apart:
+            # 104/110 CUs are the MI200 series (gfx90a: MI210, one MI250/MI250X die), 120 the
+            # MI100 (gfx908); Vega 20 has 60/64.
+            arch = {104: "cdna2", 110: "cdna2", 120: "cdna1"}.get(int(props.get("numSms") or 0))
+            if int(minor) == 0 and arch:
+                return arch, "device_properties", cc
         return None, None, cc
     if vendor == "nvidia" or "NVIDIA" in name or "Tesla" in name:
         if major is not None:
