@@ -28,8 +28,8 @@ user frame) the bytes it holds are sampled at the end of every iteration:
 * ``growth_bytes``: the suspects' growth summed; ``growth_pct_of_peak``: that as % of
   the device's peak allocated bytes (the figure the ``memory_growth`` finding shows).
 * ``window_floor_bytes``: the allocated minimum of each iteration; ``floor_rising``:
-  it rose at every iteration (a steady loop returns to the same floor; a leak raises
-  it); ``floor_growth_bytes``: last floor − first.
+  it rose at every iteration after the second (a steady loop returns to the same floor;
+  a leak raises it); ``floor_growth_bytes``: last floor − first.
 * ``live_at_end_bytes``: bytes allocated during the history and never freed.
 Allocations made before recording have no site and are left out.
 """
@@ -162,10 +162,11 @@ def memory_leaks(model: SnapshotModel, results: Results, config: Config) -> Memo
     kind = "steps"
     if bounds is None or len(bounds) < 2:
         kind, starts_after = "iterations", _category_bounds(alloc)
-        if not len(starts_after) and not alloc["category"].is_in(["gradient", "optimizer_state"]).any():
+        cycles = bool(alloc["category"].is_in(["gradient", "optimizer_state"]).any())
+        if not len(starts_after) and not cycles:
             kind, starts_after = "repeats", _repeat_bounds(alloc)
         bounds = np.unique(np.append(0, starts_after)) if len(starts_after) else np.zeros(1, dtype=np.int64)
-        if not len(starts_after):
+        if not len(starts_after) and not cycles:
             kind = "none"
     ends = np.append(bounds[1:] - 1, n - 1)  # last event of each window
     k = len(ends)
@@ -220,7 +221,8 @@ def memory_leaks(model: SnapshotModel, results: Results, config: Config) -> Memo
         live_at_end_bytes=int(live_end["bytes"].sum()), live_at_end_count=live_end.height,
         floor_growth_bytes=floors[-1] - floors[0], window_floor_bytes=floors,
         suspects=suspects, live_at_end_by_site=by_site, min_iterations=min_iter,
-        floor_rising=k >= min_iter and all(b > a for a, b in zip(floors, floors[1:])),
+        # from the first iteration's end on: the first one is where one-off memory appears
+        floor_rising=k >= min_iter and all(b > a for a, b in zip(floors[1:], floors[2:])),
         growth_bytes=total, growth_pct_of_peak=round(total * 100.0 / peak, 2) if peak > 0 else None,
         verdict_note=note,
     )

@@ -80,8 +80,9 @@ SERIES_SCHEMA: dict[str, Any] = {
 
 # C++ frames MemoryViz hides (its frameFilter) and C++ runtime frames: allocator, unwinder,
 # interpreter, dispatcher, ATen/c10/torch internals, shared objects, unresolved addresses.
-_NOISE_NAME = (r"(unwind::unwind|CapturedTraceback|_PyEval|PyEval_|ceval\.c|core/boxing|/Register|"
-               r"c10::|at::|torch::|_Py|Py[A-Z]|^\?\?|^<built-in|^<unknown)")
+# Matched at the start of the name: ``my_ext::op(at::Tensor const&)`` is not an ATen internal.
+_NOISE_NAME = (r"(^(c10::|at::|torch::|_Py|Py[A-Z]|\?\?|<built-in|<unknown|0x[0-9a-fA-F]+)|"
+               r"unwind::unwind|CapturedTraceback|PyEval_|ceval\.c|core/boxing|/Register)")
 _NOISE_FILE = r"(\.so(\.\d+)*$|^\?\?|^$)"
 # Python runtime wrappers: the frames every stack starts with (interpreter entry, threads,
 # notebooks, event loops), never where the memory is used.
