@@ -190,9 +190,12 @@ def memory_leaks(model: SnapshotModel, results: Results, config: Config) -> Memo
     end_bytes = mat[:, -1] if len(mat) else np.zeros(0)
     growth = (mat[:, -1] - mat[:, 0]) if len(mat) else np.zeros(0)
     note = None
-    if k < min_iter:
-        note = (f"no leak verdict: {k} iteration(s) of a repeating pattern found ({kind}), {min_iter} needed "
-                "(one growth phase is not a leak)")
+    if kind == "none":
+        note = ("no leak verdict: no repeating pattern in the history (no ProfilerStep# annotations, no "
+                "forward/backward cycle in the stacks, no recurring allocation stack); one growth phase is not a leak")
+    elif k < min_iter:
+        note = (f"no leak verdict: {k} iteration(s) found ({kind}), {min_iter} needed "
+                "(memory_leaks.min_iterations); one growth phase is not a leak")
     suspect = (never_shrinks & (grew >= max(min_iter - 1, k // 2)) & (end_bytes >= min_bytes)
                & (growth > 0) & (k >= min_iter))
     # the site's category (most bytes) and its largest allocation's stack, for the evidence
