@@ -10,7 +10,7 @@ allocated: memory PyTorch holds but no tensor uses). ``verdict``:
   was room, but in pieces no block could serve: try
   ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``);
 * ``"capacity"`` otherwise: live tensors fill the device; ``top_sites`` and
-  ``categories`` say which.
+  ``categories`` say which, with ``pct_of_allocated`` (share of allocated at the OOM).
 
 ``device_total_estimate_bytes`` = reserved + device free (excludes other processes'
 memory and the CUDA context, so it underestimates the card).
@@ -72,7 +72,8 @@ class MemoryOOMResult:
         if self.failing_site:
             out.append(("Failing allocation", self.failing_site))
         for row in self.top_sites.head(3).iter_rows(named=True):
-            out.append((f"  {row['pct_of_peak']:.1f} % {row['category']}", f"{fmt_bytes(row['bytes'])}  {row['site']}"))
+            out.append((f"  {row['pct_of_allocated']:.1f} % {row['category']}",
+                        f"{fmt_bytes(row['bytes'])}  {row['site']}"))
         return out
 
     def tables(self) -> dict[str, pl.DataFrame]:
@@ -93,7 +94,7 @@ def memory_oom(model: SnapshotModel, results: Results, config: Config) -> Memory
     tl: MemoryTimelineResult = results["memory_timeline"]
     state = tl.series.filter((pl.col("device") == dev) & (pl.col("event_idx") == idx)).row(0, named=True)
     live = live_at(tl.allocations, dev, idx)
-    top, sites, cats = breakdown(live, int(state["allocated_bytes"]), top_n, tl.stacks)
+    top, sites, cats = breakdown(live, int(state["allocated_bytes"]), top_n, tl.stacks, pct="pct_of_allocated")
     cached = int(state["reserved_bytes"]) - int(state["allocated_bytes"])
     requested = int(o["bytes"] or 0)
     site = site_kind = stack = None

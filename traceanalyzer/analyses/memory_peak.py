@@ -27,9 +27,10 @@ from traceanalyzer.config import Config
 from traceanalyzer.model.memory import SnapshotModel
 
 
-def breakdown(live: pl.DataFrame, total: int, top_n: int, stacks: pl.DataFrame | None = None
-              ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """(top allocations, top sites, categories) of a set of live allocations.
+def breakdown(live: pl.DataFrame, total: int, top_n: int, stacks: pl.DataFrame | None = None,
+              pct: str = "pct_of_peak") -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(top allocations, top sites, categories) of a set of live allocations; each share of
+    ``total`` is in the column named ``pct`` (its base in its name).
 
     Sites and allocations carry ``site_kind`` (``python`` when the site is a frame of the
     user's code, see :func:`~traceanalyzer.analyses.memory_timeline.stack_sites`) and the raw
@@ -38,21 +39,21 @@ def breakdown(live: pl.DataFrame, total: int, top_n: int, stacks: pl.DataFrame |
     # Address breaks ties: allocations made before recording all have alloc_idx −1.
     top = live.sort(["bytes", "alloc_idx", "device", "addr"], descending=[True, False, False, False]).head(top_n).select(
         "device", "bytes", "site", "category", "alloc_idx", "alloc_ts_ns", "stream", "addr", "stack_id",
-    ).with_columns(pct_of_peak=(pl.col("bytes") * 100.0 / denom).round(2))
+    ).with_columns((pl.col("bytes") * 100.0 / denom).round(2).alias(pct))
     top = attach_stacks(top, stacks)
     sites = (
         live.group_by("site").agg(bytes=pl.col("bytes").sum(), count=pl.len(),
                                   category=pl.col("category").mode().sort().first(),
                                   stack_id=pl.col("stack_id").sort_by("bytes", "alloc_idx", descending=[True, False])
                                   .first())
-        .with_columns(pct_of_peak=(pl.col("bytes") * 100.0 / denom).round(2))
+        .with_columns((pl.col("bytes") * 100.0 / denom).round(2).alias(pct))
         .sort(["bytes", "site"], descending=[True, False]).head(top_n)
-        .select("site", "category", "count", "bytes", "pct_of_peak", "stack_id")
+        .select("site", "category", "count", "bytes", pct, "stack_id")
     )
     sites = attach_stacks(sites, stacks)
     cats = (
         live.group_by("category").agg(bytes=pl.col("bytes").sum(), count=pl.len())
-        .with_columns(pct_of_peak=(pl.col("bytes") * 100.0 / denom).round(2))
+        .with_columns((pl.col("bytes") * 100.0 / denom).round(2).alias(pct))
         .sort(["bytes", "category"], descending=[True, False])
     )
     return top, sites, cats
