@@ -272,3 +272,14 @@ def test_activation_share_is_the_tables_on_a_real_snapshot() -> None:
     fr = r["memory_fragmentation"]
     assert frag and frag[0].evidence["unused_pct_of_reserved"] in (fr.max_unused_pct_of_reserved,
                                                                    fr.free_pct_of_reserved)
+
+
+def test_no_repeating_pattern_gives_no_verdict(tmp_path: Path) -> None:
+    # No stacks (context=None): no cycle and no recurring stack to cut iterations with.
+    s = _Snap()
+    for _ in range(6):
+        s.alloc(4 * MiB, [])
+    r, out = _rules(_write(tmp_path, s.doc(), "nostack.pickle"))
+    leaks = r["memory_leaks"]
+    assert (leaks.window_kind, leaks.n_windows) == ("none", 1) and leaks.suspects.is_empty()
+    assert "no repeating pattern" in out.not_run["memory_growth"]
