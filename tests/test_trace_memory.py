@@ -139,3 +139,31 @@ def test_2021_memory_events_through_cli(tmp_path: Path) -> None:
     per = {r["device"]: r for r in s["analyses"]["trace_memory"]["per_device"]}
     assert per["cuda:0"]["peak_allocated_bytes"] == 11 << 20
     assert any("running sum of Bytes" in w for w in s["warnings"])
+
+
+def test_top_sites_by_user_frame(tmp_path: Path) -> None:
+    """[memory] events under Python frames: the notebook cell is the site, not ipykernel,
+    runpy or torch; an allocation under library frames only is reported as such."""
+    py = "python_function"
+    ev = [
+        {"ph": "X", "cat": py, "name": "<frozen runpy>(198): _run_module_as_main", "pid": 1, "tid": 1,
+         "ts": 0, "dur": 1000},
+        {"ph": "X", "cat": py, "name": "/usr/lib/python3.10/site-packages/ipykernel/kernelbase.py(409): "
+         "dispatch_shell", "pid": 1, "tid": 1, "ts": 1, "dur": 500},
+        {"ph": "X", "cat": py, "name": "/tmp/ipykernel_42/123.py(7): train_step", "pid": 1, "tid": 1,
+         "ts": 2, "dur": 400},
+        {"ph": "X", "cat": py, "name": "torch/nn/modules/module.py(1501): _call_impl", "pid": 1, "tid": 1,
+         "ts": 3, "dur": 300},
+        {"ph": "X", "cat": py, "name": "torch/optim/adam.py(100): _init_group", "pid": 1, "tid": 1,
+         "ts": 600, "dur": 100},
+        _mem(10, 8 << 20, 8 << 20), _mem(20, 12 << 20, 4 << 20), _mem(650, 13 << 20, 1 << 20),
+    ]
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps({"traceEvents": ev, "schemaVersion": 1}))
+    r = run_analyses(load(f), only=("trace_memory",), strict=True)["trace_memory"]
+    rows = r.top_sites.to_dicts()
+    assert [(x["site"], x["site_kind"], x["allocated_bytes"], x["allocations"]) for x in rows] == [
+        ("/tmp/ipykernel_42/123.py:7 (train_step)", "python", 12 << 20, 2),
+        ("torch/optim/adam.py:100 (_init_group)", "library", 1 << 20, 1),
+    ]
+    assert rows[0]["via"] == "torch/nn/modules/module.py:1501 (_call_impl)"

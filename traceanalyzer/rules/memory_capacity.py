@@ -68,7 +68,8 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
             evidence={"device": r["device"], "device_name": (dev or {}).get("name"), "capacity_bytes": cap,
                       "peak_allocated_bytes": peak, "peak_reserved_bytes": r["peak_reserved_bytes"],
                       "peak_op": r.get("peak_op"), "pct_of_capacity": round(pct, 2),
-                      "top_allocating_ops": tm.top_ops.filter(pl.col("device") == r["device"]).head(5).to_dicts()},
+                      "top_allocating_ops": tm.top_ops.filter(pl.col("device") == r["device"]).head(5).to_dicts(),
+                      "top_allocating_sites": tm.top_sites.filter(pl.col("device") == r["device"]).head(5).to_dicts()},
             fix="Lower the peak: activation checkpointing (torch.utils.checkpoint), bf16 autocast, a smaller "
                 "micro-batch with gradient accumulation, FSDP/ZeRO sharding of parameters and optimizer state.",
             code_hint="from torch.utils.checkpoint import checkpoint\ny = checkpoint(block, x, use_reentrant=False)",

@@ -112,7 +112,8 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
             evidence={"device": dev, "growth_bytes": growth, "growth_per_step_bytes": int(per),
                       "pct_of_peak": round(pct, 2), "steps": g["step"].to_list(), "steps_that_grew": grew,
                       "end_allocated_bytes": ends, "peak_allocated_bytes": peak,
-                      "top_allocating_ops": tm.top_ops.filter(pl.col("device") == dev).head(5).to_dicts()},
+                      "top_allocating_ops": tm.top_ops.filter(pl.col("device") == dev).head(5).to_dicts(),
+                      "top_allocating_sites": tm.top_sites.filter(pl.col("device") == dev).head(5).to_dicts()},
             fix=_FIX, code_hint=_HINT, cost_bytes=int(growth), confidence=0.7,
         )
     if not measured:
