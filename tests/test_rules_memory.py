@@ -10,6 +10,7 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 from traceanalyzer.analyses import run_analyses
@@ -423,10 +424,12 @@ def test_activation_peak_from_export(tmp_path: Path) -> None:
     rows = [[0, 100 * MiB, 0, 0, 0, 0, 0, 0, 0],
             [0, 100 * MiB, 0, 0, 20 * MiB, 300 * MiB, 0, 0, 0],  # the peak: 420 MiB
             [0, 100 * MiB, 0, 0, 0, 0, 100 * MiB, 0, 0]]
-    _, out = _rules(_timeline(tmp_path, rows))
+    r, out = _rules(_timeline(tmp_path, rows))
     (f,) = _only(out, "activation_peak")
     assert f.severity == Severity.INFO and f.cost_bytes == 300 * MiB and f.confidence == 0.9
-    assert f.evidence["peak_bytes"] == 420 * MiB and f.evidence["pct_of_peak"] == 71.4
+    # one figure for the fact: the finding reads the analysis' table
+    table = r["export_timeline"].at_peak.filter(pl.col("category") == "activation")["pct_of_peak"][0]
+    assert f.evidence["peak_bytes"] == 420 * MiB and f.evidence["pct_of_peak"] == table == 71.43
     assert f.evidence["source"] == "export_memory_timeline"
     assert f.title == "Activations are 71 % of the memory peak (300 MiB of 420 MiB)"
     # Only the memory rules that read an export apply; the others say what they need.

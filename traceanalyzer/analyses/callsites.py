@@ -52,9 +52,18 @@ LIBRARY_MODULES: frozenset[str] = frozenset(
 )
 
 _STDLIB: frozenset[str] = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__future__", "<frozen"}
-# Components that mark an installed or interpreter path wherever they appear.
-_LIB_PATH_RE = r"(^|/)(site-packages|dist-packages)/|/lib(64)?/python\d|/python\d+(\.\d+)?/lib/|^<|^nn\.Module:"
-_TORCH_COMPONENT_RE = r"/(torch|torchvision|torchaudio|functorch|torchgen|triton)/"
+# Components that mark an installed or interpreter path wherever they appear: site/dist-packages,
+# a Unix interpreter's lib/pythonX.Y, a Windows interpreter's Lib/ (capital L), pseudo-files
+# (<frozen …>, <string>, <built-in …>) and nn.Module markers. A Jupyter cell is user code although
+# its file is a pseudo-file (<ipython-input-3-…>) or a temporary one (/tmp/ipykernel_123/456.py).
+_LIB_PATH_RE = (r"(^|/)(site-packages|dist-packages)/|/lib(64)?/python\d|/python\d+(\.\d+)?/lib/|(^|/)Lib/|^<|"
+                r"^nn\.Module:")
+_NOTEBOOK_CELL_RE = r"^<ipython-input-"
+# Framework and notebook/runtime packages found by an absolute path outside site-packages
+# (a source checkout, an editable install).
+_TORCH_COMPONENT_RE = r"/(torch|torchvision|torchaudio|functorch|torchgen|triton|IPython|ipykernel)/"
+# A Python source file (or a notebook cell): C++ frames (``??``, ``foo.cpp``, ``libtorch.so``) are not.
+_PYTHON_FILE_RE = r"\.py[cwx]?$|^<"
 _FRAME_RE = r"^(.*)\((\d+)\): (.*)$"
 
 
@@ -66,24 +75,36 @@ def _csv(text: str | Iterable[str] | None) -> list[str]:
     return [t.strip() for t in text if t and t.strip()]
 
 
-def user_frame_expr(
-    name: pl.Expr,
+def user_path_expr(
+    path: pl.Expr,
     library_modules: str | Iterable[str] | None = None,
     user_modules: str | Iterable[str] | None = None,
 ) -> pl.Expr:
-    """Polars expression: True where the ``python_function`` name is user code.
+    """Polars expression: True where a frame's source file is user code.
 
+    The one frame filter of the tool: trace call sites (:func:`user_frame_expr`) and
+    snapshot call sites (:func:`~traceanalyzer.analyses.memory_timeline.stack_sites`) both
+    use it. Library code is: not a Python file (C++ frames: ``??``, ``*.cpp``, ``*.so``, no
+    file), the standard library (``threading.py``, ``runpy.py``, ``asyncio/…``, ``<frozen …>``
+    under ``lib/pythonX.Y`` or a Windows ``Lib/``), anything under ``site-packages`` /
+    ``dist-packages`` (torch, ipykernel, IPython …), pseudo-files (``<string>``,
+    ``<built-in …>``), an absolute path through a ``torch``/``triton``/``IPython``/``ipykernel``
+    folder, and a relative path whose first component is a standard-library module or in
+    :data:`LIBRARY_MODULES`. Jupyter cells (``<ipython-input-…>``, ``/tmp/ipykernel_*/…py``)
+    are user code. Windows paths are compared with ``/`` separators.
     ``library_modules``/``user_modules`` (iterables or comma-separated text) add top-level
     modules to, or remove them from, the library set.
     """
     extra_user = set(_csv(user_modules))
     libs = sorted((_STDLIB | LIBRARY_MODULES | set(_csv(library_modules))) - extra_user)
-    path = name.str.extract(_FRAME_RE, 1).str.replace_all(r"\\", "/")
+    path = path.str.replace_all(r"\\", "/")
     first = path.str.extract(r"^([^/]+?)(?:\.py[cw]?)?(?:/|$)", 1)
     absolute = path.str.starts_with("/") | path.str.contains(r"^[A-Za-z]:/")
+    cell = path.str.contains(_NOTEBOOK_CELL_RE)
     is_lib = (
         path.is_null()  # <built-in …>, nn.Module: …, anything without "file(line): func"
-        | path.str.contains(_LIB_PATH_RE)
+        | ~path.str.contains(_PYTHON_FILE_RE)
+        | (path.str.contains(_LIB_PATH_RE) & ~cell)
         | (absolute & path.str.contains(_TORCH_COMPONENT_RE))
         | (~absolute & first.is_in(libs))
     )
@@ -91,6 +112,16 @@ def user_frame_expr(
         forced = ~absolute & first.is_in(sorted(extra_user))
         return (~is_lib | forced).fill_null(False)
     return (~is_lib).fill_null(False)
+
+
+def user_frame_expr(
+    name: pl.Expr,
+    library_modules: str | Iterable[str] | None = None,
+    user_modules: str | Iterable[str] | None = None,
+) -> pl.Expr:
+    """Polars expression: True where the ``python_function`` name (``file.py(12): func``) is
+    user code, by :func:`user_path_expr` on its file."""
+    return user_path_expr(name.str.extract(_FRAME_RE, 1), library_modules, user_modules)
 
 
 def is_user_frame(
@@ -339,4 +370,5 @@ __all__: Sequence[str] = (
     "is_user_frame",
     "short_site",
     "user_frame_expr",
+    "user_path_expr",
 )

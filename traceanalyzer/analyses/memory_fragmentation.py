@@ -18,7 +18,8 @@ From the dumped segments (every snapshot, with or without history):
 
 From the history (when present): ``max_unused_reserved_bytes`` = max over events of
 reserved − allocated (requested bytes), ``reserved_at_max_unused_bytes`` the reserved bytes
-at that event, ``segment_allocs``/``segment_frees`` (cudaMalloc
+at that event, ``max_unused_pct_of_reserved`` = 100 × max unused / reserved then
+(``free_pct_of_reserved`` is the same share at dump), ``segment_allocs``/``segment_frees`` (cudaMalloc
 /cudaFree count), and ``churn_reallocs``: segment allocations that follow a segment
 free (``empty_cache`` inside a loop makes the allocator cudaMalloc again), with bytes.
 ``settings`` are the allocator settings in effect (>= 2.3), ``non_default_settings``
@@ -73,6 +74,8 @@ class MemoryFragmentationResult:
     per_device: pl.DataFrame
     per_segment: pl.DataFrame
     reserved_at_max_unused_bytes: int | None = None
+    free_pct_of_reserved: float | None = None
+    max_unused_pct_of_reserved: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if not isinstance(v, pl.DataFrame)}
@@ -91,7 +94,8 @@ class MemoryFragmentationResult:
             ("Free blocks in split segments", f"{self.inactive_split_blocks:,} ({fmt_bytes(self.inactive_split_bytes)})"),
         ]
         if self.max_unused_reserved_bytes is not None:
-            out.append(("Max reserved − allocated", fmt_bytes(self.max_unused_reserved_bytes)))
+            pct = "" if self.max_unused_pct_of_reserved is None else f" ({self.max_unused_pct_of_reserved:.1f} % of reserved)"
+            out.append(("Max reserved − allocated", fmt_bytes(self.max_unused_reserved_bytes) + pct))
         if self.churn_reallocs:
             out.append(("cudaMalloc after a segment free", f"{self.churn_reallocs:,} ({fmt_bytes(self.churn_realloc_bytes)})"))
         if self.non_default_settings:
@@ -168,6 +172,9 @@ def memory_fragmentation(model: SnapshotModel, results: Results, config: Config)
         expandable_segments=bool(seg["is_expandable"].any()),
         max_unused_reserved_bytes=max_unused,
         reserved_at_max_unused_bytes=reserved_at_max,
+        free_pct_of_reserved=round(100.0 * free / reserved, 2) if reserved else None,
+        max_unused_pct_of_reserved=round(100.0 * max_unused / reserved_at_max, 2)
+        if max_unused is not None and reserved_at_max else None,
         segment_allocs=seg_allocs.height,
         segment_frees=seg_frees.height,
         churn_reallocs=churn.height,

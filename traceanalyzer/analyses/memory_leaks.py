@@ -1,17 +1,35 @@
-"""Memory leaks: allocations still alive at the end whose call sites grew step over step.
+"""Memory leaks: call sites whose live memory grows iteration over iteration.
 
-The history is cut into windows: steps from ``ProfilerStep#N`` external annotations
-(>= 2.5, with ``time_us``) when there are at least 3, else ``memory_leaks.windows``
-(default 8) equal slices of events. For each call site (innermost user frame) the
-bytes it holds are sampled at every window end.
+A leak is *repetition*: the same loop leaves more memory behind each time. One growth
+phase is not a leak (a single step where gradients appear in the first backward, a
+forward pass whose activations pile up layer by layer, a model being built), so the
+history is first cut into iterations of a repeating pattern, best evidence first:
+
+* ``steps``: ``ProfilerStep#N`` external annotations (>= 2.5, with ``time_us``);
+* ``iterations``: forward/backward cycles seen in the stacks: an iteration starts at
+  the first forward allocation (category ``activation``/``temporary``) after a
+  ``gradient`` or ``optimizer_state`` allocation;
+* ``repeats``: with no backward in the history, the recurrences of the stack of the
+  history's first allocation (a loop allocating the same things in the same order).
+
+With fewer than ``memory_leaks.min_iterations`` (default 3) iterations there is no
+verdict (``suspects`` empty, ``verdict_note`` says why). For each call site (innermost
+user frame) the bytes it holds are sampled at the end of every iteration:
 
 * A site is a *leak suspect* when it holds at least ``memory_leaks.min_bytes``
-  (default 1 MiB) at the end of the history, never shrinks from one window end to the
-  next, and grew in at least half of the windows (``grew_windows``);
-  ``growth_bytes`` is its holding at the last window end minus the first,
-  ``growth_per_window_bytes`` the mean increment.
-* ``floor_growth_bytes``: growth of the allocated minimum from the first window to
-  the last (a steady loop returns to the same floor; a leak raises it).
+  (default 1 MiB) at the end of the history, never shrinks from one iteration end to
+  the next, and grew in at least ``min_iterations`` − 1 of those transitions and in at
+  least half of them (``grew_windows``). Growth inside the first iteration does not
+  count (that is where gradients, optimizer state and caches appear once). Sites of
+  ``parameter`` allocations (model construction/loading) are not suspects.
+  ``growth_bytes`` is its holding at the last iteration end minus the first,
+  ``growth_per_window_bytes`` the mean increment; each suspect carries ``site_kind`` and
+  the raw ``stack`` of its largest live allocation.
+* ``growth_bytes``: the suspects' growth summed; ``growth_pct_of_peak``: that as % of
+  the device's peak allocated bytes (the figure the ``memory_growth`` finding shows).
+* ``window_floor_bytes``: the allocated minimum of each iteration; ``floor_rising``:
+  it rose at every iteration after the second (a steady loop returns to the same floor;
+  a leak raises it); ``floor_growth_bytes``: last floor − first.
 * ``live_at_end_bytes``: bytes allocated during the history and never freed.
 Allocations made before recording have no site and are left out.
 """
@@ -27,7 +45,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 from traceanalyzer.analyses import Results, analysis
-from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult
+from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult, attach_stacks
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model.memory import SnapshotModel
@@ -48,10 +66,34 @@ def _step_bounds(model: SnapshotModel, series: pl.DataFrame) -> np.ndarray | Non
     return np.unique(np.clip(idx, 0, len(ts) - 1))
 
 
+def _category_bounds(alloc: pl.DataFrame) -> np.ndarray:
+    """Event index of each iteration start after the first: the first forward allocation
+    (``activation``/``temporary``) following a ``gradient``/``optimizer_state`` one."""
+    import numpy as np  # lazy: a trace run never needs numpy (0.14 s import)
+    phase = alloc.filter(pl.col("alloc_idx") >= 0).sort("alloc_idx").select(
+        "alloc_idx",
+        ph=pl.when(pl.col("category").is_in(["activation", "temporary"])).then(pl.lit("F"))
+        .when(pl.col("category").is_in(["gradient", "optimizer_state"])).then(pl.lit("B")),
+    ).drop_nulls("ph")
+    starts = phase.filter((pl.col("ph") == "F") & (pl.col("ph").shift(1) == "B"))["alloc_idx"]
+    return starts.to_numpy().astype(np.int64)
+
+
+def _repeat_bounds(alloc: pl.DataFrame) -> np.ndarray:
+    """Event index of each recurrence of the stack of the history's first allocation."""
+    import numpy as np  # lazy: a trace run never needs numpy (0.14 s import)
+    a = alloc.filter((pl.col("alloc_idx") >= 0) & pl.col("stack_id").is_not_null()).sort("alloc_idx")
+    if a.is_empty():
+        return np.zeros(0, dtype=np.int64)
+    first = a["stack_id"][0]
+    return a.filter(pl.col("stack_id") == first)["alloc_idx"].to_numpy()[1:].astype(np.int64)
+
+
 @dataclass(frozen=True)
 class MemoryLeaksResult:
     """See the module docstring. ``suspects``: one row per suspect site, largest
-    growth first; ``window_kind`` is ``"steps"`` or ``"slices"``."""
+    growth first; ``window_kind`` is ``"steps"``, ``"iterations"``, ``"repeats"`` or
+    ``"none"`` (no repeating pattern found); ``n_windows`` the iterations found."""
 
     device: int
     window_kind: str
@@ -62,12 +104,20 @@ class MemoryLeaksResult:
     window_floor_bytes: tuple[int, ...]
     suspects: pl.DataFrame
     live_at_end_by_site: pl.DataFrame
+    min_iterations: int = 3
+    floor_rising: bool = False
+    growth_bytes: int = 0
+    growth_pct_of_peak: float | None = None
+    verdict_note: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "device": self.device, "window_kind": self.window_kind, "n_windows": self.n_windows,
+            "min_iterations": self.min_iterations,
             "live_at_end_bytes": self.live_at_end_bytes, "live_at_end_count": self.live_at_end_count,
             "floor_growth_bytes": self.floor_growth_bytes, "window_floor_bytes": list(self.window_floor_bytes),
+            "floor_rising": self.floor_rising, "growth_bytes": self.growth_bytes,
+            "growth_pct_of_peak": self.growth_pct_of_peak, "verdict_note": self.verdict_note,
             "suspects": self.suspects.to_dicts(), "live_at_end_by_site": self.live_at_end_by_site.head(20).to_dicts(),
         }
 
@@ -75,22 +125,26 @@ class MemoryLeaksResult:
         from traceanalyzer.report.text import fmt_bytes
 
         out = [("Allocated in history, alive at end", f"{fmt_bytes(self.live_at_end_bytes)} ({self.live_at_end_count:,})"),
-               (f"Floor growth over {self.n_windows} {self.window_kind}", fmt_bytes(self.floor_growth_bytes)),
-               ("Leak suspects", f"{self.suspects.height}")]
+               ("Iterations found", f"{self.n_windows} ({self.window_kind})")]
+        if self.verdict_note:
+            out.append(("Leak verdict", self.verdict_note))
+            return out
+        out += [(f"Floor growth over {self.n_windows} {self.window_kind}", fmt_bytes(self.floor_growth_bytes)),
+                ("Leak suspects", f"{self.suspects.height}")]
         for row in self.suspects.head(3).iter_rows(named=True):
             out.append(("  grows", f"+{fmt_bytes(row['growth_bytes'])}  {row['site']}"))
         return out
 
     def tables(self) -> dict[str, pl.DataFrame]:
-        return {"Leak suspects (sites growing window over window)": self.suspects,
+        return {"Leak suspects (sites growing iteration over iteration)": self.suspects.drop("stack", strict=False),
                 "Allocated during the history and alive at the end": self.live_at_end_by_site.head(15)}
 
 
 @analysis("memory_leaks", input="snapshot", depends_on=("memory_timeline",), title="Memory leaks", order=13)
 def memory_leaks(model: SnapshotModel, results: Results, config: Config) -> MemoryLeaksResult:
-    """Sites whose live allocations grow window over window and survive to the end."""
+    """Sites whose live allocations grow iteration over iteration and survive to the end."""
     import numpy as np  # lazy: a trace run never needs numpy (0.14 s import)
-    n_slices = config.get("memory_leaks.windows", 8)
+    min_iter = max(2, int(config.get("memory_leaks.min_iterations", 3)))
     min_bytes = config.get("memory_leaks.min_bytes", 1 << 20)
     tl: MemoryTimelineResult = results["memory_timeline"]
     if not tl.history:
@@ -101,15 +155,21 @@ def memory_leaks(model: SnapshotModel, results: Results, config: Config) -> Memo
     n = series.height
     if n < 3 * 2:
         raise NotApplicable(f"history too short to see growth ({n} events)")
+    alloc = tl.allocations.lazy().filter((pl.col("device") == dev) & (pl.col("alloc_idx") >= 0)).select(
+        "site", "category", "bytes", "alloc_idx", "free_requested_idx", "stack_id").collect()
+
     bounds = _step_bounds(model, series)
     kind = "steps"
-    if bounds is None or len(bounds) < 3:
-        kind = "slices"
-        bounds = np.unique(np.linspace(0, n, n_slices + 1).astype(np.int64)[:-1])
+    if bounds is None or len(bounds) < 2:
+        kind, starts_after = "iterations", _category_bounds(alloc)
+        cycles = bool(alloc["category"].is_in(["gradient", "optimizer_state"]).any())
+        if not len(starts_after) and not cycles:
+            kind, starts_after = "repeats", _repeat_bounds(alloc)
+        bounds = np.unique(np.append(0, starts_after)) if len(starts_after) else np.zeros(1, dtype=np.int64)
+        if not len(starts_after) and not cycles:
+            kind = "none"
     ends = np.append(bounds[1:] - 1, n - 1)  # last event of each window
     k = len(ends)
-    alloc = tl.allocations.lazy().filter((pl.col("device") == dev) & (pl.col("alloc_idx") >= 0)).select(
-        "site", "category", "bytes", "alloc_idx", "free_requested_idx").collect()
 
     # bytes per site at each window end: signed deltas bucketed by (site, window) with
     # np.add.at on integer site codes, then cumulated over windows. (A concat + group-by +
@@ -129,12 +189,26 @@ def memory_leaks(model: SnapshotModel, results: Results, config: Config) -> Memo
     never_shrinks = (diffs >= 0).all(axis=1) if k > 1 else np.ones(len(mat), dtype=bool)
     end_bytes = mat[:, -1] if len(mat) else np.zeros(0)
     growth = (mat[:, -1] - mat[:, 0]) if len(mat) else np.zeros(0)
-    suspect = never_shrinks & (grew >= max(1, (k - 1) // 2)) & (end_bytes >= min_bytes) & (growth > 0)
+    note = None
+    if kind == "none":
+        note = ("no leak verdict: no repeating pattern in the history (no ProfilerStep# annotations, no "
+                "forward/backward cycle in the stacks, no recurring allocation stack); one growth phase is not a leak")
+    elif k < min_iter:
+        note = (f"no leak verdict: {k} iteration(s) found ({kind}), {min_iter} needed "
+                "(memory_leaks.min_iterations); one growth phase is not a leak")
+    suspect = (never_shrinks & (grew >= max(min_iter - 1, k // 2)) & (end_bytes >= min_bytes)
+               & (growth > 0) & (k >= min_iter))
+    # the site's category (most bytes) and its largest allocation's stack, for the evidence
+    site_info = alloc.group_by("site").agg(
+        category=pl.col("category").sort_by("bytes", descending=True).first(),
+        stack_id=pl.col("stack_id").sort_by("bytes", "alloc_idx", descending=[True, False]).first())
     suspects = pl.DataFrame({
         "site": site_names, "end_bytes": end_bytes.astype(np.int64), "growth_bytes": growth.astype(np.int64),
         "grew_windows": grew.astype(np.int64),
         "growth_per_window_bytes": (growth / max(k - 1, 1)).astype(np.int64),
-    }).filter(pl.Series(suspect)).sort(["growth_bytes", "site"], descending=[True, False])
+    }).filter(pl.Series(suspect)).join(site_info, on="site", how="left").filter(
+        pl.col("category") != "parameter").sort(["growth_bytes", "site"], descending=[True, False])
+    suspects = attach_stacks(suspects, tl.stacks)
 
     live_end = alloc.filter(pl.col("free_requested_idx").is_null())
     by_site = live_end.group_by("site").agg(bytes=pl.col("bytes").sum(), count=pl.len(),
@@ -143,9 +217,15 @@ def memory_leaks(model: SnapshotModel, results: Results, config: Config) -> Memo
     allocated = series["allocated_bytes"].to_numpy()
     starts = np.append(0, ends[:-1] + 1)
     floors = tuple(int(allocated[s:e + 1].min()) for s, e in zip(starts, ends))
+    total = int(suspects["growth_bytes"].sum()) if suspects.height else 0
+    peak = tl.device(dev).peak_allocated
     return MemoryLeaksResult(
         device=dev, window_kind=kind, n_windows=k,
         live_at_end_bytes=int(live_end["bytes"].sum()), live_at_end_count=live_end.height,
         floor_growth_bytes=floors[-1] - floors[0], window_floor_bytes=floors,
-        suspects=suspects, live_at_end_by_site=by_site,
+        suspects=suspects, live_at_end_by_site=by_site, min_iterations=min_iter,
+        # from the first iteration's end on: the first one is where one-off memory appears
+        floor_rising=k >= min_iter and all(b > a for a, b in zip(floors[1:], floors[2:])),
+        growth_bytes=total, growth_pct_of_peak=round(total * 100.0 / peak, 2) if peak > 0 else None,
+        verdict_note=note,
     )

@@ -10,7 +10,7 @@ allocated: memory PyTorch holds but no tensor uses). ``verdict``:
   was room, but in pieces no block could serve: try
   ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``);
 * ``"capacity"`` otherwise: live tensors fill the device; ``top_sites`` and
-  ``categories`` say which.
+  ``categories`` say which, with ``pct_of_allocated`` (share of allocated at the OOM).
 
 ``device_total_estimate_bytes`` = reserved + device free (excludes other processes'
 memory and the CUDA context, so it underestimates the card).
@@ -33,7 +33,9 @@ from traceanalyzer.model.memory import SnapshotModel
 
 @dataclass(frozen=True)
 class MemoryOOMResult:
-    """The first OOM event (``n_ooms`` counts all) and the state at that moment."""
+    """The first OOM event (``n_ooms`` counts all) and the state at that moment.
+    ``failing_site`` is the failing allocation's call site (``failing_site_kind`` as in
+    :func:`~traceanalyzer.analyses.memory_timeline.stack_sites`), ``failing_stack`` its raw stack."""
 
     device: int
     n_ooms: int
@@ -50,6 +52,8 @@ class MemoryOOMResult:
     top_sites: pl.DataFrame
     categories: pl.DataFrame
     top_allocations: pl.DataFrame
+    failing_site_kind: str | None = None
+    failing_stack: list[str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if not isinstance(v, pl.DataFrame)}
@@ -68,11 +72,13 @@ class MemoryOOMResult:
         if self.failing_site:
             out.append(("Failing allocation", self.failing_site))
         for row in self.top_sites.head(3).iter_rows(named=True):
-            out.append((f"  {row['pct_of_peak']:.1f} % {row['category']}", f"{fmt_bytes(row['bytes'])}  {row['site']}"))
+            out.append((f"  {row['pct_of_allocated']:.1f} % {row['category']}",
+                        f"{fmt_bytes(row['bytes'])}  {row['site']}"))
         return out
 
     def tables(self) -> dict[str, pl.DataFrame]:
-        return {"Live at OOM by call site": self.top_sites, "Live at OOM by category": self.categories}
+        return {"Live at OOM by call site": self.top_sites.drop("stack", strict=False),
+                "Live at OOM by category": self.categories}
 
 
 @analysis("memory_oom", input="snapshot", depends_on=("memory_timeline",), title="Out of memory", order=14)
@@ -88,15 +94,14 @@ def memory_oom(model: SnapshotModel, results: Results, config: Config) -> Memory
     tl: MemoryTimelineResult = results["memory_timeline"]
     state = tl.series.filter((pl.col("device") == dev) & (pl.col("event_idx") == idx)).row(0, named=True)
     live = live_at(tl.allocations, dev, idx)
-    top, sites, cats = breakdown(live, int(state["allocated_bytes"]), top_n)
+    top, sites, cats = breakdown(live, int(state["allocated_bytes"]), top_n, tl.stacks, pct="pct_of_allocated")
     cached = int(state["reserved_bytes"]) - int(state["allocated_bytes"])
     requested = int(o["bytes"] or 0)
-    site = None
+    site = site_kind = stack = None
     if o["stack_id"] is not None:
-        from traceanalyzer.analyses.memory_timeline import stack_sites
-
-        s = stack_sites(model.frames.filter(pl.col("stack_id") == o["stack_id"]))
-        site = s["site"][0] if s.height else None
+        s = tl.stacks.filter(pl.col("stack_id") == o["stack_id"])
+        if s.height:
+            site, site_kind, stack = s["site"][0], s["site_kind"][0], s["stack"][0].to_list()
     free = o["device_free_bytes"]
     return MemoryOOMResult(
         device=dev, n_ooms=ooms.height, event_idx=idx, ts_ns=o["ts_ns"], requested_bytes=requested,
@@ -104,5 +109,6 @@ def memory_oom(model: SnapshotModel, results: Results, config: Config) -> Memory
         reserved_bytes=int(state["reserved_bytes"]), cached_free_bytes=cached,
         device_total_estimate_bytes=None if free is None else int(state["reserved_bytes"]) + int(free),
         verdict="fragmentation" if cached >= requested else "capacity",
-        failing_site=site, top_sites=sites, categories=cats, top_allocations=top,
+        failing_site=site, failing_site_kind=site_kind, failing_stack=stack,
+        top_sites=sites, categories=cats, top_allocations=top,
     )

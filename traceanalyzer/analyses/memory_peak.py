@@ -6,8 +6,9 @@ history it is the state at dump time (``source = "dump"``). At that instant:
 
 * ``top_allocations``: the largest live allocations (size, call site, category, when
   allocated, stream, address).
-* ``top_sites``: live bytes grouped by call site (innermost user frame), with count and
-  ``pct_of_peak`` (share of the peak's allocated bytes).
+* ``top_sites``: live bytes grouped by call site (innermost frame in the user's code;
+  ``site_kind`` says when there is none and a library/runtime/C++ frame stands in), with
+  count, ``pct_of_peak`` (share of the peak's allocated bytes) and the raw ``stack``.
 * ``categories``: live bytes by inferred category (parameter, optimizer_state,
   activation, gradient, temporary, pre_recording, unknown); inference rules in
   :func:`~traceanalyzer.analyses.memory_timeline.stack_sites`.
@@ -21,28 +22,38 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analyses import Results, analysis
-from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult, live_at
+from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult, attach_stacks, live_at
 from traceanalyzer.config import Config
 from traceanalyzer.model.memory import SnapshotModel
 
 
-def breakdown(live: pl.DataFrame, total: int, top_n: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """(top allocations, top sites, categories) of a set of live allocations."""
+def breakdown(live: pl.DataFrame, total: int, top_n: int, stacks: pl.DataFrame | None = None,
+              pct: str = "pct_of_peak") -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(top allocations, top sites, categories) of a set of live allocations; each share of
+    ``total`` is in the column named ``pct`` (its base in its name).
+
+    Sites and allocations carry ``site_kind`` (``python`` when the site is a frame of the
+    user's code, see :func:`~traceanalyzer.analyses.memory_timeline.stack_sites`) and the raw
+    ``stack`` behind it (for a site: the stack of its largest live allocation)."""
     denom = max(total, 1)
     # Address breaks ties: allocations made before recording all have alloc_idx −1.
     top = live.sort(["bytes", "alloc_idx", "device", "addr"], descending=[True, False, False, False]).head(top_n).select(
-        "device", "bytes", "site", "category", "alloc_idx", "alloc_ts_ns", "stream", "addr",
-    ).with_columns(pct_of_peak=(pl.col("bytes") * 100.0 / denom).round(2))
+        "device", "bytes", "site", "category", "alloc_idx", "alloc_ts_ns", "stream", "addr", "stack_id",
+    ).with_columns((pl.col("bytes") * 100.0 / denom).round(2).alias(pct))
+    top = attach_stacks(top, stacks)
     sites = (
         live.group_by("site").agg(bytes=pl.col("bytes").sum(), count=pl.len(),
-                                  category=pl.col("category").mode().sort().first())
-        .with_columns(pct_of_peak=(pl.col("bytes") * 100.0 / denom).round(2))
+                                  category=pl.col("category").mode().sort().first(),
+                                  stack_id=pl.col("stack_id").sort_by("bytes", "alloc_idx", descending=[True, False])
+                                  .first())
+        .with_columns((pl.col("bytes") * 100.0 / denom).round(2).alias(pct))
         .sort(["bytes", "site"], descending=[True, False]).head(top_n)
-        .select("site", "category", "count", "bytes", "pct_of_peak")
+        .select("site", "category", "count", "bytes", pct, "stack_id")
     )
+    sites = attach_stacks(sites, stacks)
     cats = (
         live.group_by("category").agg(bytes=pl.col("bytes").sum(), count=pl.len())
-        .with_columns(pct_of_peak=(pl.col("bytes") * 100.0 / denom).round(2))
+        .with_columns((pl.col("bytes") * 100.0 / denom).round(2).alias(pct))
         .sort(["bytes", "category"], descending=[True, False])
     )
     return top, sites, cats
@@ -97,10 +108,11 @@ class MemoryPeakResult:
         return out
 
     def tables(self) -> dict[str, pl.DataFrame]:
+        # The raw stacks are evidence for the JSON, too long for a table.
         return {
-            "Live at peak by call site": self.top_sites,
+            "Live at peak by call site": self.top_sites.drop("stack", strict=False),
             "Live at peak by category": self.categories,
-            "Largest allocations live at peak": self.top_allocations.drop("addr"),
+            "Largest allocations live at peak": self.top_allocations.drop("addr", "stack", strict=False),
         }
 
 
@@ -115,7 +127,7 @@ def memory_peak(model: SnapshotModel, results: Results, config: Config) -> Memor
                            "peak_event_idx": d.peak_allocated_idx, "peak_reserved_bytes": d.peak_reserved})
     p = tl.primary
     live = live_at(tl.allocations, p.device, p.peak_allocated_idx)
-    top, sites, cats = breakdown(live, p.peak_allocated, top_n)
+    top, sites, cats = breakdown(live, p.peak_allocated, top_n, tl.stacks)
     ts = action = None
     reserved_at = p.baseline_reserved
     if p.peak_allocated_idx >= 0:

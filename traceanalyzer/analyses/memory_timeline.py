@@ -31,7 +31,6 @@ of ``alloc`` per address (polars window), series are cumulative sums of signed d
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -79,74 +78,118 @@ SERIES_SCHEMA: dict[str, Any] = {
 # Stacks → call sites and categories
 # ---------------------------------------------------------------------------------------
 
-# Library code: a "user frame" is the innermost Python frame outside these.
-_LIB = re.compile(
-    r"(site-packages|dist-packages|[\\/]torch[\\/]|[\\/]lib[\\/]python3|<frozen|[\\/]triton[\\/]|"
-    r"[\\/]transformers[\\/]|[\\/]accelerate[\\/]|[\\/]deepspeed[\\/]|[\\/]apex[\\/])"
-)
-# C++/interpreter frames MemoryViz hides (its frameFilter).
-_NOISE = re.compile(r"(unwind::unwind|CapturedTraceback|_PyEval|PyEval_|ceval\.c|core/boxing|/Register|"
-                    r"c10::|at::|torch::|_Py|Py[A-Z])")
-_OPTIM = re.compile(r"[\\/]optim[\\/]|optimizer", re.IGNORECASE)
-_BACKWARD = re.compile(r"[\\/]autograd[\\/]|backward", re.IGNORECASE)
-_PARAM_FUNCS = {"__init__", "_apply", "to", "cuda", "load_state_dict", "_load_from_state_dict",
-                "reset_parameters", "build_model", "from_pretrained", "to_empty", "register_parameter"}
-_FORWARD_FUNCS = {"forward", "_call_impl", "_wrapped_call_impl", "__call__"}
+# C++ frames MemoryViz hides (its frameFilter) and C++ runtime frames: allocator, unwinder,
+# interpreter, dispatcher, ATen/c10/torch internals, shared objects, unresolved addresses.
+# Matched at the start of the name: ``my_ext::op(at::Tensor const&)`` is not an ATen internal.
+_NOISE_NAME = (r"(^(c10::|at::|torch::|_Py|Py[A-Z]|\?\?|<built-in|<unknown|0x[0-9a-fA-F]+)|"
+               r"unwind::unwind|CapturedTraceback|PyEval_|ceval\.c|core/boxing|/Register)")
+_NOISE_FILE = r"(\.so(\.\d+)*$|^\?\?|^$)"
+# Python runtime wrappers: the frames every stack starts with (interpreter entry, threads,
+# notebooks, event loops), never where the memory is used.
+_WRAPPER_FILE = (r"(threading\.py$|runpy\.py$|^<frozen|[/\\]asyncio[/\\]|[/\\]ipykernel[/\\]|[/\\]IPython[/\\]|"
+                 r"[/\\]tornado[/\\]|[/\\]zmq[/\\]|[/\\]traitlets[/\\]|^<string>|[/\\]concurrent[/\\]|"
+                 r"[/\\](multiprocessing|pydevd|debugpy|_pydev_bundle)[/\\])")
+_OPTIM = r"(?i)([\\/]optim[\\/]|optimizer)"
+_BACKWARD_NAME = r"(?i)([\\/]autograd[\\/]|backward)"
+_AUTOGRAD_FILE = r"[\\/]autograd[\\/]"
+_PARAM_FUNCS = ["__init__", "_apply", "to", "cuda", "load_state_dict", "_load_from_state_dict",
+                "reset_parameters", "build_model", "from_pretrained", "to_empty", "register_parameter"]
+_FORWARD_FUNCS = ["forward", "_call_impl", "_wrapped_call_impl", "__call__"]
+#: Rank of a frame as a call site, best first: the innermost frame of the lowest rank is the site.
+SITE_KINDS = ("python", "library", "runtime", "native", "native_internal")
 
 NO_STACK = "<no stack: allocated before recording or recorded without context>"
 
+STACKS_SCHEMA: dict[str, Any] = {
+    "stack_id": pl.Int64, "site": pl.String, "site_kind": pl.String, "stack_category": pl.String,
+    "stack": pl.List(pl.String),
+}
 
-def _short_path(path: str) -> str:
-    parts = [p for p in re.split(r"[\\/]", path) if p]
-    return "/".join(parts[-2:]) if parts else path
+
+def _short_path_expr(path: pl.Expr) -> pl.Expr:
+    """The last two components of a path (``dir/file.py``), Windows separators as ``/``."""
+    p = path.str.replace_all(r"\\", "/").str.replace_all("/+", "/").str.strip_chars("/")
+    return pl.coalesce(p.str.extract(r"([^/]+/[^/]+)$", 1), p)
 
 
 def stack_sites(frames: pl.DataFrame) -> pl.DataFrame:
-    """One row per stack: ``site`` (innermost user frame, "func (dir/file.py:line)") and
-    the frame-inferred ``stack_category``.
+    """One row per stack: ``site`` (the chosen frame, "func (dir/file.py:line)"), its
+    ``site_kind``, the frame-inferred ``stack_category`` and the raw ``stack``.
 
-    The user frame is the innermost Python frame outside torch/site-packages/stdlib; if
-    none, the innermost Python frame; if none (C++-only stacks), the innermost frame
-    that is not allocator/interpreter plumbing; else the innermost frame.
+    The site is the innermost frame of the best kind present (:data:`SITE_KINDS`):
+
+    * ``python``: user code, by the tool's one frame filter
+      (:func:`~traceanalyzer.analyses.callsites.user_path_expr`): not torch/site-packages,
+      not the standard library, not a C++ frame. Jupyter cells count as user code.
+    * ``library``: no user frame; the innermost Python frame of a library (``torch/optim/…``).
+    * ``runtime``: only Python runtime wrappers (``threading.py``, ``runpy.py``, ``<frozen …>``,
+      ``ipykernel``/``IPython``, ``asyncio`` …).
+    * ``native``: a C++-only stack; the innermost frame outside the allocator, unwinder,
+      interpreter and ``c10::``/``at::``/``torch::`` internals (a C++ extension's function).
+    * ``native_internal``: nothing but those; the innermost frame.
+
+    Anything but ``python`` says the stack has no frame in the user's code (the ``site``
+    is the best there is). ``stack`` lists every frame, innermost first, as
+    ``"func (file:line)"`` with the full path: the raw evidence behind the site.
     Categories: ``optimizer_state`` (a frame in ``*/optim/*``), ``backward`` (a
     backward/autograd frame: gradients and backward temporaries), ``parameter`` (module
     construction/loading: ``__init__``, ``to``, ``cuda``, ``load_state_dict`` …),
     ``forward`` (a module ``forward``), else ``unknown``.
+
+    Vectorised over frames (one row per (stack, depth)); stacks are deduplicated.
     """
+    from traceanalyzer.analyses.callsites import user_path_expr
+
     if frames.is_empty():
-        return pl.DataFrame(schema={"stack_id": pl.Int64, "site": pl.String, "stack_category": pl.String})
-    ids: list[int] = []
-    sites: list[str] = []
-    cats: list[str] = []
-    # Per stack (a few hundred to thousands), not per event: a Python loop is fine here.
-    for (sid,), g in frames.sort(["stack_id", "depth"]).group_by(["stack_id"], maintain_order=True):
-        names = g["name"].to_list()
-        files = [f or "" for f in g["filename"].to_list()]
-        lines = g["line"].to_list()
-        py = [i for i, f in enumerate(files) if ".py" in f or f.startswith("<")]
-        user = [i for i in py if not _LIB.search(files[i])]
-        clean = [i for i, n in enumerate(names) if n and not _NOISE.search(n)]
-        pick = (user or py or clean or [0])[0]
-        fn = files[pick]
-        ln = lines[pick]
-        where = f"{_short_path(fn)}:{ln}" if fn and fn != "??" else (fn or "?")
-        sites.append(f"{names[pick]} ({where})")
-        ids.append(int(sid))  # type: ignore[arg-type]
-        joined_files = " ".join(files)
-        nameset = {n for n in names if n}
-        if _OPTIM.search(joined_files) or any(n in ("step", "_init_group") and _OPTIM.search(files[i])
-                                              for i, n in enumerate(names)):
-            cats.append("optimizer_state")
-        elif any(_BACKWARD.search(n) for n in nameset) or re.search(r"[\\/]autograd[\\/]", joined_files):
-            cats.append("backward")
-        elif nameset & _PARAM_FUNCS and not nameset & _FORWARD_FUNCS:
-            cats.append("parameter")
-        elif nameset & _FORWARD_FUNCS:
-            cats.append("forward")
-        else:
-            cats.append("unknown")
-    return pl.DataFrame({"stack_id": ids, "site": sites, "stack_category": cats},
-                        schema={"stack_id": pl.Int64, "site": pl.String, "stack_category": pl.String})
+        return pl.DataFrame(schema=STACKS_SCHEMA)
+    file = pl.col("filename").fill_null("")
+    name = pl.col("name").fill_null("")
+    py = file.str.contains(r"\.py[cwx]?$|^<") & ~file.str.contains(r"^<(built-in|unknown)")
+    rank = (
+        pl.when(user_path_expr(pl.col("filename"))).then(0)
+        .when(py & ~file.str.contains(_WRAPPER_FILE)).then(1)
+        .when(py).then(2)
+        .when(~name.str.contains(_NOISE_NAME) & ~file.str.contains(_NOISE_FILE) & (name != "")).then(3)
+        .otherwise(4)
+    )
+    fn = file.str.replace(r"^$", "?")
+    where = pl.when(file.is_in(["", "??"])).then(fn).otherwise(
+        pl.format("{}:{}", _short_path_expr(file), pl.col("line").cast(pl.String).fill_null("?")))
+    f = frames.sort("stack_id", "depth").with_columns(
+        _rank=rank.cast(pl.Int64),
+        _label=pl.format("{} ({})", name, where),
+        _raw=pl.format("{} ({}:{})", name, fn, pl.col("line").cast(pl.String).fill_null("?")),
+    )
+    out = f.group_by("stack_id", maintain_order=True).agg(
+        site=pl.col("_label").sort_by("_rank", "depth").first(),
+        _kind=pl.col("_rank").min(),
+        _optim=file.str.contains(_OPTIM).any(),
+        _backward=name.str.contains(_BACKWARD_NAME).any() | file.str.contains(_AUTOGRAD_FILE).any(),
+        _param=name.is_in(_PARAM_FUNCS).any(),
+        _forward=name.is_in(_FORWARD_FUNCS).any(),
+        stack=pl.col("_raw"),
+    )
+    return out.select(
+        pl.col("stack_id").cast(pl.Int64),
+        "site",
+        site_kind=pl.col("_kind").replace_strict(dict(enumerate(SITE_KINDS)), return_dtype=pl.String),
+        stack_category=pl.when("_optim").then(pl.lit("optimizer_state"))
+        .when("_backward").then(pl.lit("backward"))
+        .when(pl.col("_param") & ~pl.col("_forward")).then(pl.lit("parameter"))
+        .when("_forward").then(pl.lit("forward"))
+        .otherwise(pl.lit("unknown")),
+        stack="stack",
+    ).cast(STACKS_SCHEMA)  # type: ignore[arg-type]
+
+
+def attach_stacks(df: pl.DataFrame, stacks: pl.DataFrame | None) -> pl.DataFrame:
+    """Add ``site_kind`` and the raw ``stack`` (of the row's ``stack_id``) to a grouped table;
+    rows without a stack get ``site_kind = "none"``. Drops ``stack_id``."""
+    if stacks is None or "stack_id" not in df.columns:
+        return df.with_columns(site_kind=pl.lit("none"), stack=pl.lit(None, dtype=pl.List(pl.String))).drop(
+            "stack_id", strict=False)
+    return df.join(stacks.select("stack_id", "site_kind", "stack"), on="stack_id", how="left",
+                   maintain_order="left").with_columns(pl.col("site_kind").fill_null("none")).drop("stack_id")
 
 
 def _categorise(alloc: pl.DataFrame) -> pl.DataFrame:
@@ -342,7 +385,8 @@ def _replay_device(model: SnapshotModel, device: int, sites: pl.DataFrame
         stack_id=pl.when(pl.col("stack_id").is_null() & pl.col("free_completed_idx").is_null())
         .then(pl.col("dump_stack")).otherwise(pl.col("stack_id"))).drop("dump_stack")
     alloc = alloc.with_columns(device=pl.lit(device, dtype=pl.Int64)).join(
-        sites, on="stack_id", how="left").with_columns(site=pl.col("site").fill_null(NO_STACK))
+        sites.select("stack_id", "site", "stack_category"), on="stack_id", how="left").with_columns(
+        site=pl.col("site").fill_null(NO_STACK))
     alloc = _categorise(alloc).select(list(ALLOCATION_SCHEMA))
 
     # -- series: baseline + cumulative signed deltas --
@@ -467,6 +511,8 @@ class MemoryTimelineResult:
     x_axis: str
     history: bool
     notes: tuple[str, ...] = field(default=())
+    #: One row per recorded stack (:func:`stack_sites`): site, site_kind, category, raw stack.
+    stacks: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=STACKS_SCHEMA))
 
     def device(self, d: int) -> DeviceReplay:
         return next(r for r in self.devices if r.device == d)
@@ -531,4 +577,5 @@ def memory_timeline(model: SnapshotModel, results: Results, config: Config) -> M
         x_axis="time" if model.meta.has_time else "event_idx",
         history=model.meta.has_history,
         notes=tuple(notes),
+        stacks=sites,
     )

@@ -12,6 +12,12 @@ Each ``[memory]`` instant event carries the allocator's running totals after it:
   the first (steady training returns to the same level: growth means a leak or a
   cache filling up).
 * ``top_ops``: CPU ops (innermost enclosing op of each allocation) by bytes allocated.
+* ``top_sites`` (traces with Python stacks, ``with_stack=True``): the same by call site,
+  the innermost covering Python frame in the user's code (the tool's one frame filter,
+  :func:`~traceanalyzer.analyses.callsites.user_path_expr`: runtime, notebook and torch
+  frames skipped); ``site_kind`` ``python``, or ``library`` when no user frame covers the
+  allocation and the innermost library frame stands in; ``via``: that library frame below
+  the user's line.
 * ``ooms``: ``[OutOfMemory]`` events, one row each: ``device``, ``ts_ns``, ``bytes`` (the
   request that failed), ``total_allocated`` / ``total_reserved`` (the allocator's totals then).
 """
@@ -54,6 +60,8 @@ def _enclosing_ops(ev: pl.DataFrame, model: TraceModel) -> pl.DataFrame:
     return ev.with_columns(op=ops["name"].gather(ids))
 
 
+SITES_SCHEMA = {"device": pl.String, "site": pl.String, "site_kind": pl.String, "via": pl.String,
+                "allocated_bytes": pl.Int64, "allocations": pl.UInt32}
 OOM_SCHEMA = {"device": pl.String, "ts_ns": pl.Int64, "bytes": pl.Int64, "total_allocated": pl.Int64,
               "total_reserved": pl.Int64}
 
@@ -70,11 +78,13 @@ class TraceMemoryResult:
     top_ops: pl.DataFrame
     step_growth_bytes: dict[str, int]
     ooms: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=OOM_SCHEMA))
+    top_sites: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=SITES_SCHEMA))
 
     def to_json(self) -> dict[str, Any]:
         return {"n_events": self.n_events, "n_ooms": self.n_ooms, "per_device": self.per_device.to_dicts(),
                 "per_step": self.per_step.to_dicts(), "top_ops": self.top_ops.to_dicts(),
-                "step_growth_bytes": self.step_growth_bytes, "ooms": self.ooms.to_dicts()}
+                "step_growth_bytes": self.step_growth_bytes, "ooms": self.ooms.to_dicts(),
+                "top_sites": self.top_sites.to_dicts()}
 
     def summary(self) -> list[tuple[str, str]]:
         from traceanalyzer.report.text import fmt_bytes
@@ -96,7 +106,35 @@ class TraceMemoryResult:
             out["Memory per step"] = self.per_step
         if self.top_ops.height:
             out["Ops allocating the most"] = self.top_ops.head(15)
+        if self.top_sites.height:
+            out["Call sites allocating the most"] = self.top_sites.head(15)
         return out
+
+
+def _top_sites(model: TraceModel, mem: pl.DataFrame, top_n: int) -> pl.DataFrame:
+    """Bytes allocated per (device, call site), largest first; empty without Python stacks."""
+    from traceanalyzer.analyses.callsites import has_stacks, innermost_frames, short_site
+
+    allocs = mem.filter(pl.col("bytes") > 0)
+    if not has_stacks(model) or allocs.is_empty():
+        return pl.DataFrame(schema=SITES_SCHEMA)
+    fr = innermost_frames(model, allocs.select("pid", "tid", "ts_ns"))
+    return (
+        pl.concat([allocs.select("device", "bytes"), fr], how="horizontal")
+        .filter(pl.col("user_frame").is_not_null() | pl.col("any_frame").is_not_null())
+        .select(
+            "device", "bytes",
+            site=pl.coalesce(short_site(pl.col("user_frame")), short_site(pl.col("any_frame"))),
+            site_kind=pl.when(pl.col("user_frame").is_not_null()).then(pl.lit("python")).otherwise(pl.lit("library")),
+            via=pl.when(pl.col("user_frame").is_not_null() & (pl.col("any_frame") != pl.col("user_frame")))
+            .then(short_site(pl.col("any_frame"))),
+        )
+        .group_by("device", "site", "site_kind")
+        .agg(via=pl.col("via").drop_nulls().mode().sort().first(), allocated_bytes=pl.col("bytes").sum(),
+             allocations=pl.len())
+        .sort(["allocated_bytes", "device", "site"], descending=[True, False, False]).head(top_n)
+        .select(list(SITES_SCHEMA)).cast(SITES_SCHEMA)  # type: ignore[arg-type]
+    )
 
 
 @analysis("trace_memory", input="trace", title="Memory (profiler events)", order=60, shared=("op_nesting",))
@@ -148,5 +186,5 @@ def trace_memory(model: TraceModel, results: Results, config: Config) -> TraceMe
         .sort(["allocated_bytes", "op"], descending=[True, False]).head(top_n)
     )
     return TraceMemoryResult(n_events=ev.height, n_ooms=ooms.height, per_device=peaks, per_step=per_step,
-                             top_ops=top_ops, step_growth_bytes=growth,
+                             top_ops=top_ops, step_growth_bytes=growth, top_sites=_top_sites(model, mem, top_n),
                              ooms=ooms.select(list(OOM_SCHEMA)).cast(OOM_SCHEMA))  # type: ignore[arg-type]

@@ -605,6 +605,40 @@ def build_model(path: Path, doc: Any, warnings: list[str] | None = None) -> Trac
     return _assemble(path, top, autograd_array, {t: [f] for t, f in frames.items()}, stats, list(warnings or []))
 
 
+def _reconstruct_memory_totals(mem: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
+    """Fill ``total_allocated`` where the profiler did not write it.
+
+    Profilers of 2021 (torch ≤ 1.9) wrote ``[memory]`` events with only ``Bytes`` (the
+    signed change) and ``Addr``: no ``Total Allocated``/``Total Reserved``. For each
+    device (``device_type``, ``device_id``) whose events carry no total at all, the
+    total allocated after each event is rebuilt as the running sum of ``Bytes`` in time
+    order (ties in file order), raised by the deepest deficit so it never goes below 0
+    (memory allocated before profiling started and freed during it). It is therefore
+    a lower bound: what was allocated before profiling and still held is not seen.
+    ``total_reserved`` stays null (the caching allocator's cache is not in the events).
+    Devices with recorded totals are untouched. Both decode paths share this step.
+    """
+    if mem.is_empty() or mem["total_allocated"].null_count() == 0:
+        return mem, None
+    key = ["device_type", "device_id"]
+    mem = mem.with_row_index("_row")
+    plain = pl.col("total_allocated").is_null().all().over(key)
+    run = pl.when(pl.col("oom")).then(0).otherwise(pl.col("bytes").fill_null(0)).cum_sum().over(
+        key, order_by=["ts_ns", "_row"])
+    rebuilt = mem.with_columns(_plain=plain, _run=run).with_columns(
+        _run=pl.col("_run") - pl.min_horizontal(pl.col("_run").min().over(key), pl.lit(0)))
+    devs = rebuilt.filter(pl.col("_plain")).select(key).unique().sort(key).height
+    if devs == 0:
+        return mem.drop("_row"), None
+    out = rebuilt.with_columns(
+        total_allocated=pl.when(pl.col("_plain") & ~pl.col("oom")).then(pl.col("_run"))
+        .otherwise(pl.col("total_allocated")).cast(pl.Int64)
+    ).drop("_row", "_plain", "_run")
+    return out, (f"[memory] events of {devs} device(s) carry only 'Bytes' (profiler of torch <= 1.9): total "
+                 "allocated reconstructed as the running sum of Bytes from the profiler's start (a lower bound: "
+                 "memory held before profiling is not seen); total reserved unknown")
+
+
 def _refuse_object(path: Path, doc: dict[str, Any]) -> None:
     if "nodes" in doc and "schema" in doc:
         raise InputError(path, "is a PyTorch Execution Trace (nodes/schema), not a torch.profiler chrome trace")
@@ -631,6 +665,9 @@ def _assemble(
     tables["memcpy"] = _memcpy_kinds(tables["memcpy"])
     tables["threads"] = tables["threads"].unique(maintain_order=True)
     tables["steps"] = _steps(tables["annotations"], tables["cpu_ops"])
+    tables["memory_events"], note = _reconstruct_memory_totals(tables["memory_events"])
+    if note:
+        warnings.append(note)
 
     for what, n in sorted(stats.skipped.items()):
         warnings.append(f"skipped {n:,} {what}")

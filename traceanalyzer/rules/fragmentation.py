@@ -49,11 +49,11 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     """
     fr = results.get("memory_fragmentation")
     if fr is not None:
-        unused, reserved, source = fr.free_bytes, fr.reserved_bytes, "at dump"
+        # The analysis' shares (one figure per fact in the report), never recomputed here.
+        unused, pct, source = fr.free_bytes, fr.free_pct_of_reserved or 0.0, "at dump"
         if fr.max_unused_reserved_bytes is not None and fr.max_unused_reserved_bytes > unused:
             unused, source = fr.max_unused_reserved_bytes, "max over the history"
-            reserved = fr.reserved_at_max_unused_bytes or reserved
-        pct = unused * 100.0 / reserved if reserved > 0 else 0.0
+            pct = fr.max_unused_pct_of_reserved or 0.0
         big = unused >= params.min_unused_bytes and pct >= params.min_unused_pct
         churn = fr.churn_reallocs >= params.min_churn
         if not big and not churn:
@@ -68,7 +68,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
             title = f"{fr.churn_reallocs:,} cudaMalloc calls after segment frees (empty_cache churn)"
         yield Finding(
             rule_id="fragmentation", severity=Severity.WARNING, title=title,
-            evidence={"unused_bytes": unused, "unused_pct_of_reserved": round(pct, 2), "measured": source,
+            evidence={"unused_bytes": unused, "unused_pct_of_reserved": pct, "measured": source,
                       "reserved_bytes": fr.reserved_bytes, "allocated_bytes": fr.allocated_bytes,
                       "free_bytes": fr.free_bytes, "max_unused_reserved_bytes": fr.max_unused_reserved_bytes,
                       "reserved_at_max_unused_bytes": fr.reserved_at_max_unused_bytes,

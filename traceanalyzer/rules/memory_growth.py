@@ -33,11 +33,15 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         Trace (``trace_memory``, per device including host memory): allocated bytes at the end
         of each steady step (warm-up and a truncated last step left out, see ``steps``); growth
         = last − first, and how many step-to-step transitions grew. Snapshot
-        (``memory_leaks``): the call sites whose live bytes never shrink and grow window over
-        window (steps from ``ProfilerStep#`` annotations, else equal slices of the history);
-        growth = the sum of their growth. Cannot decide (not run) from a trace without
-        ``ProfilerStep#`` windows holding ``[memory]`` events or with fewer than ``min_steps``
-        (3) steady steps, nor from a snapshot without allocation history.
+        (``memory_leaks``): the call sites whose live bytes never shrink and grow iteration
+        over iteration (iterations from ``ProfilerStep#`` annotations, else forward/backward
+        cycles in the stacks, else recurrences of the first allocation's stack); growth = the
+        sum of their growth and its share of the peak, both as ``memory_leaks`` reports them.
+        A leak needs repetition: one growth phase (gradients appearing in a single step's first
+        backward) is not one. Cannot decide (not run) from a trace without ``ProfilerStep#``
+        windows holding ``[memory]`` events or with fewer than ``min_steps`` (3) steady steps,
+        nor from a snapshot without allocation history or with fewer than
+        ``memory_leaks.min_iterations`` (3) iterations.
     Threshold
         growth ≥ ``min_growth_bytes`` (16 MiB) and ≥ ``min_growth_pct`` (5) % of the peak
         allocated (SageMaker's GPUMemoryIncrease: 5 %); for a trace also growth in at least
@@ -45,19 +49,22 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     Cost
         The bytes gained over the profiled steps (per step in the evidence): a leak keeps
         growing until OOM. Confidence 0.7 from a trace (a cache filling up also grows), 0.8
-        from snapshot steps, 0.6 from snapshot slices (not aligned with iterations).
+        from snapshot steps, 0.7 from forward/backward cycles, 0.6 from repeated allocation
+        patterns.
     Fix
         Do not keep graph-attached tensors across steps (``losses.append(loss)`` →
         ``loss.item()`` or ``loss.detach()``); clear caches/lists that grow per step.
     """
     ml = results.get("memory_leaks")
     if ml is not None:
+        if ml.verdict_note:
+            raise NotApplicable(ml.verdict_note)
         if ml.suspects.is_empty():
             return
-        growth = int(ml.suspects["growth_bytes"].sum())
+        # The analysis' figures (one value per fact in the report), never recomputed here.
+        growth, pct = int(ml.growth_bytes), ml.growth_pct_of_peak
         mp = results.get("memory_peak")
         peak = int(mp.peak_allocated_bytes) if mp is not None else 0
-        pct = growth * 100.0 / peak if peak > 0 else None
         if growth < params.min_growth_bytes or (pct is not None and pct < params.min_growth_pct):
             return
         top = ml.suspects.row(0, named=True)
@@ -66,12 +73,13 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
             title=f"{ml.suspects.height} call site(s) on cuda:{ml.device} keep growing over {ml.n_windows} "
                   f"{ml.window_kind}: +{_mib(growth)}, most at {top['site']}",
             evidence={"device": ml.device, "growth_bytes": growth,
-                      "pct_of_peak": None if pct is None else round(pct, 2), "peak_allocated_bytes": peak or None,
+                      "pct_of_peak": pct, "peak_allocated_bytes": peak or None,
                       "suspects": ml.suspects.head(5).to_dicts(), "n_windows": ml.n_windows,
                       "window_kind": ml.window_kind, "floor_growth_bytes": ml.floor_growth_bytes,
+                      "window_floor_bytes": list(ml.window_floor_bytes), "floor_rising": ml.floor_rising,
                       "live_at_end_bytes": ml.live_at_end_bytes},
             fix=_FIX, code_hint=_HINT, cost_bytes=growth,
-            confidence=0.8 if ml.window_kind == "steps" else 0.6,
+            confidence={"steps": 0.8, "iterations": 0.7}.get(ml.window_kind, 0.6),
         )
         return
     tm = results["trace_memory"]
@@ -104,7 +112,8 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
             evidence={"device": dev, "growth_bytes": growth, "growth_per_step_bytes": int(per),
                       "pct_of_peak": round(pct, 2), "steps": g["step"].to_list(), "steps_that_grew": grew,
                       "end_allocated_bytes": ends, "peak_allocated_bytes": peak,
-                      "top_allocating_ops": tm.top_ops.filter(pl.col("device") == dev).head(5).to_dicts()},
+                      "top_allocating_ops": tm.top_ops.filter(pl.col("device") == dev).head(5).to_dicts(),
+                      "top_allocating_sites": tm.top_sites.filter(pl.col("device") == dev).head(5).to_dicts()},
             fix=_FIX, code_hint=_HINT, cost_bytes=int(growth), confidence=0.7,
         )
     if not measured:

@@ -72,6 +72,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
                       "shortfall_bytes": max(short, 0), "allocated_bytes": mo.allocated_bytes,
                       "reserved_bytes": mo.reserved_bytes, "cached_free_bytes": mo.cached_free_bytes,
                       "verdict": mo.verdict, "n_ooms": mo.n_ooms, "failing_site": mo.failing_site,
+                      "failing_site_kind": mo.failing_site_kind, "failing_stack": mo.failing_stack,
                       "top_sites": mo.top_sites.head(5).to_dicts(), "categories": mo.categories.to_dicts()},
             fix=_FIX[mo.verdict], code_hint=_HINT[mo.verdict],
             cost_bytes=short if short > 0 else mo.requested_bytes,
