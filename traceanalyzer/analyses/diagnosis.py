@@ -59,6 +59,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses._comm import comm_classes
 from traceanalyzer.analyses._copysync import runtime_by_correlation
 from traceanalyzer.analyses._intervals import DATALOADER_RE, is_comm_kernel, ms, window_union_lengths
 from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
@@ -403,8 +404,10 @@ def _gpu_breakdown(model: TraceModel, results: Results, windows: pl.DataFrame, d
                                        - pl.col("other_ns")).clip(lower_bound=0)
     )
     # Kernel mix of the device's kernels, per window.
-    k = on_distinct(model.kernels.filter(pl.col("device") == device), ["name", "comm_name"],
-                    kclass=kernel_class(pl.col("name"), pl.col("comm_name")))
+    # Communication as every analysis counts it (_comm.comm_classes), the rest by name.
+    k = on_distinct(model.kernels.with_columns(is_comm=comm_classes(model)["is_comm"]).filter(pl.col("device") == device),
+                    ["name", "is_comm"],
+                    kclass=pl.when(pl.col("is_comm")).then(pl.lit("communication")).otherwise(kernel_class(pl.col("name"))))
     k = assign_steps(k.select("ts_ns", "dur_ns", "kclass"), windows, "ts_ns").filter(pl.col("window").is_not_null())
     mix = k.group_by("window").agg(
         compute_kernel_ns=pl.col("dur_ns").filter(pl.col("kclass").is_in(["gemm", "attention"])).sum(),
@@ -566,7 +569,7 @@ def _comm_ops(model: TraceModel, windows: pl.DataFrame, steady: list[int], devic
     """Collective kernels of the steady steps grouped by the CPU op that launched them (the deepest
     op around the launch call: ``c10d::allreduce_``, ``record_param_comms`` …), wherever that op
     sits (DDP launches them from inside backward ops on the autograd thread)."""
-    k = model.kernels.filter(is_comm_kernel(pl.col("name"), pl.col("comm_name")))
+    k = model.kernels.filter(comm_classes(model)["is_comm"])
     if device is not None:
         k = k.filter(pl.col("device") == device)
     k = assign_steps(k, windows, "ts_ns").filter(pl.col("window").is_in(steady))
@@ -611,7 +614,7 @@ def _top_ops(ph: PhasesResult | None, phase: str | None, by: str, n: int) -> pl.
     after=("gpu_time", "idle_gaps", "kernels", "launches", "syncs"),
     title="Diagnosis",
     order=1,
-    shared=("gpu_activity", "op_nesting", "runtime_by_correlation"),
+    shared=("gpu_activity", "op_nesting", "runtime_by_correlation", "comm_classes"),
 )
 def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisResult:
     """Baseline → bottleneck type (per step and overall, with evidence) → dominant phase → top operations."""

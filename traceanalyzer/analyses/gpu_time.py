@@ -9,8 +9,9 @@ that device, in this fixed precedence:
     compute  >  communication  >  memcpy  >  memset  >  idle
 
 * ``compute``: kernels that are not collectives;
-* ``communication``: NCCL/RCCL/HCCL/MSCCL kernels (by name, or carrying collective
-  args) — i.e. *exposed* communication, not hidden under compute;
+* ``communication``: communication kernels (collective metadata, launching communication
+  CPU op, or a communication library's name family: ``docs/communication.md``) — i.e.
+  *exposed* communication, not hidden under compute;
 * ``memcpy`` / ``memset``: copies and fills not hidden under any kernel;
 * ``idle``: no device activity at all.
 
@@ -224,7 +225,7 @@ def _with_pct(df: pl.DataFrame, total: str) -> pl.DataFrame:
 
 @analysis(
     "gpu_time", depends_on=("steps",), title="GPU busy / idle", order=20,
-    shared=("device_union", "gpu_activity", "gpu_activity_classes"),
+    shared=("device_union", "gpu_activity", "gpu_activity_classes", "comm_classes"),
 )
 def gpu_time(model: TraceModel, results: Results, config: Config) -> GpuTimeResult:
     """Busy/idle per device and step (compute > communication > memcpy > memset), tb_plugin breakdown."""

@@ -388,7 +388,7 @@ def _ops_table(model: TraceModel, ctx: PhaseContext, steady: list[int], act: pl.
 @analysis(
     "phases", depends_on=("steps",), title="Phases", order=3,
     shared=("annotation_index", "gpu_activity", "gpu_activity_classes", "op_nesting", "op_top_level",
-            "runtime_by_correlation"),
+            "runtime_by_correlation", "comm_classes"),
 )
 def phases(model: TraceModel, results: Results, config: Config) -> PhasesResult:
     """Per-step time in data loading, forward, backward, optimizer, communication and other, CPU and GPU."""
