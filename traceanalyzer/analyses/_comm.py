@@ -39,7 +39,9 @@ COMM_FAMILIES: tuple[tuple[str, str], ...] = (
     ("msccl", r"(?i)msccl"),  # MSCCL (mscclKernel_*) and MSCCL++ (mscclpp::…)
     ("hccl", r"(?i)^hccl"),
     ("nvshmem", r"(?i)nvshmem|_on_stream_kernel\b|\ballToAllV(_2d)?\b|\bexchangeSplitAndOffset\b"),
-    ("deepep", r"deep_ep::|\b(cached_)?notify_(dispatch|combine)\b|\bcached_notify\b|\bclean_low_latency_buffer\b"),
+    # DeepEP's communication namespaces (deep_ep::layout::get_dispatch_layout is compute).
+    ("deepep", r"deep_ep::(legacy::)?(intranode|internode|internode_ll|elastic)::|\b(cached_)?notify_(dispatch|combine)\b"
+               r"|\bcached_notify\b|\bclean_low_latency_buffer\b"),
     ("custom_all_reduce", r"cross_device_reduce|(?i:one|two)Shot\w*AllReduceKernel|allreduce_1shotLL|(?i)quick_?reduce"),
     ("symm_mem", r"\b(one|two)_shot_all_reduce|\bmultimem_(all_reduce|one_shot_reduce|all_gather)"),
     ("userbuffers", r"\bk?userbuffers_"),
