@@ -277,7 +277,7 @@ def test_mi300_ddp_rccl_recount() -> None:
     assert t["exposed_ns_per_step"] == pytest.approx(gt["communication_ns"].sum() / len(steady), abs=1)
     assert t["hidden_pct"] == pytest.approx(25.33, abs=0.01)
     f = [x for x in res["diagnosis"].evidence if "recognised" in x]
-    assert f and "5 rest on one weak signal only" in f[0]
+    assert f and "5 (24.316 ms) rest on one weak signal only" in f[0]
 
 
 @needs_shared
