@@ -300,3 +300,32 @@ def test_inference_traces_have_no_communication(path: Any) -> None:
     assert "communication" not in res.values
     names = {e["name"] for e in _kernels_raw(path)}
     assert not [n for n in names if "cross_device_reduce" in n or "nccl" in n.lower()]
+
+
+# --------------------------------------------------------------------------- synthetic generator
+
+
+@pytest.mark.parametrize("scenario", ["moe_deepep", "custom_all_reduce"])
+def test_synthetic_scenarios_planted_communication(scenario: str) -> None:
+    from pathlib import Path
+
+    from traceanalyzer.load.chrome_trace import build_model
+    from traceanalyzer.testing import synthetic
+
+    doc, truth = synthetic.SCENARIOS[scenario]()
+    res = run_analyses(build_model(Path(f"{scenario}.json"), doc), Config(), strict=True)
+    cm = res["communication"]
+    planted = truth["planted"]
+    got = {r["step"]: (r["comm_ns"], r["exposed_ns"]) for r in cm.per_step.to_dicts()}
+    assert got == {p["step"]: (p["comm_ns"], p["exposed_ns"]) for p in planted["per_step"]}
+    assert cm.totals["n_kernels"] == planted["n_comm_kernels"]
+    assert cm.totals["n_collectives"] == planted["collectives"]
+    # gpu_time's exposed communication is the same number, step by step.
+    gt = res["gpu_time"].per_step.filter(pl.col("device") == cm.totals["device"])
+    assert dict(zip(gt["step"].to_list(), gt["communication_ns"].to_list())) == {s: e for s, (_, e) in got.items()}
+    if scenario == "moe_deepep":
+        assert {r["type"] for r in cm.by_type.to_dicts()} == {"dispatch", "combine"}
+        assert 0 < cm.totals["hidden_pct"] < 100 and cm.totals["overlap_verdict"] == "exposed"
+        assert res["diagnosis"].verdict != "compute_bound"
+    else:
+        assert cm.by_type["type"].to_list() == ["all_reduce"] and cm.totals["hidden_pct"] == 0.0

@@ -46,6 +46,8 @@ from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 
 SIGNALS = ("metadata", "cpu_op", "name")  # strongest first
+SIGNAL_LABELS = {"metadata": "collective metadata", "cpu_op": "launching communication op",
+                 "name": "library kernel name"}
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ class CommunicationResult:
     def signal_line(self) -> str:
         t = self.totals
         sig = t["kernels_by_signal"]
-        parts = [f"{sig.get(s, 0):,} by {s.replace('_', ' ')}" for s in SIGNALS if sig.get(s)]
+        parts = [f"{sig.get(s, 0):,} by {SIGNAL_LABELS[s]}" for s in SIGNALS if sig.get(s)]
         line = f"{t['n_kernels']:,} communication kernel(s) recognised: " + ", ".join(parts)
         if t["weak_kernels"]:
             line += (f"; {t['weak_kernels']:,} ({ms(t['weak_ns'])}) rest on one weak signal only "
