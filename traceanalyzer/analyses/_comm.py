@@ -162,8 +162,10 @@ def _linked_ops(model: object, k: pl.DataFrame, ctx: pl.DataFrame) -> pl.DataFra
     j = k.select("external_id").join(by_ext, on="external_id", how="left", maintain_order="left")
     j = j.with_columns(pl.when(pl.col("name").is_not_null()).then(pl.col("external_id")).alias("_ext")).drop(
         "external_id")
-    # Kernels without an External id (legacy traces): the deepest CPU op around the launch call.
-    need = k["external_id"].is_null() & k["correlation"].is_not_null()
+    # Kernels whose External id names no CPU op (none recorded, or older Kineto files where it
+    # repeats the correlation id): the deepest CPU op around the launch call instead.
+    known = pl.concat([model.cpu_ops["external_id"], model.annotations["external_id"]]).drop_nulls()  # type: ignore[attr-defined]
+    need = ~k["external_id"].is_in(known.implode()).fill_null(False) & k["correlation"].is_not_null()
     if need.any():
         ops = model.cpu_ops  # type: ignore[attr-defined]
         idx = need.arg_true()
