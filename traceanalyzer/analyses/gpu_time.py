@@ -26,8 +26,9 @@ last activity on the device) for comparison with HTA's temporal breakdown
 tb_plugin step breakdown (exclusive, all devices and threads)
 -------------------------------------------------------------
 Priority ``kernel > memcpy > memset > communication > runtime > dataloader > cpu_exec >
-other``: kernel = non-collective kernels; communication = collective kernels and CPU
-collective ops (``nccl:*``, ``gloo:*``, ``c10d::*``, ``record_param_comms``); runtime =
+other``: kernel = non-collective kernels; communication = communication kernels and CPU
+communication ops (``nccl:*``, ``gloo:*``, ``c10d::*``, ``record_param_comms``, functional
+collectives, ``symm_mem::*``, custom all-reduce and DeepEP ops: ``_comm.COMM_OP_RE``); runtime =
 CUDA/HIP/XPU runtime and driver calls; dataloader = ``enumerate(DataLoader)#…`` /
 ``enumerate(DataPipe)#…`` ranges; cpu_exec = every other CPU op or user annotation
 (``ProfilerStep#`` itself excluded; Python frames are not counted, as in tb_plugin,
@@ -43,6 +44,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses._comm import COMM_OP_RE
 from traceanalyzer.analyses._intervals import (
     DATALOADER_RE,
     covered_within,
@@ -59,7 +61,7 @@ from traceanalyzer.timeutil import merge_intervals, sort_within_groups
 
 DEVICE_CATEGORIES = ("compute", "communication", "memcpy", "memset")
 TB_CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
-CPU_COMM_RE = r"^(nccl|gloo|rccl|hccl):|^c10d::|^record_param_comms$"
+CPU_COMM_RE = COMM_OP_RE  # CPU ops/annotations of communication (_comm: c10d, nccl:*, symm_mem, DeepEP …)
 
 
 def exclusive_breakdown(
