@@ -227,7 +227,7 @@ def _with_pct(df: pl.DataFrame, total: str) -> pl.DataFrame:
 
 @analysis(
     "gpu_time", depends_on=("steps",), title="GPU busy / idle", order=20,
-    shared=("device_union", "gpu_activity", "gpu_activity_classes", "comm_classes"),
+    shared=("device_union", "gpu_activity", "gpu_activity_classes", "comm_classes", "op_nesting"),
 )
 def gpu_time(model: TraceModel, results: Results, config: Config) -> GpuTimeResult:
     """Busy/idle per device and step (compute > communication > memcpy > memset), tb_plugin breakdown."""

@@ -293,7 +293,7 @@ def _optimizer(model: TraceModel, windows: pl.DataFrame) -> pl.DataFrame:
 
 @analysis(
     "ops", depends_on=("steps",), title="Ops, kernel classes and run facts", order=90,
-    shared=("gpu_activity", "launches", "comm_classes"),
+    shared=("gpu_activity", "launches", "comm_classes", "op_nesting"),
 )
 def ops(model: TraceModel, results: Results, config: Config) -> OpsResult:
     """Run facts (vendor, devices, profiler flags), op counts, data loading, kernel classes and
