@@ -329,3 +329,39 @@ def test_synthetic_scenarios_planted_communication(scenario: str) -> None:
         assert res["diagnosis"].verdict != "compute_bound"
     else:
         assert cm.by_type["type"].to_list() == ["all_reduce"] and cm.totals["hidden_pct"] == 0.0
+
+
+# --------------------------------------------------------------------------- HTA's overlap
+
+HTA_OVERLAP = ["hta/nccl_parser_config/nccl_data.json.gz", "hta/trace_filter/sampled_rank-0.json.gz",
+               "hta/trace_filter/sampled_rank-1.json.gz", "hta/negative_queue_length_values_check/rank0.json.gz"]
+
+
+@needs_shared
+@pytest.mark.parametrize("rel", HTA_OVERLAP)
+def test_overlap_equals_hta_comp_comm_overlap(rel: str) -> None:
+    """On NCCL-only traces (where HTA's name-only recognition finds the same kernels), in HTA's
+    scope (last step dropped, whole µs): our communication union and its part under compute are
+    HTA 0.5.0's (``kernel_type_union_us``: every state with COMMUNICATION, and those with
+    COMPUTATION overlapping COMMUNICATION), to the µs."""
+    from tests.test_hta_agreement import _model, _reference, hta_scope
+    from traceanalyzer.analyses._intervals import gpu_activity_classes
+    from traceanalyzer.timeutil import merge_intervals
+
+    ref = _reference().get(rel)
+    if not ref:
+        pytest.skip("no HTA reference for this trace")
+
+    def union(df: pl.DataFrame) -> int:
+        m = merge_intervals(df.filter(pl.col("end_ns") > pl.col("ts_ns")))
+        return int((m["end_ns"] - m["start_ns"]).sum())
+
+    for rank, rr in ref["per_rank"].items():
+        states = rr["kernel_breakdown"]["kernel_type_union_us"]
+        hta_comm = sum(v["sum_us"] for k, v in states.items() if "COMMUNICATION" in k)
+        hta_overlap = sum(v["sum_us"] for k, v in states.items() if "COMPUTATION overlapping COMMUNICATION" in k)
+        cls = gpu_activity_classes(hta_scope(_model(rel), rr))
+        comm = cls.filter(pl.col("category") == "communication").select("ts_ns", "end_ns")
+        comp = cls.filter(pl.col("category") == "compute").select("ts_ns", "end_ns")
+        overlap = union(comm) + union(comp) - union(pl.concat([comm, comp]))
+        assert (union(comm), overlap) == (hta_comm * 1000, hta_overlap * 1000), rank
