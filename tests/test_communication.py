@@ -365,3 +365,63 @@ def test_overlap_equals_hta_comp_comm_overlap(rel: str) -> None:
         comp = cls.filter(pl.col("category") == "compute").select("ts_ns", "end_ns")
         overlap = union(comm) + union(comp) - union(pl.concat([comm, comp]))
         assert (union(comm), overlap) == (hta_comm * 1000, hta_overlap * 1000), rank
+
+
+# --------------------------------------------------------------------------- name families and types
+
+FAMILY_CASES = [
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "nccl", "all_reduce"),
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "nccl", "send_recv"),
+    ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "nccl", "reduce_scatter"),
+    ("ncclSymkDevKernel_AllReduce_AGxLL_R_sum_bf16", "nccl", "all_reduce"),
+    ("void oneRankReduce<float>(ncclWorkElem*)", "nccl", "all_reduce"),  # one-rank reduce/all-reduce
+    ("void rcclGenericKernel<1>(ncclDevComm*)", "rccl", "other"),
+    ("mscclpp::collective::allreduceNvls(float*, int)", "msccl", "all_reduce"),
+    ("alltoall_on_stream_kernel<float>", "nvshmem", "all_to_all"),
+    ("fcollect_on_stream_kernel<float>", "nvshmem", "all_gather"),
+    ("void allToAllV(void*, void*, long*, int)", "nvshmem", "all_to_all"),
+    ("void deep_ep::internode_ll::dispatch<false, 3, 7168>(void*, float*)", "deepep", "dispatch"),
+    ("void deep_ep::legacy::intranode::combine<__nv_bfloat16, 8>(int4*)", "deepep", "combine"),
+    ("deep_ep::elastic::dispatch_impl", "deepep", "dispatch"),
+    ("void vllm::cross_device_reduce_1stage<float, 2>(vllm::RankData*)", "custom_all_reduce", "all_reduce"),
+    ("void trt_llm::oneShotAllReduceKernel<__nv_bfloat16, 8>(trt_llm::AllReduceParams)", "custom_all_reduce", "all_reduce"),
+    ("void sglang::allreduce_1shotLL_1node<float>(float*)", "custom_all_reduce", "all_reduce"),
+    ("void c10d::symmetric_memory::multimem_all_gather_kernel<16>(char*)", "symm_mem", "all_gather"),
+    ("void c10d::symmetric_memory::two_shot_all_reduce_kernel<float, 16, 8>(float**)", "symm_mem", "all_reduce"),
+    ("userbuffers_fp16_sum_inplace_gpu_rr_rs_oop(int, int)", "userbuffers", "reduce_scatter"),
+    ("userbuffers_fp16_sum_inplace_gpu_rw_ag(int, int)", "userbuffers", "all_gather"),
+    ("userbuffers_fp16_sum_inplace_gpu_mc(int, int)", "userbuffers", "all_reduce"),
+    ("kuserbuffers_pushsend(int*, int*)", "userbuffers", "send_recv"),
+    # not communication
+    ("void at::native::reduce_kernel<512, 1>(at::native::ReduceOp<float>)", None, None),
+    ("void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*)", None, None),
+    ("void cub::DeviceReduceByKeyKernel<cub::DispatchReduceByKey<long*, long*>>(long*)", None, None),
+    ("hipMemcpyDtoD_kernel", None, None),
+    ("_combined_routing_compute", None, None),
+]
+
+
+def test_name_families_and_collective_types() -> None:
+    from traceanalyzer.analyses._comm import collective_type, family_of
+
+    names = [n for n, _, _ in FAMILY_CASES]
+    got = pl.DataFrame({"n": names}).select(
+        f=family_of(pl.col("n")),
+        t=pl.when(family_of(pl.col("n")).is_not_null()).then(pl.coalesce(collective_type(pl.col("n")), pl.lit("other"))),
+    )
+    assert list(zip(names, got["f"], got["t"])) == FAMILY_CASES
+
+
+def test_collective_names_from_metadata() -> None:
+    from traceanalyzer.analyses._comm import busbw_factor, collective_type
+
+    meta = ["allreduce", "allreduce_coalesced", "_allgather_base", "allgather_into_tensor_coalesced",
+            "_reduce_scatter_base", "reduce_scatter_tensor_coalesced", "all_to_all", "all_to_allv", "broadcast",
+            "send", "recv", "barrier", "gather", "scatter", "reduce"]
+    got = pl.DataFrame({"n": meta}).select(t=collective_type(pl.col("n")))["t"].to_list()
+    assert got == ["all_reduce", "all_reduce", "all_gather", "all_gather", "reduce_scatter", "reduce_scatter",
+                   "all_to_all", "all_to_all", "broadcast", "send_recv", "send_recv", "barrier", "gather", "scatter",
+                   "reduce"]
+    f = pl.DataFrame({"t": ["all_reduce", "all_gather", "all_to_all", "broadcast", "all_reduce"],
+                      "n": [8, 8, 4, 8, None]}).select(busbw_factor(pl.col("t"), pl.col("n")).alias("f"))["f"]
+    assert f.to_list() == [1.75, 0.875, 0.75, 1.0, None]

@@ -34,8 +34,8 @@ from traceanalyzer.model.relations import op_index
 #: Communication kernel families by name: (family, regex searched in the demangled name).
 #: NCCL and RCCL share the ``nccl*Kernel`` names; sources in ``docs/communication.md``.
 COMM_FAMILIES: tuple[tuple[str, str], ...] = (
+    ("rccl", r"(?i)rccl"),  # before nccl: RCCL-only names carry nccl* argument types
     ("nccl", r"(?i)nccl|\boneRankReduce\b"),
-    ("rccl", r"(?i)rccl"),
     ("msccl", r"(?i)msccl"),  # MSCCL (mscclKernel_*) and MSCCL++ (mscclpp::…)
     ("hccl", r"(?i)^hccl"),
     ("nvshmem", r"(?i)nvshmem|_on_stream_kernel\b|\ballToAllV(_2d)?\b|\bexchangeSplitAndOffset\b"),
