@@ -425,3 +425,31 @@ def test_collective_names_from_metadata() -> None:
     f = pl.DataFrame({"t": ["all_reduce", "all_gather", "all_to_all", "broadcast", "all_reduce"],
                       "n": [8, 8, 4, 8, None]}).select(busbw_factor(pl.col("t"), pl.col("n")).alias("f"))["f"]
     assert f.to_list() == [1.75, 0.875, 0.75, 1.0, None]
+
+
+def test_communication_only_in_warmup_is_small_and_silent() -> None:
+    """A broadcast in the (long) warm-up step only: counted in the trace, 0 per steady step."""
+    t = CommTrace()
+    t.step(1, 0, 5000, gpu_copy=False)
+    g = t.op("aten::mm", 1, 5)
+    t.kernel(g, 2, 10, 4000, "sm90_xmma_gemm_bf16bf16_bf16f32")
+    rp = t.op("record_param_comms", 20, 20, **{"Collective name": "broadcast", "dtype": "Float",
+                                              "In msg nelems": 250, "Group size": 2})
+    t.kernel(rp, 21, 4100, 100, "ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)", stream=20)
+    for n in range(3):
+        t0 = 5000 + 1000 * n
+        t.step(n + 2, t0, 1000, gpu_copy=False)
+        g = t.op("aten::mm", t0 + 1, 5)
+        t.kernel(g, t0 + 2, t0 + 10, 900, "sm90_xmma_gemm_bf16bf16_bf16f32")
+    r = _run(t)
+    tot = r["communication"].totals
+    assert (tot["n_collectives"], tot["comm_ns_per_step"], tot["hidden_pct"], tot["overlap_verdict"]) == (1, 0.0, None, "small")
+    bc = r["communication"].by_type.row(0, named=True)
+    assert (bc["type"], bc["bytes"], bc["algbw_gbps"], bc["busbw_gbps"], bc["count_per_step"]) == ("broadcast", 1000, 0.01, 0.01, 0.0)
+    assert "comm_exposed" not in {f.rule_id for f in _findings(r)}
+
+
+def _findings(res: Any) -> list[Any]:
+    from traceanalyzer.rules import run_rules
+
+    return list(run_rules(res, Config()).findings)

@@ -233,6 +233,8 @@ def communication(model: TraceModel, results: Results, config: Config) -> Commun
     act = gpu_activity_classes(model).filter(pl.col("device").is_not_null())
     comp = act.filter(pl.col("category") == "compute").select("device", "ts_ns", "end_ns")
     cm = k.filter(pl.col("device").is_not_null()).select("device", "stream", "ts_ns", "end_ns")
+    if cm.is_empty():
+        raise NotApplicable("the communication kernels carry no device: overlap cannot be measured")
     comm_len = window_union_lengths(cm.select("device", "ts_ns", "end_ns"), windows, ["device"]).rename(
         {"length_ns": "comm_ns"})
     both = window_union_lengths(pl.concat([cm.select("device", "ts_ns", "end_ns"), comp]), windows, ["device"])
