@@ -107,6 +107,15 @@ class CommunicationResult:
             elif r["algbw_gbps"] is not None:
                 bw = f", algbw {r['algbw_gbps']:,.1f} GB/s"
             out.append((f"  {r['type']}", f"{r['count']:,} collective(s), {ms(r['total_ns'])} kernel time{bw}"))
+        if self.by_group.height:
+            out.append(("Process groups", "; ".join(
+                f"{r['pg']} of {r['group_size'] or '?'} ranks: {r['count']:,} collective(s), {ms(r['total_ns'])}"
+                for r in self.by_group.head(4).iter_rows(named=True))))
+        streams = self.by_stream.head(4)
+        if streams.height:
+            out.append(("Streams", "; ".join(
+                f"GPU {r['device']} stream {r['stream']}: {ms(r['comm_ns_per_step'])}/step, "
+                f"{r['hidden_pct'] or 0:.1f} % of it hidden under compute" for r in streams.iter_rows(named=True))))
         return out
 
     def tables(self) -> dict[str, pl.DataFrame]:
