@@ -10,8 +10,8 @@ from typing import Any
 import polars as pl
 import pytest
 
-from tests.conftest import SHARED_TRACES, needs_shared, shared_results
-from tests.timeline_trace import Trace, ns
+from conftest import SHARED_TRACES, needs_shared, shared_results
+from timeline_trace import Trace, ns
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.analyses._comm import comm_classes
 from traceanalyzer.config import Config
@@ -344,7 +344,7 @@ def test_overlap_equals_hta_comp_comm_overlap(rel: str) -> None:
     scope (last step dropped, whole µs): our communication union and its part under compute are
     HTA 0.5.0's (``kernel_type_union_us``: every state with COMMUNICATION, and those with
     COMPUTATION overlapping COMMUNICATION), to the µs."""
-    from tests.test_hta_agreement import _model, _reference, hta_scope
+    from test_hta_agreement import _model, _reference, hta_scope
     from traceanalyzer.analyses._intervals import gpu_activity_classes
     from traceanalyzer.timeutil import merge_intervals
 
