@@ -387,6 +387,8 @@ ODD_EVENTS = [
     b'{"ph":"M","name":"thread_name","pid":1,"tid":9,"args":["x"]}',
     b'{"ph":"X","cat":"cpu_op","n\\u0061me":"escaped key","ts":5,"dur":1}',
     b'{}',
+    b'{"ph":"X","cat":"cpu_op","name":"record_param_comms","ts":5,"dur":1,"args":{"Collective name":"allreduce","Process Group Name":"0","Process Group Description":"default_pg"}}',
+    b'{"ph":"X","cat":"cpu_op","name":"record_param_comms","ts":5,"dur":1,"args":{"Process Group Name":0,"Process Group Description":1.5}}',
 ]
 
 

@@ -507,20 +507,22 @@ def test_comm_not_overlapped_per_steady_step() -> None:
     # not in the per-step numbers (it would make 725 µs/step over all 4 windows).
     f = _one(_comm(400, 300), "comm_exposed")
     assert f.severity == Severity.WARNING
-    assert f.title == ("Communication not overlapped: 0.2 ms/step of collectives with no compute under them "
-                       "(20.0 % of the step; 33.3 % of the communication is overlapped)")
+    assert f.title == ("Communication not overlapped: 0.2 ms/step of communication with no compute under it "
+                       "(20.0 % of the step; 33.3 % of the communication is hidden)")
     assert (f.cost_ms_per_step, f.cost_pct_of_step, f.confidence) == (0.2, 20.0, 0.6)
     ev = f.evidence
-    assert (ev["comm_ms_per_step"], ev["exposed_ms_per_step"], ev["overlap_pct"]) == (0.3, 0.2, 33.3)
+    assert (ev["comm_ms_per_step"], ev["exposed_ms_per_step"], ev["hidden_pct_of_comm"]) == (0.3, 0.2, 33.33)
     assert ev["steady_steps"] == 3 and ev["device"] == 0
-    assert ev["top_collectives_in_trace"][0]["count"] == 4
+    assert ev["by_type"][0]["type"] == "all_reduce" and ev["by_type"][0]["count"] == 4
+    assert ev["recognised_by"] == {"name": 4} and ev["weak_signal_kernels"] == 4  # name only: no launching op
 
 
 def test_comm_dominant_but_overlapped_is_info_and_thresholds() -> None:
     # all-reduce [100, 400) entirely under compute: nothing exposed, 300 µs = 30 % of the step
     f = _one(_comm(100, 300), "comm_exposed")
     assert f.severity == Severity.INFO
-    assert f.title == "Communication is 30.0 % of the step (0.3 ms/step), 100.0 % of it overlapped with compute"
+    assert f.title == ("Communication is large but hidden: 0.3 ms/step (30.0 % of the step), 100.0 % of it under "
+                       "compute: not the bottleneck")
     assert (f.cost_ms_per_step, f.cost_pct_of_step) == (0.0, 0.0)
     # 50 µs hidden all-reduce = 5 %: under max_comm_pct (10), silent unless lowered
     _silent(_comm(100, 50), "comm_exposed")

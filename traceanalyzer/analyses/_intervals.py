@@ -17,14 +17,17 @@ from typing import Sequence
 
 import polars as pl
 
+from traceanalyzer.analyses._comm import COMM_KERNEL_RE as _COMM_KERNEL_RE
+from traceanalyzer.analyses._comm import comm_classes
 from traceanalyzer.model.derived import derived
 from traceanalyzer.model.relations import gpu_activity
 from traceanalyzer.timeutil import merge_intervals
 
-# Kernel names of collective-communication libraries (NCCL, RCCL, HCCL, MSCCL++ and
-# vLLM's custom all-reduce). HTA also treats every name starting with "hip" as
-# communication; we do not (it is a bug there: hipMemcpy-like kernels are not comms).
-COMM_KERNEL_RE = r"(?i)nccl|rccl|^hccl|msccl|cross_device_reduce"
+# Kernel names of communication libraries (NCCL, RCCL, MSCCL/MSCCL++, HCCL, NVSHMEM, DeepEP,
+# vLLM/SGLang/TRT-LLM custom all-reduce, symmetric memory, userbuffers): see _comm.py, which
+# also recognises communication by metadata and launching op (comm_classes). HTA also treats
+# every name starting with "hip" as communication; we do not (hipMemcpy-like kernels are not comms).
+COMM_KERNEL_RE = _COMM_KERNEL_RE
 
 # Runtime/driver calls that block the calling thread until device work finishes.
 SYNC_API_RE = (
@@ -146,7 +149,9 @@ def assign_window(
 
 
 def is_comm_kernel(name: pl.Expr, comm_name: pl.Expr | None = None) -> pl.Expr:
-    """True for collective-communication kernels (by name, or carrying collective args)."""
+    """True for communication kernels by name family or carrying collective args (the signals
+    a kernel row has on its own; :func:`~traceanalyzer.analyses._comm.comm_classes` adds the
+    launching CPU op and is what the analyses use)."""
     expr = name.str.contains(COMM_KERNEL_RE)
     if comm_name is not None:
         expr = expr | comm_name.is_not_null()
@@ -154,7 +159,8 @@ def is_comm_kernel(name: pl.Expr, comm_name: pl.Expr | None = None) -> pl.Expr:
 
 
 def gpu_activity_classes(model: object) -> pl.DataFrame:
-    """All device activity with a ``category`` column: compute / communication / memcpy / memset.
+    """All device activity with a ``category`` column: compute / communication / memcpy / memset
+    (communication: :func:`~traceanalyzer.analyses._comm.comm_classes`).
 
     Columns: ``name, ts_ns, dur_ns, end_ns, device, stream, correlation, external_id,
     activity, category``. Built once per model (read-only).
@@ -175,7 +181,7 @@ def device_union(model: object) -> pl.DataFrame:
 def _gpu_activity_classes(model: object) -> pl.DataFrame:
     k = model.kernels  # type: ignore[attr-defined]
     gpu = gpu_activity(model)  # type: ignore[arg-type]
-    comm = k.select(is_comm_kernel(pl.col("name"), pl.col("comm_name")).alias("c"))["c"]
+    comm = comm_classes(model)["is_comm"] if k.height else pl.Series("c", [], dtype=pl.Boolean)
     # gpu_activity() concatenates kernels first, in their order: align the flag.
     flag = pl.concat([comm, pl.Series([False] * (gpu.height - k.height), dtype=pl.Boolean)])
     return gpu.with_columns(

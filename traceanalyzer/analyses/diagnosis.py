@@ -63,6 +63,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses._comm import comm_classes
 from traceanalyzer.analyses._copysync import runtime_by_correlation
 from traceanalyzer.analyses._intervals import DATALOADER_RE, is_comm_kernel, ms, window_union_lengths
 from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
@@ -412,8 +413,10 @@ def _gpu_breakdown(model: TraceModel, results: Results, windows: pl.DataFrame, d
                                        - pl.col("other_ns")).clip(lower_bound=0)
     )
     # Kernel mix of the device's kernels, per window.
-    k = on_distinct(model.kernels.filter(pl.col("device") == device), ["name", "comm_name"],
-                    kclass=kernel_class(pl.col("name"), pl.col("comm_name")))
+    # Communication as every analysis counts it (_comm.comm_classes), the rest by name.
+    k = on_distinct(model.kernels.with_columns(is_comm=comm_classes(model)["is_comm"]).filter(pl.col("device") == device),
+                    ["name", "is_comm"],
+                    kclass=pl.when(pl.col("is_comm")).then(pl.lit("communication")).otherwise(kernel_class(pl.col("name"))))
     k = assign_steps(k.select("ts_ns", "dur_ns", "kclass"), windows, "ts_ns").filter(pl.col("window").is_not_null())
     mix = k.group_by("window").agg(
         compute_kernel_ns=pl.col("dur_ns").filter(pl.col("kclass").is_in(["gemm", "attention"])).sum(),
@@ -587,13 +590,18 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
     elif verdict == "comm_bound":
         comm_total = tot["comm_kernel_ns"]
         hidden = max(comm_total - tot["communication_ns"], 0)
-        ev.append(f"Collective kernels run {ms(comm_total / max(len(steady), 1))} per step, "
-                  f"{_pct(hidden, comm_total):.1f} % of it overlapped with compute; the exposed part is "
-                  f"{p['communication']:.1f} % of the step.")
+        cr = results.values.get("communication")
+        if cr is not None and cr.totals["device"] == device:  # one value per fact: the communication analysis'
+            comm_ps, hidden_pct = cr.totals["comm_ns_per_step"], cr.totals["hidden_pct"] or 0.0
+        else:
+            comm_ps, hidden_pct = comm_total / max(len(steady), 1), _pct(hidden, comm_total)
+        ev.append(f"Communication kernels run {ms(comm_ps)} per step, {hidden_pct:.1f} % of it hidden under "
+                  f"compute; the exposed part is {p['communication']:.1f} % of the step.")
         top = _first(kern.by_name.filter(pl.col("is_comm")) if kern is not None else None)
         if top:
             ev.append(f"Top collective kernel: {top[0]['name']} ({top[0]['count']:,} calls, "
                       f"{ms(top[0]['total_ns'])} in all).")
+        ev += _comm_evidence(results)
         mv.append("Hide or shrink communication: overlap it with backward (DDP bucket_cap_mb, "
                   "gradient_as_bucket_view, FSDP forward/backward prefetch), no_sync() during gradient "
                   "accumulation, bf16/fp16 gradient compression hooks, fewer/larger collectives, a faster "
@@ -612,6 +620,29 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
     return ev, mv
 
 
+def _comm_evidence(results: Results) -> list[str]:
+    """How the communication kernels were recognised and what they are (``communication``)."""
+    c = results.values.get("communication")
+    if c is None:
+        return []
+    out = [f"{c.signal_line()}."]
+    types = [f"{r['type']} {r['count']:,}" + (f" (busbw {r['busbw_gbps']:,.1f} GB/s)" if r["busbw_gbps"] else "")
+             for r in c.by_type.head(4).iter_rows(named=True)]
+    if types:
+        out.append("Collectives: " + ", ".join(types) + ".")
+    return out
+
+
+def _comm_note(results: Results, verdict: str) -> str | None:
+    """A note when communication is large but hidden under compute (not the bottleneck)."""
+    c = results.values.get("communication")
+    if c is None or verdict == "comm_bound" or c.totals["overlap_verdict"] != "large_but_hidden":
+        return None
+    t = c.totals
+    return (f"{ms(t['comm_ns_per_step'])}/step of communication ({t['comm_pct_of_step'] or 0:.1f} % of the step), "
+            f"{t['hidden_pct'] or 0:.1f} % hidden under compute: not the bottleneck")
+
+
 def _secondary(tot: dict[str, Any], verdict: str, minor_pct: float) -> list[str]:
     d = tot["dur_ns"]
     labels = _CAUSE_LABEL
@@ -624,7 +655,7 @@ def _comm_ops(model: TraceModel, windows: pl.DataFrame, steady: list[int], devic
     """Collective kernels of the steady steps grouped by the CPU op that launched them (the deepest
     op around the launch call: ``c10d::allreduce_``, ``record_param_comms`` …), wherever that op
     sits (DDP launches them from inside backward ops on the autograd thread)."""
-    k = model.kernels.filter(is_comm_kernel(pl.col("name"), pl.col("comm_name")))
+    k = model.kernels.filter(comm_classes(model)["is_comm"])
     if device is not None:
         k = k.filter(pl.col("device") == device)
     k = assign_steps(k, windows, "ts_ns").filter(pl.col("window").is_in(steady))
@@ -666,10 +697,10 @@ def _top_ops(ph: PhasesResult | None, phase: str | None, by: str, n: int) -> pl.
 @analysis(
     "diagnosis",
     depends_on=("steps", "baseline", "phases"),
-    after=("gpu_time", "idle_gaps", "kernels", "launches", "syncs", "context"),
+    after=("gpu_time", "idle_gaps", "kernels", "launches", "syncs", "context", "communication"),
     title="Diagnosis",
     order=1,
-    shared=("gpu_activity", "op_nesting", "runtime_by_correlation"),
+    shared=("gpu_activity", "op_nesting", "runtime_by_correlation", "comm_classes"),
 )
 def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisResult:
     """Baseline → bottleneck type (per step and overall, with evidence) → dominant phase → top operations."""
@@ -761,6 +792,9 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
         resource = "cpu"
         phase_tables["CPU time per phase and step"] = ph.cpu
 
+    comm_note = _comm_note(results, verdict) if use_gpu else None
+    if comm_note:
+        notes.append(comm_note)
     ctx = results.values.get("context")
     cap_note = capture_only_note(ctx)
     inf = getattr(ctx, "inference", None) or {}

@@ -9,8 +9,9 @@ that device, in this fixed precedence:
     compute  >  communication  >  memcpy  >  memset  >  idle
 
 * ``compute``: kernels that are not collectives;
-* ``communication``: NCCL/RCCL/HCCL/MSCCL kernels (by name, or carrying collective
-  args) — i.e. *exposed* communication, not hidden under compute;
+* ``communication``: communication kernels (collective metadata, launching communication
+  CPU op, or a communication library's name family: ``docs/communication.md``) — i.e.
+  *exposed* communication, not hidden under compute;
 * ``memcpy`` / ``memset``: copies and fills not hidden under any kernel;
 * ``idle``: no device activity at all.
 
@@ -25,8 +26,9 @@ last activity on the device) for comparison with HTA's temporal breakdown
 tb_plugin step breakdown (exclusive, all devices and threads)
 -------------------------------------------------------------
 Priority ``kernel > memcpy > memset > communication > runtime > dataloader > cpu_exec >
-other``: kernel = non-collective kernels; communication = collective kernels and CPU
-collective ops (``nccl:*``, ``gloo:*``, ``c10d::*``, ``record_param_comms``); runtime =
+other``: kernel = non-collective kernels; communication = communication kernels and CPU
+communication ops (``nccl:*``, ``gloo:*``, ``c10d::*``, ``record_param_comms``, functional
+collectives, ``symm_mem::*``, custom all-reduce and DeepEP ops: ``_comm.COMM_OP_RE``); runtime =
 CUDA/HIP/XPU runtime and driver calls; dataloader = ``enumerate(DataLoader)#…`` /
 ``enumerate(DataPipe)#…`` ranges; cpu_exec = every other CPU op or user annotation
 (``ProfilerStep#`` itself excluded; Python frames are not counted, as in tb_plugin,
@@ -42,6 +44,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses._comm import COMM_OP_RE
 from traceanalyzer.analyses._intervals import (
     DATALOADER_RE,
     covered_within,
@@ -58,7 +61,7 @@ from traceanalyzer.timeutil import merge_intervals, sort_within_groups
 
 DEVICE_CATEGORIES = ("compute", "communication", "memcpy", "memset")
 TB_CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
-CPU_COMM_RE = r"^(nccl|gloo|rccl|hccl):|^c10d::|^record_param_comms$"
+CPU_COMM_RE = COMM_OP_RE  # CPU ops/annotations of communication (_comm: c10d, nccl:*, symm_mem, DeepEP …)
 
 
 def exclusive_breakdown(
@@ -224,7 +227,7 @@ def _with_pct(df: pl.DataFrame, total: str) -> pl.DataFrame:
 
 @analysis(
     "gpu_time", depends_on=("steps",), title="GPU busy / idle", order=20,
-    shared=("device_union", "gpu_activity", "gpu_activity_classes"),
+    shared=("device_union", "gpu_activity", "gpu_activity_classes", "comm_classes", "op_nesting"),
 )
 def gpu_time(model: TraceModel, results: Results, config: Config) -> GpuTimeResult:
     """Busy/idle per device and step (compute > communication > memcpy > memset), tb_plugin breakdown."""

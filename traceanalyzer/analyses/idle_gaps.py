@@ -290,7 +290,7 @@ def _per(gaps: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 
 @analysis(
     "idle_gaps", depends_on=("steps",), title="GPU idle gaps", order=30,
-    shared=("annotation_index", "cpu_tree", "device_union", "gpu_activity_classes"),
+    shared=("annotation_index", "cpu_tree", "device_union", "gpu_activity_classes", "comm_classes", "op_nesting"),
 )
 def idle_gaps(model: TraceModel, results: Results, config: Config) -> IdleGapsResult:
     """Every device/stream gap with a cause and what the launching CPU thread was doing."""

@@ -12,7 +12,9 @@ Definitions
   becomes ``at::native::vectorized_elementwise_kernel``. Tables group by it and keep
   the number of distinct full names and one example; a full-name table is also given.
 * **Per step**: a kernel belongs to the step window containing its start; ``comm_ns``
-  sums the durations of its collective kernels (all devices, overlap counted twice).
+  sums the durations of its communication kernels (all devices, overlap counted twice;
+  ``is_comm``: recognised by collective metadata, launching CPU op or name family, see
+  ``docs/communication.md``).
 * **Launching CPU op**: the deepest ``cpu_op`` covering the start of the runtime call
   that launched the kernel (joined by correlation id), on that call's thread.
 * **Short kernels**: shorter than ``kernels.short_kernel_us`` (default 10 µs, TraceLens's
@@ -28,7 +30,8 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analyses import Results, analysis
-from traceanalyzer.analyses._intervals import SHORT_BINS_NS, dist_stats, histogram, is_comm_kernel, ms, pct, us
+from traceanalyzer.analyses._comm import comm_classes
+from traceanalyzer.analyses._intervals import SHORT_BINS_NS, dist_stats, histogram, ms, pct, us
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
@@ -147,7 +150,7 @@ def _stats_aggs() -> list[pl.Expr]:
     ]
 
 
-@analysis("kernels", depends_on=("steps",), title="Kernels", order=40, shared=("op_nesting",))
+@analysis("kernels", depends_on=("steps",), title="Kernels", order=40, shared=("op_nesting", "comm_classes"))
 def kernels(model: TraceModel, results: Results, config: Config) -> KernelsResult:
     """Kernel counts/durations per (normalised) name, step and launching CPU op; short kernels."""
     if model.kernels.is_empty():
@@ -156,12 +159,9 @@ def kernels(model: TraceModel, results: Results, config: Config) -> KernelsResul
     short_us = config.get("kernels.short_kernel_us", 10.0)
     short_ns = int(short_us * 1000)
     sr: StepsResult = results["steps"]
-    k = on_distinct(
-        model.kernels,
-        ["name", "comm_name"],
-        norm=normalize_kernel_names(pl.col("name")),
-        is_comm=is_comm_kernel(pl.col("name"), pl.col("comm_name")),
-    )
+    # Communication kernels as every analysis counts them (metadata, launching op, name: _comm).
+    k = on_distinct(model.kernels, ["name"], norm=normalize_kernel_names(pl.col("name"))).with_columns(
+        is_comm=comm_classes(model)["is_comm"])
     total = int(k["dur_ns"].sum())
 
     by_name = (

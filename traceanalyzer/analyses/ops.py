@@ -53,6 +53,7 @@ from traceanalyzer.analyses._intervals import (
     window_union_lengths,
 )
 from traceanalyzer.analyses.baseline import GEMM_OPS_RE
+from traceanalyzer.analyses._comm import comm_classes
 from traceanalyzer.analyses.diagnosis import kernel_class
 from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
@@ -181,13 +182,15 @@ def _kernel_classes(model: TraceModel, windows: pl.DataFrame, steady: list[int])
               "count": pl.Int64, "total_ns": pl.Int64, "steady_count": pl.Int64, "steady_ns": pl.Int64}
     if k.is_empty():
         return pl.DataFrame(schema=schema)
+    # Communication as every analysis counts it (_comm: metadata, launching op, name).
     klass = (
-        pl.when(pl.col("name").str.contains(LAYOUT_TRANSPOSE_RE)).then(pl.lit("layout_transpose"))
-        .otherwise(kernel_class(pl.col("name"), pl.col("comm_name")))
+        pl.when(pl.col("is_comm")).then(pl.lit("communication"))
+        .when(pl.col("name").str.contains(LAYOUT_TRANSPOSE_RE)).then(pl.lit("layout_transpose"))
+        .otherwise(kernel_class(pl.col("name")))
     )
     k = on_distinct(
-        k.select("name", "ts_ns", "dur_ns", "correlation", "comm_name"),
-        ["name", "comm_name"],
+        k.select("name", "ts_ns", "dur_ns", "correlation").with_columns(is_comm=comm_classes(model)["is_comm"]),
+        ["name", "is_comm"],
         norm=normalize_kernel_names(pl.col("name")),
         klass=klass,
         name_precision=pl.when(klass == "gemm").then(gemm_name_precision(pl.col("name"), model.meta.vendor))
@@ -290,7 +293,7 @@ def _optimizer(model: TraceModel, windows: pl.DataFrame) -> pl.DataFrame:
 
 @analysis(
     "ops", depends_on=("steps",), after=("context",), title="Ops, kernel classes and run facts", order=90,
-    shared=("gpu_activity", "launches"),
+    shared=("gpu_activity", "launches", "comm_classes", "op_nesting"),
 )
 def ops(model: TraceModel, results: Results, config: Config) -> OpsResult:
     """Run facts (vendor, devices, profiler flags), op counts, data loading, kernel classes and

@@ -7,8 +7,9 @@ Phase evidence (every signal the trace offers, none required)
   ``record_function`` ranges named like data loading (``dataload``, ``load_batch``,
   ``get_batch``, ``next_batch``, ``prefetch``). On the GPU also host-to-device copies
   launched outside backward/optimizer/communication (moving the batch in).
-* **communication**: CPU collectives (``nccl:*``, ``gloo:*``, ``c10d::*``,
-  ``record_param_comms``); on the GPU every collective kernel (NCCL/RCCL/…).
+* **communication**: CPU communication ops (``nccl:*``, ``gloo:*``, ``c10d::*``,
+  ``record_param_comms``, functional collectives, ``symm_mem::*``, custom all-reduce and DeepEP
+  ops: ``_comm.COMM_OP_RE``); on the GPU every communication kernel (``_comm.comm_classes``).
 * **optimizer**: ``Optimizer.step#…`` / ``Optimizer.zero_grad#…`` annotations, user ranges
   named ``optimizer``/``zero_grad``, fused/foreach optimizer ops (``aten::_fused_adam*``,
   ``aten::_foreach_*``).
@@ -474,7 +475,7 @@ def _ops_table(model: TraceModel, ctx: PhaseContext, steady: list[int], act: pl.
 @analysis(
     "phases", depends_on=("steps",), title="Phases", order=3,
     shared=("annotation_index", "gpu_activity", "gpu_activity_classes", "op_nesting", "op_top_level",
-            "runtime_by_correlation"),
+            "runtime_by_correlation", "comm_classes"),
 )
 def phases(model: TraceModel, results: Results, config: Config) -> PhasesResult:
     """Per-step time in data loading, forward, backward, optimizer, communication and other, CPU and GPU."""

@@ -262,6 +262,8 @@ class _Collector:
                             _num(a.get("In msg nelems")),
                             _num(a.get("Out msg nelems")),
                             _num(a.get("Group size")),
+                            a.get("Process Group Name"),
+                            a.get("Process Group Description"),
                         )
                     )
                 elif table == "python_frames":
@@ -378,7 +380,7 @@ _RAW_COLS: dict[str, list[str]] = {
     "cpu_ops": [
         "name", "ts", "dur", "pid", "tid", "cat", "external_id", "seq_num", "fwd_thread_id",
         "ev_idx", "input_dims", "input_types", "comm_name", "comm_dtype", "comm_in_nelems",
-        "comm_out_nelems", "comm_group_size",
+        "comm_out_nelems", "comm_group_size", "comm_pg_name", "comm_pg_desc",
     ],
     "annotations": ["name", "ts", "dur", "pid", "tid", "external_id"],
     "python_frames": ["name", "ts", "dur", "pid", "tid", "python_id", "python_parent_id"],
@@ -777,7 +779,7 @@ _INT_ARGS = (
     "cbid", "cid", "device", "stream", "registers per thread", "shared memory", "queued", "graph id",
     "bytes", "Device Type", "Device Id", "Addr", "Bytes", "Total Allocated", "Total Reserved",
 )
-_STR_ARGS = ("Collective name", "dtype", "name")
+_STR_ARGS = ("Collective name", "dtype", "name", "Process Group Name", "Process Group Description")
 _DIMS_ARGS = ("Input Dims", "grid", "block")  # JSON text; lists of ints
 _ARG_NAMES = (*_INT_ARGS, *_STR_ARGS, *_DIMS_ARGS, "Input type")
 _INT_TEXT = r"(?s)^(?:.* )?(-?[0-9]+)$"  # ``_int`` on a string: the number, or the last word's
@@ -805,6 +807,7 @@ _SUSPECT_ARGS = (
     r'"args"\s*:\s*"',
     r'"Collective name"\s*:\s*[^"n\s]',
     r'"dtype"\s*:\s*[^"n\s]',
+    r'"Process Group (?:Name|Description)"\s*:\s*[^"n\s]',
     r'"grid"\s*:\s*(?:[^\[n\s]|\[[\[\]0-9,\s-]*[.eE])',
     r'"block"\s*:\s*(?:[^\[n\s]|\[[\[\]0-9,\s-]*[.eE])',
     r'"Input Dims"\s*:\s*(?:[^\[n\s]|\[[\[\]0-9,\s-]*[.eE])',
@@ -1076,7 +1079,8 @@ def _x_frame(t: str, p: pl.DataFrame) -> pl.DataFrame:
         cols = [*base, "pid", "tid", "cat", ext, _A("Sequence number"), _A("Fwd thread id"),
                 pl.coalesce(_A("Ev Idx"), _A("Profiler Event Index")), _json_dims("Input Dims", p),
                 _json_strings("Input type"), _A("Collective name"), comm_dtype, _A("In msg nelems"),
-                _A("Out msg nelems"), _A("Group size")]
+                _A("Out msg nelems"), _A("Group size"), _A("Process Group Name"),
+                _A("Process Group Description")]
     elif t == "python_frames":
         cols = [*base, "pid", "tid", _A("Python id"), _A("Python parent id")]
     elif t == "runtime":

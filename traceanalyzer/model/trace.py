@@ -63,6 +63,8 @@ SCHEMAS: dict[str, dict[str, pl.DataType | type[pl.DataType]]] = {
         "comm_in_nelems": pl.Int64,
         "comm_out_nelems": pl.Int64,
         "comm_group_size": pl.Int64,
+        "comm_pg_name": pl.String,  # args["Process Group Name"] (a c10d process group id, "0" …)
+        "comm_pg_desc": pl.String,  # args["Process Group Description"] ("default_pg" …)
     },
     "annotations": {**_CPU, "external_id": pl.Int64},
     "python_frames": {**_CPU, "python_id": pl.Int64, "python_parent_id": pl.Int64},

@@ -8,76 +8,79 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
-import polars as pl
-
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._util import ms, pct_of_step, per_step_ns, severity_for, steady, time_finding, top_rows
+from traceanalyzer.rules._util import ms, severity_for, time_finding, top_rows
 
 
-@rule("comm_exposed", needs=("steps", "gpu_time", "kernels"), severity=Severity.WARNING,
+@rule("comm_exposed", needs=("steps", "gpu_time"), severity=Severity.WARNING,
       params={"max_exposed_pct": 5.0, "max_comm_pct": 10.0, "critical_pct": 30.0})
 def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
     """Communication not hidden behind compute, or dominating the step.
 
     Signal
-        ``gpu_time``: exposed communication per steady step (collective kernels running while
-        no compute kernel runs on the device; per device, the device where it is largest);
-        ``kernels``: summed collective-kernel time of the steady steps (``per_step.comm_ns``,
-        overlapped or not). Overlap = 1 − exposed / communication, both summed over devices.
-        No collective kernel in the steady steps: nothing to say.
+        ``communication``: on the device with the most communication, per steady step, the
+        union of communication kernels (recognised by collective metadata, launching
+        communication op or library name: NCCL/RCCL, DeepEP, custom all-reduce, symmetric
+        memory, NVSHMEM, userbuffers …) and the part of it with no compute kernel running on
+        the device (exposed). Hidden share = 1 − exposed / communication.
+        No communication kernel (the analysis does not apply): nothing to say.
     Threshold
         exposed ≥ ``max_exposed_pct`` (5) % of the median step → "not overlapped" (TraceLens:
-        exposed comm > 5 % of GPU time, overlap < 70 %), WARNING, CRITICAL from
-        ``critical_pct`` (30) %. Otherwise communication per device ≥ ``max_comm_pct`` (10) %
-        of the step → "dominant" (tb_plugin's 10 %), INFO.
+        exposed comm > 5 % of GPU time), WARNING, CRITICAL from ``critical_pct`` (30) %.
+        Otherwise communication ≥ ``max_comm_pct`` (10) % of the step → "large but hidden"
+        (tb_plugin's 10 %), INFO: not the bottleneck, said so that nobody optimises it first.
     Cost
-        The exposed communication per steady step on that device (confidence 0.6: it includes
-        time spent inside NCCL/RCCL waiting for slower ranks; ``traceanalyzer batch`` on all
-        ranks separates that out as ``rank_imbalance``).
+        The exposed communication per steady step on that device: GPU time overlap could win
+        back (confidence 0.6: it includes time inside the collective waiting for slower ranks;
+        ``traceanalyzer batch`` on all ranks separates that out as ``rank_imbalance``). Zero
+        for hidden communication. Kernels recognised by one weak signal only are named in the
+        evidence.
     Fix
         Overlap: DDP ``bucket_cap_mb``, FSDP prefetch, ``no_sync()`` during gradient
-        accumulation; reduce volume: bf16 gradients / compression hooks, larger batch.
+        accumulation, expert-parallel dispatch/combine overlapped with expert compute (DeepEP
+        async/hook mode); reduce volume: bf16 gradients / compression hooks, larger batch.
     """
-    k = results["kernels"]
-    kper = steady(k.per_step, results)
-    comm_total = per_step_ns(kper, "comm_ns", results) if "comm_ns" in kper.columns else 0.0
-    if comm_total <= 0:
+    c = results.get("communication")
+    if c is None:  # no communication kernel in the trace
         return
-    per = steady(results["gpu_time"].per_step, results)
-    devices = per["device"].unique().sort().to_list()
-    exposed, dev, exposed_all = 0.0, None, 0.0
-    for d in devices:
-        v = per_step_ns(per.filter(pl.col("device") == d), "communication_ns", results)
-        exposed_all += v
-        if v > exposed:
-            exposed, dev = v, d
-    # Communication per device: a multi-GPU process sums every device's collectives.
-    comm_ns = comm_total / max(len(devices), 1)
-    exp_pct = pct_of_step(exposed, results) or 0.0
-    comm_pct = pct_of_step(comm_ns, results) or 0.0
-    overlap = round(max(0.0, 100.0 * (1 - exposed_all / comm_total)), 1)
-    comm = k.by_name.filter(pl.col("is_comm"))
-    ev = {"device": dev, "exposed_ms_per_step": ms(exposed), "comm_ms_per_step": ms(comm_ns),
-          "exposed_pct_of_step": exp_pct, "comm_pct_of_step": comm_pct, "overlap_pct": overlap,
-          "top_collectives_in_trace": top_rows(comm, 5, ("name", "count", "total_ns", "mean_ns"))}
-    fix = ("Overlap communication with backward compute: tune DDP bucket_cap_mb, enable FSDP "
-           "forward/backward prefetch, use no_sync() during gradient accumulation; reduce the volume "
-           "(bf16 gradients, a compression comm hook) or communicate less often (larger batch). If other "
-           "ranks are slower, this rank's collectives include waiting for them: run `traceanalyzer batch` "
-           "on every rank's trace.")
+    t = c.totals
+    exposed = float(t["exposed_ns_per_step"] or 0.0)
+    comm_ns = float(t["comm_ns_per_step"] or 0.0)
+    if comm_ns <= 0:
+        return
+    exp_pct = t["exposed_pct_of_step"] or 0.0
+    comm_pct = t["comm_pct_of_step"] or 0.0
+    hidden = t["hidden_pct"] if t["hidden_pct"] is not None else 0.0
+    ev: dict[str, Any] = {
+        "device": t["device"], "exposed_ms_per_step": ms(exposed), "comm_ms_per_step": ms(comm_ns),
+        "exposed_pct_of_step": exp_pct, "comm_pct_of_step": comm_pct, "hidden_pct_of_comm": hidden,
+        "collectives_per_step": t["collectives_per_step"], "recognised_by": t["kernels_by_signal"],
+        "by_type": top_rows(c.by_type, 5, ("type", "count", "total_ns", "algbw_gbps", "busbw_gbps")),
+        "by_stream": top_rows(c.by_stream, 5, ("device", "stream", "families", "comm_ns_per_step",
+                                               "exposed_ns_per_step", "hidden_pct")),
+    }
+    if t["weak_kernels"]:
+        ev["weak_signal_kernels"] = t["weak_kernels"]
+        ev["weak_signal_ms"] = ms(t["weak_ns"])
+        ev["weak_signal_why"] = t["weak_reasons"]
+    fix = ("Overlap communication with compute: tune DDP bucket_cap_mb, enable FSDP forward/backward "
+           "prefetch, use no_sync() during gradient accumulation, overlap MoE dispatch/combine with expert "
+           "compute; reduce the volume (bf16 gradients, a compression comm hook) or communicate less often "
+           "(larger batch). If other ranks are slower, this rank's collectives include waiting for them: run "
+           "`traceanalyzer batch` on every rank's trace.")
     hint = "model = DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)"
     if exp_pct >= params.max_exposed_pct:
         yield time_finding(
             "comm_exposed", severity_for(exp_pct, params.max_exposed_pct, params.critical_pct, Severity.WARNING),
-            f"Communication not overlapped: {ms(exposed)} ms/step of collectives with no compute under them "
-            f"({exp_pct:.1f} % of the step; {overlap:.1f} % of the communication is overlapped)",
+            f"Communication not overlapped: {ms(exposed)} ms/step of communication with no compute under it "
+            f"({exp_pct:.1f} % of the step; {hidden:.1f} % of the communication is hidden)",
             ev, fix, hint, exposed, results, confidence=0.6,
         )
     elif comm_pct >= params.max_comm_pct:
         yield time_finding(
             "comm_exposed", Severity.INFO,
-            f"Communication is {comm_pct:.1f} % of the step ({ms(comm_ns)} ms/step), {overlap:.1f} % of it "
-            "overlapped with compute",
+            f"Communication is large but hidden: {ms(comm_ns)} ms/step ({comm_pct:.1f} % of the step), "
+            f"{hidden:.1f} % of it under compute: not the bottleneck",
             ev, fix, hint, exposed, results, confidence=0.6,
         )

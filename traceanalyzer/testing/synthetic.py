@@ -2807,6 +2807,97 @@ def scenario_inference(seed: int = 0, *, steps: int = 4, layers: int = 8, vendor
                                     "gpu": b.gpu, "device": dev}, planted)
 
 
+DEEPEP_KERNELS = {
+    "layout": "void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int, int, int)",
+    "notify": "void deep_ep::intranode::notify_dispatch<8>(int const*, int*, int, int const*, int*, int, int*, int*, int, int, int)",
+    "dispatch": "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long*, float*, int*, int*, int4 const*, float const*, long const*, float const*, bool const*, int const*, int, int, int, int, int, int, int, void**, int, int, int)",
+    "combine": "void deep_ep::intranode::combine<__nv_bfloat16, 8, 768>(__nv_bfloat16*, float*, int4 const*, float const*, int const*, int const*, int const*, int*, int*, int, int, int, int, void**, int, int, int)",
+}
+
+
+def _comm_truth(b: TraceBuilder, names: set[str]) -> dict[str, Any]:
+    """Per planted step (its CPU range: every step ends with a device sync), the union of the
+    kernels named ``names`` (communication) and the part of it no other kernel covers (exposed)."""
+    comm = [(a.start_ns, a.end_ns) for a in b.gpu_acts if a.kind == "kernel" and a.name in names]
+    other = [(a.start_ns, a.end_ns) for a in b.gpu_acts if a.kind == "kernel" and a.name not in names]
+    per = []
+    for st in b.steps:
+        lo, hi = st["cpu_start_ns"], st["cpu_end_ns"]
+        c = [(max(s, lo), min(e, hi)) for s, e in comm if e > lo and s < hi]
+        o = [(max(s, lo), min(e, hi)) for s, e in other if e > lo and s < hi]
+        u = _union_length(c)
+        per.append({"step": st["number"], "comm_ns": u, "exposed_ns": u - _overlap_length(c, o)})
+    return {"per_step": per, "n_comm_kernels": len(comm)}
+
+
+def scenario_moe_deepep(seed: int = 0, *, steps: int = 3, layout: Layout = "modern", vendor: Vendor = "nvidia",
+                        gpu: str | None = None) -> Scenario:
+    """An expert-parallel MoE layer whose all-to-all runs as DeepEP kernels on their own stream,
+    launched from Megatron's ``FusedDispatch`` / ``FusedCombine`` autograd functions (no c10d op,
+    no collective args). Per step: the router/attention GEMM (400 µs) on the compute stream;
+    ``FusedDispatch`` launches the layout kernel (compute, on the compute stream) and
+    ``notify_dispatch`` + ``dispatch`` on the comm stream, partly under that GEMM; the expert GEMMs
+    wait for the dispatch; ``FusedCombine``'s ``combine`` waits for the experts: exposed.
+
+    ``planted``: ``per_step`` (``step``, ``comm_ns``: union of the DeepEP communication kernels,
+    ``exposed_ns``: the part no other kernel covers), ``n_comm_kernels``, ``collectives`` (2 per
+    step: one dispatch, one combine)."""
+    rng = random.Random(seed)
+    b = TraceBuilder(**_bkw(layout, vendor, gpu, seed))
+    comm = b.comm_stream
+    for i in range(steps):
+        with b.step(i + 1):
+            with b.cpu_op("aten::mm", input_dims=[[4096, 4096], [4096, 4096]], input_types=["c10::BFloat16"] * 2):
+                b.launch_kernel(kernel_name(b.gpu, "gemm"), round(rng.uniform(380, 420), 3))
+            with b.cpu_op("FusedDispatch"):
+                b.launch_kernel(DEEPEP_KERNELS["layout"], 15.0)
+                b.launch_kernel(DEEPEP_KERNELS["notify"], round(rng.uniform(25, 35), 3), stream=comm)
+                b.launch_kernel(DEEPEP_KERNELS["dispatch"], round(rng.uniform(500, 600), 3), stream=comm)
+            b.stream_wait(b.stream, comm)
+            with b.cpu_op("aten::mm", input_dims=[[2048, 4096], [4096, 14336]], input_types=["c10::BFloat16"] * 2):
+                b.launch_kernel(kernel_name(b.gpu, "gemm"), round(rng.uniform(280, 320), 3))
+            b.stream_wait(comm, b.stream)
+            with b.cpu_op("FusedCombine"):
+                b.launch_kernel(DEEPEP_KERNELS["combine"], round(rng.uniform(200, 250), 3), stream=comm)
+            b.stream_wait(b.stream, comm)
+            b.sync("cudaDeviceSynchronize")
+    names = {DEEPEP_KERNELS[k] for k in ("notify", "dispatch", "combine")}
+    planted = {**_comm_truth(b, names), "collectives": 2 * steps}
+    return _finish(b, "moe_deepep", {"seed": seed, "steps": steps, "layout": layout, "vendor": vendor,
+                                     "gpu": b.gpu}, planted)
+
+
+CUSTOM_AR_KERNEL = ("void vllm::cross_device_reduce_2stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, "
+                    "vllm::Signal*, __nv_bfloat16*, int, int)")
+
+
+def scenario_custom_all_reduce(seed: int = 0, *, steps: int = 3, layers: int = 4, layout: Layout = "modern",
+                               vendor: Vendor = "nvidia", gpu: str | None = None) -> Scenario:
+    """Tensor-parallel decode with vLLM's custom all-reduce: per layer a GEMM then
+    ``vllm::all_reduce`` → ``_C_custom_ar::all_reduce`` → ``cross_device_reduce_2stage`` on the
+    compute stream (serialised with the GEMMs: all of it exposed), and an RMSNorm whose
+    ``reduce_kernel``-like name must stay compute.
+
+    ``planted``: ``per_step`` (``step``, ``comm_ns``, ``exposed_ns``), ``n_comm_kernels``,
+    ``collectives`` (= layers × steps)."""
+    rng = random.Random(seed)
+    b = TraceBuilder(**_bkw(layout, vendor, gpu, seed))
+    for i in range(steps):
+        with b.step(i + 1):
+            for _ in range(layers):
+                with b.cpu_op("aten::mm", input_dims=[[8, 4096], [4096, 4096]], input_types=["c10::BFloat16"] * 2):
+                    b.launch_kernel(kernel_name(b.gpu, "gemm"), round(rng.uniform(40, 60), 3))
+                with b.cpu_op("vllm::all_reduce"):
+                    with b.cpu_op("_C_custom_ar::all_reduce"):
+                        b.launch_kernel(CUSTOM_AR_KERNEL, round(rng.uniform(12, 20), 3))
+                with b.cpu_op("aten::_fused_rms_norm"):
+                    b.launch_kernel(kernel_name(b.gpu, "reduce"), round(rng.uniform(5, 8), 3))
+            b.sync("cudaDeviceSynchronize")
+    planted = {**_comm_truth(b, {CUSTOM_AR_KERNEL}), "collectives": layers * steps}
+    return _finish(b, "custom_all_reduce", {"seed": seed, "steps": steps, "layers": layers, "layout": layout,
+                                            "vendor": vendor, "gpu": b.gpu}, planted)
+
+
 #: Every scenario by name (``scenario_regression``/``scenario_multi_rank`` need extra arguments).
 SCENARIOS: dict[str, Any] = {
     "idle_gaps": scenario_idle_gaps,
@@ -2821,4 +2912,6 @@ SCENARIOS: dict[str, Any] = {
     "regression": scenario_regression,
     "resnet_like": scenario_resnet_like,
     "inference": scenario_inference,
+    "moe_deepep": scenario_moe_deepep,
+    "custom_all_reduce": scenario_custom_all_reduce,
 }
