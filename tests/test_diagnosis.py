@@ -220,3 +220,20 @@ def test_diagnosis_is_the_first_section() -> None:
     assert specs["diagnosis"].order == 1
     assert all(s.order > 1 for n, s in specs.items() if n != "diagnosis" and s.input == "trace")
     assert set(specs["diagnosis"].after) >= {"gpu_time", "idle_gaps", "kernels", "launches", "syncs"}
+
+
+@pytest.mark.parametrize(("productive", "causes", "verdict"), [
+    (86.5, {"communication": 9.8, "host": 3.7}, "compute_bound"),  # mostly busy, losses spread thin
+    (87.0, {"host": 12.0, "other": 1.0}, "compute_bound"),
+    (85.0, {"host": 15.0}, "cpu_bound"),  # the cause reaches cause_min_pct: it names the verdict
+    (82.4, {"sync": 11.8, "input": 4.2, "host": 1.6}, "sync_bound"),  # below mostly_busy_pct
+    (91.0, {"sync": 9.0}, "compute_bound"),  # gpu_bound_pct alone
+])
+def test_mostly_busy_gpu_with_small_losses_is_gpu_bound(productive: float, causes: dict[str, float],
+                                                        verdict: str) -> None:
+    from traceanalyzer.analyses.diagnosis import LOST_CAUSES, apply_verdicts
+
+    row = {"dur_ns": 100_000, "productive_ns": int(productive * 1000), "compute_kernel_ns": 10, "memory_kernel_ns": 1}
+    row.update({f"{c}_ns": int(causes.get(c, 0.0) * 1000) for c in LOST_CAUSES})
+    out = apply_verdicts(pl.DataFrame([row]), 90.0, 50.0, 85.0, 15.0)
+    assert out["verdict"][0] == verdict

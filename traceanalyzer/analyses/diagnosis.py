@@ -27,7 +27,11 @@ The verdict, in this order:
    **memory-bandwidth-bound** when memory-bound kernels (elementwise, reductions,
    normalisation, softmax, copies by kernel name) take more of the step's kernel time than
    GEMM/conv/attention kernels, else **GPU-compute-bound**. Share = productive %.
-2. otherwise the GPU waits: the largest lost cause names the verdict —
+2. productive ≥ ``diagnosis.mostly_busy_pct`` (85) % and no lost cause holds
+   ``diagnosis.cause_min_pct`` (15) % of the step → **GPU-bound** as in 1: the GPU is mostly
+   busy and what it loses is spread thin, so no single loss limits the step more than the
+   GPU work does (the small causes are listed under "Also lost").
+3. otherwise the GPU waits: the largest lost cause names the verdict —
    ``communication`` → **communication-bound**, ``input`` → **input-bound**, ``sync`` →
    **sync-bound**, ``host`` → **CPU/launch-bound** — provided it holds at least
    ``diagnosis.dominant_pct`` (50) % of the lost time and is not ``other``; else **mixed**.
@@ -50,7 +54,8 @@ the largest CPU phase otherwise. The **top ops** are the top-level CPU ops of th
 (``phases``) ranked by the GPU time they launched (GPU verdicts) or their CPU time (CPU
 verdicts), with kernel count, mean GPU time per call, input shapes and module/annotation.
 
-Settings: ``diagnosis.gpu_bound_pct`` (90), ``diagnosis.dominant_pct`` (50),
+Settings: ``diagnosis.gpu_bound_pct`` (90), ``diagnosis.mostly_busy_pct`` (85),
+``diagnosis.cause_min_pct`` (15), ``diagnosis.dominant_pct`` (50),
 ``diagnosis.minor_pct`` (5: secondary causes listed), ``diagnosis.top_ops`` (10),
 ``diagnosis.batch_size`` (0 = infer; read by ``baseline``).
 """
@@ -130,7 +135,8 @@ def _pct(part: float | int | None, whole: float | int | None) -> float:
     return round(100.0 * float(part or 0) / float(whole), 2) if whole else 0.0
 
 
-def verdict_exprs(gpu_bound_pct: float, dominant_pct: float) -> list[pl.Expr]:
+def verdict_exprs(gpu_bound_pct: float, dominant_pct: float, mostly_busy_pct: float = 85.0,
+                  cause_min_pct: float = 15.0) -> list[pl.Expr]:
     """``verdict``, ``share_pct``, ``top_cause`` from a frame of per-window ns columns:
     ``dur_ns, productive_ns, communication_ns, input_ns, sync_ns, host_ns, other_ns,
     compute_kernel_ns, memory_kernel_ns``."""
@@ -140,7 +146,9 @@ def verdict_exprs(gpu_bound_pct: float, dominant_pct: float) -> list[pl.Expr]:
     for c in LOST_CAUSES:
         top = top.when(pl.col(f"{c}_ns") == top_val).then(pl.lit(c))
     prod_pct = pl.col("productive_ns") * 100.0 / pl.col("dur_ns")
-    gpu_bound = prod_pct >= gpu_bound_pct
+    gpu_bound = (prod_pct >= gpu_bound_pct) | (
+        (prod_pct >= mostly_busy_pct) & (top_val * 100.0 < cause_min_pct * pl.col("dur_ns"))
+    )
     verdict = (
         pl.when(pl.col("dur_ns") <= 0)
         .then(pl.lit("mixed"))
@@ -158,8 +166,9 @@ def verdict_exprs(gpu_bound_pct: float, dominant_pct: float) -> list[pl.Expr]:
     return [top.alias("_top"), verdict.alias("verdict"), share.round(2).alias("share_pct")]
 
 
-def apply_verdicts(df: pl.DataFrame, gpu_bound_pct: float, dominant_pct: float) -> pl.DataFrame:
-    e = verdict_exprs(gpu_bound_pct, dominant_pct)
+def apply_verdicts(df: pl.DataFrame, gpu_bound_pct: float, dominant_pct: float, mostly_busy_pct: float = 85.0,
+                   cause_min_pct: float = 15.0) -> pl.DataFrame:
+    e = verdict_exprs(gpu_bound_pct, dominant_pct, mostly_busy_pct, cause_min_pct)
     return df.with_columns(e[0]).with_columns(e[1], e[2]).rename({"_top": "top_cause"})
 
 
@@ -705,10 +714,13 @@ def _top_ops(ph: PhasesResult | None, phase: str | None, by: str, n: int) -> pl.
 def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisResult:
     """Baseline → bottleneck type (per step and overall, with evidence) → dominant phase → top operations."""
     gpu_bound_pct = config.get("diagnosis.gpu_bound_pct", 90.0)
+    mostly_busy_pct = config.get("diagnosis.mostly_busy_pct", 85.0)
+    cause_min_pct = config.get("diagnosis.cause_min_pct", 15.0)
     dominant_pct = config.get("diagnosis.dominant_pct", 50.0)
     minor_pct = config.get("diagnosis.minor_pct", 5.0)
     top_n = config.get("diagnosis.top_ops", 10)
-    thresholds = {"gpu_bound_pct": gpu_bound_pct, "dominant_pct": dominant_pct, "minor_pct": minor_pct,
+    thresholds = {"gpu_bound_pct": gpu_bound_pct, "mostly_busy_pct": mostly_busy_pct, "cause_min_pct": cause_min_pct,
+                  "dominant_pct": dominant_pct, "minor_pct": minor_pct,
                   "top_ops": top_n}
     sr: StepsResult = results["steps"]
     bl: BaselineResult = results["baseline"]
@@ -738,9 +750,9 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
         n_dev = gt.per_device.height  # type: ignore[union-attr]
         if n_dev > 1:
             notes.append(f"{n_dev} devices have activity; the verdict is for GPU {device}, the busiest")
-        per = apply_verdicts(bd, gpu_bound_pct, dominant_pct)
+        per = apply_verdicts(bd, gpu_bound_pct, dominant_pct, mostly_busy_pct, cause_min_pct)
         sums = bd.filter(steady_flag).select(pl.exclude("window", "step").sum())
-        tot_df = apply_verdicts(sums, gpu_bound_pct, dominant_pct)
+        tot_df = apply_verdicts(sums, gpu_bound_pct, dominant_pct, mostly_busy_pct, cause_min_pct)
         tot = tot_df.row(0, named=True)
         verdict, share = str(tot["verdict"]), float(tot["share_pct"])
         ev, mv = _gpu_evidence(verdict, tot, model, results, bl, steady, device)
