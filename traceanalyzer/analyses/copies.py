@@ -136,7 +136,7 @@ class CopiesResult:
                     "Per step (mean)",
                     f"{ps['copies'].mean():,.1f} copies, {fmt_bytes(ps['bytes'].mean())}, "
                     f"GPU {fmt_ns(ps['gpu_ns'].mean())} ({(ps['pct_gpu'].mean() or 0):.2f} % of step), "
-                    f"CPU {fmt_ns(ps['cpu_ns'].mean())} ({(ps['pct_cpu'].mean() or 0):.2f} %)",
+                    f"CPU {fmt_ns(ps['cpu_ns'].mean())} ({(ps['pct_cpu'].mean() or 0):.2f} % of step)",
                 )
             )
         if self.by_site.height:
