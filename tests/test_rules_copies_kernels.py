@@ -503,6 +503,19 @@ def test_optimizer_not_fused_for_loop() -> None:
     assert "fused=True" in f.code_hint and "AdamW" in f.code_hint
 
 
+def test_optimizer_behind_a_busy_gpu_costs_at_most_the_idle() -> None:
+    # the same for-loop optimizer (300 µs of CPU, 12 × 3 µs kernels), but a 590 µs kernel queued
+    # first keeps the GPU busy while the optimizer's CPU range runs: the GPU is 99 % busy, idle
+    # (15 + 10 + 10) / 3 = 11.7 µs per step. A fused optimizer can give the GPU back at most its
+    # kernels' 36 µs plus that idle: 0.7 × min(300, 36 + 11.7) = 33 µs, not 0.7 × 300 = 210 µs
+    def step(ids: _Ids, t0: int) -> list[dict[str, Any]]:
+        return _kernel(ids, t0 + 5, 590) + _opt_step(["aten::add_"])(ids, t0)
+    found, _ = _run(_trace(step))
+    f = _only(found, "optimizer_not_fused")
+    assert (f.evidence["optimizer_ms_per_step"], f.evidence["optimizer_gpu_ms_per_step"]) == (0.3, 0.036)
+    assert f.cost_ms_per_step == 0.033
+
+
 def test_optimizer_foreach_is_info_and_fused_silent() -> None:
     found, _ = _run(_trace(_opt_step(["aten::_foreach_add_"])))
     f = _only(found, "optimizer_not_fused")
