@@ -206,7 +206,7 @@ class GpuTimeResult:
             )[:4]
             out.append(
                 ("Step breakdown (tb_plugin)",
-                 ", ".join(f"{k} {pct(v, total) or 0:.1f} %" for k, v in top) + " of the steady step")
+                 ", ".join(f"{k} {pct(v, total) or 0:.1f} %" for k, v in top) + " of the mean steady step")
             )
         return out
 
