@@ -63,7 +63,7 @@ def _cost(f: Any) -> str:
     if f.cost_ms_per_step is not None:
         cost = f"{f.cost_ms_per_step:,.2f} ms"
         if f.cost_pct_of_step is not None:
-            cost += f" ({f.cost_pct_of_step:.1f} % of step)"
+            cost += f" ({f.cost_pct_of_step:.1f} % of median step)"
         return cost
     if f.cost_bytes is not None:
         return fmt_bytes(f.cost_bytes)
