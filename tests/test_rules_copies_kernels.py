@@ -214,6 +214,20 @@ def test_sync_on_a_busy_gpu_costs_nothing() -> None:
     assert "explicit_sync" not in found
 
 
+def test_syncs_of_two_threads_draining_one_gap_price_it_once() -> None:
+    # GIVEN two threads both blocked in a synchronize until the GPU drains at 215, and the next
+    # kernel only at 305: one gap of 90 µs, seen after both syncs
+    def step(ids: _Ids, t0: int) -> list[dict[str, Any]]:
+        return (_kernel(ids, t0 + 10, 200) + [_sync(t0 + 20, 196), _x("cuda_runtime", "cudaDeviceSynchronize",
+                                                                      t0 + 30, 186, tid=200)]
+                + _kernel(ids, t0 + 300, 10))
+    found, _ = _run(_trace(step))
+    f = _only(found, "explicit_sync")
+    # THEN the gap is priced once (the later sync's span starts where the first one's ends)
+    assert (f.cost_ms_per_step, f.evidence["gpu_idle_owned_ms_per_step"]) == (0.09, 0.09)
+    assert f.evidence["cpu_wait_ms_per_step"] == 0.382
+
+
 def test_explicit_sync_silent_when_gpu_idles_briefly() -> None:
     # next kernel starts at t0+570: 15 µs idle → cost 0.015 ms < 0.02 ms
     found, _ = _run(_trace(_explicit_step(565)))
