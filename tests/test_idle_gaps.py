@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
 
 from timeline_trace import Trace, ns
@@ -95,10 +96,31 @@ def test_gaps_per_step():
     t.launch(1, 1, 5, 10)  # 5..15
     t.launch(40, 1, 45, 10)  # gap 15..45
     t.step(2, 100, 100)
-    t.launch(101, 1, 105, 10)  # gap 55..105 starts in step 1
+    t.launch(101, 1, 105, 10)  # gap 55..105 spans the step boundary at 100: 45 in step 1, 5 in step 2
     t.launch(150, 1, 160, 10)  # gap 115..160
     r = _run(t)
     ps = r.per_step
     assert ps["step"].to_list() == [1, 2]
-    assert ps["n_gaps"].to_list() == [2, 1]
-    assert ps["idle_ns"].to_list() == [ns(30 + 50), ns(45)]
+    assert ps["n_gaps"].to_list() == [2, 2]
+    assert ps["idle_ns"].to_list() == [ns(30 + 45), ns(5 + 45)]
+    # before the first activity (0..5) and after the last (170..200): idle in no gap
+    assert ps["outside_gaps_ns"].to_list() == [ns(5), ns(30)]
+    # the gap listing keeps the gap whole, under the step it starts in
+    g = r.device_gaps.sort("start_ns")
+    assert g["step"].to_list() == [1, 1, 2] and g["dur_ns"].to_list() == [ns(30), ns(50), ns(45)]
+
+
+def test_gaps_per_step_agree_with_gpu_time():
+    t = Trace()
+    t.step(1, 0, 100)
+    t.launch(1, 1, 5, 10)
+    t.step(2, 100, 100)
+    t.launch(101, 1, 250, 10)  # one gap 15..250 over three windows
+    t.step(3, 200, 100)
+    t.launch(201, 1, 290, 5)
+    res = run_analyses(t.model(), Config(), only=("idle_gaps", "gpu_time"), strict=True)
+    ig = res["idle_gaps"].per_step.select("window", "device", (pl.col("idle_ns") + pl.col("outside_gaps_ns")).alias("i"))
+    gt = res["gpu_time"].per_step.select("window", "device", "idle_ns")
+    j = gt.join(ig, on=["window", "device"], how="left")
+    assert j["idle_ns"].to_list() == j["i"].to_list()
+    assert res["idle_gaps"].per_step["n_gaps"].to_list() == [1, 1, 1]

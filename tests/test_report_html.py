@@ -199,7 +199,7 @@ def test_findings_are_ranked_escaped_and_show_evidence(report: Any) -> None:
     start, end = html.index('id="sec-findings"'), html.index('id="sec-overview"')
     section = html[start:end]
     assert section.index("pageable memory") < section.index("is slow") < section.index("40 % unused")
-    assert "2.16 ms/step (25.4 %)" in section and "400.00 MiB" in section
+    assert "2.16 ms/step (25.4 % of median step)" in section and "400.00 MiB" in section
     assert "badge sev-critical" in section and "confidence 60%" in section
     assert "DataLoader(pin_memory=True)" in section and "<pre>loader = DataLoader" in section
     assert "<details><summary>Evidence</summary>" in section

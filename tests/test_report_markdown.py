@@ -76,6 +76,6 @@ def test_findings_table(report: Any) -> None:
     md = to_markdown(with_findings(report))
     rows = [ln for ln in md.splitlines() if ln.startswith("| 1 |") or ln.startswith("| 2 |") or ln.startswith("| 3 |")]
     assert rows[0].startswith("| 1 | critical | Input batch copied from pageable memory every step (`pageable_memcpy`)")
-    assert "| 2.16 ms (25.4 %) |" in rows[0]
+    assert "| 2.16 ms (25.4 % of median step) |" in rows[0]
     assert "| 400.00 MiB |" in rows[2]
     assert "<script>" not in md and "<img" not in md

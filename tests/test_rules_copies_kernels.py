@@ -102,15 +102,21 @@ def _pageable_step(call_us: float, memory: str = "Pageable") -> Callable[[_Ids, 
     return step
 
 
-def test_pageable_memcpy_fires_with_cpu_time_per_step() -> None:
-    # GIVEN one pageable HtoD copy per step whose cudaMemcpyAsync blocks 200 µs
+def test_pageable_memcpy_costs_the_gpu_idle_it_causes() -> None:
+    # GIVEN one pageable HtoD copy per step whose cudaMemcpyAsync blocks 200 µs [103, 303), the
+    # GPU copying only at the end [293, 303), after the previous step's kernel ended at 555
     found, _ = _run(_trace(_pageable_step(200)))
     f = _only(found, "pageable_memcpy")
-    # THEN cost = 200 µs/step = 0.2 ms = 20 % of the 1 ms step → CRITICAL (≥ 10 %)
-    assert (f.cost_ms_per_step, f.cost_pct_of_step, f.severity, f.confidence) == (0.2, 20.0, Severity.CRITICAL, 0.7)
-    assert f.title == "1 copy per step uses pageable host memory and blocks the CPU for 0.2 ms/step"
+    # THEN the cost is the GPU idle while the call blocked: [103, 293) = 190 µs in steps 2 and 3
+    # (in step 1 the GPU had not started yet: idle before its first activity is no gap) →
+    # 380 / 3 µs per step = 12.67 % → CRITICAL (≥ 10 %); the CPU wait (200 µs) is evidence
+    assert (f.cost_ms_per_step, f.cost_pct_of_step, f.severity, f.confidence) == (
+        0.127, 12.67, Severity.CRITICAL, 0.7)
+    assert f.title == ("1 copy per step uses pageable host memory: the GPU idles 0.127 ms/step while the CPU "
+                       "stages it")
     ev = f.evidence
-    assert (ev["copies_per_step"], ev["bytes_per_step"], ev["cpu_blocked_ms_per_step"]) == (1.0, 1_000_000, 0.2)
+    assert (ev["copies_per_step"], ev["bytes_per_step"], ev["cpu_wait_ms_per_step"]) == (1.0, 1_000_000, 0.2)
+    assert (ev["gpu_idle_owned_ms_per_step"], ev["copy_gpu_ms_per_step"]) == (0.127, 0.01)
     assert ev["by_kind"] == [{"kind": "HtoD", "count": 3, "bytes": 3_000_000, "cpu_ns": 600_000}]
     assert ev["top_call_sites"][0]["count"] == 3 and ev["top_call_sites"][0]["direction"] == "HtoD"
 
@@ -123,8 +129,9 @@ def test_pageable_memcpy_silent_when_pinned_or_below_threshold(call_us: float, m
 
 
 def test_pageable_memcpy_threshold_is_overridable() -> None:
-    found, _ = _run(_trace(_pageable_step(15)), config=Config({"pageable_memcpy.min_ms_per_step": 0.01}))
-    assert found["pageable_memcpy"].cost_ms_per_step == 0.015
+    # a 15 µs call [103, 118) whose copy runs [108, 118): the GPU idled 5 µs of it (steps 2, 3)
+    found, _ = _run(_trace(_pageable_step(15)), config=Config({"pageable_memcpy.min_ms_per_step": 0.001}))
+    assert found["pageable_memcpy"].cost_ms_per_step == 0.003
 
 
 def test_pageable_memcpy_not_applicable_on_rocm() -> None:
@@ -148,16 +155,19 @@ def _blocking_step(api: str) -> Callable[[_Ids, int], list[dict[str, Any]]]:
 
 
 def test_blocking_copies_fires_for_sync_api() -> None:
-    # GIVEN a cudaMemcpy (synchronous API) from pinned memory blocking 100 µs per step
+    # GIVEN a cudaMemcpy (synchronous API) from pinned memory blocking 100 µs [100, 200) per step,
+    # its copy on the GPU at [190, 195), the previous kernel done at 555 of the step before
     found, _ = _run(_trace(_blocking_step("cudaMemcpy")))
     f = _only(found, "blocking_copies")
-    # THEN 100 µs/step = 0.1 ms = 10 % → CRITICAL (critical_pct 10)
+    # THEN the GPU idles during the call and after it until the next kernel at 505 (the gap
+    # [195, 505) overlaps the call: a memcpy gap): ≥ 310 µs per step, capped by the 100 µs the CPU
+    # would gain without the block → 0.1 ms/step = 10 % → CRITICAL (critical_pct 10)
     assert (f.cost_ms_per_step, f.cost_pct_of_step, f.severity, f.confidence) == (0.1, 10.0, Severity.CRITICAL, 0.8)
-    assert f.title == "1 synchronous memcpy/memset call per step: the CPU blocks for 0.1 ms/step"
+    assert f.title == "1 synchronous memcpy/memset call per step: the GPU idles 0.1 ms/step"
     ev = f.evidence
-    assert (ev["calls_per_step"], ev["cpu_blocked_ms_per_step"], ev["copy_waits_per_step"]) == (1.0, 0.1, 0.0)
+    assert (ev["calls_per_step"], ev["cpu_wait_ms_per_step"], ev["copy_waits_per_step"]) == (1.0, 0.1, 0.0)
     assert ev["by_api"] == [{"api": "cudaMemcpy", "activity": "memcpy", "kind": "HtoD", "count": 3,
-                             "cpu_ns": 300_000, "bytes": 12_288}]
+                             "cpu_ns": 300_000, "bytes": 12_288, "gpu_ns": 15_000}]
 
 
 def test_blocking_copies_silent_for_async_api() -> None:
@@ -184,10 +194,38 @@ def test_explicit_sync_fires_with_min_of_idle_and_blocked() -> None:
     f = _only(found, "explicit_sync")
     # idle after = 755 − 555 = 200 µs, blocked 495 µs → cost min = 200 µs/step = 20 % → CRITICAL
     assert (f.cost_ms_per_step, f.cost_pct_of_step, f.severity) == (0.2, 20.0, Severity.CRITICAL)
-    assert f.title == "1 explicit synchronize call per step costs 0.2 ms/step"
+    assert f.title == "1 explicit synchronize call per step costs 0.2 ms/step of GPU idle"
     ev = f.evidence
-    assert (ev["syncs_per_step"], ev["cpu_blocked_ms_per_step"], ev["gpu_idle_after_ms_per_step"]) == (1.0, 0.495, 0.2)
+    assert (ev["syncs_per_step"], ev["cpu_wait_ms_per_step"], ev["gpu_idle_owned_ms_per_step"]) == (1.0, 0.495, 0.2)
     assert ev["top_call_sites"][0]["apis"] == "cudaDeviceSynchronize" and ev["top_call_sites"][0]["count"] == 3
+
+
+def test_sync_on_a_busy_gpu_costs_nothing() -> None:
+    # GIVEN a GPU 98.4 % busy: a 980 µs kernel per step, the CPU blocked 975 µs in
+    # cudaStreamSynchronize waiting for it, the next kernel queued right after the sync returns
+    def step(ids: _Ids, t0: int) -> list[dict[str, Any]]:
+        return _kernel(ids, t0, 980) + [_sync(t0 + 10, 975)] + _kernel(ids, t0 + 990, 4)
+    found, _ = _run(_trace(step), config=Config({"explicit_sync.min_ms_per_step": 0.0}))
+    f = found["explicit_sync"]
+    # THEN the cost is the 10 µs the GPU idled after the sync ([985, 995)), not the 975 µs wait
+    assert (f.cost_ms_per_step, f.evidence["cpu_wait_ms_per_step"]) == (0.01, 0.975)
+    # and at the default threshold (0.02 ms) it is not reported at all
+    found, _ = _run(_trace(step))
+    assert "explicit_sync" not in found
+
+
+def test_syncs_of_two_threads_draining_one_gap_price_it_once() -> None:
+    # GIVEN two threads both blocked in a synchronize until the GPU drains at 215, and the next
+    # kernel only at 305: one gap of 90 µs, seen after both syncs
+    def step(ids: _Ids, t0: int) -> list[dict[str, Any]]:
+        return (_kernel(ids, t0 + 10, 200) + [_sync(t0 + 20, 196), _x("cuda_runtime", "cudaDeviceSynchronize",
+                                                                      t0 + 30, 186, tid=200)]
+                + _kernel(ids, t0 + 300, 10))
+    found, _ = _run(_trace(step))
+    f = _only(found, "explicit_sync")
+    # THEN the gap is priced once (the later sync's span starts where the first one's ends)
+    assert (f.cost_ms_per_step, f.evidence["gpu_idle_owned_ms_per_step"]) == (0.09, 0.09)
+    assert f.evidence["cpu_wait_ms_per_step"] == 0.382
 
 
 def test_explicit_sync_silent_when_gpu_idles_briefly() -> None:
@@ -222,15 +260,18 @@ def _item_step(first: bool) -> Callable[[_Ids, int], list[dict[str, Any]]]:
 def test_item_sync_lead_covers_later_idle() -> None:
     found, _ = _run(_trace(_item_step(first=True)))
     f = _only(found, "item_sync")  # the pageable DtoH copies belong to item_sync, not pageable_memcpy
-    # blocked b = [296, 10], idle d = [47, 63]; covered C1 = min(47, 296) = 47,
-    # C2 = min(47 + 63, 296 + 10) = 110 → 110 µs/step (per-point min would say 47 + 10 = 57)
-    assert (f.cost_ms_per_step, f.cost_pct_of_step, f.severity, f.confidence) == (0.11, 11.0, Severity.CRITICAL, 0.7)
-    assert f.title == "2 host reads of device values per step (aten::item) stall the GPU queue: 0.11 ms/step"
+    # owned idle: item #1 [22, 365) holds the gap [317, 365) after its copy = 48 µs; item #2
+    # [382, 455) holds [382, 385) before its copy and [386, 455) after it = 72 µs.
+    # blocked b = [296, 10], idle d = [48, 72]; covered C1 = min(48, 296) = 48,
+    # C2 = min(48 + 72, 296 + 10) = 120 → 120 µs/step (per-point min would say 48 + 10 = 58)
+    assert (f.cost_ms_per_step, f.cost_pct_of_step, f.severity, f.confidence) == (0.12, 12.0, Severity.CRITICAL, 0.7)
+    assert f.title == ("2 host reads of device values per step (aten::item) stall the GPU queue: "
+                       "0.12 ms/step of GPU idle")
     ev = f.evidence
-    assert (ev["sync_points_per_step"], ev["cpu_blocked_ms_per_step"], ev["gpu_idle_after_ms_per_step"]) == (
-        2.0, 0.306, 0.11)
-    assert ev["by_cause"] == [{"cause": "aten::item", "count": 6, "blocked_ns": 918_000, "idle_after_ns": 330_000,
-                               "cost_ns": 330_000}]
+    assert (ev["sync_points_per_step"], ev["cpu_wait_ms_per_step"], ev["gpu_idle_owned_ms_per_step"]) == (
+        2.0, 0.306, 0.12)
+    assert ev["by_cause"] == [{"cause": "aten::item", "count": 6, "blocked_ns": 918_000, "gpu_idle_ns": 360_000,
+                               "cost_ns": 360_000}]
 
 
 def test_item_sync_silent_below_threshold() -> None:
@@ -261,25 +302,28 @@ def _mixed_step(ids: _Ids, t0: int) -> list[dict[str, Any]]:
 
 
 def test_each_blocking_call_priced_once() -> None:
-    found, _ = _run(_trace(_mixed_step))
+    found, _ = _run(_trace(_mixed_step), config=Config({"blocking_copies.min_ms_per_step": 0.01}))
     assert set(found) == {"explicit_sync", "item_sync", "blocking_copies", "pageable_memcpy"}
     ex, it, bc, pg = (found[k] for k in ("explicit_sync", "item_sync", "blocking_copies", "pageable_memcpy"))
-    # explicit: min(30, 195); item: min(33, 200) (its pageable DtoH is not pageable_memcpy's);
-    # blocking: cudaMemcpy 100 + min(32, 5) for the .cpu() stream sync; pageable: the HtoD call's 50
+    # GPU idle owned, capped by the CPU wait: explicit: gap [215, 245) = min(30, 195);
+    # item: gap [447, 485) = min(38, 200) (its pageable DtoH is not pageable_memcpy's);
+    # blocking: the cudaMemcpy's [587, 600) = min(13, 100) (the GPU ran K3 most of the call),
+    # plus the .cpu() point's [662, 670) and [671, 705) capped by its 5 µs sync = 5;
+    # pageable: [600, 640) and [650, 662) = min(52, 50)
     assert (ex.cost_ms_per_step, it.cost_ms_per_step, bc.cost_ms_per_step, pg.cost_ms_per_step) == (
-        0.03, 0.033, 0.105, 0.05)
+        0.03, 0.038, 0.018, 0.05)
     assert ex.evidence["syncs_per_step"] == 1.0  # the .cpu() sync is not an explicit one
     assert pg.evidence["copies_per_step"] == 1.0  # the item's pageable copy is not counted
     assert (bc.evidence["calls_per_step"], bc.evidence["copy_waits_per_step"]) == (1.0, 1.0)
     assert bc.title == ("1 synchronous memcpy/memset call and 1 copy waiting on the stream (non_blocking=False) "
-                        "per step: the CPU blocks for 0.105 ms/step")
-    # Blocked time per rule adds up to the blocking calls' time (195 + 200 + 100 + 5 + 50 µs), once
-    blocked = [ex.evidence["cpu_blocked_ms_per_step"], it.evidence["cpu_blocked_ms_per_step"],
-               bc.evidence["cpu_blocked_ms_per_step"], bc.evidence["copy_waits"][0]["blocked_ns"] / 3e6,
-               pg.evidence["cpu_blocked_ms_per_step"]]
-    assert blocked == [0.195, 0.2, 0.1, 0.005, 0.05] and sum(blocked) == pytest.approx(0.55)
-    for f in (ex, it, bc, pg):
-        assert f.cost_ms_per_step <= 0.2
+                        "per step: the GPU idles 0.018 ms/step")
+    # CPU wait per rule adds up to the blocking calls' time (195 + 200 + 100 + 5 + 50 µs), once
+    blocked = [ex.evidence["cpu_wait_ms_per_step"], it.evidence["cpu_wait_ms_per_step"],
+               bc.evidence["cpu_wait_ms_per_step"], pg.evidence["cpu_wait_ms_per_step"]]
+    assert blocked == [0.195, 0.2, 0.105, 0.05] and sum(blocked) == pytest.approx(0.55)
+    assert bc.evidence["copy_waits"][0]["blocked_ns"] == 15_000
+    # the four costs together never exceed the sync/memcpy idle of the step
+    assert sum(f.cost_ms_per_step for f in (ex, it, bc, pg)) <= 0.2
 
 
 # --------------------------------------------------------------------------------------------
@@ -299,17 +343,27 @@ def _htod_step(n: int, call_us: float) -> Callable[[_Ids, int], list[dict[str, A
 def test_htod_in_step_fires_above_ten_per_step() -> None:
     found, _ = _run(_trace(_htod_step(12, 4)))
     f = _only(found, "htod_in_step")
-    # 12 copies × (4 µs CPU + 2 µs GPU) = 72 µs/step = 7.2 % ≥ 5 % → WARNING
-    assert (f.cost_ms_per_step, f.cost_pct_of_step, f.severity, f.confidence) == (0.072, 7.2, Severity.WARNING, 0.4)
-    assert f.title == "12 host-to-device copies per step (0.072 ms/step of copy time)"
+    # 12 copies × 2 µs of GPU time, none hidden under a kernel = 24 µs/step = 2.4 % < 5 % → INFO
+    # (it fires on the count, > 10); the 4 µs CPU launch of each is evidence, not cost
+    assert (f.cost_ms_per_step, f.cost_pct_of_step, f.severity, f.confidence) == (0.024, 2.4, Severity.INFO, 0.4)
+    assert f.title == "12 host-to-device copies per step (0.024 ms/step of GPU copy time)"
     ev = f.evidence
-    assert (ev["copies_per_step"], ev["bytes_per_step"], ev["gpu_ms_per_step"], ev["cpu_ms_per_step"]) == (
+    assert (ev["copies_per_step"], ev["bytes_per_step"], ev["gpu_ms_per_step"], ev["cpu_launch_ms_per_step"]) == (
         12.0, 48, 0.024, 0.048)
-    assert (ev["host_blocking_per_step"], ev["copy_ms_per_step"]) == (0.0, 0.072)
+    assert (ev["host_blocking_per_step"], ev["copy_gpu_ms_per_step"]) == (0.0, 0.024)
+
+
+def test_htod_in_step_copies_hidden_under_compute_cost_nothing() -> None:
+    # the same 12 copies per step, all while a long kernel runs: the GPU hides them
+    def step(ids: _Ids, t0: int) -> list[dict[str, Any]]:
+        return _kernel(ids, t0, 600) + _htod_step(12, 4)(ids, t0)[:-2]
+    found, _ = _run(_trace(step))
+    f = _only(found, "htod_in_step")
+    assert (f.cost_ms_per_step, f.evidence["gpu_ms_per_step"]) == (0.0, 0.024)
 
 
 def test_htod_in_step_silent_at_ten_per_step_below_time_share() -> None:
-    # 10 per step (not > 10) and 10 × (2 + 2) = 40 µs = 4 % < 5 %
+    # 10 per step (not > 10) and 10 × 2 µs GPU = 20 µs = 2 % < 5 %
     found, _ = _run(_trace(_htod_step(10, 2)))
     assert found == {}
 
@@ -461,6 +515,19 @@ def test_optimizer_not_fused_for_loop() -> None:
     assert (f.evidence["implementation"], f.evidence["kernels_per_step"], f.evidence["optimizer_pct_of_step"]) == (
         "for-loop", 12.0, 30.0)
     assert "fused=True" in f.code_hint and "AdamW" in f.code_hint
+
+
+def test_optimizer_behind_a_busy_gpu_costs_at_most_the_idle() -> None:
+    # the same for-loop optimizer (300 µs of CPU, 12 × 3 µs kernels), but a 590 µs kernel queued
+    # first keeps the GPU busy while the optimizer's CPU range runs: the GPU is 99 % busy, idle
+    # (15 + 10 + 10) / 3 = 11.7 µs per step. A fused optimizer can give the GPU back at most its
+    # kernels' 36 µs plus that idle: 0.7 × min(300, 36 + 11.7) = 33 µs, not 0.7 × 300 = 210 µs
+    def step(ids: _Ids, t0: int) -> list[dict[str, Any]]:
+        return _kernel(ids, t0 + 5, 590) + _opt_step(["aten::add_"])(ids, t0)
+    found, _ = _run(_trace(step))
+    f = _only(found, "optimizer_not_fused")
+    assert (f.evidence["optimizer_ms_per_step"], f.evidence["optimizer_gpu_ms_per_step"]) == (0.3, 0.036)
+    assert f.cost_ms_per_step == 0.033
 
 
 def test_optimizer_foreach_is_info_and_fused_silent() -> None:

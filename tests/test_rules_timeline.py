@@ -203,10 +203,14 @@ def test_dataloader_single_process_on_gpu() -> None:
     assert f.severity == Severity.WARNING
     assert f.title == ("The step waits for input data: 0.25 ms/step in the DataLoader (25.0 % of the median step), "
                        "single-process loader (num_workers=0)")
-    assert (f.cost_ms_per_step, f.cost_pct_of_step, f.confidence) == (0.25, 25.0, 0.9)
+    # cost: the GPU idle of the data-loader gaps [t0-40, t0+260), split per step and capped by
+    # the step's 250 µs in the loader: step 1 holds the 40 µs tail of step 2's gap (its own start
+    # is before the GPU's first activity: no gap), step 2 min(40 + 260, 250), step 3
+    # min(260, 250) → 540 / 3 = 180 µs/step
+    assert (f.cost_ms_per_step, f.cost_pct_of_step, f.confidence) == (0.18, 18.0, 0.9)
     ev = f.evidence
     assert ev["dataloader_ms_by_step"] == {"1": 0.25, "2": 0.25, "3": 0.25}
-    assert ev["exposed_ms_per_step"] == 0.25 and ev["single_process"] is True and ev["iterators"] == [DL_SINGLE]
+    assert ev["gpu_idle_owned_ms_per_step"] == 0.18 and ev["single_process"] is True and ev["iterators"] == [DL_SINGLE]
     assert "num_workers" in f.fix and "pin_memory=True" in f.fix
 
 
@@ -222,7 +226,8 @@ def test_dataloader_peak_step_named_and_critical() -> None:
     assert f.severity == Severity.CRITICAL
     assert f.title == ("The step waits for input data: 0.3 ms/step in the DataLoader (30.0 % of the median step); "
                        "up to 0.7 ms on step #3")
-    assert f.cost_ms_per_step == 0.3 and f.evidence["single_process"] is False
+    # GPU idle owned per step, capped by the loader time: 40, min(110 + 40, 100), min(710, 700)
+    assert f.cost_ms_per_step == 0.28 and f.evidence["single_process"] is False
 
 
 def test_dataloader_severity_floor_thresholds_and_override() -> None:
@@ -232,6 +237,7 @@ def test_dataloader_severity_floor_thresholds_and_override() -> None:
     # 40 µs = 4 %: below min_pct_of_step (5), silent ... unless the bar is lowered
     _silent(_loader([40] * 3), "dataloader_bottleneck")
     f = _one(_loader([40] * 3), "dataloader_bottleneck", **{"dataloader_bottleneck.min_pct_of_step": 3})
+    # the data-loader gaps hold 40 + 90 + 50 µs, each step capped by its 40 µs in the loader
     assert (f.severity, f.cost_ms_per_step, f.cost_pct_of_step) == (Severity.INFO, 0.04, 4.0)
 
 
@@ -408,6 +414,19 @@ def test_step_outlier_with_the_category_that_grew() -> None:
     assert ev["step_ms"] == {"1": 1.0, "2": 1.0, "3": 1.8, "4": 1.0, "5": 1.0}
     assert ev["outlier_excess_ms_by_category"]["dataloader"] == 0.8
     assert ev["outlier_excess_ms_by_category"]["kernel"] == 0.0
+
+
+def test_step_outlier_with_more_gpu_work_costs_no_gpu_time() -> None:
+    # step 3 is 1.8× the median because its kernel runs 1290 µs instead of 490: the GPU idles as
+    # long as in the other steps (500 µs), so steadier pacing gives the GPU nothing back
+    t = Trace()
+    t0 = 0.0
+    for n, dur in enumerate([1000, 1000, 1800, 1000, 1000], start=1):
+        t.step(n, t0, dur, gpu_copy=False)
+        t.launch(t0 + 1, 2, t0 + 10, 1290 if n == 3 else 490)
+        t0 += dur
+    f = _one(t, "step_outliers")
+    assert (f.severity, f.cost_ms_per_step, f.evidence["excess_ms_per_step"]) == (Severity.INFO, 0.0, 0.16)
 
 
 def test_step_outliers_silent_at_the_factor_and_override() -> None:

@@ -56,6 +56,26 @@ def _item(ts: float, corr: int, memcpy: str = "Memcpy DtoH (Device -> Pageable)"
     return ev
 
 
+def test_idle_after_is_counted_once_and_inside_its_step() -> None:
+    # GIVEN two .item() in a row draining into the same gap, at the end of step 1, and the next
+    # kernel only in step 2 (the data loader ran in between)
+    ev = [_x("user_annotation", "ProfilerStep#1", 0, 400), _x("user_annotation", "ProfilerStep#2", 400, 600)]
+    ev += _kernel(10, 100, 1)
+    ev += _item(150, 10)  # calls end at 180 and 220
+    ev += _item(250, 20)  # calls end at 280 and 320 (its DtoH copy runs at 285)
+    ev += _kernel(900, 50, 30)
+    # WHEN
+    s = _run(_model(ev))
+    # THEN the first point's idle ends at the second's DtoH copy (285 µs); the second sees
+    # the idle up to the kernel at 900 µs, but only its part inside step 1 (to 400) counts
+    assert s.points["idle_after_ns"].to_list() == [65_000, 580_000]
+    assert s.points["idle_after_excl_ns"].to_list() == [65_000, 80_000]
+    ps = s.per_step.row(0, named=True)
+    assert ps["idle_after_ns"] == 145_000 and ps["pct_idle_after"] == pytest.approx(36.25)
+    assert s.totals["idle_after_ns"] == 145_000
+    assert all(v <= 100 for v in s.per_step["pct_idle_after"].to_list())
+
+
 def test_item_is_one_point_with_blocked_time_and_idle_after() -> None:
     # GIVEN a step: a kernel, then loss.item() at train.py:61, then the next kernel 200 µs later
     ev = [_x("user_annotation", "ProfilerStep#3", 0, 1000)]

@@ -136,7 +136,7 @@ class CopiesResult:
                     "Per step (mean)",
                     f"{ps['copies'].mean():,.1f} copies, {fmt_bytes(ps['bytes'].mean())}, "
                     f"GPU {fmt_ns(ps['gpu_ns'].mean())} ({(ps['pct_gpu'].mean() or 0):.2f} % of step), "
-                    f"CPU {fmt_ns(ps['cpu_ns'].mean())} ({(ps['pct_cpu'].mean() or 0):.2f} %)",
+                    f"CPU {fmt_ns(ps['cpu_ns'].mean())} ({(ps['pct_cpu'].mean() or 0):.2f} % of step)",
                 )
             )
         if self.by_site.height:
@@ -431,6 +431,8 @@ def copies(model: TraceModel, results: Results, config: Config) -> CopiesResult:
         "step", "activity", "name", "kind", "host_memory", "bytes", pl.col("ts_ns").alias("gpu_ts_ns"),
         pl.col("dur_ns").alias("gpu_ns"), "gbps", "device", "stream", "correlation", "api", "api_mode",
         pl.col("api_dur_ns").alias("cpu_ns"), "host_blocking", "copy_id",
+        # the issuing call on its thread: where the host blocked (the copy rules' cost windows)
+        "api_ts_ns", pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64),
     ).sort("gpu_ts_ns")
     return CopiesResult(
         totals=totals,

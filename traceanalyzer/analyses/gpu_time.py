@@ -200,14 +200,16 @@ class GpuTimeResult:
             parts = ", ".join(
                 f"{c} {pct(r[f'{c}_ns'], w) or 0:.1f} %" for c in (*DEVICE_CATEGORIES, "idle")
             )
-            out.append((f"GPU {r['device']} busy", f"{r['busy_pct'] or 0:.1f} % of {ms(w)} ({parts})"))
+            out.append((f"GPU {r['device']} busy (all step windows)",
+                        f"{r['busy_pct'] or 0:.1f} % of {ms(w)} ({parts} of the windows)"))
         if self.tb_average:
             total = self.tb_average.get("total_ns") or 0
             top = sorted(
                 ((k[:-3], v) for k, v in self.tb_average.items() if k != "total_ns"), key=lambda kv: -kv[1]
             )[:4]
             out.append(
-                ("Step breakdown (tb_plugin)", ", ".join(f"{k} {pct(v, total) or 0:.1f} %" for k, v in top))
+                ("Step breakdown (tb_plugin)",
+                 ", ".join(f"{k} {pct(v, total) or 0:.1f} %" for k, v in top) + " of the mean steady step")
             )
         return out
 

@@ -27,6 +27,13 @@ Causes (one per gap; per-gap overlaps are computed on the launching process)
 * ``other`` — queued with the device idle (waiting on another device or a collective
   peer, or device-side launch latency), or no launch call found.
 
+Per step (``per_step``): every device gap is **split across the step windows it spans**
+(a gap from the end of step 1 into step 2 puts each part in its own step), so a step's
+``idle_ns`` is the gap time inside its window; ``n_gaps`` counts the gap pieces. Window
+time on a device before its first or after its last activity is idle but lies in no gap:
+it is ``outside_gaps_ns``. Per (window, device), ``idle_ns + outside_gaps_ns`` equals
+``gpu_time``'s ``idle_ns``. The gap listings keep each gap whole, under the step it starts in.
+
 CPU attribution: each gap with a launch is attributed to the deepest CPU interval
 (CPU op, user annotation or Python frame) covering the gap's midpoint on the launching
 thread (``cpu_context``), and separately to the deepest user annotation. Aggregates
@@ -74,7 +81,7 @@ class IdleGapsResult:
     stream_gaps: pl.DataFrame
     per_device: pl.DataFrame  # device, n_gaps, idle_ns, <cause>_ns …
     per_stream: pl.DataFrame  # device, stream, n_gaps, idle_ns, queued_ns, <cause>_ns …
-    per_step: pl.DataFrame  # window, step, device, n_gaps, idle_ns, <cause>_ns …
+    per_step: pl.DataFrame  # window, step, device, n_gaps, idle_ns, <cause>_ns …, outside_gaps_ns
     histogram: pl.DataFrame  # device, bin, lo_ns, hi_ns, count, total_ns
     attribution: pl.DataFrame  # long gaps grouped by deepest CPU context
     attribution_annotation: pl.DataFrame  # long gaps grouped by deepest user annotation
@@ -103,7 +110,7 @@ class IdleGapsResult:
             causes = ", ".join(
                 f"{c} {pct(r[f'{c}_ns'], idle) or 0:.0f} %" for c in CAUSES if r.get(f"{c}_ns")
             )
-            out.append((f"GPU {r['device']} gaps", f"{r['n_gaps']:,} gaps, {ms(idle)} idle ({causes})"))
+            out.append((f"GPU {r['device']} gaps", f"{r['n_gaps']:,} gaps, {ms(idle)} idle in gaps ({causes} of gap idle)"))
         if self.attribution.height:
             top = self.attribution.row(0, named=True)
             out.append(
@@ -281,6 +288,55 @@ def _attribute_points(pts: pl.DataFrame, model: TraceModel) -> pl.DataFrame:
     ])
 
 
+def _split_by_window(gaps: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """The pieces of each gap inside each step window it overlaps: ``window, step, device,
+    dur_ns`` (the piece's length), ``cause``, ``queued``. Windows are disjoint and sorted, so
+    the windows a gap ``[a, b)`` overlaps are a contiguous index range, found by two binary
+    searches; a gap spans few windows, so exploding that range stays small."""
+    w = windows.sort("start_ns")
+    if gaps.is_empty() or w.is_empty():
+        return pl.DataFrame(schema={"window": pl.Int64, "step": pl.Int64, "device": gaps.schema.get("device", pl.Int64),
+                                    "dur_ns": pl.Int64, "cause": pl.String, "queued": pl.Boolean})
+    ws, we = w["start_ns"], w["end_ns"]
+    a, b = gaps["start_ns"], gaps["end_ns"]
+    lo = we.search_sorted(a, side="right").cast(pl.Int64)  # first window ending after a
+    hi = ws.search_sorted(b, side="left").cast(pl.Int64) - 1  # last window starting before b
+    pieces = (
+        gaps.select("device", "start_ns", "end_ns", "cause", "queued")
+        .with_columns(_i=pl.int_ranges(lo, pl.max_horizontal(lo, hi + 1)))
+        .explode("_i")
+        .filter(pl.col("_i").is_not_null())
+    )
+    wi = w.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("_i"), "window", "step",
+                  pl.col("start_ns").alias("_ws"), pl.col("end_ns").alias("_we"))
+    pieces = pieces.join(wi, on="_i", how="inner").with_columns(
+        dur_ns=(pl.min_horizontal("end_ns", "_we") - pl.max_horizontal("start_ns", "_ws")).cast(pl.Int64)
+    ).filter(pl.col("dur_ns") > 0)
+    return pieces.select("window", "step", "device", "dur_ns", "cause", "queued")
+
+
+def _per_step(gaps: pl.DataFrame, windows: pl.DataFrame, dev_m: pl.DataFrame) -> pl.DataFrame:
+    """Idle per (window, device): gap pieces by cause, plus the window time before the
+    device's first / after its last activity (``outside_gaps_ns``). One row per window and
+    device that has any activity in the trace."""
+    per = _per(_split_by_window(gaps, windows), ["window", "step", "device"])
+    if dev_m.is_empty() or windows.is_empty():
+        return per.with_columns(outside_gaps_ns=pl.lit(0, pl.Int64))
+    span = dev_m.group_by("device").agg(_first=pl.col("start_ns").min(), _last=pl.col("end_ns").max())
+    grid = span.join(windows.select("window", "step", "start_ns", "end_ns"), how="cross").with_columns(
+        outside_gaps_ns=(
+            (pl.min_horizontal("end_ns", "_first") - pl.col("start_ns")).clip(lower_bound=0)
+            + (pl.col("end_ns") - pl.max_horizontal("start_ns", "_last")).clip(lower_bound=0)
+            # a window with no activity of the device at all: both terms count it, keep it once
+            - (pl.min_horizontal("end_ns", "_first") - pl.max_horizontal("start_ns", "_last")).clip(lower_bound=0)
+        ).cast(pl.Int64)
+    ).select("window", "step", pl.col("device").cast(per.schema["device"]), "outside_gaps_ns")
+    zero = [c for c in per.columns if c not in ("window", "step", "device")]
+    out = grid.join(per.drop("step"), on=["window", "device"], how="left").with_columns(
+        [pl.col(c).fill_null(0).cast(pl.Int64) for c in zero])
+    return out.select(*per.columns, "outside_gaps_ns").sort(["window", "device"])
+
+
 def _per(gaps: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     aggs = [pl.len().cast(pl.Int64).alias("n_gaps"), pl.col("dur_ns").sum().alias("idle_ns")]
     aggs += [pl.col("dur_ns").filter(pl.col("cause") == c).sum().alias(f"{c}_ns") for c in CAUSES]
@@ -321,6 +377,8 @@ def idle_gaps(model: TraceModel, results: Results, config: Config) -> IdleGapsRe
     # The shared union when the stream / length filters above dropped nothing.
     dev_m = device_union(model) if act.height == n_dev else merge_intervals(act, by=["device"])
     dgaps = _next_activity(gaps_between(dev_m, ["device"]), act, ["device"])
+    # first / last activity per device, for the window idle outside any gap (per_step)
+    dev_gpu = dev_m.group_by("device").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
     host = _host_unions(model, tol_ns)
     dgaps = _classify(dgaps, launch, host, None)
     dgaps = assign_steps(dgaps, sr, "start_ns").sort(["device", "start_ns"])
@@ -343,7 +401,7 @@ def idle_gaps(model: TraceModel, results: Results, config: Config) -> IdleGapsRe
 
     per_device = _per(dgaps, ["device"])
     per_stream = _per(sgaps, ["device", "stream"])
-    per_step = _per(dgaps.filter(pl.col("window").is_not_null()), ["window", "step", "device"])
+    per_step = _per_step(dgaps, sr.windows(), dev_gpu)
 
     hists = [
         histogram(dgaps.filter(pl.col("device") == d)["dur_ns"], LOG_BINS_NS).with_columns(device=pl.lit(d, pl.Int64))

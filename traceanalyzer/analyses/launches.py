@@ -95,7 +95,7 @@ class LaunchesResult:
                          + (f" ({self.n_unjoined_calls:,} calls without captured GPU work)" if self.n_unjoined_calls else "")),
             ("Launch call (CPU)", f"median {us(self.cpu_dur_ns['median'])}, p95 {us(self.cpu_dur_ns['p95'])}"),
             ("Launch delay", f"median {us(self.launch_delay_ns['median'])}, p95 {us(self.launch_delay_ns['p95'])}"),
-            ("Shorter than their launch", f"{self.n_shorter_than_launch:,} ({pct(self.n_shorter_than_launch, self.n_joined) or 0:.1f} %)"),
+            ("Shorter than their launch", f"{self.n_shorter_than_launch:,} ({pct(self.n_shorter_than_launch, self.n_joined) or 0:.1f} % of launched kernels)"),
         ]
         if self.n_graph_launches:
             out.append(("CUDA-graph launches", f"{self.n_graph_launches:,} replaying {self.n_graph_kernels:,} kernels"))

@@ -156,7 +156,8 @@ class OpsResult:
         ]
         if cls.height:
             out.append(("Kernel time by class", ", ".join(
-                f"{r['klass']} {r['total_ns'] * 100.0 / total:.1f} %" for r in cls.head(5).iter_rows(named=True))))
+                f"{r['klass']} {r['total_ns'] * 100.0 / total:.1f} %" for r in cls.head(5).iter_rows(named=True))
+                + " of kernel time"))
         return out
 
     def tables(self) -> dict[str, pl.DataFrame]:

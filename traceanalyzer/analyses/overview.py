@@ -58,14 +58,17 @@ class OverviewResult:
         }
 
     def summary(self) -> list[tuple[str, str]]:
-        busy = "n/a (no GPU activity)" if self.gpu_busy_pct is None else f"{self.gpu_busy_pct:.1f} %"
+        # Over the whole trace (first to last GPU activity), not the steady steps that gpu_time
+        # and diagnosis use: the label says so, so the two figures are not read as one.
+        busy = ("n/a (no GPU activity)" if self.gpu_busy_pct is None
+                else f"{self.gpu_busy_pct:.1f} % of the whole trace's GPU window (first to last GPU activity)")
         steps = (
             f"{self.n_steps} ({self.step_numbers[0]}–{self.step_numbers[-1]})" if self.n_steps else "none"
         )
         return [
             ("Steps", steps),
             ("Trace span", f"{self.span_ns / 1e6:,.3f} ms"),
-            ("GPU busy", busy),
+            ("GPU busy (whole trace)", busy),
             ("Kernels", f"{self.counts.get('kernels', 0):,}"),
             ("Memcpy / memset", f"{self.counts.get('memcpy', 0):,} / {self.counts.get('memset', 0):,}"),
             ("Runtime calls", f"{self.counts.get('runtime', 0):,}"),

@@ -25,6 +25,12 @@ Definitions (``docs/copies_and_syncs.md`` has the long form)
   latter syncs only for boolean masks and is shown as ``aten::index (boolean mask)``),
   else the outermost CPU op around the call (``aten::to`` for ``.cpu()``), else the API
   itself (``torch.cuda.synchronize()`` has no op).
+* **GPU idle after, per step** (``idle_after_ns`` of ``per_step``, ``by_cause``, ``by_site`` and
+  the totals; ``idle_after_excl_ns`` of a point): the idle after each point counted once and
+  inside its own step. Several points can drain into the same gap (two ``.item()`` in a row
+  both see the idle up to the next kernel): a point's share stops where the next point (any
+  thread) ends, and at the end of its step window. So the per-step figure never exceeds the
+  step (``pct_idle_after`` is % of the step window).
 * A **sync point** is one cause instance: an ``aten::item`` (or a ``.cpu()``'s ``aten::to``)
   that issued a DtoH copy and a stream sync is one point with two calls. Hotspot counts
   are sync points.
@@ -226,6 +232,21 @@ def _idle_after(model: TraceModel, calls: pl.DataFrame) -> pl.Series:
     return c.with_columns(idle_after_ns=idle).sort("_row")["idle_after_ns"]
 
 
+def _exclusive_idle(points: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Add ``idle_after_excl_ns``: the idle after each point, ``[end, end + idle_after)``, cut
+    at the end of the next point (by end time, any thread) and at the end of the point's step
+    window. The pieces of one window are disjoint, so their sum is at most the window."""
+    w_end = windows.select("window", pl.col("end_ns").alias("_wend"))
+    p = points.with_row_index("_r").join(w_end, on="window", how="left").sort("end_ns", "_r")
+    hi = pl.col("end_ns") + pl.col("idle_after_ns")
+    hi = pl.min_horizontal(hi, pl.col("end_ns").shift(-1).fill_null(hi))
+    hi = pl.min_horizontal(hi, pl.col("_wend").fill_null(hi))
+    p = p.with_columns(
+        idle_after_excl_ns=pl.when(pl.col("idle_after_ns").is_null()).then(None)
+        .otherwise((hi - pl.col("end_ns")).clip(lower_bound=0)).cast(pl.Int64))
+    return p.sort("_r").drop("_r", "_wend")
+
+
 def _hotspots(points: pl.DataFrame, keys: list[str], n_steps: int | None, extra: list[pl.Expr]) -> pl.DataFrame:
     per_step = (
         (pl.col("window").is_not_null().sum() / n_steps).round(2) if n_steps else pl.lit(None, dtype=pl.Float64)
@@ -240,7 +261,7 @@ def _hotspots(points: pl.DataFrame, keys: list[str], n_steps: int | None, extra:
             blocked_ns=pl.col("blocked_ns").sum(),
             mean_blocked_ns=pl.col("blocked_ns").mean().round(0).cast(pl.Int64),
             max_blocked_ns=pl.col("blocked_ns").max(),
-            idle_after_ns=pl.col("idle_after_ns").sum(),
+            idle_after_ns=pl.col("idle_after_excl_ns").sum(),
         )
         .sort(["blocked_ns", "count", *keys], descending=[True, True, *([False] * len(keys))], nulls_last=True)
     )
@@ -312,6 +333,7 @@ def syncs(model: TraceModel, results: Results, config: Config) -> SyncsResult:
             n_calls=pl.len().cast(pl.Int64),
             blocked_ns=pl.col("dur_ns").sum(),
             idle_after_ns=pl.col("idle_after_ns").last(),
+            end_ns=(pl.col("ts_ns") + pl.col("dur_ns")).max(),
             site=pl.col("site").first(),
             via=pl.col("via").first(),
             site_kind=pl.col("site_kind").first(),
@@ -319,6 +341,7 @@ def syncs(model: TraceModel, results: Results, config: Config) -> SyncsResult:
         )
         .drop("point")
     )
+    points = _exclusive_idle(points, windows)
 
     by_cause = _hotspots(points, ["cause"], n_steps, [pl.col("apis").unique().sort().str.join(", ").alias("apis")])
     by_site = _hotspots(
@@ -341,7 +364,7 @@ def syncs(model: TraceModel, results: Results, config: Config) -> SyncsResult:
                 sync_points=pl.len().cast(pl.Int64),
                 sync_calls=pl.col("n_calls").sum(),
                 blocked_ns=pl.col("blocked_ns").sum(),
-                idle_after_ns=pl.col("idle_after_ns").sum(),
+                idle_after_ns=pl.col("idle_after_excl_ns").sum(),
             ),
             on="window",
             how="left",
@@ -366,14 +389,14 @@ def syncs(model: TraceModel, results: Results, config: Config) -> SyncsResult:
         "calls_by_kind": dict(calls.group_by("sync_kind").len().sort("sync_kind").iter_rows()),
         "calls_by_api": dict(calls.group_by("api").len().sort("api").iter_rows()),
         "blocked_ns": int(calls["dur_ns"].sum() or 0),
-        "idle_after_ns": int(points["idle_after_ns"].sum() or 0),
+        "idle_after_ns": int(points["idle_after_excl_ns"].sum() or 0),
         "implied_ops": imp_outer.height,
         "implied_ops_with_sync": int(imp_with_sync),
         "implied_ops_without_sync": int(imp_outer.height - imp_with_sync),
         "gpu_sync_records": int(model.other_events.filter(pl.col("cat") == "cuda_sync").height),
         "window_ns": window_total,
         "pct_blocked_of_steps": pct(int(in_w["blocked_ns"].sum() or 0), window_total),
-        "pct_idle_after_of_steps": pct(int(in_w["idle_after_ns"].sum() or 0), window_total),
+        "pct_idle_after_of_steps": pct(int(in_w["idle_after_excl_ns"].sum() or 0), window_total),
     }
     return SyncsResult(
         totals=totals,
@@ -381,7 +404,8 @@ def syncs(model: TraceModel, results: Results, config: Config) -> SyncsResult:
         by_site=by_site,
         per_step=per_step,
         points=points.select(
-            "step", "ts_ns", "cause", "apis", "kinds", "n_calls", "blocked_ns", "idle_after_ns", "site", "via",
+            "step", "ts_ns", "cause", "apis", "kinds", "n_calls", "blocked_ns", "idle_after_ns", "idle_after_excl_ns",
+            "site", "via",
             "site_kind", "chain",
         ),
         calls=calls.select(

@@ -464,8 +464,11 @@ def timeline_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
 
 @chart("idle_gaps", section="idle_gaps", title="GPU idle time by cause", order=30)
 def idle_causes_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
-    """Left: idle time per step stacked by cause (ms). Right: where the idle time lies
-    by gap length (total idle per length bin, gap counts on the bars)."""
+    """Left: idle time per step stacked by cause (ms), plus the window time before the first /
+    after the last activity (``outside_gaps_ns``): as ``idle_gaps.per_step`` gives it (each gap
+    split across the steps it spans), so a step's bar is ``gpu_time``'s idle of that step (summed
+    over devices). Right: where the idle time lies by gap length (total idle per length bin,
+    gap counts on the bars)."""
     ps = getattr(res, "per_step", None)
     hist = getattr(res, "histogram", None)
     if ps is None or ps.height == 0:
@@ -475,7 +478,7 @@ def idle_causes_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
                            figsize=(FIGSIZE[0] + (2.4 if has_hist else 0), FIGSIZE[1]),
                            gridspec_kw={"width_ratios": [3, 2]} if has_hist else {})
     ax = axes[0][0]
-    agg = ps.group_by("window", "step").agg([pl.col(f"{c}_ns").sum().alias(c) for c in CAUSE_COLORS
+    agg = ps.group_by("window", "step").agg([pl.col(f"{c}_ns").sum().alias(c) for c in (*CAUSE_COLORS, "outside_gaps")
                                              if f"{c}_ns" in ps.columns]).sort("window")
     labels = _step_labels(agg["step"].to_list(), agg["window"].to_list())
     x = list(range(agg.height))
@@ -488,6 +491,12 @@ def idle_causes_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
             continue
         ax.bar(x, vals, bottom=bottom, color=color, label=CAUSE_LABELS[cause], width=0.8 if agg.height > 1 else 0.4)
         bottom = [b + v for b, v in zip(bottom, vals)]
+    if "outside_gaps" in agg.columns:
+        vals = [_ms(v) for v in agg["outside_gaps"].to_list()]
+        if any(vals):
+            ax.bar(x, vals, bottom=bottom, color=IDLE, label="no GPU work yet / any more",
+                   width=0.8 if agg.height > 1 else 0.4)
+            bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_ylim(0, max(bottom) * 1.12 if bottom and max(bottom) > 0 else 1)
     _thin_ticks(ax, labels)
     ax.set_title("Idle time per step, by cause", fontsize=12, fontweight="normal", loc="left")

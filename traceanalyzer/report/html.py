@@ -402,7 +402,7 @@ def _cost(f: Any) -> str:
     if f.cost_ms_per_step is not None:
         s = f"{f.cost_ms_per_step:,.2f} ms/step"
         if f.cost_pct_of_step is not None:
-            s += f" ({f.cost_pct_of_step:.1f} %)"
+            s += f" ({f.cost_pct_of_step:.1f} % of median step)"
         return s
     if f.cost_bytes is not None:
         return fmt_bytes(f.cost_bytes)
@@ -437,9 +437,10 @@ def _findings(report: Report, ids: _Ids, t0: int | None) -> str:
         out.append('<p class="doc">No findings: none of the checks that could run found a problem.</p>')
     else:
         out.append(f'<p class="doc">{len(report.findings)} finding{"s" if len(report.findings) != 1 else ""}, '
-                   "ranked by estimated cost (time per step, then memory). Each cost is what fixing that "
-                   "finding alone could buy; findings can price the same time from different angles, so the "
-                   "costs do not add up.</p>")
+                   "ranked by estimated cost (GPU time lost per step, then memory). A time cost is GPU idle the fix "
+                   "would fill or GPU work it would remove (% of the median step), never a CPU wait on a busy GPU. "
+                   "Each cost is what fixing that finding alone could buy; findings can price the same time "
+                   "from different angles, so the costs do not add up.</p>")
     for i, f in enumerate(report.findings, 1):
         sev = str(f.severity)
         conf = f" · confidence {f.confidence:.0%}" if f.confidence < 1 else ""

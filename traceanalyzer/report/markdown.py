@@ -52,15 +52,18 @@ OFFENDERS: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
 
 # Several rules may price the same idle time from different angles (e.g. host-bound gaps and
 # launch-bound kernels); summing the column would double count, so the report says so.
-OVERLAP_NOTE = ("Ranked by estimated cost. Each cost is what fixing that finding alone could buy; "
-                "findings can price the same time from different angles, so the costs do not add up.")
+OVERLAP_NOTE = ("Ranked by estimated cost. A time cost is GPU time lost per step (GPU idle the fix would fill, "
+                "or GPU work it would remove; % of the median step), never a CPU wait on a busy GPU. Each cost is "
+                "what fixing that finding alone could buy; the host-sync, copy, data-loader and host-bound "
+                "findings price disjoint idle, the others may price the same time from another angle, so the "
+                "costs do not add up (docs/costs.md).")
 
 
 def _cost(f: Any) -> str:
     if f.cost_ms_per_step is not None:
         cost = f"{f.cost_ms_per_step:,.2f} ms"
         if f.cost_pct_of_step is not None:
-            cost += f" ({f.cost_pct_of_step:.1f} %)"
+            cost += f" ({f.cost_pct_of_step:.1f} % of median step)"
         return cost
     if f.cost_bytes is not None:
         return fmt_bytes(f.cost_bytes)

@@ -68,6 +68,16 @@ def per_step_ns(df: pl.DataFrame, col: str, results: Mapping[str, Any], by: str 
     return total / n_steady(results)
 
 
+def gpu_idle_per_step_ns(results: Mapping[str, Any]) -> float | None:
+    """Mean idle per steady step of the busiest device (``gpu_time``); None without it. A CPU-side
+    saving can give the GPU back at most this (plus the GPU work it removes)."""
+    gt = results.get("gpu_time") if hasattr(results, "get") else None
+    if gt is None or gt.per_device.is_empty():
+        return None
+    dev = gt.per_device.sort(["busy_ns", "device"], descending=[True, False])["device"][0]
+    return per_step_ns(gt.per_step.filter(pl.col("device") == dev), "idle_ns", results)
+
+
 def pct_of_step(ns: float, results: Mapping[str, Any]) -> float | None:
     med = median_step_ns(results)
     return round(ns * 100.0 / med, 2) if med > 0 else None

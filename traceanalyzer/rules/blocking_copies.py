@@ -12,7 +12,7 @@ import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._hostsync import implied_correlations, priced, sync_points
+from traceanalyzer.rules._hostsync import implied_correlations, owned
 from traceanalyzer.rules._util import (
     fmt_count,
     implied_sync,
@@ -26,7 +26,7 @@ from traceanalyzer.rules._util import (
 )
 
 
-@rule("blocking_copies", needs=("steps", "copies"), severity=Severity.WARNING,
+@rule("blocking_copies", needs=("steps", "copies", "idle_gaps"), severity=Severity.WARNING,
       params={"min_ms_per_step": 0.05, "critical_pct": 10.0})
 def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
     """Synchronous memcpy/memset API calls in the step (cudaMemcpy, hipMemcpy, cudaMemset …).
@@ -44,10 +44,11 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         for throughput). INFO below 0.5 % of the median step, WARNING from it, CRITICAL from
         ``critical_pct`` (10) %.
     Cost
-        The CPU time of the synchronous calls plus, for the copy ops' own synchronize calls, the
-        GPU idle after them that the CPU could have covered (as ``explicit_sync``; one alone:
-        min(GPU idle after it, CPU blocked in it)), summed over the steady steps and divided by
-        their number (confidence 0.8).
+        GPU time lost, never the CPU's wait: the GPU idle these calls and copy waits cause, per
+        steady step — the sync/blocking-copy gaps of the primary device from each call to the
+        next blocking event or the end of its step, capped by the time the CPU was blocked in
+        it (``docs/costs.md``). A blocking copy behind a busy GPU costs ~0. Confidence 0.8; the
+        CPU wait (``cpu_wait_ms_per_step``) is evidence.
     Fix
         Use asynchronous copies on a stream with pinned buffers (``non_blocking=True``); avoid
         ``.cpu()``/``.numpy()``/``.tolist()`` of device tensors inside the loop.
@@ -56,39 +57,44 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     tr = steady(c.transfers, results, by="step").filter(
         (pl.col("api_mode") == "sync") & (pl.col("host_memory") != "pageable"))
     tr = tr.filter(~pl.col("correlation").is_in(implied_correlations(results)).fill_null(False))
-    pts = priced(sync_points(results), "blocking_copies", blocked="explicit_blocked_ns")
-    if tr.is_empty() and pts.is_empty():
+    ev = owned(results, "blocking_copies")
+    # copy calls come from ``copies`` (no call site), copy-op waits from ``syncs`` (with one)
+    is_call = pl.col("site").is_null()
+    calls_ev, waits_ev = ev.filter(is_call), ev.filter(~is_call)
+    if tr.is_empty() and waits_ev.is_empty():
         return
     n = n_steady(results)
-    cpu = float(tr["cpu_ns"].fill_null(0).sum()) / n
-    wait = float(pts["cost_ns"].sum()) / n if pts.height else 0.0
-    cost = cpu + wait
+    cost = float(ev["cost_ns"].sum() or 0) / n if ev.height else 0.0
     if cost < params.min_ms_per_step * 1e6:
         return
+    cpu = float(tr["cpu_ns"].fill_null(0).sum()) / n
+    wait_cpu = float(waits_ev["blocked_ns"].sum() or 0) / n if waits_ev.height else 0.0
+    idle = float(ev["idle_ns"].sum() or 0) / n if ev.height else 0.0
     pct = pct_of_step(cost, results)
     by_api = (tr.group_by("api", "activity", "kind").agg(count=pl.len().cast(pl.Int64), cpu_ns=pl.col("cpu_ns").sum(),
-                                                           bytes=pl.col("bytes").sum())
+                                                           bytes=pl.col("bytes").sum(), gpu_ns=pl.col("gpu_ns").sum())
               .sort(["cpu_ns", "api"], descending=[True, False]).head(5).to_dicts())
     sites = steady(c.copies, results, by="step").filter(
         (pl.col("api_mode") == "sync") & (pl.col("host_memory").fill_null("") != "pageable")
         & ~implied_sync(pl.col("op")))
     top = (sites.group_by("site").agg(count=pl.len().cast(pl.Int64), cpu_ns=pl.col("cpu_ns").sum())
            .sort(["cpu_ns", "site"], descending=[True, False], nulls_last=True).head(5).to_dicts())
-    waits = (pts.group_by("site", "cause").agg(count=pl.len().cast(pl.Int64),
-                                              blocked_ns=pl.col("explicit_blocked_ns").sum(),
-                                              idle_after_ns=pl.col("idle_excl_ns").sum(), cost_ns=pl.col("cost_ns").sum())
+    waits = (waits_ev.group_by("site", "cause").agg(count=pl.len().cast(pl.Int64),
+                                                   blocked_ns=pl.col("blocked_ns").sum(),
+                                                   gpu_idle_ns=pl.col("idle_ns").sum(), cost_ns=pl.col("cost_ns").sum())
              .sort(["cost_ns", "site"], descending=[True, False], nulls_last=True).head(5).to_dicts())
-    calls, ops = tr.height / n, pts.height / n
+    calls, ops = tr.height / n, waits_ev.height / n
     parts = []
     if tr.height:
         parts.append(f"{fmt_count(calls)} synchronous memcpy/memset {plural(calls, 'call', 'calls')}")
-    if pts.height:
+    if waits_ev.height:
         parts.append(f"{fmt_count(ops)} {plural(ops, 'copy', 'copies')} waiting on the stream (non_blocking=False)")
     yield time_finding(
         "blocking_copies", severity_for(pct, 0.5, params.critical_pct),
-        f"{' and '.join(parts)} per step: the CPU blocks for {ms(cost)} ms/step",
-        {"calls_per_step": round(calls, 2), "cpu_blocked_ms_per_step": ms(cpu), "by_api": by_api,
-         "copy_waits_per_step": round(ops, 2), "copy_wait_cost_ms_per_step": ms(wait), "copy_waits": waits,
+        f"{' and '.join(parts)} per step: the GPU idles {ms(cost)} ms/step",
+        {"calls_per_step": round(calls, 2), "cpu_wait_ms_per_step": ms(cpu + wait_cpu),
+         "gpu_idle_owned_ms_per_step": ms(idle), "by_api": by_api,
+         "copy_waits_per_step": round(ops, 2), "copy_waits": waits,
          "top_call_sites": top, "stack_hint": c.stack_hint},
         "Issue copies asynchronously on a stream from pinned buffers (tensor.to(device, non_blocking=True)); "
         "keep results on the device instead of .cpu()/.numpy()/.tolist() inside the loop.",

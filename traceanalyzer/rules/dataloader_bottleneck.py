@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
+import polars as pl
+
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
+from traceanalyzer.rules._hostsync import primary_device
 from traceanalyzer.rules._util import ms, pct_of_step, per_step_ns, severity_for, steady, time_finding
 
 
@@ -30,10 +33,13 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         INFO below ``warning_pct`` (10) %, WARNING from it, CRITICAL from ``critical_pct``
         (30) %; with a single-process loader at least WARNING.
     Cost
-        With GPU activity: tb_plugin's exclusive "dataloader" time per steady step (data
-        loading while no kernel, copy, memset, collective or runtime call runs: the GPU
-        truly waited), confidence 0.9. CPU-only trace: the data-loading time itself,
-        confidence 0.7.
+        With GPU activity: GPU time lost — the idle of the ``idle_gaps`` gaps whose cause is
+        ``data_loader`` (a DataLoader range overlapped the gap more than any sync or blocking
+        copy) on the primary device, capped per step by the time in the DataLoader, per steady
+        step (confidence 0.9); without ``idle_gaps``,
+        tb_plugin's exclusive "dataloader" time (data loading while nothing else runs). Data
+        loading while the GPU is busy costs nothing. CPU-only trace: the data-loading time
+        itself (the CPU is the device, confidence 0.7). The time in the DataLoader is evidence.
     Fix
         ``DataLoader(num_workers=N, persistent_workers=True, prefetch_factor=…)`` (and
         ``pin_memory=True`` when training on a GPU); cheaper decoding/augmentation or on the GPU.
@@ -49,7 +55,16 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     cost, conf = dl, 0.7
     gt = results.get("gpu_time")
     on_gpu = gt is not None
-    if on_gpu and gt.tb_breakdown.height and "dataloader_ns" in gt.tb_breakdown.columns:
+    ig = results.get("idle_gaps")
+    dev = primary_device(results)
+    if on_gpu and ig is not None and dev is not None and "data_loader_ns" in ig.per_step.columns:
+        # per step, capped by the time in the DataLoader: a gap the loader overlaps can be longer
+        # than the loading (the CPU idled before it too), and a faster loader gives back no more
+        rows = ig.per_step.filter(pl.col("device") == dev).select("window", "data_loader_ns").join(
+            o.dataloader.select("window", "dataloader_ns"), on="window", how="left").select(
+            "window", pl.min_horizontal("data_loader_ns", pl.col("dataloader_ns").fill_null(0)).alias("owned_ns"))
+        cost, conf = per_step_ns(rows, "owned_ns", results), 0.9
+    elif on_gpu and gt.tb_breakdown.height and "dataloader_ns" in gt.tb_breakdown.columns:
         cost, conf = per_step_ns(gt.tb_breakdown, "dataloader_ns", results), 0.9
     by_step = steady(o.dataloader, results).sort("window")
     worst = by_step.sort(["dataloader_ns", "window"], descending=[True, False]).row(0, named=True)
@@ -67,7 +82,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         "dataloader_bottleneck", sev,
         f"The step waits for input data: {ms(dl)} ms/step in the DataLoader ({pct:.1f} % of the median step)"
         f"{what}{peak}",
-        {"dataloader_ms_per_step": ms(dl), "pct_of_step": pct, "exposed_ms_per_step": ms(cost),
+        {"dataloader_ms_per_step": ms(dl), "pct_of_step": pct, "gpu_idle_owned_ms_per_step": ms(cost),
          "dataloader_ms_by_step": {str(s): ms(v) for s, v in by_step.select("step", "dataloader_ns").iter_rows()},
          "iterators": list(o.dataloader_iters), "single_process": single},
         fix,

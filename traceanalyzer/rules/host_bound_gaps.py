@@ -27,7 +27,8 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         ``idle_gaps``: device gaps whose cause is ``host_bound`` (the next work was launched
         only after the device drained, and no sync, blocking copy or DataLoader range
         overlaps the gap — those have their own rules), summed over the steady steps (a gap
-        belongs to the step it starts in), on the device where they are largest. Evidence
+        spanning a step boundary is split between the steps), on the device where they are
+        largest. Evidence
         names the CPU context (deepest op / annotation / Python frame at the gap's midpoint
         on the launching thread) of those gaps and the longest gaps.
     Threshold
@@ -36,9 +37,11 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         timeline without naming a cause; we fire earlier because the cause is named. INFO
         below ``warning_pct`` (10) %, WARNING from it, CRITICAL from ``critical_pct`` (30) %.
     Cost
-        The host-bound idle time per steady step (confidence 0.7: the CPU work may not all be
-        removable). In launch-bound steps (many tiny kernels) the same idle is also priced
-        by ``launch_bound_kernels``.
+        GPU time lost: the host-bound idle time per steady step (confidence 0.7: the CPU work
+        may not all be removable). It owns the ``host_bound`` gaps; the sync, blocking-copy and
+        data-loader gaps belong to their rules, so these costs add up to at most the idle.
+        In launch-bound steps (many tiny kernels) the same idle is also priced by
+        ``launch_bound_kernels`` / ``kernel_count`` (another fix for it, not additive).
     Fix
         Reduce Python/CPU work between launches on the launching thread (the contexts
         listed), move logging/metrics off the step; torch.compile (and CUDA/HIP graphs on

@@ -12,7 +12,7 @@ import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._util import fmt_count, ms, n_steady, pct_of_step, steady, time_finding
+from traceanalyzer.rules._util import fmt_count, ms, n_steady, pct_of_step, per_step_ns, steady, time_finding
 
 
 @rule("htod_in_step", needs=("steps", "copies"), severity=Severity.INFO,
@@ -30,11 +30,13 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         to ``pageable_memcpy`` / ``dataloader_bottleneck``. WARNING from ``max_pct_of_step``,
         else INFO.
     Cost
-        GPU + CPU time of the copies that do not block the host, summed over the steady steps
-        and divided by their number (confidence 0.4: an upper bound, copies may overlap
-        compute). Host-blocking copies (pageable memory, synchronous APIs) are counted but
-        priced by ``pageable_memcpy`` / ``blocking_copies``, not twice (the title gives the time of
-        all of them).
+        GPU time that creating the data on the device would remove: the GPU time of the copies
+        that do not block the host, per steady step, capped by the copy time the GPU did not
+        hide under kernels (``gpu_time``'s exposed ``memcpy`` of the primary device; confidence
+        0.4). Their CPU launch time is evidence, not cost (a CPU issuing copies to a busy GPU
+        loses nothing). Host-blocking copies (pageable memory, synchronous APIs) are counted but
+        priced by ``pageable_memcpy`` / ``blocking_copies``, not twice (the title gives the GPU
+        time of all of them).
     Fix
         Create tensors directly on the device (``torch.zeros(..., device="cuda")``), cache
         constants/masks/tables on the GPU once, move the whole batch in one call.
@@ -48,8 +50,12 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     free = cp.filter(~pl.col("host_blocking").fill_null(False))
     gpu = float(free["gpu_ns"].fill_null(0).sum()) / n
     cpu = float(free["cpu_ns"].fill_null(0).sum()) / n
-    cost = gpu + cpu
-    every = (float(cp["gpu_ns"].fill_null(0).sum()) + float(cp["cpu_ns"].fill_null(0).sum())) / n
+    cost = gpu
+    gt = results.get("gpu_time")
+    if gt is not None and gt.per_device.height:
+        dev = gt.per_device.sort(["busy_ns", "device"], descending=[True, False])["device"][0]
+        cost = min(gpu, per_step_ns(gt.per_step.filter(pl.col("device") == dev), "memcpy_ns", results))
+    every = float(cp["gpu_ns"].fill_null(0).sum()) / n
     pct = pct_of_step(cost, results) or 0.0
     if count <= params.max_per_step and (count < params.min_count_for_time or pct < params.max_pct_of_step):
         return
@@ -59,10 +65,10 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     sev = Severity.WARNING if pct >= params.max_pct_of_step else Severity.INFO
     yield time_finding(
         "htod_in_step", sev,
-        f"{fmt_count(count)} host-to-device copies per step ({ms(every)} ms/step of copy time)",
+        f"{fmt_count(count)} host-to-device copies per step ({ms(every)} ms/step of GPU copy time)",
         {"copies_per_step": round(count, 2), "bytes_per_step": int(float(cp["bytes"].fill_null(0).sum()) / n),
-         "host_blocking_per_step": round((cp.height - free.height) / n, 2), "copy_ms_per_step": ms(every),
-         "gpu_ms_per_step": ms(gpu), "cpu_ms_per_step": ms(cpu), "top_call_sites": top,
+         "host_blocking_per_step": round((cp.height - free.height) / n, 2), "copy_gpu_ms_per_step": ms(every),
+         "gpu_ms_per_step": ms(gpu), "cpu_launch_ms_per_step": ms(cpu), "top_call_sites": top,
          "stack_hint": c.stack_hint},
         "Create tensors directly on the device, cache constants (masks, position ids, lookup tables) on the "
         "GPU once outside the loop, and move each batch with a single pinned, non_blocking copy.",

@@ -33,8 +33,10 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         cost (~5–20 µs of CPU, HTA) dominates. INFO.
     Cost
         min(eager kernels per step × median launch CPU time, idle per step of the least busy
-        device): the launch overhead that can no longer hide behind GPU work (confidence
-        0.3: an estimate, the fusion ratio is unknown). None without launch times.
+        device): the launch overhead that can no longer hide behind GPU work, i.e. GPU idle
+        that fewer launches would fill (confidence 0.3: an estimate, the fusion ratio is
+        unknown). The same idle as ``host_bound_gaps`` / ``launch_bound_kernels`` (not
+        additive). None without launch times.
     Fix
         torch.compile (fuses elementwise chains), foreach/fused optimizers, fused layers;
         CUDA/HIP graphs on NVIDIA/AMD; a compiled run or one replaying graphs is told what it

@@ -48,8 +48,9 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         Σ over the launch-bound steady steps of min(CPU time in their launch calls, idle time
         of their least busy device), divided by the number of steady steps: launching fewer
         kernels cannot give back more idle than the launch calls take (confidence 0.6:
-        graphs and fusion remove most launch overhead, not all). The same idle also shows as
-        ``host_bound_gaps``.
+        graphs and fusion remove most launch overhead, not all). GPU time: the GPU idle that
+        fewer launches would fill. The same idle also shows as ``host_bound_gaps`` (another
+        fix for it: the two costs are not additive).
     Fix
         NVIDIA/AMD: capture the step in a CUDA/HIP graph (``torch.compile(mode=
         "reduce-overhead")`` or ``torch.cuda.CUDAGraph``); every vendor: fuse small ops

@@ -49,7 +49,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         ``ProfilerStep#`` the window is the whole trace, setup included): the upper bound of
         what removing every wait could buy (confidence 0.5: some idle is unavoidable; the
         host-bound / data-loader / sync findings name the causes and price their share, so
-        this cost overlaps theirs).
+        this cost overlaps theirs: it is the umbrella, not one more cause).
     Fix
         Remove what the GPU waits for (the largest idle cause is named), then give it more
         work per launch: a larger batch, overlapped data loading, fewer host syncs,
@@ -80,7 +80,8 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         if gaps is not None:
             g = gaps.filter(pl.col("device") == device)
             causes = {c: per_step_ns(g, f"{c}_ns", results) for c in _CAUSES}
-            causes["outside_gaps"] = max(idle - per_step_ns(g, "idle_ns", results), 0.0)
+            causes["outside_gaps"] = (per_step_ns(g, "outside_gaps_ns", results) if "outside_gaps_ns" in g.columns
+                                      else max(idle - per_step_ns(g, "idle_ns", results), 0.0))
             ranked = sorted(((c, v) for c, v in causes.items() if v > 0), key=lambda cv: -cv[1])
             ev["idle_ms_per_step_by_cause"] = {c: ms(v) for c, v in ranked}
             ev["see_rules"] = [_CAUSE_RULES[c] for c, _ in ranked if c in _CAUSE_RULES]

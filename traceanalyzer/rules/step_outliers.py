@@ -24,6 +24,22 @@ _CATEGORIES = {
 }
 
 
+def _gpu_excess(results: Mapping[str, Any], out: pl.DataFrame, ok_windows: list[int], med: float) -> float | None:
+    """GPU idle the outlier steps add on the primary device, per steady step (see the Cost);
+    None without ``gpu_time``."""
+    gt = results.get("gpu_time") if hasattr(results, "get") else None
+    if gt is None or gt.per_step.is_empty() or gt.per_device.is_empty() or not ok_windows:
+        return None
+    dev = gt.per_device.sort(["busy_ns", "device"], descending=[True, False])["device"][0]
+    idle = gt.per_step.filter(pl.col("device") == dev).select("window", "idle_ns")
+    ref = idle.filter(pl.col("window").is_in(ok_windows))["idle_ns"].to_list()
+    base = float(statistics.median(ref)) if ref else 0.0
+    rows = out.select("window", "dur_ns").join(idle, on="window", how="left").with_columns(
+        pl.col("idle_ns").fill_null(0))
+    extra = sum(min(max(float(i) - base, 0.0), float(d) - med) for d, i in rows.select("dur_ns", "idle_ns").iter_rows())
+    return extra / n_steady(results)
+
+
 def _excess_by_category(results: Mapping[str, Any], out_windows: list[int], ok_windows: list[int]) -> dict[str, float]:
     """Per tb_plugin category: Σ over the outlier steps of (their time − the median of the other
     steady steps), ns. Empty without the ``gpu_time`` breakdown."""
@@ -62,10 +78,15 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         * warm-up: any warm-up step → INFO (it is excluded from every statistic; the profile
           schedule should skip it: ``schedule(wait=1, warmup=1, active=N)``).
     Cost
-        Outliers: Σ (outlier − median) / steady steps — what steady pacing would save per step
-        on average (confidence 0.5: the cause may be outside the program, e.g. GC, I/O, other
-        processes; a named category such as data loading is also priced by its own rule).
-        Warm-up: none (it does not recur).
+        Outliers, with GPU activity: the GPU idle they add — Σ over the outlier steps of
+        (their idle on the primary device − the median idle of the other steady steps),
+        each capped by (outlier − median step), / steady steps: what steady pacing would give
+        the GPU back per step on average (a step slower because the GPU had more work loses
+        no GPU time). CPU-only trace: Σ (outlier − median) / steady steps (wall time). The
+        wall-time excess is evidence (``excess_ms_per_step``). Confidence 0.5: the cause may be
+        outside the program (GC, I/O, other processes); a named category such as data loading
+        is also priced by its own rule (the same idle, not additive). Warm-up: none (it does
+        not recur).
     Fix
         Look at the slow steps' timelines (GC pauses, recompilation, data stalls, allocator
         growth, checkpointing); for warm-up, profile with a schedule that skips it.
@@ -80,7 +101,9 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         out = steady.filter(is_out)
         if out.height:
             excess = float((out["dur_ns"] - med).sum()) / n_steady(results)
-            pct = pct_of_step(excess, results) or 0.0
+            cost = _gpu_excess(results, out, steady.filter(~is_out)["window"].to_list(), med)
+            cost = excess if cost is None else cost
+            pct = pct_of_step(cost, results) or 0.0
             cats = _excess_by_category(results, out["window"].to_list(), steady.filter(~is_out)["window"].to_list())
             top = next(iter(cats.items()), None)
             spent = ""
@@ -96,12 +119,13 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
                 {"outliers": [{"step": r["step"], "dur_ms": ms(r["dur_ns"]), "x_median": round(r["dur_ns"] / med, 2)}
                               for r in out.iter_rows(named=True)],
                  "step_ms": {str(s): ms(d) for s, d in steady.select("step", "dur_ns").iter_rows()},
+                 "excess_ms_per_step": ms(excess),
                  "outlier_excess_ms_by_category": {c: ms(v) for c, v in cats.items()}},
                 "Open the slow steps' timelines: garbage-collection pauses (gc.freeze / gc.disable in the loop), "
                 "recompilation (torch._dynamo recompiles), data-loader stalls, allocator growth (cudaMalloc), "
                 "checkpointing or logging on some steps.",
                 "torch._logging.set_logs(recompiles=True)  # and gc.freeze() after warm-up",
-                excess, results, confidence=0.5,
+                cost, results, confidence=0.5,
             )
     if sr.warmup_steps and med > 0:
         warm = sr.table.filter(pl.col("is_warmup"))

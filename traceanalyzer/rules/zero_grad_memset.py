@@ -13,7 +13,7 @@ import polars as pl
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._util import fmt_count, ms, per_step_ns, plural, time_finding
+from traceanalyzer.rules._util import fmt_count, gpu_idle_per_step_ns, ms, per_step_ns, plural, time_finding
 
 
 @rule("zero_grad_memset", needs=("steps", "ops"), severity=Severity.INFO, params={"min_fills_per_step": 1.0})
@@ -29,8 +29,9 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     Threshold
         ≥ ``min_fills_per_step`` (1) fill per step (tuning guide; tb_plugin's "optimize zero_grad").
     Cost
-        The larger of the zero_grad CPU range time and the fills' GPU time, per steady step
-        (confidence 0.8).
+        GPU time: the fills' GPU time, or the zero_grad CPU range time as far as the GPU could
+        use it (at most the fills' GPU time + the GPU idle per step of the busiest device), per
+        steady step (confidence 0.8). Without GPU activity, the larger of the two.
     Fix
         ``optimizer.zero_grad(set_to_none=True)`` (the default since PyTorch 2.0).
     """
@@ -43,13 +44,16 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         return
     cpu = per_step_ns(o.optimizer, "zero_grad_ns", results)
     gpu = per_step_ns(o.optimizer, "zero_grad_gpu_ns", results)
+    idle = gpu_idle_per_step_ns(results)
+    # GPU time: the fills' GPU time, or the CPU range as far as the GPU idles (never more)
+    cost = max(cpu, gpu) if idle is None else max(gpu, min(cpu, gpu + idle))
     yield time_finding(
         "zero_grad_memset", Severity.INFO,
-        f"zero_grad() launches {fmt_count(fills)} memset/fill {plural(fills, 'kernel', 'kernels')} per step ({ms(max(cpu, gpu))} ms/step)",
+        f"zero_grad() launches {fmt_count(fills)} memset/fill {plural(fills, 'kernel', 'kernels')} per step ({ms(cost)} ms/step)",
         {"fills_per_step": round(fills, 1), "zero_grad_cpu_ms_per_step": ms(cpu),
          "zero_grad_gpu_ms_per_step": ms(gpu), "optimizer": list(o.optimizer_names)},
         "Set gradients to None instead of zeroing them: optimizer.zero_grad(set_to_none=True) "
         "(default since PyTorch 2.0); the next backward allocates them fresh.",
         "optimizer.zero_grad(set_to_none=True)",
-        max(cpu, gpu), results, confidence=0.8,
+        cost, results, confidence=0.8,
     )
