@@ -387,3 +387,21 @@ def test_rules_doc_covers_every_rule() -> None:
     # Docstring terms become bold headings, their bodies plain paragraphs (not code blocks).
     section = text[text.index("\n### oom\n"):]
     assert "\n**Signal**\n\nSnapshot (``memory_oom``)" in section
+
+
+def test_reporting_floor_holds_back_cheap_warnings_and_lists_them() -> None:
+    """A warning costing under rules.min_cost_pct % of the step leaves the ranked findings for
+    below_floor; info findings, byte costs and findings without a time cost stay."""
+    from traceanalyzer.rules import Finding, Severity, below_floor
+
+    def f(sev: Severity, pct: float | None, nbytes: int | None = None) -> Finding:
+        return Finding("x", sev, "t", {}, "fix", cost_ms_per_step=None if pct is None else pct / 10,
+                       cost_pct_of_step=pct, cost_bytes=nbytes)
+
+    assert below_floor(f(Severity.WARNING, 0.05), 1.0)
+    assert below_floor(f(Severity.CRITICAL, 0.99), 1.0)
+    assert not below_floor(f(Severity.WARNING, 1.0), 1.0)
+    assert not below_floor(f(Severity.INFO, 0.05), 1.0)
+    assert not below_floor(f(Severity.WARNING, None), 1.0)
+    assert not below_floor(f(Severity.WARNING, 0.05, nbytes=10), 1.0)
+    assert not below_floor(f(Severity.WARNING, 0.05), 0.0)  # --set rules.min_cost_pct=0 shows everything

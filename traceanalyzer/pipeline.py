@@ -34,6 +34,7 @@ def build_report(model: Any, config: Config | None = None, source: str | None = 
         meta=meta,
         results=results,
         findings=outcome.findings,
+        below_floor=outcome.below_floor,
         not_run=outcome.not_run,
         rule_failures=outcome.failed,
         warnings=tuple(getattr(model, "warnings", ())),

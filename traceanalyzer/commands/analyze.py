@@ -60,6 +60,9 @@ def terminal_summary(report: Report, top_findings: int = 5) -> str:
             else:
                 cost = ""
             lines.append(f"    [{f.severity}] {shorten(f.title, 80)}  {cost}")
+    if report.below_floor:
+        lines.append(f"  {len(report.below_floor)} more finding(s) under the reporting floor (rules.min_cost_pct): "
+                     + ", ".join(dict.fromkeys(f.rule_id for f in report.below_floor)))
     for name, why in sorted({**report.results.failed, **report.rule_failures}.items()):
         lines.append(click.style(f"  warning: check {name} failed (internal error, please report): "
                                  f"{shorten(why, 100)}", fg="yellow"))

@@ -35,7 +35,7 @@ def build_memory_report(path: str, config_path: str | None = None, assignments: 
                    if k in specs and set(specs[k].needs + specs[k].needs_any) & set(_TRACE_MEMORY)}
     return Report(
         source=path, kind=model.kind, meta=model.meta.to_json(), results=results,
-        findings=outcome.findings, not_run=not_run, rule_failures=outcome.failed,
+        findings=outcome.findings, below_floor=outcome.below_floor, not_run=not_run, rule_failures=outcome.failed,
         warnings=tuple(getattr(model, "warnings", ())),
     )
 

@@ -56,6 +56,8 @@ def _analysis_keys() -> dict[str, frozenset[str]]:
             keys.setdefault(owner, set()).add(param)
     # The runner's own setting (traceanalyzer.analyses.run_analyses): how many at once.
     keys.setdefault("analyses", set()).add("workers")
+    # The rule engine's own setting (traceanalyzer.rules.run_rules): the reporting floor.
+    keys.setdefault("rules", set()).add("min_cost_pct")
     return {k: frozenset(v) for k, v in keys.items() if k not in unreadable}
 
 

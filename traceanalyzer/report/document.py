@@ -24,7 +24,8 @@ class Report:
 
     ``source`` is the input path as given; ``kind`` the model kind (``trace``,
     ``snapshot`` …); ``meta`` the model's metadata as JSON; ``findings`` ranked by
-    cost; ``not_run`` maps rule ids to why they could not decide; ``warnings`` are
+    cost; ``below_floor`` the warnings whose cost is under the reporting floor
+    (``rules.min_cost_pct``); ``not_run`` maps rule ids to why they could not decide; ``warnings`` are
     the loader's repairs and skips.
     """
 
@@ -33,6 +34,7 @@ class Report:
     meta: dict[str, Any]
     results: Results
     findings: list[Finding] = field(default_factory=list)
+    below_floor: list[Finding] = field(default_factory=list)
     not_run: dict[str, str] = field(default_factory=dict)
     rule_failures: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
@@ -43,6 +45,14 @@ class Report:
         names = sorted(self.results.values, key=lambda n: (specs[n].order if n in specs else 999, n))
         return [(n, specs[n].title if n in specs else n, self.results[n]) for n in names]
 
+    def floor_line(self) -> str | None:
+        """One line naming the findings held under the reporting floor (None when there are none)."""
+        if not self.below_floor:
+            return None
+        ids = ", ".join(dict.fromkeys(f.rule_id for f in self.below_floor))
+        return (f"{len(self.below_floor)} more finding(s) cost under the reporting floor (rules.min_cost_pct, "
+                f"% of the median step) and are listed in summary.json under findings_below_floor: {ids}")
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema_version": JSON_SCHEMA_VERSION,
@@ -52,6 +62,7 @@ class Report:
             "meta": self.meta,
             "warnings": list(self.warnings),
             "findings": [f.to_json() for f in self.findings],
+            "findings_below_floor": [f.to_json() for f in self.below_floor],
             "analyses": {name: result.to_json() for name, _, result in self.sections()},
             "skipped_analyses": dict(sorted(self.results.skipped.items())),
             "failed_analyses": dict(sorted(self.results.failed.items())),

@@ -455,6 +455,9 @@ def _findings(report: Report, ids: _Ids, t0: int | None) -> str:
         if f.evidence:
             out.append(f"<details><summary>Evidence</summary>{_evidence(f.evidence, ids, t0)}</details>")
         out.append("</div>")
+    floor = report.floor_line()
+    if floor:
+        out.append(f'<p class="doc">{esc(floor)}.</p>')
     out.append("</section>")
     return "".join(out)
 

@@ -118,6 +118,9 @@ def to_markdown(report: Report, top_rows: int = TOP_ROWS) -> str:
             )
     else:
         lines.append("No findings: none of the checks that could run found a problem.")
+    floor = report.floor_line()
+    if floor:
+        lines += ["", f"_{md_escape(floor)}._"]
     lines.append("")
 
     sections = report.sections()

@@ -23,6 +23,13 @@ A rule is one module in this package with one decorated function::
 * The docstring is its documentation (``traceanalyzer rules`` prints it).
 
 Findings are ranked by estimated cost: ms per step first, then bytes, then severity.
+
+The reporting floor: a warning or critical finding whose cost is known and under
+``rules.min_cost_pct`` (:data:`MIN_COST_PCT`, 1 % of the median steady step) is not worth a
+reader's time next to the others. It is kept out of the ranked findings and listed in
+:attr:`RuleOutcome.below_floor` (``findings_below_floor`` in summary.json, one line in the
+other formats), so nothing is lost. Info findings and findings priced in bytes or without a
+time cost are never held back.
 """
 
 from __future__ import annotations
@@ -173,11 +180,24 @@ def registry() -> dict[str, RuleSpec]:
 
 @dataclass
 class RuleOutcome:
-    """Findings ranked by cost, plus the rules that could not run and why."""
+    """Findings ranked by cost, those under the reporting floor, and the rules that could not
+    run and why."""
 
     findings: list[Finding] = field(default_factory=list)
+    below_floor: list[Finding] = field(default_factory=list)
     not_run: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+
+
+#: The reporting floor (% of the median steady step): see the module docstring.
+MIN_COST_PCT = 1.0
+
+
+def below_floor(f: Finding, floor_pct: float) -> bool:
+    """True for a warning/critical finding whose time cost is known and under ``floor_pct`` % of
+    the step (and which is not priced in bytes)."""
+    return (f.severity >= Severity.WARNING and f.cost_bytes is None and f.cost_pct_of_step is not None
+            and f.cost_pct_of_step < floor_pct)
 
 
 # The input kind each analysis comes from, in words, for "could not run" reasons.
@@ -217,11 +237,13 @@ def run_rules(results: Any, config: Config | None = None, strict: bool = False) 
 
     ``results`` is an :class:`~traceanalyzer.analyses.Results`; its ``skipped`` and
     ``failed`` reasons explain rules that cannot run. Every registered rule ends up in
-    exactly one place: it produced findings or stayed silent (it ran and found nothing),
+    exactly one place: it produced findings (ranked, or under the reporting floor) or stayed
+    silent (it ran and found nothing),
     ``not_run`` (its input is absent, with the reason) or ``failed`` (it raised: a bug).
     With ``strict`` a failing rule's exception propagates (tests use it).
     """
     config = config or Config()
+    floor_pct = float(config.get("rules.min_cost_pct", MIN_COST_PCT))
     out = RuleOutcome()
     for rid, spec in sorted(registry().items()):
         missing = [n for n in spec.needs if n not in results]
@@ -242,8 +264,10 @@ def run_rules(results: Any, config: Config | None = None, strict: bool = False) 
                 raise
             out.failed[rid] = f"{type(exc).__name__}: {exc}"
             continue
-        out.findings.extend(found)
+        out.findings.extend(f for f in found if not below_floor(f, floor_pct))
+        out.below_floor.extend(f for f in found if below_floor(f, floor_pct))
     out.findings.sort(key=Finding.sort_key)
+    out.below_floor.sort(key=Finding.sort_key)
     return out
 
 
