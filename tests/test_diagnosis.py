@@ -237,3 +237,20 @@ def test_mostly_busy_gpu_with_small_losses_is_gpu_bound(productive: float, cause
     row.update({f"{c}_ns": int(causes.get(c, 0.0) * 1000) for c in LOST_CAUSES})
     out = apply_verdicts(pl.DataFrame([row]), 90.0, 50.0, 85.0, 15.0)
     assert out["verdict"][0] == verdict
+
+
+def test_stepless_trace_is_judged_over_the_device_active_span() -> None:
+    """Without ProfilerStep# ranges the whole trace is the window: the idle before the device's
+    first activity (profiler start-up, or work queued that the trace does not explain) and after
+    its last is left out of the GPU verdict, which is judged over the active span and says so."""
+    t = Trace()
+    t.op("prepare", 0, 1500)  # the host prepares inputs, then launches once and idles
+    for i in range(20):
+        t.launch(1500 + i, 5, 8000 + i * 500, 480, name="ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn")
+    t.op("tail", 19000, 1000)
+    res = run_analyses(t.model(), strict=True)
+    d = res["diagnosis"]
+    assert d.verdict == "compute_bound"
+    assert d.base_label == "GPU 0's active span"
+    assert d.breakdown["dur_ns"] == ns(19 * 500 + 480)  # first kernel start to last kernel end
+    assert "active span" in d.verdict_line() and any("left out" in n for n in d.notes)

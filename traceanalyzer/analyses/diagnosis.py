@@ -209,6 +209,7 @@ class DiagnosisResult:
     notes: tuple[str, ...]
     primary_device: int | None
     top_cause: str | None = None
+    base_label: str = "the step"  # what share_pct is a share of
     phase_tables: dict[str, pl.DataFrame] = field(default_factory=dict)
     thresholds: dict[str, float] = field(default_factory=dict)
 
@@ -234,6 +235,8 @@ class DiagnosisResult:
         }[self.verdict]
         if self.verdict == "capture_only":
             return f"{self.label}: the trace records graph capture and no replay, so no steady state to judge"
+        if self.base_label != "the step":
+            what = what.replace("of the step", f"of {self.base_label}", 1)
         return f"{self.label}: {self.share_pct:.1f} % {what}" + (f" ({agree})" if agree else "")
 
     def ops_lines(self, n: int = 3) -> list[str]:
@@ -302,6 +305,7 @@ class DiagnosisResult:
             "baseline": self.baseline,
             "primary_device": self.primary_device,
             "top_cause": self.top_cause,
+            "base": self.base_label,
             "notes": list(self.notes),
             "thresholds": self.thresholds,
             "narrative": self.narrative(),
@@ -348,8 +352,29 @@ def _dataloader_intervals(model: TraceModel) -> pl.DataFrame:
     return pl.concat([p.select("ts_ns", "end_ns") for p in parts])
 
 
-def _gpu_breakdown(model: TraceModel, results: Results, windows: pl.DataFrame, device: int) -> tuple[pl.DataFrame, list[str]]:
-    """Per window on ``device``: dur, productive, communication, input, sync, host, other, kernel mix."""
+def _active_span(model: TraceModel, windows: pl.DataFrame, device: int) -> pl.DataFrame | None:
+    """The single window of a step-less trace cut to ``device``'s first-to-last activity (None when
+    the device has no activity inside it)."""
+    act = gpu_activity(model).filter(pl.col("device") == device)
+    if act.is_empty() or windows.height != 1:
+        return None
+    lo, hi = int(windows["start_ns"][0]), int(windows["end_ns"][0])
+    first = max(int(act["ts_ns"].min()), lo)  # type: ignore[arg-type]
+    last = min(int(act["end_ns"].max()), hi)  # type: ignore[arg-type]
+    if last <= first:
+        return None
+    return windows.with_columns(start_ns=pl.lit(first, pl.Int64), end_ns=pl.lit(last, pl.Int64))
+
+
+def _span_edges(windows: pl.DataFrame, span: pl.DataFrame) -> tuple[int, int]:
+    """ns of the window before and after the active span."""
+    return (int(span["start_ns"][0] - windows["start_ns"][0]), int(windows["end_ns"][0] - span["end_ns"][0]))
+
+
+def _gpu_breakdown(model: TraceModel, results: Results, windows: pl.DataFrame, device: int,
+                   clipped: bool = False) -> tuple[pl.DataFrame, list[str]]:
+    """Per window on ``device``: dur, productive, communication, input, sync, host, other, kernel mix.
+    ``clipped``: ``windows`` is the device's active span (a trace without steps), not gpu_time's."""
     notes: list[str] = []
     gt = results["gpu_time"].per_step.filter(pl.col("device") == device)
     base = windows.select("window", "step").join(
@@ -360,6 +385,11 @@ def _gpu_breakdown(model: TraceModel, results: Results, windows: pl.DataFrame, d
     base = base.join(w_len, on="window").with_columns(
         dur_ns=pl.col("_len"), idle_ns=pl.col("idle_ns").fill_null(pl.col("_len"))
     ).drop("_len")
+    if clipped:
+        # The window is the device's active span, not gpu_time's window: every activity lies inside
+        # it, so its idle is the span less the (exclusive) busy categories.
+        busy = pl.sum_horizontal("compute_ns", "communication_ns", "memcpy_ns", "memset_ns")
+        base = base.with_columns(idle_ns=(pl.col("dur_ns") - busy).clip(lower_bound=0))
 
     # Idle causes: gaps between activities (idle_gaps) and the edges before/after all activity.
     pieces: list[pl.DataFrame] = []
@@ -743,9 +773,22 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
 
     phase_tables: dict[str, pl.DataFrame] = {}
     steady_flag = pl.col("window").is_in(steady)
+    base_label = "the step"
     if use_gpu:
         device = int(ph.primary_device)  # type: ignore[arg-type]
-        bd, more = _gpu_breakdown(model, results, windows, device)
+        span_windows = _active_span(model, windows, device) if not sr.has_steps else None
+        if span_windows is not None:
+            # Without step markers the window is the whole trace: profiler start-up before the
+            # device's first activity and the tail after its last are not the workload. The GPU is
+            # judged over its active span, as HTA's temporal breakdown is; the edges are reported.
+            lead, tail = _span_edges(windows, span_windows)
+            notes.append(f"no steps: the GPU verdict is judged over GPU {device}'s active span (first to last "
+                         f"activity, {ms(int(span_windows['end_ns'][0] - span_windows['start_ns'][0]))} of the "
+                         f"{ms(int(windows['end_ns'].max() - windows['start_ns'].min()))} trace); {ms(lead)} before its "  # type: ignore[operator]
+                         f"first activity and {ms(tail)} after its last are left out")
+            base_label = f"GPU {device}'s active span"
+        bd, more = _gpu_breakdown(model, results, span_windows if span_windows is not None else windows, device,
+                                  clipped=span_windows is not None)
         notes += more
         n_dev = gt.per_device.height  # type: ignore[union-attr]
         if n_dev > 1:
@@ -881,6 +924,7 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
                   "samples_per_s": bl.samples_per_s},
         notes=tuple(notes),
         primary_device=device,
+        base_label=base_label,
         top_cause=(str(tot["top_cause"]) if resource == "gpu" and tot.get("top_cause") else None),
         phase_tables=phase_tables,
         thresholds=thresholds,
