@@ -327,6 +327,9 @@ def test_synthetic_scenarios_planted_communication(scenario: str) -> None:
         assert {r["type"] for r in cm.by_type.to_dicts()} == {"dispatch", "combine"}
         assert 0 < cm.totals["hidden_pct"] < 100 and cm.totals["overlap_verdict"] == "exposed"
         assert res["diagnosis"].verdict != "compute_bound"
+        if res["diagnosis"].verdict == "comm_bound":  # the advice is about expert parallelism, not DDP
+            moves = " ".join(res["diagnosis"].moves)
+            assert "Expert-parallel all-to-all" in moves and "bucket_cap_mb" not in moves
     else:
         assert cm.by_type["type"].to_list() == ["all_reduce"] and cm.totals["hidden_pct"] == 0.0
 

@@ -641,11 +641,7 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
             ev.append(f"Top collective kernel: {top[0]['name']} ({top[0]['count']:,} calls, "
                       f"{ms(top[0]['total_ns'])} in all).")
         ev += _comm_evidence(results)
-        mv.append("Hide or shrink communication: overlap it with backward (DDP bucket_cap_mb, "
-                  "gradient_as_bucket_view, FSDP forward/backward prefetch), no_sync() during gradient "
-                  "accumulation, bf16/fp16 gradient compression hooks, fewer/larger collectives, a faster "
-                  "interconnect. Long collectives on one rank can also mean another rank is slow (straggler): "
-                  "compare ranks.")
+        mv += _comm_moves(results)
     else:  # mixed
         causes = sorted(((tot[f"{c}_ns"], c) for c in LOST_CAUSES), reverse=True)
         ev.append("No single cause holds the majority of the lost time: " + ", ".join(
@@ -657,6 +653,50 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
         mv.append("Work on the largest causes in order; re-profile after each change (the verdict may become "
                   "clear once one cause is gone).")
     return ev, mv
+
+
+#: Advice per kind of communication; the kinds present (by time) choose which apply.
+_COMM_MOVES: dict[str, str] = {
+    "expert": ("Expert-parallel all-to-all (dispatch/combine) is exposed: overlap it with compute (DeepEP's "
+               "hook-based receive, two micro-batches in flight so one batch's dispatch/combine runs under the "
+               "other's experts), DeepEP low-latency kernels for decode, node-limited routing so fewer tokens "
+               "cross nodes, FP8 dispatch, and a balanced router (capacity factor, auxiliary-loss-free balancing): "
+               "the slowest expert rank sets every all-to-all."),
+    "tensor_parallel": ("The tensor-parallel all-reduce sits between layers on the critical path: a one-shot / "
+                        "custom all-reduce for small messages (vLLM custom all-reduce, PyTorch symmetric memory), "
+                        "all-reduce fused with the following norm (the engine's fusion passes), a smaller "
+                        "tensor-parallel degree or NVLink-local groups."),
+    "pipeline": ("Pipeline-parallel send/recv is exposed: more micro-batches per step (a smaller bubble), an "
+                 "interleaved 1F1B schedule, and p2p overlapped with compute."),
+    "data_parallel": ("Hide or shrink the gradient collectives: overlap them with backward (DDP bucket_cap_mb, "
+                      "gradient_as_bucket_view, FSDP forward/backward prefetch), no_sync() during gradient "
+                      "accumulation, bf16/fp16 gradient compression hooks, fewer/larger collectives, a faster "
+                      "interconnect."),
+}
+_STRAGGLER = ("Long collectives on one rank can also mean another rank is slow (straggler): compare ranks "
+              "(`traceanalyzer batch` over every rank's trace).")
+
+
+def _comm_moves(results: Results) -> list[str]:
+    """What would move a communication-bound step, by the collective types that take the time:
+    all-to-all/dispatch/combine → expert parallelism; all-reduce in an inference engine → tensor
+    parallelism; send/recv → pipeline parallelism; otherwise gradient collectives (data parallel)."""
+    c = results.values.get("communication")
+    ctx = results.values.get("context")
+    kinds: list[str] = []
+    if c is not None and c.by_type.height:
+        total = float(c.by_type["total_ns"].sum() or 0)
+        for r in c.by_type.sort("total_ns", descending=True).iter_rows(named=True):
+            if total <= 0 or r["total_ns"] < 0.2 * total:
+                break
+            t = str(r["type"])
+            kind = ("expert" if t in ("all_to_all", "dispatch", "combine") else
+                    "pipeline" if t in ("send_recv", "send", "recv") else
+                    "tensor_parallel" if t == "all_reduce" and getattr(ctx, "inference_engine", None) else
+                    "data_parallel")
+            if kind not in kinds:
+                kinds.append(kind)
+    return [_COMM_MOVES[k] for k in (kinds or ["data_parallel"])] + [_STRAGGLER]
 
 
 def _comm_evidence(results: Results) -> list[str]:
