@@ -484,3 +484,19 @@ def test_inference_step_is_judged_per_token() -> None:
     t.ann("execute_64_context_0(sq0)_generation_64(sq64)", 0, 2000)
     d = _run(t)[0]["diagnosis"]
     assert "vllm decode engine step: 2.000 ms for 64 token(s) of 64 sequence(s), 31.2 µs per token." in d.evidence
+
+
+def test_host_blocking_findings_inside_an_engine_point_at_its_settings() -> None:
+    """item_sync / explicit_sync / blocking_copies / pageable_memcpy wrap their finding with
+    for_engine: inside vLLM/SGLang the sync is the engine's step, so its settings come first."""
+    from types import SimpleNamespace
+
+    from traceanalyzer.rules import Finding, Severity
+    from traceanalyzer.rules._advice import for_engine
+
+    f = Finding("blocking_copies", Severity.WARNING, "t", {}, "Issue copies asynchronously.", "x.to(d, non_blocking=True)")
+    assert for_engine({}, f) is f  # no context: unchanged
+    out = for_engine({"context": SimpleNamespace(inference_engine="sglang")}, f)
+    assert out.fix.startswith("The blocking syncs are in sglang's engine step")
+    assert out.fix.endswith("For code of your own inside the step: Issue copies asynchronously.")
+    assert "--disable-overlap-schedule" in out.code_hint

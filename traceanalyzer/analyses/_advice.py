@@ -46,6 +46,26 @@ _ENGINE_KNOBS = {
 }
 
 
+_ENGINE_SYNC_HINT = {
+    "vllm": "# vllm: async scheduling overlaps the next step's scheduling with this step's GPU work\n"
+            "# (e.g. `vllm serve ... --async-scheduling` where the version has it)",
+    "sglang": "# sglang: keep the overlap scheduler on (do not pass --disable-overlap-schedule)",
+    "tensorrt_llm": "# tensorrt_llm: overlap scheduling / in-flight batching settings of the executor",
+}
+
+
+def engine_sync_move(engine: str) -> str:
+    """What moves host syncs that sit in an inference engine's step (one sentence, final period)."""
+    return (f"The blocking syncs are in {engine}'s engine step (sampled tokens and outputs copied to the "
+            "host): overlap them with the next step's scheduling (vLLM async scheduling, SGLang's overlap "
+            "scheduler), larger decode batches so each sync covers more tokens, and no extra host reads in "
+            "custom logits processors or sampling code.")
+
+
+def engine_sync_hint(engine: str) -> str:
+    return _ENGINE_SYNC_HINT.get(engine, "")
+
+
 def compiled_lacks(vendor: str, ctx: Any) -> str:
     """What compiled code still lacks, for a compiled run (one clause, no final period)."""
     parts = []

@@ -75,7 +75,7 @@ from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
 from traceanalyzer.analyses.baseline import GEMM_KERNEL_RE, BaselineResult
 from traceanalyzer.analyses.phases import PHASES, USER_DATA_RE, PhasesResult
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
-from traceanalyzer.analyses._advice import capture_only_note, fewer_launches
+from traceanalyzer.analyses._advice import capture_only_note, engine_sync_move, fewer_launches
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
@@ -618,10 +618,7 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
                           f"{ms(r['blocked_ns'])}.")
         if ctx is not None and ctx.inference_engine:
             # The engine's own step syncs (sampled tokens copied to the host): its settings, not user code.
-            mv.append(f"The blocking syncs are in {ctx.inference_engine}'s engine step (sampled tokens and outputs "
-                      "copied to the host): overlap them with the next step's scheduling (vLLM async scheduling, "
-                      "SGLang's overlap scheduler), larger decode batches so each sync covers more tokens, and no "
-                      "extra host reads in custom logits processors or sampling code.")
+            mv.append(engine_sync_move(str(ctx.inference_engine)))
         else:
             mv.append("Remove host syncs from the loop: keep metrics on the GPU and call .item()/.cpu() every N steps, "
                       "no print/if on CUDA tensors, no torch.cuda.synchronize() in the step, pinned memory with "

@@ -7,12 +7,15 @@ does (``docs/context.md``), and withholds steady-state judgements on a capture-o
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 from traceanalyzer.analyses._advice import (  # noqa: F401 - re-exported for the rules
     capture_only_note,
     compiled_lacks,
     engine_of,
+    engine_sync_hint,
+    engine_sync_move,
     fewer_launches,
     fewer_launches_hint,
     graphs_name,
@@ -44,3 +47,15 @@ def withhold_on_capture(results: Mapping[str, Any], what: str) -> None:
         from traceanalyzer.errors import NotApplicable
 
         raise NotApplicable(f"{what} is a steady-state judgement, withheld: {note}")
+
+
+def for_engine(results: Mapping[str, Any], finding: Any) -> Any:
+    """A host-blocking finding as it reads inside an inference engine: the syncs are the engine's
+    own step (its settings move them), and the generic fix applies only to code of the user's own
+    in that step. Unchanged outside an engine."""
+    engine = engine_of(context_of(results))
+    if not engine:
+        return finding
+    return dataclasses.replace(
+        finding, fix=f"{engine_sync_move(engine)} For code of your own inside the step: {finding.fix}",
+        code_hint=engine_sync_hint(engine) or finding.code_hint)

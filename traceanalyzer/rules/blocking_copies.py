@@ -13,6 +13,7 @@ import polars as pl
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._hostsync import implied_correlations, owned
+from traceanalyzer.rules._advice import for_engine
 from traceanalyzer.rules._util import (
     fmt_count,
     implied_sync,
@@ -89,7 +90,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         parts.append(f"{fmt_count(calls)} synchronous memcpy/memset {plural(calls, 'call', 'calls')}")
     if waits_ev.height:
         parts.append(f"{fmt_count(ops)} {plural(ops, 'copy', 'copies')} waiting on the stream (non_blocking=False)")
-    yield time_finding(
+    yield for_engine(results, time_finding(
         "blocking_copies", severity_for(pct, 0.5, params.critical_pct),
         f"{' and '.join(parts)} per step: the GPU idles {ms(cost)} ms/step",
         {"calls_per_step": round(calls, 2), "cpu_wait_ms_per_step": ms(cpu + wait_cpu),
@@ -100,4 +101,4 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         "keep results on the device instead of .cpu()/.numpy()/.tolist() inside the loop.",
         "buf = torch.empty_like(x, device='cpu').pin_memory(); buf.copy_(x, non_blocking=True)",
         cost, results, confidence=0.8,
-    )
+    ))

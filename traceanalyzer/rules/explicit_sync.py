@@ -13,6 +13,7 @@ import polars as pl
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._hostsync import owned
+from traceanalyzer.rules._advice import for_engine
 from traceanalyzer.rules._util import fmt_count, ms, n_steady, pct_of_step, plural, severity_for, time_finding
 
 
@@ -58,7 +59,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
                                            gpu_idle_ns=pl.col("idle_ns").sum(), cost_ns=pl.col("cost_ns").sum())
            .sort(["cost_ns", "site"], descending=[True, False], nulls_last=True).head(5).to_dicts())
     per = pts.height / n
-    yield time_finding(
+    yield for_engine(results, time_finding(
         "explicit_sync", severity_for(pct, 1.0, params.critical_pct),
         f"{fmt_count(per)} explicit synchronize {plural(per, 'call', 'calls')} per step "
         f"{plural(per, 'costs', 'cost')} {ms(cost)} ms/step of GPU idle",
@@ -70,4 +71,4 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         "run non_blocking.",
         "start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)",
         cost, results, confidence=0.7,
-    )
+    ))

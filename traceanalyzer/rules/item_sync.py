@@ -13,6 +13,7 @@ import polars as pl
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._hostsync import owned
+from traceanalyzer.rules._advice import for_engine
 from traceanalyzer.rules._util import fmt_count, ms, n_steady, pct_of_step, plural, severity_for, time_finding
 
 
@@ -68,7 +69,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         fix += (" For nonzero/boolean masks/unique, keep shapes static: torch.where(mask, x, 0) or "
                 "masked multiplication instead of x[mask], and pass output_size= where the op accepts it.")
     per = pts.height / n
-    yield time_finding(
+    yield for_engine(results, time_finding(
         "item_sync", severity_for(pct, 1.0, params.critical_pct),
         f"{fmt_count(per)} host {plural(per, 'read', 'reads')} of device values per step ({main}) "
         f"{plural(per, 'stalls', 'stall')} the GPU queue: {ms(cost)} ms/step of GPU idle",
@@ -77,4 +78,4 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
          "top_call_sites": top, "stack_hint": results["syncs"].stack_hint},
         fix, "running += loss.detach()\nif step % 100 == 0: print(running.item() / 100)",
         cost, results, confidence=0.7,
-    )
+    ))

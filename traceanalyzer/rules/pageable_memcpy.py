@@ -14,6 +14,7 @@ from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._hostsync import implied_correlations, owned
+from traceanalyzer.rules._advice import for_engine
 from traceanalyzer.rules._util import (
     fmt_count,
     implied_sync,
@@ -80,7 +81,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
            .sort(["cpu_ns", "site"], descending=[True, False], nulls_last=True).head(5).to_dicts())
     by_kind = tr.group_by("kind").agg(count=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum(),
                                       cpu_ns=pl.col("cpu_ns").sum()).sort("kind").to_dicts()
-    yield time_finding(
+    yield for_engine(results, time_finding(
         "pageable_memcpy", severity_for(pct, 0.5, params.critical_pct),
         f"{fmt_count(count)} {plural(count, 'copy', 'copies')} per step {plural(count, 'uses', 'use')} pageable "
         f"host memory: the GPU idles {ms(cost)} ms/step while the CPU stages {plural(count, 'it', 'them')}",
@@ -93,4 +94,4 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         "a preallocated pinned buffer.",
         "loader = DataLoader(ds, pin_memory=True); x = x.to('cuda', non_blocking=True)",
         cost, results, confidence=0.7,
-    )
+    ))
