@@ -15,12 +15,12 @@ Definitions (all "per step" numbers are over the step windows of ``steps``):
   denominator of the other "per step" numbers.
 * ``gpu_busy_pct`` / ``idle_pct``: busy and idle time over the summed step windows of
   every device (``gpu_time.per_device``); ``overview``'s busy % when ``gpu_time`` could not run.
-* ``comm_ms_per_step``: summed collective-kernel time (``kernels.by_name`` rows with
-  ``is_comm``) per window; includes the time a rank waits inside NCCL for the others.
-* ``exposed_comm_ms_per_step``: communication not hidden under compute
-  (``gpu_time`` ``communication_ns``) per window.
-* ``comm_overlap_pct``: share of communication hidden under compute,
-  ``100 × (comm − exposed) / comm``.
+* ``comm_ms_per_step`` / ``exposed_comm_ms_per_step`` / ``comm_overlap_pct``: the
+  ``communication`` analysis' ``comm_ns_per_step``, ``exposed_ns_per_step`` and ``hidden_pct``
+  (per steady step on the primary device, the figures the file's own report shows). Where it
+  did not run: summed collective-kernel time (``kernels.by_name`` rows with ``is_comm``) per
+  window, ``gpu_time``'s ``communication_ns`` per window, and ``100 × (comm − exposed) / comm``.
+  Communication includes the time a rank waits inside NCCL for the others.
 * ``breakdown_ms_per_step``: tb_plugin-style exclusive breakdown of the mean steady
   step (``gpu_time.tb_average_ns``): kernel, memcpy, memset, communication, runtime,
   dataloader, cpu_exec, other.
@@ -147,6 +147,13 @@ def metrics_from_analyses(analyses: Mapping[str, Any], findings: list[Mapping[st
             m["comm_overlap_pct"] = round(max(0.0, min(100.0, 100.0 * (comm - exposed_total) / comm)), 3)
     elif overview:
         m["n_kernels"] = (overview.get("counts") or {}).get("kernels")
+    # One value per fact: where the communication analysis ran, its steady-step figures (the ones
+    # the file's own report shows) replace the derivation above.
+    ct = (analyses.get("communication") or {}).get("totals") or {}
+    if _num(ct.get("comm_ns_per_step")) is not None:
+        m["comm_ms_per_step"] = _ms(ct["comm_ns_per_step"])
+        m["exposed_comm_ms_per_step"] = _ms(ct.get("exposed_ns_per_step"))
+        m["comm_overlap_pct"] = ct.get("hidden_pct")
 
     # Idle causes
     causes: dict[str, float] = {}
