@@ -20,8 +20,8 @@ Definitions
 * ``blocking``: a copy or memset whose call blocks the host until the device is done —
   a synchronous API (``cudaMemcpy``, ``hipMemcpyWithStream``, ``cudaMemset`` …: no
   ``Async`` in the name; XPU ``ur*`` enqueues are treated as asynchronous) or a copy
-  from/to pageable host memory; also an MTIA ``runFunction`` call that returns only
-  after its work has finished (the call encloses the device execution). Its CPU time is
+  from/to pageable host memory; also a synchronous MTIA ``runFunction`` (the call lasts
+  longer than its work and returns within 100 µs of the work's end). Its CPU time is
   mostly waiting for the GPU, not launch overhead.
 * **Launch-bound verdict per step**: the CPU time spent in the step's non-blocking
   launch calls is at least ``launches.min_cpu_to_gpu_ratio`` (1.0) × the GPU time of the
@@ -51,6 +51,10 @@ from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import launches as join_launches
+
+# Host and device clocks of the MTIA traces differ by tens of µs: a synchronous runFunction
+# returns up to ~50 µs before its work's recorded end (hta/mtia_trace_single_rank).
+MTIA_CLOCK_SLACK_NS = 100_000
 
 # The launch APIs HTA 0.5.0 joins in get_cuda_kernel_launch_stats (include_memory_events=True).
 HTA_LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync")
@@ -142,9 +146,14 @@ def launches(model: TraceModel, results: Results, config: Config) -> LaunchesRes
                 (~pl.col("api").str.contains("(?i)async") & ~pl.col("api").str.starts_with("ur"))
                 | pl.col("gpu_name").str.contains("Pageable").fill_null(False)
             )
-            # MTIA runFunction that returns only once its work has finished (some MTIA
-            # runtimes run the function synchronously): the call is mostly waiting.
-            | (pl.col("api").str.starts_with("runFunction") & (pl.col("gpu_end_ns") <= pl.col("cpu_end_ns"))),
+            # A synchronous MTIA runFunction (some MTIA runtimes): the call lasts longer
+            # than its work and returns at about the work's end (within the host/device
+            # clock slack, either side), so the call is mostly waiting.
+            | (
+                pl.col("api").str.starts_with("runFunction")
+                & (pl.col("cpu_dur_ns") >= pl.col("gpu_dur_ns"))
+                & (pl.col("cpu_end_ns") + MTIA_CLOCK_SLACK_NS >= pl.col("gpu_end_ns"))
+            ),
         )
         .drop("launch_delay_ns_right", strict=False)
     )
