@@ -53,8 +53,10 @@ from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import launches as join_launches
 
-# The launch APIs HTA 0.5.0 joins in get_cuda_kernel_launch_stats (include_memory_events=True).
-HTA_LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync")
+# The launch APIs HTA 0.5.0 joins in get_cuda_kernel_launch_stats (include_memory_events=True;
+# runFunction is MTIA's).
+HTA_LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync",
+                   "runFunction - job_prep_and_submit_for_execution")
 
 
 @dataclass(frozen=True)
