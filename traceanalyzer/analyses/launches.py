@@ -31,7 +31,7 @@ Definitions
   was busy less than ``launches.max_busy_pct`` (80) % of the step window (``gpu_time``).
   Blocking calls are left out of both sums (``blocking_cpu_ns`` gives their CPU time):
   a blocking DtoH copy per step would otherwise make any graph-replayed decode step
-  look launch-bound.
+  look launch-bound; a step with no non-blocking launch (0 ≥ 0) is not launch-bound.
   CUDA graphs / torch.compile help. (A per-kernel majority vote — "most kernels are
   shorter than their launch" — was rejected: it flips on real traces whose median
   kernel equals the median launch; the share is still reported.)
