@@ -554,3 +554,77 @@ def test_regions_decoded_ahead_roll_back_where_one_does_not_decode(
     assert_same_model(ref, chunked(path, 2048, workers=1))
     assert len(rollbacks) == want  # one region at a time never cuts ahead
     assert ref.other_events.height >= 1
+
+
+# ---------------------------------------------------------------------------
+# MTIA: device activity in ``mtia_ccp_events``
+# ---------------------------------------------------------------------------
+
+
+def mtia_events() -> list[dict[str, Any]]:
+    """A few MTIA records as the MTIA activity profilers write them (device pid 17)."""
+    return [
+        X("cpu_op", "aten::add", 0, 100, pid=865, tid=1828, **{"External id": 1}),
+        X("mtia_runtime", "runFunction - job_prep_and_submit_for_execution", 10, 8, pid=865, tid=1828,
+          correlation=5, device=17, stream_id=101, executable_name="remote"),
+        X("mtia_runtime", "enqueueCommand memcpyHtoDAsync", 20, 1, pid=865, tid=1828,
+          correlation=6, device=17, stream_id="101", **{"mem size": "2048 bytes"}),
+        X("mtia_runtime", "synchronizeStream", 30, 60, pid=865, tid=1828, correlation=7, device=17, stream_id=101),
+        X("mtia_runtime", "synchronize", 31, 1, pid=17, tid=3568, correlation=7, device=17, stream_id=101),
+        X("mtia_ccp_events", "remote", 40, 30, pid=17, tid=3536, correlation=5, stream=101, column="0", row="0"),
+        X("mtia_ccp_events", "pe_exe", 75, 10, pid=17, tid=3910, stream=112, column="0", row="0", packet_ptr=15),
+        X("mtia_ccp_events", "dma_request", 22, 2.5, pid=17, tid=3536, correlation=6, stream=101,
+          direction="HOST_TO_DEVICE", size=2048, sqid=8),
+        X("mtia_ccp_events", "dma_request", 86, 1, pid=17, tid=3672, stream=105, direction="DEVICE_TO_HOST", size=1024),
+        X("mtia_ccp_events", "dma_request", 87, 1, pid=17, tid=801, direction="SIDEWAYS", size=16),
+        X("mtia_ccp_events", "event_record", 88, 0.1, pid=17, tid=3672, stream=105, seq_num=1, host_ctx=1),
+        X("mtia_ccp_events", "event_wait", 70, 15, pid=17, tid=3774, stream=108, wait_on_stream=104, seq_num=2),
+    ]
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_mtia_device_events_become_kernels_and_copies(tmp_path: Path, layout: str) -> None:
+    doc = kineto_doc(mtia_events(), baseTimeNanoseconds=BASE,
+                     deviceProperties=[{"id": 17, "name": "ARTEMIS", "runtimeMajorVersion": 1}])
+    m = assert_paths_agree(write(tmp_path, "mtia.json", LAYOUTS[layout](doc)))
+    assert m.meta.vendor == "mtia"
+    assert m.warnings == ()
+    k = m.kernels.sort("ts_ns")
+    assert k.select("name", "device", "stream", "correlation", "dur_ns").rows() == [
+        ("remote", 17, 101, 5, 30_000), ("pe_exe", 17, 112, None, 10_000),
+    ]
+    c = m.memcpy.sort("ts_ns")
+    # No args.stream: the tid stands in, as for every device event.
+    assert c.select("device", "stream", "correlation", "bytes", "kind", "src", "dst").rows() == [
+        (17, 101, 6, 2048, "HtoD", None, None),
+        (17, 105, None, 1024, "DtoH", None, None),
+        (17, 801, None, 16, "unknown", None, None),
+    ]
+    assert c["dur_ns"].to_list() == [2_500, 1_000, 1_000]
+    # Markers and waits are not device work.
+    other = m.other_events.filter(pl.col("cat") == "mtia_ccp_events")
+    assert sorted(other["name"].to_list()) == ["event_record", "event_wait"]
+    rt = dict(zip(m.runtime["name"].to_list(), m.runtime.select("pid", "correlation").rows()))
+    assert rt["synchronizeStream"] == (865, 7)
+    assert rt["enqueueCommand memcpyHtoDAsync"] == (865, 6)
+    assert m.runtime.height == 4 and set(m.runtime["cat"].to_list()) == {"mtia_runtime"}
+
+
+MTIA_ODD = [
+    b'{"ph":"X","cat":"mtia_ccp_events","name":"dma_request","ts":5,"dur":1,"pid":17,"tid":4,"args":{"size":2048.0,"direction":"HOST_TO_DEVICE"}}',
+    b'{"ph":"X","cat":"mtia_ccp_events","name":"dma_request","ts":5,"dur":1,"pid":17,"tid":4,"args":{"size":"2048","direction":5}}',
+    b'{"ph":"X","cat":"mtia_ccp_events","name":"dma_request","ts":5,"dur":1,"pid":17,"tid":4,"args":{"size":"2 KB","direction":["HOST_TO_DEVICE"]}}',
+    b'{"ph":"X","cat":"mtia_ccp_events","name":"dma_request","ts":5,"dur":1,"pid":17,"tid":4,"args":{"bytes":64,"direction":{"a":1}}}',
+    b'{"ph":"X","cat":"mtia_ccp_events","name":5,"ts":5,"dur":1,"pid":17,"tid":4,"args":{"stream":"1"}}',
+    b'{"ph":"X","cat":"mtia_ccp_events","name":null,"ts":5,"dur":1,"pid":17,"args":{"stream":1.0}}',
+    b'{"ph":"X","cat":"gpu_memcpy","name":"Memcpy HtoD (Pinned -> Device)","ts":5,"dur":1,"args":{"size":9,"bytes":8,"direction":"DEVICE_TO_HOST"}}',
+]
+
+
+@pytest.mark.parametrize("odd", MTIA_ODD, ids=range(len(MTIA_ODD)))
+def test_mtia_odd_event_alone(tmp_path: Path, odd: bytes) -> None:
+    normal = [orjson.dumps(e) for e in modern_events(1) + mtia_events()]
+    body = b",\n  ".join([*normal[:3], odd, *normal[3:], odd])
+    data = b'{"baseTimeNanoseconds": 1000, "traceEvents": [\n  ' + body + b"\n]}"
+    m = assert_paths_agree(write(tmp_path, "odd.json", data), chunks=(1, 300, 1 << 20))
+    assert not isinstance(m, tuple) and m.memcpy.height >= 3

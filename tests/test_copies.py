@@ -224,12 +224,14 @@ def _real_files() -> list[Path]:
 
 
 # One memcpy event object: flat except for its (flat) args object.
-_MEMCPY_OBJ = re.compile(rb'\{[^{}]*"cat":\s*"(?:gpu_memcpy|Memcpy)"[^{}]*(?:\{[^{}]*\}[^{}]*)*\}')
-_MEMCPY_CAT = re.compile(rb'"cat":\s*"(?:gpu_memcpy|Memcpy)"')
+# MTIA device events are objects of the same shape; their DMA requests are copies.
+_MEMCPY_OBJ = re.compile(rb'\{[^{}]*"cat":\s*"(?:gpu_memcpy|Memcpy|mtia_ccp_events)"[^{}]*(?:\{[^{}]*\}[^{}]*)*\}')
+_MEMCPY_CAT = re.compile(rb'"cat":\s*"(?:gpu_memcpy|Memcpy|mtia_ccp_events)"')
 
 
 def _independent_memcpy(path: Path) -> tuple[int, int, int]:
-    """Count, bytes and duration (ns) of the memcpy events, read with gzip + json only.
+    """Count, bytes and duration (ns) of the memcpy events (MTIA: ``dma_request``, bytes in
+    ``args.size``), read with gzip + json only.
 
     Each memcpy event object is cut out of the text and decoded with ``json`` (decoding
     the whole 50–85 MB files with ``json`` would dominate the test time); every
@@ -244,8 +246,11 @@ def _independent_memcpy(path: Path) -> tuple[int, int, int]:
         d = e.get("dur")
         if e.get("ph") != "X" or not isinstance(d, (int, float)) or d < 0 or not isinstance(e.get("ts"), (int, float)):
             continue
+        mtia = e.get("cat") == "mtia_ccp_events"
+        if mtia and e.get("name") != "dma_request":
+            continue
         n += 1
-        nbytes += int((e.get("args") or {}).get("bytes") or 0)
+        nbytes += int((e.get("args") or {}).get("size" if mtia else "bytes") or 0)
         dur += round(d * 1000)
     return n, nbytes, dur
 

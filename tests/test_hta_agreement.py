@@ -85,9 +85,35 @@ def _hta_round(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(ts_ns=ts, end_ns=end).with_columns(dur_ns=pl.col("end_ns") - pl.col("ts_ns"))
 
 
-def hta_scope(model: TraceModel, ref_rank: dict[str, Any], rounding: bool = True) -> TraceModel:
+def _with_mtia_markers(model: TraceModel) -> TraceModel:
+    """MTIA ``event_record``/``event_wait`` rows as kernels: HTA keeps every
+    ``mtia_ccp_events`` row with a stream as GPU work ("compute" by its name regex, and a
+    stream's activity in its idle breakdown). Their stream is the device thread's name
+    (``Stream 105``), as the MTIA profiler writes it; our model keeps them aside."""
+    mk = model.other_events.filter(pl.col("cat") == "mtia_ccp_events")
+    if mk.is_empty():
+        return model
+    th = model.threads.filter(pl.col("name").str.starts_with("Stream ")).select(
+        pl.col("pid").cast(pl.String), pl.col("tid").cast(pl.String),
+        stream=pl.col("name").str.extract(r"(\d+)$").cast(pl.Int64),
+    ).unique(["pid", "tid"])
+    rows = mk.join(th, on=["pid", "tid"], how="inner").select(
+        "name", "ts_ns", "dur_ns", "end_ns", device=pl.col("pid").cast(pl.Int64, strict=False), stream="stream"
+    )
+    kernels = pl.concat([model.kernels, rows], how="diagonal_relaxed").select(
+        [pl.col(c).cast(t) for c, t in model.kernels.schema.items()]
+    )
+    return dataclasses.replace(model, kernels=kernels)
+
+
+def hta_scope(
+    model: TraceModel, ref_rank: dict[str, Any], rounding: bool = True, markers: bool = True
+) -> TraceModel:
     """The model as HTA sees it: GPU activity launched before the last step (when HTA
-    drops it) and, for ns-resolution traces, every time rounded to HTA's whole µs."""
+    drops it), MTIA's stream-event markers counted as kernels (``markers``), and, for
+    ns-resolution traces, every time rounded to HTA's whole µs (``rounding``)."""
+    if markers:
+        model = _with_mtia_markers(model)
     if rounding:
         model = dataclasses.replace(
             model, **{t: _hta_round(model.table(t)) for t in ("kernels", "memcpy", "memset", "runtime")}
@@ -168,7 +194,8 @@ def _computed(rel: str, rank: str) -> dict[str, Any] | None:
         "ours": with_q,
         "plain": _ours(scope) if quirks[1].height else with_q,
         "full": _ours(model),
-        "scoped_unrounded": _ours(hta_scope(model, ref, rounding=False)),
+        # Like cuda_sync rows, MTIA markers are a difference we keep on purpose (not work).
+        "scoped_unrounded": _ours(hta_scope(model, ref, rounding=False, markers=False)),
         "sync_us": union_length_ns(quirks[1]["ts_ns"], quirks[1]["end_ns"]) / 1000,
     }
 

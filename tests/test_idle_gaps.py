@@ -124,3 +124,20 @@ def test_gaps_per_step_agree_with_gpu_time():
     j = gt.join(ig, on=["window", "device"], how="left")
     assert j["idle_ns"].to_list() == j["i"].to_list()
     assert res["idle_gaps"].per_step["n_gaps"].to_list() == [1, 1, 1]
+
+
+def test_mtia_synchronize_stream_gap_is_a_sync():
+    t = Trace()
+    run = "runFunction - job_prep_and_submit_for_execution"
+    for ts, k_ts in ((0, 5), (80, 85)):
+        c = t.runtime(run, ts, 2, cat="mtia_runtime")
+        t._x("mtia_ccp_events", "pe_exe", k_ts, 10, pid=17, tid=3536, stream=101, correlation=c)
+    t.runtime("synchronizeStream", 12, 5, cat="mtia_runtime")  # returns just after the device drained at 15
+    c = t.runtime(run, 140, 2, cat="mtia_runtime")
+    t._x("mtia_ccp_events", "pe_exe", 145, 10, pid=17, tid=3536, stream=101, correlation=c)
+    t.runtime("synchronize", 100, 30, cat="mtia_runtime")  # not an MTIA host sync API
+    r = _run(t)
+    g = r.device_gaps.sort("start_ns")
+    assert g.select("device", "start_ns", "dur_ns", "cause").rows() == [
+        (17, ns(15), ns(70), "sync"), (17, ns(95), ns(50), "host_bound"),
+    ]

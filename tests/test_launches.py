@@ -68,3 +68,53 @@ def test_not_applicable_when_no_kernel_captured():
     t.gpu(None, 0, 1, name="orphan")  # some GPU activity but not this launch's
     res = run_analyses(t.model(), only=("launches",))
     assert "none of the 1 launch calls" in res.skipped["launches"]
+
+
+RUN_FUNCTION = "runFunction - job_prep_and_submit_for_execution"
+
+
+def _mtia_work(t: Trace, corr: int, ts: float, dur: float, name: str = "pe_exe", stream: int = 101) -> None:
+    """An MTIA processing-element execution as the MTIA activity profiler writes it (pid = device 17)."""
+    t._x("mtia_ccp_events", name, ts, dur, pid=17, tid=3500 + stream, stream=stream, correlation=corr,
+         column="0", row="0")
+
+
+def test_mtia_asynchronous_run_function_and_copy_enqueue_are_launches():
+    t = Trace()
+    t.step(1, 0, 1000)
+    # The inference runtime: an 8 µs call, its work starts later; a tiny work item
+    # right after its call is still a launch, not a wait.
+    for i, (k_ts, k_dur) in enumerate(((20, 500), (530, 300), (840, 5))):
+        c = t.runtime(RUN_FUNCTION, 10 * i, 8, cat="mtia_runtime")
+        _mtia_work(t, c, k_ts, k_dur)
+    c = t.runtime("enqueueCommand memcpyHtoDAsync", 40, 1, cat="mtia_runtime")
+    t._x("mtia_ccp_events", "dma_request", 45, 3, pid=17, tid=3601, stream=101, correlation=c,
+         direction="HOST_TO_DEVICE", size=4096)
+    r = _run(t)["launches"]
+    tab = r.table.sort("cpu_ts_ns")
+    assert tab["api"].to_list() == [RUN_FUNCTION] * 3 + ["enqueueCommand memcpyHtoDAsync"]
+    assert tab["activity"].to_list() == ["kernel", "kernel", "kernel", "memcpy"]
+    assert tab["launch_delay_ns"].to_list() == [ns(12), ns(512), ns(812), ns(4)]
+    assert tab["blocking"].to_list() == [False, False, False, False]
+
+
+def test_mtia_synchronous_run_function_is_blocking_not_launch_bound():
+    t = Trace()
+    t.step(1, 0, 2000)
+    # An older runtime: ~300 µs of preparation, then the call waits for its work. The
+    # clocks differ: one call appears to return 2 µs before its work started.
+    starts = []
+    for i, (k_dur, tail) in enumerate(((40, 10), (100, -5), (40, -42))):
+        ts = 500 * i
+        k_ts = ts + 300
+        c = t.runtime(RUN_FUNCTION, ts, 300 + k_dur + tail, cat="mtia_runtime")
+        _mtia_work(t, c, k_ts, k_dur, name="add-dtype_Float", stream=1)
+        starts.append(k_ts)
+    r = _run(t)["launches"]
+    tab = r.table.sort("cpu_ts_ns")
+    assert tab["gpu_ts_ns"].to_list() == [ns(x) for x in starts]
+    assert tab["blocking"].to_list() == [True, True, True]
+    ps = r.per_step.row(0, named=True)
+    assert (ps["launch_cpu_ns"], ps["launched_gpu_ns"], ps["blocking_cpu_ns"]) == (0, 0, ns(350 + 395 + 298))
+    # No non-blocking launch: not launch-bound (0 ≥ 0 is no evidence).
+    assert ps["launch_bound"] is False

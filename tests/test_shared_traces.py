@@ -35,7 +35,13 @@ def independent_counts(path: Path) -> Counter[str]:
         if e.get("ph") != "X" or "dur" not in e or e["dur"] < 0:
             continue
         cat = e.get("cat")
-        if cat in KERNEL_CATS:
+        if cat == "mtia_ccp_events":  # MTIA device events: DMA → memcpy, markers/waits → neither
+            name = e.get("name")
+            if name == "dma_request":
+                c["memcpy"] += 1
+            elif name not in ("event_record", "event_wait"):
+                c["kernels"] += 1
+        elif cat in KERNEL_CATS:
             c["kernels"] += 1
         elif cat in RUNTIME_CATS:
             c["runtime"] += 1

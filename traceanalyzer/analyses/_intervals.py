@@ -30,8 +30,11 @@ from traceanalyzer.timeutil import merge_intervals
 COMM_KERNEL_RE = _COMM_KERNEL_RE
 
 # Runtime/driver calls that block the calling thread until device work finishes.
+# MTIA's host call is ``synchronizeStream``; its ``synchronize`` twin (same correlation, on
+# the device's pid) is the driver side, not a host wait, hence the anchors.
 SYNC_API_RE = (
     r"Synchronize|^urQueueFinish$|^urEventWait$|^zeCommandQueueSynchronize$|^zeEventHostSynchronize$"
+    r"|^synchronizeStream$"
 )
 # Runtime/driver calls that copy memory (blocking or not).
 MEMCPY_API_RE = r"(?i)memcpy|^urEnqueueMemBuffer(Read|Write|Copy)"

@@ -5,7 +5,8 @@ Definitions
 * **Launch calls**: runtime/driver calls in :data:`traceanalyzer.model.relations.LAUNCH_APIS`
   or named ``*LaunchKernel*`` — cudaLaunchKernel(ExC), cuLaunchKernel(Ex) (Triton),
   hipLaunchKernel, hipExtModuleLaunchKernel, cudaGraphLaunch/hipGraphLaunch, memcpy and
-  memset APIs, XPU Unified Runtime / Level Zero enqueues. Each is joined to its GPU
+  memset APIs, XPU Unified Runtime / Level Zero enqueues, MTIA ``runFunction`` and
+  ``enqueueCommand memcpy*Async``. Each is joined to its GPU
   activity by correlation id (one row per (call, activity) pair).
 * Per joined row: ``cpu_dur_ns`` (the call), ``gpu_dur_ns`` (the activity),
   ``launch_delay_ns`` = max(0, GPU start − call end) — queueing behind earlier work plus
@@ -19,8 +20,10 @@ Definitions
 * ``blocking``: a copy or memset whose call blocks the host until the device is done —
   a synchronous API (``cudaMemcpy``, ``hipMemcpyWithStream``, ``cudaMemset`` …: no
   ``Async`` in the name; XPU ``ur*`` enqueues are treated as asynchronous) or a copy
-  from/to pageable host memory. Its CPU time is mostly waiting for the GPU, not launch
-  overhead.
+  from/to pageable host memory; also MTIA ``runFunction`` calls where the runtime is
+  synchronous (in most of the trace's ``runFunction`` calls the work starts before the
+  call returns: the call then lasts until about the work's end). Its CPU time is mostly
+  waiting for the GPU, not launch overhead.
 * **Launch-bound verdict per step**: the CPU time spent in the step's non-blocking
   launch calls is at least ``launches.min_cpu_to_gpu_ratio`` (1.0) × the GPU time of the
   work they launched (``launch_cpu_ns ≥ ratio × launched_gpu_ns``: even with no Python
@@ -28,7 +31,7 @@ Definitions
   was busy less than ``launches.max_busy_pct`` (80) % of the step window (``gpu_time``).
   Blocking calls are left out of both sums (``blocking_cpu_ns`` gives their CPU time):
   a blocking DtoH copy per step would otherwise make any graph-replayed decode step
-  look launch-bound.
+  look launch-bound; a step with no non-blocking launch (0 ≥ 0) is not launch-bound.
   CUDA graphs / torch.compile help. (A per-kernel majority vote — "most kernels are
   shorter than their launch" — was rejected: it flips on real traces whose median
   kernel equals the median launch; the share is still reported.)
@@ -50,8 +53,10 @@ from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import launches as join_launches
 
-# The launch APIs HTA 0.5.0 joins in get_cuda_kernel_launch_stats (include_memory_events=True).
-HTA_LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync")
+# The launch APIs HTA 0.5.0 joins in get_cuda_kernel_launch_stats (include_memory_events=True;
+# runFunction is MTIA's).
+HTA_LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync",
+                   "runFunction - job_prep_and_submit_for_execution")
 
 
 @dataclass(frozen=True)
@@ -118,7 +123,7 @@ def launches(model: TraceModel, results: Results, config: Config) -> LaunchesRes
     sr: StepsResult = results["steps"]
     all_calls = join_launches(model).filter(pl.col("is_launch"))
     if all_calls.is_empty():
-        raise NotApplicable("no kernel/copy launch calls in this trace (no CUDA/HIP/XPU runtime events)")
+        raise NotApplicable("no kernel/copy launch calls in this trace (no CUDA/HIP/XPU/MTIA runtime events)")
     j = all_calls.filter(pl.col("gpu_ts_ns").is_not_null())
     unjoined = all_calls.filter(pl.col("gpu_ts_ns").is_null())["correlation"].n_unique()
     if j.is_empty():
@@ -139,6 +144,15 @@ def launches(model: TraceModel, results: Results, config: Config) -> LaunchesRes
             & (
                 (~pl.col("api").str.contains("(?i)async") & ~pl.col("api").str.starts_with("ur"))
                 | pl.col("gpu_name").str.contains("Pageable").fill_null(False)
+            )
+            # A synchronous MTIA runtime (some versions): runFunction returns at about
+            # its work's end, so the call is mostly waiting. Told per trace, by the
+            # majority: host and device clocks differ by tens of µs, so a short work item
+            # may appear to start just after a synchronous call returned, or just before
+            # an asynchronous one returned.
+            | (
+                pl.col("api").str.starts_with("runFunction")
+                & ((pl.col("gpu_ts_ns") < pl.col("cpu_end_ns")).mean().over("api") > 0.5)
             ),
         )
         .drop("launch_delay_ns_right", strict=False)
@@ -194,7 +208,9 @@ def launches(model: TraceModel, results: Results, config: Config) -> LaunchesRes
             cpu_to_gpu_ratio=pl.when(pl.col("launched_gpu_ns") > 0)
             .then((pl.col("launch_cpu_ns") / pl.col("launched_gpu_ns")).round(4))
             .otherwise(None),
+            # A step with no non-blocking launch (0 ≥ 0) is not launch-bound.
             launch_bound=(pl.col("launch_cpu_ns") >= min_ratio * pl.col("launched_gpu_ns"))
+            & (pl.col("launch_cpu_ns") > 0)
             & (pl.col("busy_pct") < max_busy).fill_null(False),
         )
         .sort("window")

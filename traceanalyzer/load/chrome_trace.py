@@ -133,6 +133,25 @@ KNOWN_OTHER_CATS = frozenset(
     }
 )
 
+# MTIA device events (``mtia_ccp_events``; pid = the device id, ``args.stream``): the
+# category holds three kinds of record, told apart by name. ``dma_request`` is a DMA
+# transfer (``args.size`` bytes, ``args.direction``) → memcpy. ``event_record`` and
+# ``event_wait`` (a stream waiting on another stream's event) are markers, not work: a
+# waiting stream is not busy, so they stay in ``other_events`` (the category is in
+# KNOWN_OTHER_CATS: no warning). Every other name is processing-element execution
+# (``pe_exe``, or the executable or op name: ``remote``, ``add-dtype_Float``,
+# ``hccl::…``) → kernels.
+MTIA_CCP_CAT = "mtia_ccp_events"
+MTIA_DMA = "dma_request"
+MTIA_NOT_BUSY = ("event_record", "event_wait")
+# ``args.direction`` → the memcpy ``kind`` vocabulary (the CUDA spelling).
+MTIA_DIRECTION: dict[str, str] = {
+    "HOST_TO_DEVICE": "HtoD",
+    "DEVICE_TO_HOST": "DtoH",
+    "DEVICE_TO_DEVICE": "DtoD",
+    "HOST_TO_HOST": "HtoH",
+}
+
 FLOW_KIND: dict[str, str] = {
     "ac2g": "ac2g",
     "async": "ac2g",
@@ -239,6 +258,8 @@ class _Collector:
                     name = "" if name is None else str(name)
                 cat = e.get("cat")
                 table = CAT_TABLE.get(cat) if isinstance(cat, str) else None
+                if cat == MTIA_CCP_CAT:
+                    table = "memcpy" if name == MTIA_DMA else None if name in MTIA_NOT_BUSY else "kernels"
                 if table is None and autograd_array and cat is None:
                     table = "kernels" if str(e.get("pid", "")).startswith("CUDA") else "cpu_ops"
                     cat = "Kernel" if table == "kernels" else "Operator"
@@ -300,8 +321,24 @@ class _Collector:
                             _num(a.get("Group size")),
                         )
                     )
-                elif table == "memcpy" or table == "memset":
-                    (memcpy if table == "memcpy" else memset).append(
+                elif table == "memcpy":
+                    kind = None
+                    if cat == MTIA_CCP_CAT:
+                        d = a.get("direction")
+                        kind = MTIA_DIRECTION.get(d) if isinstance(d, str) else None
+                    memcpy.append(
+                        (
+                            name, ts, dur,
+                            _int(a.get("device", pid)),
+                            _int(a.get("stream", tid)),
+                            _int(a.get("correlation")),
+                            _int(a.get("External id", a.get("external id"))),
+                            _num(a.get("size") if cat == MTIA_CCP_CAT else a.get("bytes")),
+                            kind,
+                        )
+                    )
+                elif table == "memset":
+                    memset.append(
                         (
                             name, ts, dur,
                             _int(a.get("device", pid)),
@@ -390,7 +427,9 @@ _RAW_COLS: dict[str, list[str]] = {
         "registers_per_thread", "shared_memory", "queued_ns", "graph_id", "comm_name",
         "comm_dtype", "comm_in_nelems", "comm_group_size",
     ],
-    "memcpy": ["name", "ts", "dur", "device", "stream", "correlation", "external_id", "bytes"],
+    # ``kind``: set by the loader where the event says it (MTIA ``args.direction``), else
+    # parsed from the name by ``_memcpy_kinds``.
+    "memcpy": ["name", "ts", "dur", "device", "stream", "correlation", "external_id", "bytes", "kind"],
     "memset": ["name", "ts", "dur", "device", "stream", "correlation", "external_id", "bytes"],
     "gpu_annotations": ["name", "ts", "dur", "device", "stream"],
     "flows": ["kind", "ph", "id", "ts", "pid", "tid"],
@@ -449,19 +488,17 @@ _XPU_KIND = {
 
 
 def _memcpy_kinds(df: pl.DataFrame) -> pl.DataFrame:
-    """Parse ``Memcpy <kind> (<src> -> <dst>)`` into kind/src/dst columns."""
+    """Parse ``Memcpy <kind> (<src> -> <dst>)`` into kind/src/dst columns (a kind the
+    loader already set, MTIA's DMA direction, is kept)."""
     if df.is_empty():
         return df
     parsed = df.select(
         pl.col("name").str.extract(r"Memcpy\s+(\w+)", 1).alias("k"),
+        "kind",
         pl.col("name").str.extract(r"\((\w+)\s*->", 1).alias("src_"),
         pl.col("name").str.extract(r"->\s*(\w+)\)", 1).alias("dst_"),
     )
-    kind = (
-        pl.col("k")
-        .replace(_XPU_KIND)
-        .fill_null("unknown")
-    )
+    kind = pl.coalesce(pl.col("kind"), pl.col("k").replace(_XPU_KIND)).fill_null("unknown")
     # XPU "Memory" is user-allocated host memory: pageable in CUDA terms.
     src = pl.col("src_").replace({"Memory": "Pageable"})
     dst = pl.col("dst_").replace({"Memory": "Pageable"})
@@ -777,9 +814,11 @@ _INT_ARGS = (
     "External id", "external id", "Sequence number", "Fwd thread id", "Ev Idx", "Profiler Event Index",
     "In msg nelems", "Out msg nelems", "Group size", "Python id", "Python parent id", "correlation",
     "cbid", "cid", "device", "stream", "registers per thread", "shared memory", "queued", "graph id",
-    "bytes", "Device Type", "Device Id", "Addr", "Bytes", "Total Allocated", "Total Reserved",
+    "bytes", "Device Type", "Device Id", "Addr", "Bytes", "Total Allocated", "Total Reserved", "size",
 )
-_STR_ARGS = ("Collective name", "dtype", "name", "Process Group Name", "Process Group Description")
+# ``direction`` (MTIA DMA) is only looked up in MTIA_DIRECTION: a non-string value that
+# the reader turns into text matches no key, as in the simple path, so it needs no screen.
+_STR_ARGS = ("Collective name", "dtype", "name", "Process Group Name", "Process Group Description", "direction")
 _DIMS_ARGS = ("Input Dims", "grid", "block")  # JSON text; lists of ints
 _ARG_NAMES = (*_INT_ARGS, *_STR_ARGS, *_DIMS_ARGS, "Input type")
 _INT_TEXT = r"(?s)^(?:.* )?(-?[0-9]+)$"  # ``_int`` on a string: the number, or the last word's
@@ -1013,6 +1052,16 @@ def _fast_tables(
             cuda = pl.col("pid_s").str.starts_with("CUDA").fill_null(False)
             table = pl.when(bare).then(pl.when(cuda).then(pl.lit("kernels")).otherwise(pl.lit("cpu_ops"))).otherwise(table)
             cat = pl.when(bare).then(pl.when(cuda).then(pl.lit("Kernel")).otherwise(pl.lit("Operator"))).otherwise(cat)
+        xname = pl.col("name").fill_null("")
+        table = (
+            pl.when(pl.col("cat") == MTIA_CCP_CAT)
+            .then(
+                pl.when(xname == MTIA_DMA).then(pl.lit("memcpy"))
+                .when(xname.is_in(MTIA_NOT_BUSY)).then(pl.lit(None, pl.String))
+                .otherwise(pl.lit("kernels"))
+            )
+            .otherwise(table)
+        )
         x = x.filter(ts.is_not_null() & dur.is_not_null() & (dur >= 0)).with_columns(
             _table=table, cat=cat, name=pl.col("name").fill_null("")
         )
@@ -1089,7 +1138,11 @@ def _x_frame(t: str, p: pl.DataFrame) -> pl.DataFrame:
         cols = [*base, device, stream, _A("correlation"), ext, _json_dims("grid", p), _json_dims("block", p),
                 _A("registers per thread"), _A("shared memory"), _A("queued"), _A("graph id"),
                 _A("Collective name"), comm_dtype, _A("In msg nelems"), _A("Group size")]
-    elif t in ("memcpy", "memset"):
+    elif t == "memcpy":
+        mtia = pl.col("cat") == MTIA_CCP_CAT
+        kind = pl.when(mtia).then(_A("direction").replace_strict(MTIA_DIRECTION, default=None, return_dtype=pl.String))
+        cols = [*base, device, stream, _A("correlation"), ext, pl.when(mtia).then(_A("size")).otherwise(_A("bytes")), kind]
+    elif t == "memset":
         cols = [*base, device, stream, _A("correlation"), ext, _A("bytes")]
     elif t == "annotations":
         cols = [*base, "pid", "tid", ext]

@@ -28,8 +28,8 @@ from traceanalyzer.model.trace import TraceModel
 from traceanalyzer.timeutil import group_numbers
 
 # Runtime/driver calls that enqueue device work. HTA joins only the first few; we
-# also count driver launches (Triton), graph launches, memcpy/memset APIs, HIP and
-# XPU (Unified Runtime / Level Zero) equivalents.
+# also count driver launches (Triton), graph launches, memcpy/memset APIs, HIP,
+# XPU (Unified Runtime / Level Zero) and MTIA equivalents.
 LAUNCH_APIS: frozenset[str] = frozenset(
     {
         "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
@@ -45,6 +45,9 @@ LAUNCH_APIS: frozenset[str] = frozenset(
         "urEnqueueKernelLaunch", "urEnqueueUSMMemcpy", "urEnqueueUSMFill", "urEnqueueMemBufferCopy",
         "urEnqueueMemBufferWrite", "urEnqueueMemBufferRead", "zeCommandListAppendLaunchKernel",
         "zeCommandListAppendMemoryCopy", "zeCommandListAppendMemoryFill",
+        # MTIA (the runtime's names; HTA counts runFunction as MTIA's kernel launch)
+        "runFunction - job_prep_and_submit_for_execution", "enqueueCommand memcpyHtoDAsync",
+        "enqueueCommand memcpyDtoHAsync",
     }
 )
 
