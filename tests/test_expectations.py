@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO, SHARED_TRACES
+from conftest import REPO, SHARED_TRACES, shared_model, shared_results
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -73,10 +73,11 @@ def _params() -> list[Any]:
 
 @functools.lru_cache(maxsize=None)
 def _report(path: Path) -> dict[str, Any]:
-    """The JSON document of the full report on ``path`` (built once per session)."""
-    from traceanalyzer.pipeline import build_report, load
+    """The JSON document of the full report on ``path`` (built once per session, on the session's
+    shared model and analysis results: other real-trace tests reuse them)."""
+    from traceanalyzer.pipeline import report_from_results
 
-    return build_report(load(path), source=str(path)).to_json()
+    return report_from_results(shared_model(path), shared_results(path), source=str(path)).to_json()
 
 
 def _advice(doc: dict[str, Any]) -> list[tuple[str, str]]:

@@ -25,7 +25,12 @@ def load(path: str | Path) -> Any:
 def build_report(model: Any, config: Config | None = None, source: str | None = None) -> Report:
     """Run every applicable analysis and rule on a loaded model."""
     config = config or Config()
-    results = run_analyses(model, config)
+    return report_from_results(model, run_analyses(model, config), config, source)
+
+
+def report_from_results(model: Any, results: Any, config: Config | None = None, source: str | None = None) -> Report:
+    """The report of a loaded model whose analyses already ran: the rules, then the document."""
+    config = config or Config()
     outcome = run_rules(results, config)
     meta = model.meta.to_json() if hasattr(model, "meta") else {}
     return Report(

@@ -545,9 +545,12 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
         attn = "" if ctx is not None and ctx.fused_attention else "fused attention (SDPA/FlashAttention), "
         low = ("lower precision (fp16 with a GradScaler: no bf16 on this device)"
                if ctx is not None and ctx.vendor == "nvidia" and ctx.supports_bf16 is False else "lower precision (bf16/fp8)")
-        mv.append(f"Less work or faster math: {low}, tensor-core friendly shapes (multiples of "
-                  f"8/16), {attn}no unneeded recomputation, a larger/faster GPU. "
-                  "The GPU is saturated, so CPU-side fixes will not help.")
+        gpu_like = ctx is None or ctx.vendor in ("nvidia", "amd", "unknown", None)
+        shapes = ("tensor-core friendly shapes (multiples of 8/16)" if gpu_like
+                  else "shapes that fill the accelerator's matrix units (its vendor's tiling guidance)")
+        mv.append(f"Less work or faster math: {low}, {shapes}, {attn}no unneeded recomputation, a larger/faster "
+                  f"{'GPU' if gpu_like else 'device'}. The {'GPU' if gpu_like else 'device'} is saturated, so "
+                  "CPU-side fixes will not help.")
     elif verdict == "memory_bound":
         fuse = ("the code is already compiled: shrink what runs outside the compiled regions (graph breaks), "
                 "fused" if ctx is not None and ctx.compiled else "torch.compile (fuses elementwise/reduction chains), fused")
@@ -610,9 +613,12 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
     elif verdict == "sync_bound":
         if syncs is not None:
             t = syncs.totals
+            threads = int(t.get("blocking_threads") or 0)
             ev.append(f"{t['sync_points']:,} sync points ({t['sync_calls']:,} blocking calls); the CPU is blocked "
-                      f"{t['pct_blocked_of_steps'] or 0:.1f} % of step time and the GPU then idles "
-                      f"{t['pct_idle_after_of_steps'] or 0:.1f} % waiting to be fed again.")
+                      f"{t['pct_blocked_of_steps'] or 0:.1f} % of step time"
+                      + (f" (summed over {threads} threads)" if threads > 1 else "")
+                      + f" and the GPU then idles {t['pct_idle_after_of_steps'] or 0:.1f} % of step time waiting to "
+                      "be fed again.")
             for r in _first(syncs.by_site, 3):
                 ev.append(f"Sync site {r['site']}: {r['count']:,} point(s) ({r.get('causes') or ''}), blocked "
                           f"{ms(r['blocked_ns'])}.")

@@ -130,7 +130,9 @@ class SyncsResult:
         out = [
             ("Sync points", f"{t['sync_points']:,} ({t['sync_calls']:,} blocking calls: {kinds or 'none'})"),
             ("CPU blocked", f"{fmt_ns(t['blocked_ns'])}" + (
-                f" ({t['pct_blocked_of_steps']:.2f} % of step time)" if t["pct_blocked_of_steps"] is not None else ""
+                f" ({t['pct_blocked_of_steps']:.2f} % of step time"
+                + (f", summed over {t['blocking_threads']} threads" if t.get("blocking_threads", 0) > 1 else "") + ")"
+                if t["pct_blocked_of_steps"] is not None else ""
             )),
             ("GPU idle after syncs", fmt_ns(t["idle_after_ns"]) + (
                 f" ({t['pct_idle_after_of_steps']:.2f} % of step time)"
@@ -389,6 +391,7 @@ def syncs(model: TraceModel, results: Results, config: Config) -> SyncsResult:
         "calls_by_kind": dict(calls.group_by("sync_kind").len().sort("sync_kind").iter_rows()),
         "calls_by_api": dict(calls.group_by("api").len().sort("api").iter_rows()),
         "blocked_ns": int(calls["dur_ns"].sum() or 0),
+        "blocking_threads": int(calls.select("pid", "tid").n_unique()) if calls.height else 0,
         "idle_after_ns": int(points["idle_after_excl_ns"].sum() or 0),
         "implied_ops": imp_outer.height,
         "implied_ops_with_sync": int(imp_with_sync),
