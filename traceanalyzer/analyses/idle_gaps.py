@@ -116,7 +116,8 @@ class IdleGapsResult:
             out.append(
                 (
                     "Idle time attributed",
-                    f"{top['pct_of_idle']:.0f} % of idle time is inside `{top['cpu_context']}` ({top['source']})",
+                    f"{top['pct_of_idle']:.0f} % of idle time is inside `{top['cpu_context']}`"
+                    + (f" ({top['source']})" if top.get("source") else ""),
                 )
             )
         return out
