@@ -9,6 +9,7 @@ different hardware), 3 internal error (a bug; set
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -72,10 +73,28 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except OSError as exc:
+        # An output location refusing a write outside the atomic writers (which raise
+        # OutputError): a usage problem, not a bug.
+        if exc.errno not in _OUTPUT_ERRNOS or os.environ.get("TRACEANALYZER_DEBUG"):
+            _internal(exc)
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"error: {where}cannot write ({exc.strerror})", err=True)
+        sys.exit(2)
     except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
-        if os.environ.get("TRACEANALYZER_DEBUG"):
-            raise
-        click.echo(f"internal error (please report; TRACEANALYZER_DEBUG=1 shows details): "
-                   f"{type(exc).__name__}: {exc}", err=True)
-        sys.exit(3)
+        _internal(exc)
     sys.exit(0)
+
+
+#: errno values that mean "this location cannot take the output" (exit 2, not 3).
+_OUTPUT_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG,
+                            errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ENAMETOOLONG})
+
+
+def _internal(exc: BaseException) -> None:
+    """Exit 3: a bug. One line (the traceback with TRACEANALYZER_DEBUG=1)."""
+    if os.environ.get("TRACEANALYZER_DEBUG"):
+        raise exc
+    click.echo(f"internal error (please report; TRACEANALYZER_DEBUG=1 shows details): "
+               f"{type(exc).__name__}: {exc}", err=True)
+    sys.exit(3)

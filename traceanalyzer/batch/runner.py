@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol
 
 from traceanalyzer.batch.cache import Cache, cache_key, content_hash, settings_fingerprint, slug
 from traceanalyzer.batch.discover import Discovery, Input, is_url, open_binary
-from traceanalyzer.report.fsutil import atomic_write_bytes
+from traceanalyzer.report.fsutil import atomic_write_bytes, make_dir
 
 REPORTS_DIR = "reports"
 Task = dict[str, Any]
@@ -347,7 +347,7 @@ def run_batch(
     from traceanalyzer.batch.multirank import summarize_runs
 
     out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
+    make_dir(out)
     overrides = dict(overrides or {})
     formats = list(formats or ["json", "md"])
     fp = settings_fingerprint(overrides, formats)
