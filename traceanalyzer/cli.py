@@ -18,6 +18,7 @@ import click
 from traceanalyzer import __version__
 from traceanalyzer.errors import TraceAnalyzerError
 from traceanalyzer.plugins import import_submodules
+from traceanalyzer.report.text import clean_text
 
 EPILOG = """\b
 Examples:
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(rv, int) and rv:  # click returns (not raises) Exit codes without standalone mode
             sys.exit(rv)
     except TraceAnalyzerError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(clean_text(f"error: {exc}", keep_newlines=False), err=True)
         sys.exit(2)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

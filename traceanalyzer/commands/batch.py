@@ -11,6 +11,7 @@ import click
 
 from traceanalyzer.commands.options import config_options, make_config
 from traceanalyzer.errors import ConfigError, InputError
+from traceanalyzer.report.text import clean_text
 
 
 @click.command("batch", epilog="""\b
@@ -84,11 +85,12 @@ def command(inputs: tuple[str, ...], outdir: str, jobs: int, formats: tuple[str,
     if not quiet:
         failed = [r for r in result.rows if r.get("status") != "ok"]
         for r in failed:
-            click.echo(click.style(f"  failed: {r['file']}: {r['error']}", fg="red"), err=True)
+            click.echo(click.style(clean_text(f"  failed: {r['file']}: {r['error']}", keep_newlines=False), fg="red"),
+                       err=True)
         for run in result.runs:
             mr = run.get("multirank") or {}
             if mr.get("finding"):
-                click.echo(f"  {run['run']}: {mr['finding']['title']}")
+                click.echo(clean_text(f"  {run['run']}: {mr['finding']['title']}", keep_newlines=False))
         click.echo(f"{len(result.rows)} files ({result.n_cached} from cache), {result.n_failed} failed, "
                    f"{len(result.runs)} runs, {result.wall_s:.1f} s")
         click.echo(f"  index: {out / 'index.html'}")

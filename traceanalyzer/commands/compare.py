@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from traceanalyzer.commands.options import config_options, make_config
+from traceanalyzer.report.text import clean_text
 
 
 @click.command("compare", epilog="""\b
@@ -56,7 +57,7 @@ def command(baseline: str, candidate: str, outdir: str | None, formats: tuple[st
     out = Path(outdir) if outdir else Path.cwd() / "compare.traceanalyzer"
     written = write(cmp, out, fmts)
     if not quiet:
-        click.echo(terminal_summary(cmp, top))
+        click.echo(clean_text(terminal_summary(cmp, top)))
         click.echo("  wrote: " + ", ".join(str(p) for p in written))
     elif cmp.comparability.headline():  # -q still states a mismatch (on stderr, with the errors)
         click.echo(cmp.comparability.headline(), err=True)

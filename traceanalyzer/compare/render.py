@@ -21,7 +21,7 @@ from traceanalyzer import __version__
 from traceanalyzer.compare.diff import Comparison
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.report.fsutil import atomic_write_bytes, atomic_write_text
-from traceanalyzer.report.text import fmt_bytes, md_escape, shorten
+from traceanalyzer.report.text import clean_text, fmt_bytes, md_escape, shorten
 
 FORMATS = ("md", "json", "html")
 
@@ -255,7 +255,7 @@ def write(cmp: Comparison, outdir: Path, formats: Iterable[str] | None = None) -
         if fmt == "json":
             atomic_write_bytes(path, orjson.dumps(to_json(cmp), option=orjson.OPT_INDENT_2) + b"\n")
         elif fmt == "md":
-            atomic_write_text(path, to_markdown(cmp))
+            atomic_write_text(path, clean_text(to_markdown(cmp)))
         else:
             atomic_write_text(path, to_html(cmp))
         written.append(path)
