@@ -2,7 +2,7 @@
 
 Finding
 -------
-Candidates are files named ``*.json``, ``*.json.gz``, ``*.pickle``, ``*.pkl`` (found
+Candidates are files named ``*.json``, ``*.pickle``, ``*.pkl``, each optionally ``.gz`` (found
 recursively; hidden directories and the batch's own output directory are skipped). Each
 candidate's first bytes (decompressed) decide what it is:
 
@@ -35,7 +35,7 @@ from typing import IO, Iterable
 
 from traceanalyzer.errors import InputError
 
-SUFFIXES = (".json", ".json.gz", ".pickle", ".pkl")
+SUFFIXES = (".json", ".json.gz", ".pickle", ".pkl", ".pickle.gz", ".pkl.gz")
 HEAD_BYTES = 256 * 1024
 
 _RANK_NAME_RE = re.compile(r"(?i)(?:^|[^a-z])rank[-_.]?(\d+)")
