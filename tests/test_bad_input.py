@@ -252,3 +252,20 @@ def test_cli_read_only_output_dir_exit_2(tmp_path: Path, capsys: pytest.CaptureF
         assert list(ro.iterdir()) == []
     finally:
         ro.chmod(0o755)
+
+
+@pytest.mark.parametrize("args", [
+    ["compare", "{t}", "{t}", "--fail-if-slower", "nan"],
+    ["compare", "{t}", "{t}", "--fail-if-slower", "1e400"],
+    ["batch", "{t}", "--file-timeout", "nan"],
+    ["batch", "{t}", "--file-memory", "inf"],
+    ["batch", "{t}", "-j", "9" * 25],
+])
+def test_cli_non_finite_or_huge_option_values_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     args: list[str]) -> None:
+    p = write_trace(tmp_path / "t.json", kineto_doc(_events(2)))
+    with pytest.raises(SystemExit) as info:
+        main([a.format(t=p) for a in args] + ["-q", "-o", str(tmp_path / "o")])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Invalid value" in err and "Traceback" not in err and not (tmp_path / "o").exists()

@@ -253,7 +253,7 @@ def _worker_main(conn: Any, address_space: int | None) -> None:
             soft, hard = resource.getrlimit(resource.RLIMIT_AS)
             cap = address_space if hard == resource.RLIM_INFINITY else min(address_space, hard)
             resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-        except (ImportError, ValueError, OSError):
+        except (ImportError, ValueError, OverflowError, OSError):
             pass  # not on this platform: the parent's RSS watchdog still applies
     while True:
         try:

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from traceanalyzer.commands.options import config_options, make_config
+from traceanalyzer.commands.options import FiniteFloat, config_options, make_config
 from traceanalyzer.errors import ConfigError, InputError
 from traceanalyzer.report.text import clean_text
 
@@ -23,7 +23,7 @@ Examples:
 @click.argument("inputs", nargs=-1, required=True, metavar="DIR_OR_GLOB...")
 @click.option("-o", "--outdir", required=True, type=click.Path(file_okay=False),
               help="Directory for the per-file reports and the index (index.html, index.csv, runs.csv, index.json).")
-@click.option("-j", "--jobs", type=click.IntRange(min=0), default=0, show_default="all cores",
+@click.option("-j", "--jobs", type=click.IntRange(min=0, max=4096), default=0, show_default="all cores",
               help="Worker processes (0: one per core; 1: no subprocesses).")
 @click.option("-f", "--format", "formats", multiple=True, metavar="FMT[,FMT…]",
               help="Per-file report formats [default: json,md]; html and png are slower.")
@@ -32,9 +32,9 @@ Examples:
               help="Run on an existing Dask distributed cluster (needs traceanalyzer[dask]).")
 @click.option("--dask", "use_dask", is_flag=True,
               help="Run on a local Dask cluster of --jobs workers (needs traceanalyzer[dask]).")
-@click.option("--file-timeout", type=click.FloatRange(min=0), default=1800.0, show_default=True, metavar="SECONDS",
+@click.option("--file-timeout", type=FiniteFloat(min=0), default=1800.0, show_default=True, metavar="SECONDS",
               help="Wall-clock limit per file (local workers); a file past it fails, the batch goes on. 0: none.")
-@click.option("--file-memory", type=click.FloatRange(min=0), default=None, metavar="GIB",
+@click.option("--file-memory", type=FiniteFloat(min=0, max=1 << 20), default=None, metavar="GIB",
               show_default="80 % of physical memory",
               help="Resident-memory limit per file in GiB (local workers; the address space is capped at 4x). "
                    "A file past it fails, the batch goes on. 0: none.")

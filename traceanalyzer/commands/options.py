@@ -14,6 +14,24 @@ from traceanalyzer.config import Config, check_value, convert
 from traceanalyzer.errors import ConfigError
 
 
+class FiniteFloat(click.FloatRange):
+    """A float option that refuses ``nan``, ``inf`` and magnitudes beyond
+    :data:`~traceanalyzer.config.MAX_ABS_VALUE` (a usage error, exit 2): ``nan`` would
+    make every comparison false and silently disable a gate or a limit."""
+
+    name = "finite float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        from traceanalyzer.config import MAX_ABS_VALUE
+
+        rv = super().convert(value, param, ctx)
+        if isinstance(rv, float) and (not math.isfinite(rv) or abs(rv) > MAX_ABS_VALUE):
+            self.fail(f"{value!r} is not a finite number of at most {MAX_ABS_VALUE:.0e}", param, ctx)
+        return rv
+
+
 def config_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """``--config FILE`` and repeatable ``--set OWNER.PARAM=VALUE``."""
     func = click.option(
