@@ -295,11 +295,11 @@ def test_sigint_keeps_finished_files_writes_index_and_says_how_to_resume(tree: P
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
     proc = subprocess.Popen([sys.executable, "-m", "traceanalyzer", "batch", str(src), "-o", str(out), "-j", "2",
                              "--format", "json,md"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+                            env=env, start_new_session=True)
     deadline = time.monotonic() + 120
     while not (out / "index.json").exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the batch and its workers
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
     assert "run the same command again to resume" in stderr and "Traceback" not in stderr
@@ -347,3 +347,40 @@ def test_client_written_reports_path_is_whole_and_collision_free(tree: Path, tmp
         doc = orjson.loads((out / next(p for p in r["reports"] if p.endswith(".json"))).read_bytes())
         assert doc["source"].endswith("/src/" + r["file"])
     assert not list((out / "reports").glob(".*"))
+
+
+def test_full_disk_stops_the_batch_with_one_line_exit_2(tree: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from traceanalyzer.report import fsutil
+
+    src = _copies(tree, tmp_path / "src", ["a.json", "b.json", "c.json"])
+    out = tmp_path / "out"
+    real_fdopen = os.fdopen
+    calls = {"n": 0}
+
+    class _Full:
+        def __init__(self, fd: int) -> None:
+            self.f = real_fdopen(fd, "wb")
+
+        def __enter__(self) -> "_Full":
+            return self
+
+        def __exit__(self, *a: object) -> None:
+            self.f.close()
+
+        def write(self, data: bytes) -> int:
+            calls["n"] += 1
+            if calls["n"] > 3:  # the first file's json, md and cache entry fit; then the disk is full
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return self.f.write(data)
+
+    monkeypatch.setattr(fsutil.os, "fdopen", lambda fd, mode: _Full(fd))
+    res = CliRunner().invoke(cli, ["batch", str(src), "-o", str(out), "--in-process", "-q"])
+    from traceanalyzer.errors import OutputError
+
+    assert isinstance(res.exception, OutputError)  # the CLI's exit 2 with one line
+    assert "cannot write (No space left on device)" in str(res.exception)
+    assert calls["n"] == 4  # it stopped at the first refused write, not one failure per file
+    assert not list(out.rglob("*.tmp")) and not list((out / "reports").glob(".*"))

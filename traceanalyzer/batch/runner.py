@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol
 
 from traceanalyzer.batch.cache import Cache, cache_key, content_hash, report_folders, settings_fingerprint, slug
 from traceanalyzer.batch.discover import Discovery, Input, is_url, open_binary
+from traceanalyzer.errors import OutputError
 from traceanalyzer.report.fsutil import atomic_write_bytes, make_dir
 
 REPORTS_DIR = "reports"
@@ -86,7 +87,7 @@ def analyse_one(task: Task) -> Answer:
     """
     from traceanalyzer.batch.summary import report_metrics
     from traceanalyzer.config import Config
-    from traceanalyzer.errors import InputError, TraceAnalyzerError
+    from traceanalyzer.errors import InputError, OutputError, TraceAnalyzerError
     from traceanalyzer.pipeline import analyze, write_outputs
 
     t0 = time.perf_counter()
@@ -130,6 +131,10 @@ def analyse_one(task: Task) -> Answer:
                 row["reports"] = sorted(files)
     except InputError as exc:
         row.update(status="error", error=exc.problem)
+    except OutputError as exc:
+        # The output location, not the file: not cached, and the batch stops (run_batch).
+        row.update(status="error", error=str(exc))
+        answer.update(cacheable=False, output_error=[exc.path, exc.reason])
     except TraceAnalyzerError as exc:
         row.update(status="error", error=str(exc))
     except MemoryError:
@@ -310,7 +315,7 @@ class LocalBackend:
 
     def _spawn(self, ctx: Any, jobs: int) -> _Slot:
         parent, child = ctx.Pipe()
-        with _worker_env(jobs):
+        with _worker_env(jobs), _sigint_ignored():
             proc = ctx.Process(target=_worker_main, args=(child, self.limits.address_space_bytes), daemon=True)
             proc.start()
         child.close()
@@ -371,6 +376,25 @@ class LocalBackend:
         finally:
             for slot in slots:
                 _kill(slot, graceful=slot.task is None)
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Start a worker with SIGINT ignored: an ignored signal stays ignored across exec and
+    Python then installs no KeyboardInterrupt handler, so a Ctrl-C (sent to the whole
+    process group by the terminal) during the worker's start-up cannot kill it with a
+    traceback; :func:`_worker_main` keeps it ignored."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _exit_text(code: int | None) -> str:
@@ -651,6 +675,7 @@ def _run_locked(discovery: Discovery, out: Path, backend: Backend, stop: StopFla
     tasks = make_tasks(todo, known, fp, overrides, formats, out if backend.writes_reports else None, folders)
     by_rel = {t["rel"]: t for t in tasks}
     interrupted = False
+    output_error: OutputError | None = None
     try:
         for ans in _run_backend(backend, tasks, stop):
             rel = ans["rel"]
@@ -667,10 +692,21 @@ def _run_locked(discovery: Discovery, out: Path, backend: Backend, stop: StopFla
                     progress_index()
                     continue
             row = ans["row"]
-            if ans.get("files"):
-                _write_folder(out, f"{REPORTS_DIR}/{task['folder']}", ans["files"])
-            if use_cache and ans.get("key") and ans.get("cacheable"):
-                cache.put(rel, ans["key"], row)
+            if ans.get("output_error"):
+                # The output directory refuses writes (full, read-only): every further file would
+                # fail the same way, so stop, and keep this file out of the index (not its fault).
+                output_error = OutputError(*ans["output_error"])
+                stop.set = True
+                continue
+            try:
+                if ans.get("files"):
+                    _write_folder(out, f"{REPORTS_DIR}/{task['folder']}", ans["files"])
+                if use_cache and ans.get("key") and ans.get("cacheable"):
+                    cache.put(rel, ans["key"], row)
+            except OutputError as exc:
+                output_error = exc
+                stop.set = True
+                continue
             rows[rel] = row
             if on_result:
                 on_result(row)
@@ -678,6 +714,10 @@ def _run_locked(discovery: Discovery, out: Path, backend: Backend, stop: StopFla
     except KeyboardInterrupt:
         interrupted = True
     interrupted = interrupted or bool(stop) or len(rows) < len(discovery.inputs)
+    if output_error is not None:
+        with contextlib.suppress(OutputError):  # the index may not fit either
+            index(interrupted=True)
+        raise output_error
     result = index(interrupted=interrupted)
     if interrupted:
         raise BatchInterrupted(result)
@@ -721,8 +761,6 @@ def publish_folder(tmp: Path, final: Path) -> None:
             os.rename(final, old)
         os.rename(tmp, final)
     except OSError as exc:
-        from traceanalyzer.errors import OutputError
-
         raise OutputError.from_os(final, exc) from None
     if old.exists():
         shutil.rmtree(old, ignore_errors=True)
