@@ -119,8 +119,14 @@ def analyse_one(task: Task) -> Answer:
                 base = Path(task["outdir"])
                 final = base / sub
                 partial = final.parent / f".{final.name}.partial-{os.getpid()}"
-                written = write_outputs(report, partial, task["formats"])
-                publish_folder(partial, final)
+                try:
+                    written = write_outputs(report, partial, task["formats"])
+                    publish_folder(partial, final)
+                except BaseException:
+                    import shutil
+
+                    shutil.rmtree(partial, ignore_errors=True)
+                    raise
                 row["reports"] = sorted((final / p.relative_to(partial)).relative_to(base).as_posix()
                                         for p in written)
             else:
@@ -695,7 +701,7 @@ def _run_locked(discovery: Discovery, out: Path, backend: Backend, stop: StopFla
             if ans.get("output_error"):
                 # The output directory refuses writes (full, read-only): every further file would
                 # fail the same way, so stop, and keep this file out of the index (not its fault).
-                output_error = OutputError(*ans["output_error"])
+                output_error = OutputError(out, ans["output_error"][1])
                 stop.set = True
                 continue
             try:
@@ -714,6 +720,8 @@ def _run_locked(discovery: Discovery, out: Path, backend: Backend, stop: StopFla
     except KeyboardInterrupt:
         interrupted = True
     interrupted = interrupted or bool(stop) or len(rows) < len(discovery.inputs)
+    if interrupted or output_error is not None:
+        _clean_partials(out)  # folders of files killed in flight (no worker is left to finish them)
     if output_error is not None:
         with contextlib.suppress(OutputError):  # the index may not fit either
             index(interrupted=True)
