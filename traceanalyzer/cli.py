@@ -75,20 +75,20 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:
         sys.exit(0)
     except OSError as exc:
-        # An output location refusing a write outside the atomic writers (which raise
-        # OutputError): a usage problem, not a bug.
-        if exc.errno not in _OUTPUT_ERRNOS or os.environ.get("TRACEANALYZER_DEBUG"):
+        # A location the user named refusing access outside the paths that already say so
+        # (atomic writers raise OutputError, loaders InputError): a usage problem, not a bug.
+        if exc.errno not in _USAGE_ERRNOS or os.environ.get("TRACEANALYZER_DEBUG"):
             _internal(exc)
         where = f"{exc.filename}: " if exc.filename else ""
-        click.echo(f"error: {where}cannot write ({exc.strerror})", err=True)
+        click.echo(clean_text(f"error: {where}{exc.strerror}", keep_newlines=False), err=True)
         sys.exit(2)
     except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
         _internal(exc)
     sys.exit(0)
 
 
-#: errno values that mean "this location cannot take the output" (exit 2, not 3).
-_OUTPUT_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG,
+#: errno values that mean "this location cannot be used as given" (exit 2, not 3).
+_USAGE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG,
                             errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ENAMETOOLONG})
 
 

@@ -60,6 +60,8 @@ class Config:
             data = tomllib.loads(p.read_text())
         except FileNotFoundError:
             raise ConfigError(f"{p}: config file not found") from None
+        except OSError as exc:
+            raise ConfigError(f"{p}: cannot read the config file ({exc.strerror or exc})") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{p}: not valid TOML ({exc})") from None
         flat: dict[str, Any] = {}
