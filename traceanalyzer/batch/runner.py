@@ -1,4 +1,4 @@
-"""Run the analysis of many inputs on a local process pool or a Dask cluster.
+"""Run the analysis of many inputs on local worker processes or a Dask cluster.
 
 Both backends run the same worker function, :func:`analyse_one`, on a plain-dict task
 and get a plain-dict answer back, so the result (and the index) does not depend on
@@ -10,15 +10,22 @@ where the work ran:
 * otherwise it calls :func:`traceanalyzer.pipeline.analyze`, renders the per-file
   reports and returns the compact row (:mod:`~traceanalyzer.batch.summary`).
 
-The local backend's workers write the reports straight into ``OUTDIR`` (each file
-atomically). Dask workers may not share a file system with the client, so they render
-into a private temporary directory and return the bytes; the client writes them. Inputs
-given as fsspec URLs are read by the workers themselves.
+The local backend (:class:`LocalBackend`) supervises its own spawned worker processes,
+one file at a time each, under per-file OS limits (:class:`Limits`: wall-clock time,
+resident memory, address space); a file past a limit, or whose worker dies, fails alone
+with the reason and the worker is replaced. Its workers write the reports straight into
+``OUTDIR`` (a report folder is built aside and renamed into place whole). Dask workers
+may not share a file system with the client, so they render into a private temporary
+directory and return the bytes; the client writes them the same way. Inputs given as
+fsspec URLs are read by the workers themselves.
 
-:func:`run_batch` drives one batch: cache look-up, dispatch, writing reports and cache
-entries as results arrive (never all at the end), multi-rank summaries and the index.
-An interrupted batch (Ctrl-C) still writes the index of what finished, flagged
-``interrupted``; everything already written stays.
+:func:`run_batch` drives one batch under the output directory's lock
+(:mod:`~traceanalyzer.batch.lock`): cache look-up, dispatch, writing reports and cache
+entries as results arrive (never all at the end), multi-rank summaries and the index,
+rewritten as files finish. Ctrl-C lets the files in flight finish, writes the index
+flagged ``interrupted`` and raises :class:`BatchInterrupted`; re-running resumes from
+the cache. An output directory that refuses writes stops the batch with
+:class:`~traceanalyzer.errors.OutputError`.
 """
 
 from __future__ import annotations
