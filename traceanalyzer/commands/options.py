@@ -56,7 +56,9 @@ def make_config(config_path: str | None, assignments: tuple[str, ...]) -> Config
     return cfg.with_overrides(dict(sets))
 
 
-#: ``config.get("owner.param", DEFAULT)``: the key and the text of its default.
+#: ``config.get("owner.param"``: every key an analysis reads.
+_KEY_RE = re.compile(r"""config\.get\(\s*["']([a-z0-9_]+)\.([a-z0-9_]+)["']""")
+#: ``config.get("owner.param", DEFAULT)`` with a simple default: the key and the default's text.
 _GET_RE = re.compile(r"""config\.get\(\s*["']([a-z0-9_]+)\.([a-z0-9_]+)["']\s*(?:,\s*([^()\n]*?)\s*)?\)""")
 _NO_DEFAULT = object()
 
@@ -92,11 +94,12 @@ def _analysis_params() -> dict[str, dict[str, Any]]:
         except (OSError, TypeError):
             unreadable.add(spec.name)
             continue
+        for owner, param in _KEY_RE.findall(src):
+            keys.setdefault(owner, {}).setdefault(param, _NO_DEFAULT)
         for owner, param, default in _GET_RE.findall(src):
             value = _default_of(default, module)
-            known = keys.setdefault(owner, {})
-            if known.get(param, _NO_DEFAULT) is _NO_DEFAULT:
-                known[param] = value
+            if keys[owner].get(param, _NO_DEFAULT) is _NO_DEFAULT:
+                keys[owner][param] = value
     # The runner's own setting (traceanalyzer.analyses.run_analyses): how many at once.
     keys.setdefault("analyses", {})["workers"] = 1
     # The rule engine's own setting (traceanalyzer.rules.run_rules): the reporting floor.
