@@ -90,7 +90,8 @@ class Config:
 
 def convert(key: str, value: Any, default: T) -> T:
     """``value`` converted to the type of ``default``, checked (see :meth:`Config.get`)."""
-    kind = type(default).__name__
+    name = type(default).__name__
+    kind = "an integer" if name == "int" else f"a {name}"
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value  # type: ignore[return-value]
@@ -102,13 +103,13 @@ def convert(key: str, value: Any, default: T) -> T:
         raise ConfigError(f"{key}: expected true or false, got {value!r}")
     if isinstance(default, (int, float)):
         if isinstance(value, bool):
-            raise ConfigError(f"{key}: expected a {kind}, got {value!r}")
+            raise ConfigError(f"{key}: expected {kind}, got {value!r}")
         try:
             number = float(value) if not isinstance(value, int) else value
         except (TypeError, ValueError):
-            raise ConfigError(f"{key}: expected a {kind}, got {value!r}") from None
+            raise ConfigError(f"{key}: expected {kind}, got {value!r}") from None
         if isinstance(number, float) and not math.isfinite(number):
-            raise ConfigError(f"{key}: expected a finite {kind}, got {value!r}")
+            raise ConfigError(f"{key}: expected a finite {'integer' if name == 'int' else name}, got {value!r}")
         if abs(number) > MAX_ABS_VALUE:
             raise ConfigError(f"{key}: {value!r} is out of range (at most {MAX_ABS_VALUE:.0e} in magnitude)")
         if isinstance(default, int):
@@ -119,7 +120,7 @@ def convert(key: str, value: Any, default: T) -> T:
     try:
         return type(default)(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{key}: expected a {kind}, got {value!r}") from None
+        raise ConfigError(f"{key}: expected {kind}, got {value!r}") from None
 
 
 def check_value(key: str, value: Any) -> None:

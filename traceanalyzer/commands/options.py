@@ -74,7 +74,27 @@ def _default_of(text: str | None, module: Any) -> Any:
         pass
     if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text) and hasattr(module, text):
         return getattr(module, text)
-    return _NO_DEFAULT
+    try:  # constant arithmetic such as ``1 << 20`` or ``16 * MiB``
+        return _const_eval(ast.parse(text, mode="eval").body, module)
+    except (ValueError, SyntaxError, TypeError, ArithmeticError):
+        return _NO_DEFAULT
+
+
+_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b, ast.LShift: lambda a, b: a << b,
+}
+
+
+def _const_eval(node: ast.AST, module: Any) -> Any:
+    """The value of a small constant expression (numbers, module constants, + - * / <<)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return node.value
+    if isinstance(node, ast.Name) and isinstance(getattr(module, node.id, None), (int, float)):
+        return getattr(module, node.id)
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        return _BINOPS[type(node.op)](_const_eval(node.left, module), _const_eval(node.right, module))
+    raise ValueError("not a constant expression")
 
 
 @functools.lru_cache(maxsize=1)
