@@ -151,3 +151,122 @@ def test_cli_unknown_format_is_usage_error(tmp_path: Path, capsys: pytest.Captur
         main(["analyze", str(p), "--format", "pdf", "-o", str(tmp_path / "o")])
     assert info.value.code == 2
     assert "unknown format 'pdf'" in capsys.readouterr().err
+
+
+# --- Hostile parameters and output locations (issue 19) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("assignment, problem", [
+    ("idle_gaps.long_gap_us=abc", "expected a float, got 'abc'"),
+    ("idle_gaps.long_gap_us=nan", "expected a finite float"),
+    ("idle_gaps.long_gap_us=1e308", "out of range"),
+    ("idle_gaps.long_gap_us=" + "9" * 40, "out of range"),
+    ("kernels.top_n=abc", "expected an integer, got 'abc'"),
+    ("memory_leaks.min_bytes=abc", "expected an integer"),
+    ("kernels.top_n=2.5", "expected an integer"),
+    ("memory_leaks.min_bytes=inf", "finite"),
+    ("low_gpu_utilization.min_busy_pct=nan", "expected a finite float"),
+    ("low_gpu_utilization.min_busy_pct=1e308", "out of range"),
+    ("low_gpu_utilization.min_busy_pct=" + "9" * 40, "out of range"),
+])
+def test_cli_bad_parameter_values_exit_2_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  assignment: str, problem: str) -> None:
+    p = write_trace(tmp_path / "t.json", kineto_doc(_events(2)))
+    with pytest.raises(SystemExit) as info:
+        main(["analyze", str(p), "-q", "--format", "json", "-o", str(tmp_path / "o"), "--set", assignment])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    key = assignment.split("=", 1)[0]
+    assert len(err.splitlines()) == 1 and key in err and problem in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_good_parameter_values_still_accepted(tmp_path: Path) -> None:
+    p = write_trace(tmp_path / "t.json", kineto_doc(_events(2)))
+    with pytest.raises(SystemExit) as info:
+        main(["analyze", str(p), "-q", "--format", "json", "-o", str(tmp_path / "o"),
+              "--set", "idle_gaps.long_gap_us=50", "--set", "kernels.top_n=3", "--set", "rules.min_cost_pct=0.5"])
+    assert info.value.code == 0
+    assert (tmp_path / "o" / "summary.json").is_file()
+
+
+@pytest.mark.parametrize("err_no", [__import__("errno").ENOSPC, __import__("errno").EACCES,
+                                    __import__("errno").EROFS])
+def test_cli_unwritable_output_exit_2_nothing_half_written(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch, err_no: int) -> None:
+    import os
+
+    from traceanalyzer.report import fsutil
+
+    p = write_trace(tmp_path / "t.json", kineto_doc(_events(2)))
+    real_fdopen = os.fdopen
+
+    class _Full:
+        def __init__(self, fd: int) -> None:
+            self.f = real_fdopen(fd, "wb")
+
+        def __enter__(self) -> "_Full":
+            return self
+
+        def __exit__(self, *a: object) -> None:
+            self.f.close()
+
+        def write(self, data: bytes) -> int:
+            self.f.write(data[: len(data) // 2])  # half a file, then the disk is full
+            raise OSError(err_no, os.strerror(err_no))
+
+    monkeypatch.setattr(fsutil.os, "fdopen", lambda fd, mode: _Full(fd))
+    out = tmp_path / "o"
+    with pytest.raises(SystemExit) as info:
+        main(["analyze", str(p), "-q", "--format", "json,md", "-o", str(out)])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot write" in err and os.strerror(err_no) in err, err
+    assert list(out.iterdir()) == []  # no half-written report, no temporary file
+
+
+def test_cli_output_under_a_file_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = write_trace(tmp_path / "t.json", kineto_doc(_events(2)))
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(SystemExit) as info:
+        main(["analyze", str(p), "-q", "--format", "json", "-o", str(tmp_path / "afile" / "out")])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot write" in err
+
+
+def test_cli_read_only_output_dir_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only directories")
+    p = write_trace(tmp_path / "t.json", kineto_doc(_events(2)))
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        with pytest.raises(SystemExit) as info:
+            main(["analyze", str(p), "-q", "--format", "json", "-o", str(ro)])
+        assert info.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "cannot write" in err and str(ro) in err
+        assert list(ro.iterdir()) == []
+    finally:
+        ro.chmod(0o755)
+
+
+@pytest.mark.parametrize("args", [
+    ["compare", "{t}", "{t}", "--fail-if-slower", "nan"],
+    ["compare", "{t}", "{t}", "--fail-if-slower", "1e400"],
+    ["batch", "{t}", "--file-timeout", "nan"],
+    ["batch", "{t}", "--file-memory", "inf"],
+    ["batch", "{t}", "-j", "9" * 25],
+])
+def test_cli_non_finite_or_huge_option_values_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     args: list[str]) -> None:
+    p = write_trace(tmp_path / "t.json", kineto_doc(_events(2)))
+    with pytest.raises(SystemExit) as info:
+        main([a.format(t=p) for a in args] + ["-q", "-o", str(tmp_path / "o")])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Invalid value" in err and "Traceback" not in err and not (tmp_path / "o").exists()

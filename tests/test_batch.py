@@ -179,3 +179,210 @@ def test_hta_two_rank_pair_multirank(tmp_path: Path) -> None:
         assert e["step_ms"] > 100 and e["comm_ms"] > 0 and e["exposed_comm_ms"] > 0
         assert 0 <= e["overlap_pct"] <= 100
     assert mr["straggler"] in (0, 1) and mr["imbalance_pct"] is not None
+
+
+# --- Hostile and degenerate batches (issue 19) -----------------------------------------------------------------------
+
+
+def _copies(tree: Path, dest: Path, rels: list[str]) -> Path:
+    for rel in rels:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_bytes((tree / "single.json").read_bytes())
+    return dest
+
+
+def test_report_folders_never_collide(tree: Path, tmp_path: Path) -> None:
+    from traceanalyzer.batch.cache import report_folders
+
+    rels = ["a/b.json", "a__b.json", "x y.json", "x_y.json", "Solo.json", "solo.JSON"]
+    folders = report_folders(rels)
+    assert len(set(f.lower() for f in folders.values())) == len(rels)
+    assert folders == report_folders(list(reversed(rels)))  # deterministic, order-free
+    src = _copies(tree, tmp_path / "src", ["a/b.json", "a__b.json", "x y.json", "x_y.json"])
+    out = tmp_path / "out"
+    res = run_batch(discover([str(src)]), out, LocalBackend(jobs=1, in_process=True), formats=["json"])
+    assert res.n_failed == 0
+    summaries = [r["reports"][0] for r in res.rows]
+    assert len(set(summaries)) == 4
+    for r in res.rows:  # each report names its own input
+        doc = orjson.loads((out / r["reports"][0]).read_bytes())
+        assert doc["source"].endswith("/src/" + r["file"])
+    again = run_batch(discover([str(src)]), out, LocalBackend(jobs=1, in_process=True), formats=["json"])
+    assert again.n_cached == 4 and [r["reports"] for r in again.rows] == [r["reports"] for r in res.rows]
+
+
+def test_gzipped_pickles_are_discovered_as_snapshots(tmp_path: Path) -> None:
+    import gzip
+
+    data = (Path(__file__).parent / "data" / "snapshot_2.13_oom_small.pickle").read_bytes()
+    (tmp_path / "snap.pickle.gz").write_bytes(gzip.compress(data))
+    (tmp_path / "snap2.pkl.gz").write_bytes(gzip.compress(data))
+    d = discover([str(tmp_path)])
+    assert sorted((i.rel, i.kind) for i in d.inputs) == [("snap.pickle.gz", "snapshot"), ("snap2.pkl.gz", "snapshot")]
+
+
+def test_second_batch_on_same_outdir_refuses_and_stale_lock_is_taken_over(tree: Path, tmp_path: Path) -> None:
+    from traceanalyzer.batch.lock import BatchLock
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with BatchLock(out):
+        res = CliRunner().invoke(cli, ["batch", str(tree / "single.json"), "-o", str(out), "--in-process"])
+        assert res.exit_code != 0 and "another batch is writing into this output directory" in str(res.exception)
+        assert f"pid {os.getpid()}" in str(res.exception)
+        assert not (out / "index.json").exists()
+    # a lock file left by a process that is gone holds no OS lock: the next batch takes it over
+    (out / ".lock").write_text("pid 999999 on elsewhere, since yesterday\n")
+    res = CliRunner().invoke(cli, ["batch", str(tree / "single.json"), "-o", str(out), "--in-process", "-q"])
+    assert res.exit_code == 0, res.output
+    assert _index(out)["totals"]["files"] == 1
+
+
+def test_index_is_rewritten_as_files_finish(tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceanalyzer.batch import runner
+
+    monkeypatch.setattr(runner, "INDEX_MIN_INTERVAL_S", 0.0)
+    src = _copies(tree, tmp_path / "src", [f"f{i}.json" for i in range(3)])
+    out = tmp_path / "out"
+    states: list[tuple[int, bool]] = []
+
+    def look(row: dict[str, Any]) -> None:
+        if (out / "index.json").exists():
+            idx = _index(out)
+            states.append((idx["totals"]["files"], idx["in_progress"]))
+
+    run_batch(discover([str(src)]), out, LocalBackend(jobs=1, in_process=True), formats=["json"], on_result=look)
+    # when the n-th result arrives the index on disk holds the n-1 before it, flagged in progress
+    assert states == [(1, True), (2, True)]
+    final = _index(out)
+    assert final["totals"]["files"] == 3 and final["in_progress"] is False and final["interrupted"] is False
+
+
+def test_per_file_time_and_memory_limits_fail_the_file_not_the_batch(tree: Path, tmp_path: Path) -> None:
+    from traceanalyzer.batch.runner import Limits
+
+    d = discover([str(tree / "single.json"), str(tree / "ddp")])
+    slow = run_batch(d, tmp_path / "t", LocalBackend(jobs=2, limits=Limits(timeout_s=0.01)), use_cache=False)
+    assert len(slow.rows) == 3 and slow.n_failed == 3
+    assert all("per-file time limit of 0.01 s" in r["error"] for r in slow.rows)
+    big = run_batch(d, tmp_path / "m", LocalBackend(jobs=1, limits=Limits(memory_bytes=1 << 20, timeout_s=None)),
+                    use_cache=False)
+    assert len(big.rows) == 3 and big.n_failed == 3
+    assert all("per-file memory limit" in r["error"] and "resident" in r["error"] for r in big.rows)
+    # failures of a limit are not cached: a re-run with a larger budget redoes them
+    ok = run_batch(d, tmp_path / "t", LocalBackend(jobs=2))
+    assert ok.n_failed == 0 and ok.n_cached == 0
+
+
+def test_address_space_limit_fails_the_file_with_a_reason(tree: Path, tmp_path: Path) -> None:
+    from traceanalyzer.batch.runner import Limits
+
+    d = discover([str(tree / "single.json")])
+    res = run_batch(d, tmp_path / "o", LocalBackend(jobs=1, limits=Limits(address_space_bytes=300 << 20,
+                                                                           timeout_s=120)), use_cache=False)
+    (row,) = res.rows
+    # MemoryError in Python (or an abort in native code) → the file fails with the reason, the batch returns
+    assert row["status"] == "error", row
+    assert "out of memory" in row["error"] or "worker process died" in row["error"], row["error"]
+
+
+def test_sigint_keeps_finished_files_writes_index_and_says_how_to_resume(tree: Path, tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    src = _copies(tree, tmp_path / "src", [f"f{i:02d}.json" for i in range(12)])
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    proc = subprocess.Popen([sys.executable, "-m", "traceanalyzer", "batch", str(src), "-o", str(out), "-j", "2",
+                             "--format", "json,md"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (out / "index.json").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the batch and its workers
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "run the same command again to resume" in stderr and "Traceback" not in stderr
+    idx = _index(out)
+    assert idx["interrupted"] is True and idx["in_progress"] is False and 1 <= idx["totals"]["files"] < 12
+    for r in idx["files"]:  # every finished file is complete: both formats, nothing half-built
+        assert sorted(Path(p).name for p in r["reports"]) == ["report.md", "summary.json"]
+        assert all((out / p).is_file() for p in r["reports"])
+    assert not list((out / "reports").glob(".*")) and not list(out.rglob("*.tmp"))
+    resumed = run_batch(discover([str(src)]), out, LocalBackend(jobs=2), formats=["json", "md"])
+    assert resumed.n_cached == idx["totals"]["files"] and len(resumed.rows) == 12
+
+
+def test_unsupported_compression_is_listed_as_ignored_not_skipped_silently(tree: Path, tmp_path: Path) -> None:
+    (tmp_path / "a.pt.trace.json.zst").write_bytes(b"(\\xb5/\\xfd junk")
+    (tmp_path / "snap.pickle.bz2").write_bytes(b"BZh9 junk")
+    (tmp_path / "ok.json").write_bytes((tree / "single.json").read_bytes())
+    d = discover([str(tmp_path)])
+    assert [i.rel for i in d.inputs] == ["ok.json"]
+    why = {Path(p).name: r for p, r in d.ignored}
+    assert set(why) == {"a.pt.trace.json.zst", "snap.pickle.bz2"}
+    assert "compressed with .zst" in why["a.pt.trace.json.zst"] and "gzip" in why["snap.pickle.bz2"]
+
+
+def test_client_written_reports_path_is_whole_and_collision_free(tree: Path, tmp_path: Path) -> None:
+    """The Dask path (workers return the report bytes, the client writes them) on a fake backend."""
+    from traceanalyzer.batch.runner import analyse_one
+
+    class ReturnsBytes:
+        name = "fake"
+        writes_reports = False
+
+        def run(self, tasks: list[dict[str, Any]], stop: Any = None) -> Any:
+            for t in tasks:
+                assert t["outdir"] is None
+                yield analyse_one(t)
+
+    src = _copies(tree, tmp_path / "src", ["a/b.json", "a__b.json"])
+    out = tmp_path / "out"
+    res = run_batch(discover([str(src)]), out, ReturnsBytes(), formats=["json", "md"])
+    assert res.n_failed == 0
+    reports = [p for r in res.rows for p in r["reports"]]
+    assert len(reports) == 4 and len(set(reports)) == 4 and all((out / p).is_file() for p in reports)
+    for r in res.rows:
+        doc = orjson.loads((out / next(p for p in r["reports"] if p.endswith(".json"))).read_bytes())
+        assert doc["source"].endswith("/src/" + r["file"])
+    assert not list((out / "reports").glob(".*"))
+
+
+def test_full_disk_stops_the_batch_with_one_line_exit_2(tree: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from traceanalyzer.report import fsutil
+
+    src = _copies(tree, tmp_path / "src", ["a.json", "b.json", "c.json"])
+    out = tmp_path / "out"
+    real_fdopen = os.fdopen
+    calls = {"n": 0}
+
+    class _Full:
+        def __init__(self, fd: int) -> None:
+            self.f = real_fdopen(fd, "wb")
+
+        def __enter__(self) -> "_Full":
+            return self
+
+        def __exit__(self, *a: object) -> None:
+            self.f.close()
+
+        def write(self, data: bytes) -> int:
+            calls["n"] += 1
+            if calls["n"] > 3:  # the first file's json, md and cache entry fit; then the disk is full
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return self.f.write(data)
+
+    monkeypatch.setattr(fsutil.os, "fdopen", lambda fd, mode: _Full(fd))
+    res = CliRunner().invoke(cli, ["batch", str(src), "-o", str(out), "--in-process", "-q"])
+    from traceanalyzer.errors import OutputError
+
+    assert isinstance(res.exception, OutputError)  # the CLI's exit 2 with one line
+    assert "cannot write (No space left on device)" in str(res.exception)
+    assert calls["n"] == 4  # it stopped at the first refused write, not one failure per file
+    assert not list(out.rglob("*.tmp")) and not list((out / "reports").glob(".*"))

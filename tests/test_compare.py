@@ -356,3 +356,28 @@ def test_sampled_ranks_comparable() -> None:
     assert by["device_model"][2] == "unknown" and by["device_count"] == ("1", "1", "match")
     # 2 vs 2 steady steps: too few to tell, not "no significant change"
     assert cmp.step_time.n_base == 2 and cmp.step_time.verdict == "too few steps to tell"
+
+
+def test_truncated_baseline_warnings_reach_every_compare_output(regression_pair: tuple[Path, Path, dict],
+                                                                tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    import gzip
+
+    base, cand, _ = regression_pair
+    raw = gzip.decompress(base.read_bytes())
+    cut = tmp_path / "base_truncated.json"
+    cut.write_bytes(raw[: int(len(raw) * 0.6)])  # a job killed while writing its trace
+    out = tmp_path / "cmp"
+    with pytest.raises(SystemExit) as ex:
+        main(["compare", str(cut), str(cand), "-o", str(out)])
+    assert ex.value.code == 0
+    doc = orjson.loads((out / "compare.json").read_bytes())
+    assert doc["input_warnings"] and all(w.startswith(f"baseline {cut}: ") for w in doc["input_warnings"])
+    assert any("truncated" in w for w in doc["input_warnings"])
+    assert doc["baseline"]["load_warnings"][0]["file"] == str(cut) and doc["candidate"]["load_warnings"] == []
+    md = (out / "compare.md").read_text()
+    assert md.index("Input warnings") < md.index("Verdict") and "truncated" in md
+    page = (out / "compare.html").read_text()
+    assert page.index("Input warnings") < page.index("Verdict")
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0].startswith("warning: baseline") and "truncated" in printed.splitlines()[0]

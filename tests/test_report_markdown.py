@@ -79,3 +79,44 @@ def test_findings_table(report: Any) -> None:
     assert "| 2.16 ms (25.4 % of median step) |" in rows[0]
     assert "| 400.00 MiB |" in rows[2]
     assert "<script>" not in md and "<img" not in md
+
+
+# --- Terminal escape sequences in trace-provided names (issue 19) ----------------------------------------------------
+
+_HOSTILE = ("evil\x1b]0;pwned\x07kernel\x1b]52;c;Y3VybCBldmlsfHNo\x1b\\_x\x1b[31mred\x1b[0m\x1bP1$r\x1b\\"
+            "\x9b2J\u202eRLO\x07\x08")
+
+
+def test_clean_text_strips_every_escape_sequence() -> None:
+    from traceanalyzer.report.text import clean_text, md_escape
+
+    out = clean_text(_HOSTILE)
+    assert out == "evilkernel_xredRLO", repr(out)
+    assert not any(ord(c) < 32 or 0x7f <= ord(c) <= 0x9f for c in out)
+    assert clean_text("a\tb\nc") == "a\tb\nc" and clean_text("a\nb", keep_newlines=False) == "a b"
+    assert clean_text("unterminated \x1b]0;title") == "unterminated "
+    assert "\x1b" not in md_escape(_HOSTILE) and "]52;" not in md_escape(_HOSTILE)
+    assert clean_text("plain µs – name") == "plain µs – name"
+
+
+def test_osc_in_kernel_name_never_reaches_terminal_or_report_md(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from traceanalyzer.cli import main
+
+    from conftest import kineto_doc, write_trace
+
+    ev = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 50, "pid": 1, "tid": 1},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 1, "dur": 5, "pid": 1, "tid": 1,
+           "args": {"correlation": 7}}]
+    for i in range(5):
+        ev.append({"ph": "X", "cat": "kernel", "name": _HOSTILE, "ts": 10 + 100 * i, "dur": 60, "pid": 0,
+                   "tid": 7, "args": {"correlation": 7 if i == 0 else 100 + i, "device": 0, "stream": 7}})
+    p = write_trace(tmp_path / "t.json", kineto_doc(ev))
+    with pytest.raises(SystemExit) as info:
+        main(["analyze", str(p), "--format", "md", "-o", str(tmp_path / "o")])
+    assert info.value.code == 0
+    printed = capsys.readouterr().out
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "evilkernel" in printed and "evilkernel" in md
+    for text in (printed, md):
+        assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text and "\u202e" not in text

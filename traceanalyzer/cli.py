@@ -9,6 +9,7 @@ different hardware), 3 internal error (a bug; set
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -17,6 +18,7 @@ import click
 from traceanalyzer import __version__
 from traceanalyzer.errors import TraceAnalyzerError
 from traceanalyzer.plugins import import_submodules
+from traceanalyzer.report.text import clean_text
 
 EPILOG = """\b
 Examples:
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(rv, int) and rv:  # click returns (not raises) Exit codes without standalone mode
             sys.exit(rv)
     except TraceAnalyzerError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(clean_text(f"error: {exc}", keep_newlines=False), err=True)
         sys.exit(2)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
@@ -72,10 +74,28 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except OSError as exc:
+        # A location the user named refusing access outside the paths that already say so
+        # (atomic writers raise OutputError, loaders InputError): a usage problem, not a bug.
+        if exc.errno not in _USAGE_ERRNOS or os.environ.get("TRACEANALYZER_DEBUG"):
+            _internal(exc)
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(clean_text(f"error: {where}{exc.strerror}", keep_newlines=False), err=True)
+        sys.exit(2)
     except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
-        if os.environ.get("TRACEANALYZER_DEBUG"):
-            raise
-        click.echo(f"internal error (please report; TRACEANALYZER_DEBUG=1 shows details): "
-                   f"{type(exc).__name__}: {exc}", err=True)
-        sys.exit(3)
+        _internal(exc)
     sys.exit(0)
+
+
+#: errno values that mean "this location cannot be used as given" (exit 2, not 3).
+_USAGE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG,
+                            errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ENAMETOOLONG})
+
+
+def _internal(exc: BaseException) -> None:
+    """Exit 3: a bug. One line (the traceback with TRACEANALYZER_DEBUG=1)."""
+    if os.environ.get("TRACEANALYZER_DEBUG"):
+        raise exc
+    click.echo(f"internal error (please report; TRACEANALYZER_DEBUG=1 shows details): "
+               f"{type(exc).__name__}: {exc}", err=True)
+    sys.exit(3)

@@ -16,6 +16,7 @@ A config file is TOML with one table per owner::
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,13 @@ from traceanalyzer.errors import ConfigError
 
 T = TypeVar("T", int, float, str, bool)
 
+#: The largest magnitude a numeric setting may have. Thresholds are counts, µs, %, bytes
+#: or ratios; anything beyond this is a typo and would overflow the 64-bit columns (or
+#: turn into ``inf``) it is compared with.
+MAX_ABS_VALUE = 1e15
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
 
 @dataclass(frozen=True)
 class Config:
@@ -33,18 +41,14 @@ class Config:
     overrides: dict[str, Any] = field(default_factory=dict)
 
     def get(self, key: str, default: T) -> T:
-        """The value for ``key`` converted to the type of ``default``."""
+        """The value for ``key`` converted to the type of ``default``.
+
+        Raises :class:`ConfigError` (one line naming the key) for a value that does not
+        convert, a non-finite number (``nan``, ``inf``) or one beyond :data:`MAX_ABS_VALUE`.
+        """
         if key not in self.overrides:
             return default
-        value = self.overrides[key]
-        try:
-            if isinstance(default, bool):
-                if isinstance(value, str):
-                    return value.strip().lower() in ("1", "true", "yes", "on")  # type: ignore[return-value]
-                return bool(value)  # type: ignore[return-value]
-            return type(default)(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{key}: expected a {type(default).__name__}, got {value!r}") from None
+        return convert(key, self.overrides[key], default)
 
     def with_overrides(self, more: dict[str, Any]) -> "Config":
         return Config({**self.overrides, **more})
@@ -56,6 +60,8 @@ class Config:
             data = tomllib.loads(p.read_text())
         except FileNotFoundError:
             raise ConfigError(f"{p}: config file not found") from None
+        except OSError as exc:
+            raise ConfigError(f"{p}: cannot read the config file ({exc.strerror or exc})") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{p}: not valid TOML ({exc})") from None
         flat: dict[str, Any] = {}
@@ -80,3 +86,49 @@ class Config:
             except ValueError:
                 continue
         return key.strip(), value
+
+
+def convert(key: str, value: Any, default: T) -> T:
+    """``value`` converted to the type of ``default``, checked (see :meth:`Config.get`)."""
+    name = type(default).__name__
+    kind = "an integer" if name == "int" else f"a {name}"
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value  # type: ignore[return-value]
+        text = str(value).strip().lower()
+        if text in _TRUE:
+            return True  # type: ignore[return-value]
+        if text in _FALSE:
+            return False  # type: ignore[return-value]
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if isinstance(default, (int, float)):
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}: expected {kind}, got {value!r}")
+        try:
+            number = float(value) if not isinstance(value, int) else value
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: expected {kind}, got {value!r}") from None
+        if isinstance(number, float) and not math.isfinite(number):
+            raise ConfigError(f"{key}: expected a finite {'integer' if name == 'int' else name}, got {value!r}")
+        if abs(number) > MAX_ABS_VALUE:
+            raise ConfigError(f"{key}: {value!r} is out of range (at most {MAX_ABS_VALUE:.0e} in magnitude)")
+        if isinstance(default, int):
+            if isinstance(number, float) and not number.is_integer():
+                raise ConfigError(f"{key}: expected an integer, got {value!r}")
+            return int(number)  # type: ignore[return-value]
+        return float(number)  # type: ignore[return-value]
+    try:
+        return type(default)(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}: expected {kind}, got {value!r}") from None
+
+
+def check_value(key: str, value: Any) -> None:
+    """Refuse a value no setting can take, whatever its type: a non-finite or out-of-range
+    number (used where the reader's default is not known)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+    if abs(value) > MAX_ABS_VALUE:
+        raise ConfigError(f"{key}: {value!r} is out of range (at most {MAX_ABS_VALUE:.0e} in magnitude)")

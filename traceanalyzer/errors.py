@@ -4,6 +4,7 @@
   recovery, not a trace, hostile pickle). Its ``str()`` is the one line users see:
   ``<path>: <problem>``.
 * :class:`ConfigError` — a bad option, threshold or config file.
+* :class:`OutputError` — an output location that cannot be written (read-only, full disk).
 * :class:`NotApplicable` — raised *inside an analysis* when the signal it needs is
   absent (no GPU events, no stacks …). It is not an error: the pipeline records the
   reason and the report lists the check as "could not run".
@@ -29,6 +30,20 @@ class InputError(TraceAnalyzerError):
 
 class ConfigError(TraceAnalyzerError):
     """A bad command-line option, threshold name/value or config file."""
+
+
+class OutputError(TraceAnalyzerError):
+    """An output location that cannot be written (read-only, no permission, disk full).
+    A usage error, not a bug: ``str()`` is ``<path>: cannot write (<reason>)``."""
+
+    def __init__(self, path: str | Path, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: cannot write ({reason})")
+
+    @classmethod
+    def from_os(cls, path: str | Path, exc: OSError) -> "OutputError":
+        return cls(path, exc.strerror or str(exc) or type(exc).__name__)
 
 
 class NotApplicable(Exception):

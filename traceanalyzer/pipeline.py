@@ -72,8 +72,10 @@ def resolve_formats(formats: Iterable[str] | None) -> list[str]:
 
 def write_outputs(report: Report, outdir: str | Path, formats: Iterable[str] | None = None) -> list[Path]:
     """Render ``report`` into ``outdir`` in each format; returns the files written."""
+    from traceanalyzer.report.fsutil import make_dir
+
     out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
+    make_dir(out)
     written: list[Path] = []
     known = renderer_registry()
     for name in resolve_formats(formats):

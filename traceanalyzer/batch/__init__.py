@@ -6,8 +6,10 @@
   communication …) read from a :class:`~traceanalyzer.report.document.Report`.
 * :mod:`~traceanalyzer.batch.cache` — content hash + tool version → cached row, so a
   nightly re-run only analyses what changed.
-* :mod:`~traceanalyzer.batch.runner` — local process pool and Dask backends behind one
-  interface; workers call :mod:`traceanalyzer.pipeline` and return compact rows.
+* :mod:`~traceanalyzer.batch.runner` — local worker processes (per-file limits) and Dask
+  backends behind one interface; workers call :mod:`traceanalyzer.pipeline` and return
+  compact rows.
+* :mod:`~traceanalyzer.batch.lock` — one batch per output directory.
 * :mod:`~traceanalyzer.batch.multirank` — straggler/imbalance and overlap across the
   ranks of one run (a pure function over per-rank rows).
 * :mod:`~traceanalyzer.batch.index` — the CSV/JSON/HTML index.

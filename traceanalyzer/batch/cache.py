@@ -1,6 +1,8 @@
 """The batch cache: skip inputs whose content, tool version and settings are unchanged.
 
-One entry per input location, ``OUTDIR/.cache/<slug>.json``: ``{"key": …, "row": …}``.
+One entry per input location, ``OUTDIR/.cache/<slug>-<hash of the location>.json``:
+``{"key": …, "row": …}`` (the hash keeps ``a/b.json`` and ``a__b.json`` apart; an entry
+is only used for the location it names).
 The key is the BLAKE2b digest of the file's bytes (streamed) combined with the
 traceanalyzer version and a fingerprint of the settings that change a report
 (threshold overrides, output formats). An entry is only trusted when every report file
@@ -50,9 +52,31 @@ def cache_key(digest: str, fingerprint: str) -> str:
 
 
 def slug(rel: str) -> str:
-    """A file-system-safe, readable name for a relative input path."""
+    """A file-system-safe, readable name for a relative input path (not injective:
+    ``a/b`` and ``a__b``, ``a b`` and ``a_b`` share one; see :func:`report_folders`)."""
     s = re.sub(r"[^A-Za-z0-9._-]+", "_", rel.replace("/", "__")).strip("._")
     return s[:180] or "input"
+
+
+def rel_hash(rel: str) -> str:
+    """8 hex digits identifying an input location."""
+    return hashlib.blake2b(rel.encode("utf-8", "surrogateescape"), digest_size=4).hexdigest()
+
+
+def report_folders(rels: Iterable[str]) -> dict[str, str]:
+    """``rel → report folder name``, distinct for distinct locations: the :func:`slug`,
+    and where several locations of the batch share one (compared without case, as macOS
+    and Windows do), each of them gets ``-<rel_hash>`` appended. Deterministic for a set
+    of inputs; a folder name only changes when a colliding location joins the batch."""
+    rels = list(dict.fromkeys(rels))
+    by_slug: dict[str, list[str]] = {}
+    for rel in rels:
+        by_slug.setdefault(slug(rel).lower(), []).append(rel)
+    out: dict[str, str] = {}
+    for group in by_slug.values():
+        for rel in group:
+            out[rel] = slug(rel) if len(group) == 1 else f"{slug(rel)}-{rel_hash(rel)}"
+    return out
 
 
 class Cache:
@@ -62,7 +86,7 @@ class Cache:
         self.dir = Path(outdir) / CACHE_DIR
 
     def _path(self, rel: str) -> Path:
-        return self.dir / f"{slug(rel)}.json"
+        return self.dir / f"{slug(rel)[:120]}-{rel_hash(rel)}.json"
 
     def get(self, rel: str, key: str, outdir: Path) -> dict[str, Any] | None:
         """The cached row for ``rel`` if its key matches and its reports still exist."""
@@ -74,6 +98,8 @@ class Cache:
         if not isinstance(entry, dict) or entry.get("key") != key or not isinstance(entry.get("row"), dict):
             return None
         row: dict[str, Any] = entry["row"]
+        if row.get("file", rel) != rel:  # another location's entry
+            return None
         for f in row.get("reports") or []:
             if not (Path(outdir) / f).is_file():
                 return None

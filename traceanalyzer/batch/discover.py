@@ -2,7 +2,7 @@
 
 Finding
 -------
-Candidates are files named ``*.json``, ``*.json.gz``, ``*.pickle``, ``*.pkl`` (found
+Candidates are files named ``*.json``, ``*.pickle``, ``*.pkl``, each optionally ``.gz`` (found
 recursively; hidden directories and the batch's own output directory are skipped). Each
 candidate's first bytes (decompressed) decide what it is:
 
@@ -10,6 +10,8 @@ candidate's first bytes (decompressed) decide what it is:
 * JSON holding ``"traceEvents"`` or a ``"ph"`` event key → ``trace``;
 * a *complete* JSON document with neither (a truth file, a config, a PyTorch Execution
   Trace …) → **ignored**, listed in the index with the reason, not counted as a failure;
+* a ``*.json``/``*.pickle``/``*.pkl`` compressed with anything but gzip (``.zst``,
+  ``.bz2``, ``.xz`` …), which the loader does not read → **ignored** the same way;
 * anything else (empty, binary, truncated beyond the first bytes) → kept as a
   ``trace`` candidate so the analysis reports the precise error for that file.
 
@@ -35,7 +37,7 @@ from typing import IO, Iterable
 
 from traceanalyzer.errors import InputError
 
-SUFFIXES = (".json", ".json.gz", ".pickle", ".pkl")
+SUFFIXES = (".json", ".json.gz", ".pickle", ".pkl", ".pickle.gz", ".pkl.gz")
 HEAD_BYTES = 256 * 1024
 
 _RANK_NAME_RE = re.compile(r"(?i)(?:^|[^a-z])rank[-_.]?(\d+)")
@@ -48,8 +50,13 @@ def is_url(text: str) -> bool:
     return bool(re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]+://", text))
 
 
+#: Trace/snapshot names under a compression the loader does not read: listed as ignored
+#: with the reason (never skipped silently).
+UNSUPPORTED_COMPRESSION = re.compile(r"(?i)\.(?:json|pickle|pkl)\.(zst|zstd|bz2|xz|lz4|zip|7z|tar)$")
+
+
 def is_candidate(name: str) -> bool:
-    return name.lower().endswith(SUFFIXES)
+    return name.lower().endswith(SUFFIXES) or bool(UNSUPPORTED_COMPRESSION.search(name))
 
 
 @dataclass(frozen=True)
@@ -138,6 +145,10 @@ def _dist_info(head: bytes) -> tuple[int | None, int | None]:
 
 def classify(path: str) -> tuple[str | None, str, int | None, int | None]:
     """``(kind, reason, rank, world_size)`` for one candidate; ``kind`` is ``None`` when ignored."""
+    unsupported = UNSUPPORTED_COMPRESSION.search(path)
+    if unsupported:
+        return (None, f"compressed with .{unsupported.group(1).lower()}, which is not read: decompress it, or "
+                      "recompress it with gzip (.gz)", None, None)
     try:
         head, complete = read_head(path)
     except (OSError, EOFError) as exc:

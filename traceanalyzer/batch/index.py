@@ -129,6 +129,7 @@ def index_json(result: "BatchResult", expected: int | None = None) -> dict[str, 
         "tool": {"name": "traceanalyzer", "version": __version__},
         "backend": result.backend,
         "interrupted": result.interrupted,
+        "in_progress": result.in_progress,
         "totals": {
             "files": len(result.rows),
             "expected": expected if expected is not None else len(result.rows),
@@ -262,6 +263,14 @@ def _multirank_block(run: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
+def _state_note(doc: Mapping[str, Any]) -> str:
+    if doc.get("in_progress"):
+        return " · <b>in progress: partial index</b>"
+    if doc.get("interrupted"):
+        return " · <b>interrupted: partial index</b>"
+    return ""
+
+
 def to_html(doc: Mapping[str, Any]) -> str:
     t = doc["totals"]
     rows = doc["files"]
@@ -276,7 +285,7 @@ def to_html(doc: Mapping[str, Any]) -> str:
         f"<style>{_CSS}</style></head><body>",
         "<header><h1>traceanalyzer batch index</h1>",
         f"<p>traceanalyzer {_e(doc['tool']['version'])} · backend {_e(doc['backend'])} · "
-        f"{_num(t['wall_s'])} s{' · <b>interrupted: partial index</b>' if doc.get('interrupted') else ''}</p></header>",
+        f"{_num(t['wall_s'])} s{_state_note(doc)}</p></header>",
         "<main><div class=tiles>",
         f"<div class=tile><b>{t['files']}</b>files</div>",
         f"<div class='tile{' bad' if t['failed'] else ''}'><b>{t['failed']}</b>failed</div>",

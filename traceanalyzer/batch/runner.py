@@ -1,4 +1,4 @@
-"""Run the analysis of many inputs on a local process pool or a Dask cluster.
+"""Run the analysis of many inputs on local worker processes or a Dask cluster.
 
 Both backends run the same worker function, :func:`analyse_one`, on a plain-dict task
 and get a plain-dict answer back, so the result (and the index) does not depend on
@@ -10,15 +10,22 @@ where the work ran:
 * otherwise it calls :func:`traceanalyzer.pipeline.analyze`, renders the per-file
   reports and returns the compact row (:mod:`~traceanalyzer.batch.summary`).
 
-The local backend's workers write the reports straight into ``OUTDIR`` (each file
-atomically). Dask workers may not share a file system with the client, so they render
-into a private temporary directory and return the bytes; the client writes them. Inputs
-given as fsspec URLs are read by the workers themselves.
+The local backend (:class:`LocalBackend`) supervises its own spawned worker processes,
+one file at a time each, under per-file OS limits (:class:`Limits`: wall-clock time,
+resident memory, address space); a file past a limit, or whose worker dies, fails alone
+with the reason and the worker is replaced. Its workers write the reports straight into
+``OUTDIR`` (a report folder is built aside and renamed into place whole). Dask workers
+may not share a file system with the client, so they render into a private temporary
+directory and return the bytes; the client writes them the same way. Inputs given as
+fsspec URLs are read by the workers themselves.
 
-:func:`run_batch` drives one batch: cache look-up, dispatch, writing reports and cache
-entries as results arrive (never all at the end), multi-rank summaries and the index.
-An interrupted batch (Ctrl-C) still writes the index of what finished, flagged
-``interrupted``; everything already written stays.
+:func:`run_batch` drives one batch under the output directory's lock
+(:mod:`~traceanalyzer.batch.lock`): cache look-up, dispatch, writing reports and cache
+entries as results arrive (never all at the end), multi-rank summaries and the index,
+rewritten as files finish. Ctrl-C lets the files in flight finish, writes the index
+flagged ``interrupted`` and raises :class:`BatchInterrupted`; re-running resumes from
+the cache. An output directory that refuses writes stops the batch with
+:class:`~traceanalyzer.errors.OutputError`.
 """
 
 from __future__ import annotations
@@ -28,14 +35,14 @@ import os
 import tempfile
 import time
 import traceback
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol
 
-from traceanalyzer.batch.cache import Cache, cache_key, content_hash, settings_fingerprint, slug
+from traceanalyzer.batch.cache import Cache, cache_key, content_hash, report_folders, settings_fingerprint, slug
 from traceanalyzer.batch.discover import Discovery, Input, is_url, open_binary
-from traceanalyzer.report.fsutil import atomic_write_bytes
+from traceanalyzer.errors import OutputError
+from traceanalyzer.report.fsutil import atomic_write_bytes, make_dir
 
 REPORTS_DIR = "reports"
 Task = dict[str, Any]
@@ -62,6 +69,12 @@ def _local_copy(path: str, tmpdir: str) -> str:
     return dest
 
 
+def _internal_text(exc: BaseException) -> str:
+    last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    where = f" at {Path(last[0].filename).name}:{last[0].lineno}" if last else ""
+    return f"internal error: {type(exc).__name__}: {exc}{where}"
+
+
 def base_row(task: Task) -> dict[str, Any]:
     """The index row of a task before analysis (what discovery knows)."""
     return {
@@ -81,7 +94,7 @@ def analyse_one(task: Task) -> Answer:
     """
     from traceanalyzer.batch.summary import report_metrics
     from traceanalyzer.config import Config
-    from traceanalyzer.errors import InputError, TraceAnalyzerError
+    from traceanalyzer.errors import InputError, OutputError, TraceAnalyzerError
     from traceanalyzer.pipeline import analyze, write_outputs
 
     t0 = time.perf_counter()
@@ -108,11 +121,21 @@ def analyse_one(task: Task) -> Answer:
             row["warnings"] = len(report.warnings)
             row["skipped_analyses"] = len(report.results.skipped)
             row["failed_analyses"] = len(report.results.failed)
-            sub = f"{REPORTS_DIR}/{slug(task['rel'])}"
+            sub = f"{REPORTS_DIR}/{task.get('folder') or slug(task['rel'])}"
             if task.get("outdir"):
                 base = Path(task["outdir"])
-                written = write_outputs(report, base / sub, task["formats"])
-                row["reports"] = sorted(p.relative_to(base).as_posix() for p in written)
+                final = base / sub
+                partial = final.parent / f".{final.name}.partial-{os.getpid()}"
+                try:
+                    written = write_outputs(report, partial, task["formats"])
+                    publish_folder(partial, final)
+                except BaseException:
+                    import shutil
+
+                    shutil.rmtree(partial, ignore_errors=True)
+                    raise
+                row["reports"] = sorted((final / p.relative_to(partial)).relative_to(base).as_posix()
+                                        for p in written)
             else:
                 out = Path(tmp) / "out"
                 written = write_outputs(report, out / sub, task["formats"])
@@ -121,15 +144,24 @@ def analyse_one(task: Task) -> Answer:
                 row["reports"] = sorted(files)
     except InputError as exc:
         row.update(status="error", error=exc.problem)
+    except OutputError as exc:
+        # The output location, not the file: not cached, and the batch stops (run_batch).
+        row.update(status="error", error=str(exc))
+        answer.update(cacheable=False, output_error=[exc.path, exc.reason])
     except TraceAnalyzerError as exc:
         row.update(status="error", error=str(exc))
     except MemoryError:
         row.update(status="error", error="out of memory while analysing this file")
         answer["cacheable"] = False
+    except RuntimeError as exc:
+        # Under an address-space limit, a thread stack that cannot be reserved says so.
+        if "can't start new thread" not in str(exc):
+            row.update(status="error", error=_internal_text(exc))
+        else:
+            row.update(status="error", error="out of memory while analysing this file (could not start a thread)")
+        answer["cacheable"] = False
     except Exception as exc:  # noqa: BLE001 - one bad file must not stop the batch
-        last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
-        where = f" at {Path(last[0].filename).name}:{last[0].lineno}" if last else ""
-        row.update(status="error", error=f"internal error: {type(exc).__name__}: {exc}{where}")
+        row.update(status="error", error=_internal_text(exc))
         answer["cacheable"] = False
     row["seconds"] = round(time.perf_counter() - t0, 3)
     answer["row"] = row
@@ -147,7 +179,7 @@ class Backend(Protocol):
     name: str
     writes_reports: bool  # True: workers write into OUTDIR themselves
 
-    def run(self, tasks: list[Task]) -> Iterator[Answer]: ...
+    def run(self, tasks: list[Task], stop: "StopFlag | None" = None) -> Iterator[Answer]: ...
 
 
 @contextlib.contextmanager
@@ -164,57 +196,246 @@ def _worker_env(jobs: int) -> Iterator[None]:
         os.environ.pop(key, None)
 
 
+class StopFlag:
+    """Set by the first Ctrl-C of a batch: start nothing new, let files in flight finish."""
+
+    def __init__(self) -> None:
+        self.set = False
+
+    def __bool__(self) -> bool:
+        return self.set
+
+
+def _physical_memory() -> int | None:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """OS limits on one file's analysis, applied in the worker processes only.
+
+    * ``memory_bytes``: the most resident memory (RSS) a worker may use for one file; the
+      parent polls each busy worker's RSS (Linux ``/proc``) and kills one that exceeds it.
+      Default: 80 % of physical memory, so a runaway file fails alone instead of waking the
+      kernel's OOM killer (which may pick the wrong process).
+    * ``address_space_bytes``: ``RLIMIT_AS`` set in the worker (an allocation beyond it
+      fails at once: ``MemoryError`` in Python, an abort in native code). Default: 4 ×
+      ``memory_bytes`` + 2 GiB, because allocators and thread stacks reserve much more
+      address space than they touch (about 1.4 GiB reserved for 0.2 GiB resident on a
+      small trace).
+    * ``timeout_s``: wall-clock seconds per file; the parent kills a worker past it.
+      Default 1800 s.
+
+    ``None`` disables a limit. Either way the file is reported failed with the reason and
+    the batch goes on.
+    """
+
+    memory_bytes: int | None = None
+    address_space_bytes: int | None = None
+    timeout_s: float | None = 1800.0
+
+    @classmethod
+    def default(cls, memory_bytes: int | None = -1, timeout_s: float | None = 1800.0) -> "Limits":
+        """Limits with the documented defaults (``-1``: the default memory budget)."""
+        if memory_bytes == -1:
+            phys = _physical_memory()
+            memory_bytes = int(phys * 0.8) if phys else None
+        space = 4 * memory_bytes + (2 << 30) if memory_bytes else None
+        return cls(memory_bytes=memory_bytes, address_space_bytes=space, timeout_s=timeout_s)
+
+
+def _rss_bytes(pid: int) -> int | None:
+    """Resident memory of ``pid`` (Linux), else ``None``."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _worker_main(conn: Any, address_space: int | None) -> None:
+    """A batch worker: analyse the tasks the parent sends, one at a time, until ``None``.
+
+    Ctrl-C is the parent's to handle (it lets the file in flight finish), so the worker
+    ignores SIGINT."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if address_space:
+        try:
+            import resource
+
+            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+            cap = address_space if hard == resource.RLIM_INFINITY else min(address_space, hard)
+            resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+        except (ImportError, ValueError, OverflowError, OSError):
+            pass  # not on this platform: the parent's RSS watchdog still applies
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        conn.send(analyse_one(task))
+
+
+def _gib(n: float) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+@dataclass
+class _Slot:
+    proc: Any
+    conn: Any
+    task: Task | None = None
+    started: float = 0.0
+
+
 @dataclass
 class LocalBackend:
-    """A :class:`~concurrent.futures.ProcessPoolExecutor` of ``jobs`` spawned processes
-    (``jobs=1``: in this process, which is easier to debug)."""
+    """``jobs`` spawned worker processes on this machine, each analysing one file at a time
+    under :class:`Limits`; ``in_process=True`` runs the files in this process instead
+    (no limits, for debugging and tests).
+
+    A worker that dies (a native crash, killed for memory or time) fails only the file it
+    held, with the reason, and is replaced; the batch goes on."""
 
     jobs: int = 0
     name: str = "local"
     writes_reports: bool = True
+    limits: Limits = field(default_factory=Limits.default)
+    in_process: bool = False
+    poll_s: float = 0.25
 
     def __post_init__(self) -> None:
         if self.jobs <= 0:
             self.jobs = os.cpu_count() or 1
 
-    def run(self, tasks: list[Task]) -> Iterator[Answer]:
-        if self.jobs == 1 or len(tasks) <= 1:
+    def run(self, tasks: list[Task], stop: StopFlag | None = None) -> Iterator[Answer]:
+        stop = stop if stop is not None else StopFlag()
+        if self.in_process:
             for t in tasks:
+                if stop:
+                    return
                 yield analyse_one(t)
             return
-        crashed: list[Task] = []
-        yield from self._pool(tasks, min(self.jobs, len(tasks)), crashed)
-        # A worker that died (killed for memory, a crash in native code) breaks the whole
-        # pool; redo the tasks it took down one at a time so only the culprit fails.
-        for t in crashed:
-            again: list[Task] = []
-            yield from self._pool([t], 1, again)
-            for lost in again:
-                yield failed_answer(lost, "the worker process died while analysing this file "
-                                          "(killed for memory? try fewer --jobs)")
+        if tasks:
+            yield from self._pool(tasks, min(self.jobs, len(tasks)), stop)
 
-    def _pool(self, tasks: list[Task], jobs: int, crashed: list[Task]) -> Iterator[Answer]:
+    def _spawn(self, ctx: Any, jobs: int) -> _Slot:
+        parent, child = ctx.Pipe()
+        with _worker_env(jobs), _sigint_ignored():
+            proc = ctx.Process(target=_worker_main, args=(child, self.limits.address_space_bytes), daemon=True)
+            proc.start()
+        child.close()
+        return _Slot(proc, parent)
+
+    def _pool(self, tasks: list[Task], jobs: int, stop: StopFlag) -> Iterator[Answer]:
         import multiprocessing
-        from concurrent.futures.process import BrokenProcessPool
+        from multiprocessing.connection import wait as mp_wait
 
         ctx = multiprocessing.get_context("spawn")  # fork + polars threads can deadlock
-        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
+        queue = list(reversed(tasks))
+        slots = [self._spawn(ctx, jobs) for _ in range(jobs)]
+        lim = self.limits
         try:
-            with _worker_env(jobs):
-                pending: dict[Future[Answer], Task] = {pool.submit(analyse_one, t): t for t in tasks}
-            while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    task = pending.pop(fut)
-                    try:
-                        yield fut.result()
-                    except BrokenProcessPool:
-                        crashed.append(task)
-                    except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable answer
-                        yield failed_answer(task, f"internal error: {type(exc).__name__}: {exc}")
+            while True:
+                for i, slot in enumerate(slots):
+                    if slot.task is None and queue and not stop:
+                        if not slot.proc.is_alive():  # killed for its last file: a fresh one
+                            slot = slots[i] = self._spawn(ctx, jobs)
+                        slot.task, slot.started = queue.pop(), time.monotonic()
+                        try:
+                            slot.conn.send(slot.task)
+                        except (OSError, ValueError):
+                            pass  # a dead worker: found below through its sentinel
+                busy = [s for s in slots if s.task is not None]
+                if not busy:
+                    return
+                ready = mp_wait([s.conn for s in busy] + [s.proc.sentinel for s in busy], timeout=self.poll_s)
+                now = time.monotonic()
+                for i, slot in enumerate(slots):
+                    if slot.task is None:
+                        continue
+                    failure = None
+                    if slot.conn in ready or slot.proc.sentinel in ready:
+                        try:
+                            if slot.conn.poll():
+                                answer = slot.conn.recv()
+                                slot.task = None
+                                yield answer
+                                continue
+                        except (EOFError, OSError):
+                            pass
+                        code = slot.proc.exitcode
+                        failure = ("the worker process died while analysing this file "
+                                   f"({_exit_text(code)}; out of memory? try fewer --jobs)")
+                    elif lim.timeout_s is not None and now - slot.started > lim.timeout_s:
+                        failure = f"exceeded the per-file time limit of {lim.timeout_s:g} s (--file-timeout)"
+                    elif lim.memory_bytes is not None:
+                        rss = _rss_bytes(slot.proc.pid)
+                        if rss is not None and rss > lim.memory_bytes:
+                            failure = (f"exceeded the per-file memory limit: {_gib(rss)} resident > "
+                                       f"{_gib(lim.memory_bytes)} (--file-memory)")
+                    if failure is None:
+                        continue
+                    task = slot.task
+                    _kill(slot)  # the slot is idle now; a fresh worker is started when needed
+                    yield failed_answer(task, failure)
         finally:
-            # On Ctrl-C / generator close: drop queued work, let running files finish writing.
-            pool.shutdown(wait=True, cancel_futures=True)
+            for slot in slots:
+                _kill(slot, graceful=slot.task is None)
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Start a worker with SIGINT ignored: an ignored signal stays ignored across exec and
+    Python then installs no KeyboardInterrupt handler, so a Ctrl-C (sent to the whole
+    process group by the terminal) during the worker's start-up cannot kill it with a
+    traceback; :func:`_worker_main` keeps it ignored."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        import signal
+
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def _kill(slot: _Slot, graceful: bool = False) -> None:
+    """End a worker: ask an idle one to exit, kill a busy (or stuck) one."""
+    proc = slot.proc
+    if graceful and proc.is_alive():
+        with contextlib.suppress(OSError, ValueError):
+            slot.conn.send(None)
+        proc.join(2.0)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(5.0)
+    with contextlib.suppress(OSError):
+        slot.conn.close()
+    slot.task = None
 
 
 def failed_answer(task: Task, error: str) -> Answer:
@@ -266,7 +487,7 @@ class DaskBackend:
         self._own += [client, cluster]
         return client
 
-    def run(self, tasks: list[Task]) -> Iterator[Answer]:
+    def run(self, tasks: list[Task], stop: StopFlag | None = None) -> Iterator[Answer]:
         if not tasks:
             return
         from distributed import as_completed
@@ -277,6 +498,8 @@ class DaskBackend:
             task_of = {f.key: t for f, t in zip(futures, tasks)}
             try:
                 for fut in as_completed(futures):
+                    if stop:  # Ctrl-C: what has not finished is cancelled (the finally below)
+                        return
                     try:
                         yield fut.result()
                     except Exception as exc:  # noqa: BLE001 - KilledWorker, lost worker …
@@ -307,6 +530,7 @@ class BatchResult:
     backend: str
     wall_s: float
     interrupted: bool = False
+    in_progress: bool = False
     index_files: list[Path] = field(default_factory=list)
 
     @property
@@ -319,13 +543,67 @@ class BatchResult:
 
 
 def make_tasks(inputs: Iterable[Input], known: Mapping[str, str], fingerprint: str,
-               overrides: Mapping[str, Any], formats: list[str], outdir: Path | None) -> list[Task]:
+               overrides: Mapping[str, Any], formats: list[str], outdir: Path | None,
+               folders: Mapping[str, str] | None = None) -> list[Task]:
+    folders = folders or {}
     return [
-        {"path": i.path, "rel": i.rel, "run": i.run, "kind": i.kind, "rank": i.rank, "world_size": i.world_size,
+        {"path": i.path, "rel": i.rel, "folder": folders.get(i.rel) or slug(i.rel), "run": i.run, "kind": i.kind, "rank": i.rank, "world_size": i.world_size,
          "size": i.size, "known_key": known.get(i.rel), "fingerprint": fingerprint, "overrides": dict(overrides),
          "formats": list(formats), "outdir": str(outdir) if outdir is not None else None}
         for i in inputs
     ]
+
+
+class BatchInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped the batch; ``result`` holds what finished (its index is written)."""
+
+    def __init__(self, result: "BatchResult") -> None:
+        super().__init__()
+        self.result = result
+
+
+@contextlib.contextmanager
+def _sigint_to_flag(stop: StopFlag) -> Iterator[None]:
+    """The first Ctrl-C sets ``stop`` (files in flight finish and are kept); the second
+    raises :class:`KeyboardInterrupt` (workers are killed, their files redone next time)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if stop.set:
+            raise KeyboardInterrupt
+        stop.set = True
+        import sys
+
+        print("\ninterrupt: finishing the files in progress (Ctrl-C again to stop at once)", file=sys.stderr)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _clean_partials(out: Path) -> None:
+    """Remove report folders a killed batch left half-built (``.NAME.partial-PID``)."""
+    import shutil
+
+    reports = out / REPORTS_DIR
+    if reports.is_dir():
+        for p in reports.glob(".*.partial-*"):
+            shutil.rmtree(p, ignore_errors=True)
+        for p in reports.glob(".*.old-*"):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+#: The index is rewritten after each finished file, but not more often than this (s) or
+#: than 10 × its last writing time, so a batch of many files does not spend its time
+#: rewriting it; it is always written at the end.
+INDEX_MIN_INTERVAL_S = 1.0
 
 
 def run_batch(
@@ -342,19 +620,54 @@ def run_batch(
 
     ``formats`` are the per-file report formats (default json, md). ``on_result`` is
     called with each row as it completes (progress bars).
+
+    Crash safety: the output directory is locked (:mod:`~traceanalyzer.batch.lock`); each
+    file's report folder appears complete or not at all; its cache entry follows; the index
+    is rewritten atomically as files finish (``in_progress`` until the end). Ctrl-C: the
+    files in flight finish and are kept, the index is written, and
+    :class:`BatchInterrupted` (a ``KeyboardInterrupt``) is raised; re-running the same
+    command resumes (finished files come from the cache).
     """
+    from traceanalyzer.batch.lock import BatchLock
+
+    out = Path(outdir)
+    make_dir(out)
+    stop = StopFlag()
+    with BatchLock(out), _sigint_to_flag(stop):
+        _clean_partials(out)
+        return _run_locked(discovery, out, backend, stop, overrides=dict(overrides or {}),
+                           formats=list(formats or ["json", "md"]), use_cache=use_cache, on_result=on_result)
+
+
+def _run_locked(discovery: Discovery, out: Path, backend: Backend, stop: StopFlag, *, overrides: dict[str, Any],
+                formats: list[str], use_cache: bool,
+                on_result: Callable[[dict[str, Any]], None] | None) -> BatchResult:
     from traceanalyzer.batch.index import write_index
     from traceanalyzer.batch.multirank import summarize_runs
 
-    out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
-    overrides = dict(overrides or {})
-    formats = list(formats or ["json", "md"])
     fp = settings_fingerprint(overrides, formats)
     cache = Cache(out)
     known = cache.known_keys([i.rel for i in discovery.inputs], out) if use_cache else {}
     rows: dict[str, dict[str, Any]] = {}
     t0 = time.perf_counter()
+    # The straggler finding is the rank_imbalance rule's: its thresholds come from --set/--config.
+    params = {k.split(".", 1)[1]: float(v) for k, v in overrides.items() if k.startswith("rank_imbalance.")}
+    last_index = {"at": 0.0, "took": 0.0}
+
+    def index(interrupted: bool = False, in_progress: bool = False) -> BatchResult:
+        started = time.perf_counter()
+        ordered = [rows[i.rel] for i in discovery.inputs if i.rel in rows]
+        result = BatchResult(rows=ordered, runs=summarize_runs(ordered, params), ignored=list(discovery.ignored),
+                             outdir=out, backend=backend.name, wall_s=round(time.perf_counter() - t0, 3),
+                             interrupted=interrupted, in_progress=in_progress)
+        result.index_files = write_index(result, expected=len(discovery.inputs))
+        last_index.update(at=time.perf_counter(), took=time.perf_counter() - started)
+        return result
+
+    def progress_index() -> None:
+        if time.perf_counter() - last_index["at"] >= max(INDEX_MIN_INTERVAL_S, 10 * last_index["took"]):
+            index(in_progress=True)
+
     # Local files with a cache entry are hashed here: no worker needs to start for them.
     # (URL inputs are hashed by the workers, which are closer to the data.)
     todo: list[Input] = []
@@ -371,40 +684,98 @@ def run_batch(
                     on_result(rows[inp.rel])
                 continue
         todo.append(inp)
-    tasks = make_tasks(todo, known, fp, overrides, formats, out if backend.writes_reports else None)
+    folders = report_folders(i.rel for i in discovery.inputs)
+    tasks = make_tasks(todo, known, fp, overrides, formats, out if backend.writes_reports else None, folders)
+    by_rel = {t["rel"]: t for t in tasks}
     interrupted = False
+    output_error: OutputError | None = None
     try:
-        for ans in backend.run(tasks):
+        for ans in _run_backend(backend, tasks, stop):
             rel = ans["rel"]
+            task = by_rel[rel]
             if ans.get("cached"):
                 row = cache.get(rel, ans["key"], out)
                 if row is None:  # vanished between the look-up and now: redo it here
-                    task = next(t for t in tasks if t["rel"] == rel)
                     ans = analyse_one({**task, "known_key": None, "outdir": str(out)})
                 else:
-                    task = next(t for t in tasks if t["rel"] == rel)
                     row = {**row, "path": task["path"], "run": task["run"], "cached": True, "seconds": 0.0}
                     rows[rel] = row
                     if on_result:
                         on_result(row)
+                    progress_index()
                     continue
             row = ans["row"]
-            for name, data in (ans.get("files") or {}).items():
-                atomic_write_bytes(out / name, data)
-            if use_cache and ans.get("key") and ans.get("cacheable"):
-                cache.put(rel, ans["key"], row)
+            if ans.get("output_error"):
+                # The output directory refuses writes (full, read-only): every further file would
+                # fail the same way, so stop, and keep this file out of the index (not its fault).
+                output_error = OutputError(out, ans["output_error"][1])
+                stop.set = True
+                continue
+            try:
+                if ans.get("files"):
+                    _write_folder(out, f"{REPORTS_DIR}/{task['folder']}", ans["files"])
+                if use_cache and ans.get("key") and ans.get("cacheable"):
+                    cache.put(rel, ans["key"], row)
+            except OutputError as exc:
+                output_error = exc
+                stop.set = True
+                continue
             rows[rel] = row
             if on_result:
                 on_result(row)
+            progress_index()
     except KeyboardInterrupt:
         interrupted = True
-    ordered = [rows[i.rel] for i in discovery.inputs if i.rel in rows]
-    # The straggler finding is the rank_imbalance rule's: its thresholds come from --set/--config.
-    params = {k.split(".", 1)[1]: float(v) for k, v in overrides.items() if k.startswith("rank_imbalance.")}
-    runs = summarize_runs(ordered, params)
-    result = BatchResult(rows=ordered, runs=runs, ignored=list(discovery.ignored), outdir=out,
-                         backend=backend.name, wall_s=round(time.perf_counter() - t0, 3), interrupted=interrupted)
-    result.index_files = write_index(result, expected=len(discovery.inputs))
+    interrupted = interrupted or bool(stop) or len(rows) < len(discovery.inputs)
+    if interrupted or output_error is not None:
+        _clean_partials(out)  # folders of files killed in flight (no worker is left to finish them)
+    if output_error is not None:
+        with contextlib.suppress(OutputError):  # the index may not fit either
+            index(interrupted=True)
+        raise output_error
+    result = index(interrupted=interrupted)
     if interrupted:
-        raise KeyboardInterrupt
+        raise BatchInterrupted(result)
     return result
+
+
+def _run_backend(backend: Backend, tasks: list[Task], stop: StopFlag) -> Iterator[Answer]:
+    """``backend.run`` with the stop flag where the backend takes one."""
+    import inspect
+
+    try:
+        takes_stop = "stop" in inspect.signature(backend.run).parameters
+    except (TypeError, ValueError):
+        takes_stop = False
+    return backend.run(tasks, stop=stop) if takes_stop else backend.run(tasks)  # type: ignore[call-arg]
+
+
+def _write_folder(out: Path, sub: str, files: Mapping[str, bytes]) -> None:
+    """Write a report folder's files (paths relative to ``out``, all under ``sub``) so the
+    folder appears complete or not at all (see :func:`publish_folder`)."""
+    final = out / sub
+    tmp = final.parent / f".{final.name}.partial-{os.getpid()}"
+    prefix = sub.rstrip("/") + "/"
+    for name, data in files.items():
+        rest = name[len(prefix):] if name.startswith(prefix) else Path(name).name
+        atomic_write_bytes(tmp / rest, data)
+    publish_folder(tmp, final)
+
+
+def publish_folder(tmp: Path, final: Path) -> None:
+    """Replace the folder ``final`` by the fully written ``tmp`` (two renames; an older
+    ``final`` is moved aside first and removed after), so a report folder is never a mix
+    of two runs or half a run."""
+    import shutil
+
+    old = final.parent / f".{final.name}.old-{os.getpid()}"
+    try:
+        if final.exists():
+            if old.exists():
+                shutil.rmtree(old, ignore_errors=True)
+            os.rename(final, old)
+        os.rename(tmp, final)
+    except OSError as exc:
+        raise OutputError.from_os(final, exc) from None
+    if old.exists():
+        shutil.rmtree(old, ignore_errors=True)

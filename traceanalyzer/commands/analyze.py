@@ -12,7 +12,7 @@ from traceanalyzer.pipeline import build_report, load, resolve_formats, write_ou
 from traceanalyzer.progress import progress
 from traceanalyzer.report import registry as renderer_registry
 from traceanalyzer.report.document import Report
-from traceanalyzer.report.text import fmt_bytes, shorten
+from traceanalyzer.report.text import clean_text, fmt_bytes, shorten
 from traceanalyzer.rules import Severity
 
 
@@ -116,7 +116,7 @@ def command(path: str, outdir: str | None, formats: tuple[str, ...], quiet: bool
             written += write_outputs(report, out, [fmt])
             bar.update(1)
     if not quiet:
-        click.echo(terminal_summary(report))
+        click.echo(clean_text(terminal_summary(report)))
         click.echo("  wrote: " + ", ".join(str(p) for p in written))
     if open_report:
         page = out / "report.html"
@@ -134,7 +134,8 @@ def gate_on_findings(report: Report, fail_on: str) -> None:
     if tripped:
         worst = max(tripped, key=lambda f: (int(f.severity), f.cost_ms_per_step or 0.0))
         click.echo(f"fail-on {fail_on}: {len(tripped)} finding(s) of severity {fail_on} or worse, e.g. "
-                   f"[{worst.severity}] {worst.rule_id}: {shorten(worst.title, 100)}", err=True)
+                   f"[{worst.severity}] {worst.rule_id}: {shorten(clean_text(worst.title, keep_newlines=False), 100)}",
+                   err=True)
         raise click.exceptions.Exit(1)
 
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import click
 
-from traceanalyzer.commands.options import config_options, make_config
+from traceanalyzer.commands.options import FiniteFloat, config_options, make_config
 from traceanalyzer.errors import ConfigError, InputError
+from traceanalyzer.report.text import clean_text
 
 
 @click.command("batch", epilog="""\b
@@ -22,7 +23,7 @@ Examples:
 @click.argument("inputs", nargs=-1, required=True, metavar="DIR_OR_GLOB...")
 @click.option("-o", "--outdir", required=True, type=click.Path(file_okay=False),
               help="Directory for the per-file reports and the index (index.html, index.csv, runs.csv, index.json).")
-@click.option("-j", "--jobs", type=click.IntRange(min=0), default=0, show_default="all cores",
+@click.option("-j", "--jobs", type=click.IntRange(min=0, max=4096), default=0, show_default="all cores",
               help="Worker processes (0: one per core; 1: no subprocesses).")
 @click.option("-f", "--format", "formats", multiple=True, metavar="FMT[,FMT…]",
               help="Per-file report formats [default: json,md]; html and png are slower.")
@@ -31,23 +32,34 @@ Examples:
               help="Run on an existing Dask distributed cluster (needs traceanalyzer[dask]).")
 @click.option("--dask", "use_dask", is_flag=True,
               help="Run on a local Dask cluster of --jobs workers (needs traceanalyzer[dask]).")
+@click.option("--file-timeout", type=FiniteFloat(min=0), default=1800.0, show_default=True, metavar="SECONDS",
+              help="Wall-clock limit per file (local workers); a file past it fails, the batch goes on. 0: none.")
+@click.option("--file-memory", type=FiniteFloat(min=0, max=1 << 20), default=None, metavar="GIB",
+              show_default="80 % of physical memory",
+              help="Resident-memory limit per file in GiB (local workers; the address space is capped at 4x). "
+                   "A file past it fails, the batch goes on. 0: none.")
+@click.option("--in-process", is_flag=True,
+              help="Analyse in this process, one file at a time, without per-file limits (debugging).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @config_options
 def command(inputs: tuple[str, ...], outdir: str, jobs: int, formats: tuple[str, ...], no_cache: bool,
-            scheduler: str | None, use_dask: bool, quiet: bool, config_path: str | None,
-            assignments: tuple[str, ...]) -> None:
+            scheduler: str | None, use_dask: bool, file_timeout: float, file_memory: float | None, in_process: bool,
+            quiet: bool, config_path: str | None, assignments: tuple[str, ...]) -> None:
     """Analyse every trace and snapshot under DIR_OR_GLOB... in parallel.
 
     Inputs are directories (searched recursively), files, globs or fsspec URLs;
-    files named *.json, *.json.gz, *.pickle, *.pkl are recognised by content. Files of
+    files named *.json, *.pickle, *.pkl (each also .gz) are recognised by content. Files of
     one run (same directory, ranks from distributedInfo) are grouped: the index gets
     one row per file and per run, with a straggler/imbalance check across ranks.
     Unchanged files (same bytes, tool version and settings) are taken from the cache
     in OUTDIR. A file that cannot be analysed is listed with its error and the batch
-    goes on; the exit code is then 1.
+    goes on; the exit code is then 1. Each file is analysed in a worker process under
+    a time and memory limit (--file-timeout, --file-memory). Ctrl-C lets the files in
+    progress finish, writes the index and exits 130; the same command resumes.
+    One batch at a time per OUTDIR (a second one refuses, exit 2).
     """
     from traceanalyzer.batch.discover import discover
-    from traceanalyzer.batch.runner import DaskBackend, LocalBackend, run_batch
+    from traceanalyzer.batch.runner import BatchInterrupted, DaskBackend, Limits, LocalBackend
     from traceanalyzer.pipeline import resolve_formats
 
     config = make_config(config_path, assignments)
@@ -59,38 +71,57 @@ def command(inputs: tuple[str, ...], outdir: str, jobs: int, formats: tuple[str,
     if not found.inputs:
         where = ", ".join(inputs)
         extra = f" ({len(found.ignored)} JSON files are not traces)" if found.ignored else ""
-        raise InputError(where, f"no traces or snapshots found (*.json, *.json.gz, *.pickle){extra}")
+        raise InputError(where, f"no traces or snapshots found (*.json, *.pickle, *.pkl, also .gz){extra}")
     backend: Any
     if scheduler or use_dask:
         backend = DaskBackend(address=scheduler, jobs=jobs)
     else:
-        backend = LocalBackend(jobs=jobs)
+        memory = -1 if file_memory is None else (int(file_memory * (1 << 30)) or None)
+        limits = Limits.default(memory_bytes=memory, timeout_s=file_timeout or None)
+        backend = LocalBackend(jobs=1 if in_process else jobs, limits=limits, in_process=in_process)
     n = len(found.inputs)
     show = not quiet and sys.stderr.isatty()
     if not quiet:
         runs = len({i.run for i in found.inputs})
-        where = scheduler or ("local Dask cluster" if use_dask else f"{backend.jobs} processes")
+        where = scheduler or ("local Dask cluster" if use_dask else "this process" if in_process
+                              else f"{backend.jobs} worker process{'es' if backend.jobs > 1 else ''}")
         click.echo(f"{n} files in {runs} runs ({len(found.ignored)} ignored); analysing on {where}", err=True)
+    try:
+        result = _run(found, out, backend, config.overrides, fmts, not no_cache, show, n)
+    except BatchInterrupted as exc:
+        done = exc.result
+        resume = ("run the same command again to resume: finished files are taken from the cache" if not no_cache
+                  else "run the same command without --no-cache to resume from the finished files")
+        click.echo(f"interrupted: {len(done.rows)} of {n} files finished and kept ({done.n_failed} failed), "
+                   f"index written to {out / 'index.html'}; {resume}", err=True)
+        raise click.exceptions.Exit(130) from None
+    if not quiet:
+        failed = [r for r in result.rows if r.get("status") != "ok"]
+        for r in failed:
+            click.echo(click.style(clean_text(f"  failed: {r['file']}: {r['error']}", keep_newlines=False), fg="red"),
+                       err=True)
+        for run in result.runs:
+            mr = run.get("multirank") or {}
+            if mr.get("finding"):
+                click.echo(clean_text(f"  {run['run']}: {mr['finding']['title']}", keep_newlines=False))
+        click.echo(f"{len(result.rows)} files ({result.n_cached} from cache), {result.n_failed} failed, "
+                   f"{len(result.runs)} runs, {result.wall_s:.1f} s")
+        click.echo(f"  index: {out / 'index.html'}")
+    if result.n_failed:
+        raise click.exceptions.Exit(1)
+
+
+def _run(found: Any, out: Path, backend: Any, overrides: dict[str, Any], fmts: list[str], use_cache: bool,
+         show: bool, n: int) -> Any:
+    """:func:`run_batch`, with a progress bar on a terminal."""
+    from traceanalyzer.batch.runner import run_batch
+
     if show:
         with click.progressbar(length=n, label="Analysing", file=sys.stderr, show_pos=True,
                                item_show_func=lambda r: os.path.basename(str(r["file"])) if r else "") as bar:
             def step(row: dict[str, Any]) -> None:
                 bar.update(1, row)
 
-            result = run_batch(found, out, backend, overrides=config.overrides, formats=fmts,
-                               use_cache=not no_cache, on_result=step)
-    else:
-        result = run_batch(found, out, backend, overrides=config.overrides, formats=fmts, use_cache=not no_cache)
-    if not quiet:
-        failed = [r for r in result.rows if r.get("status") != "ok"]
-        for r in failed:
-            click.echo(click.style(f"  failed: {r['file']}: {r['error']}", fg="red"), err=True)
-        for run in result.runs:
-            mr = run.get("multirank") or {}
-            if mr.get("finding"):
-                click.echo(f"  {run['run']}: {mr['finding']['title']}")
-        click.echo(f"{len(result.rows)} files ({result.n_cached} from cache), {result.n_failed} failed, "
-                   f"{len(result.runs)} runs, {result.wall_s:.1f} s")
-        click.echo(f"  index: {out / 'index.html'}")
-    if result.n_failed:
-        raise click.exceptions.Exit(1)
+            return run_batch(found, out, backend, overrides=overrides, formats=fmts, use_cache=use_cache,
+                             on_result=step)
+    return run_batch(found, out, backend, overrides=overrides, formats=fmts, use_cache=use_cache)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from traceanalyzer.commands.options import config_options, make_config
+from traceanalyzer.commands.options import FiniteFloat, config_options, make_config
+from traceanalyzer.report.text import clean_text
 
 
 @click.command("compare", epilog="""\b
@@ -22,13 +23,13 @@ Examples:
               help="Directory for compare.md/.json/.html [default: ./compare.traceanalyzer].")
 @click.option("-f", "--format", "formats", multiple=True, metavar="FMT[,FMT…]",
               help="md, json, html (comma-separated or repeated) [default: all three].")
-@click.option("--fail-if-slower", "fail_pct", type=click.FloatRange(min=0), default=None, metavar="PCT",
+@click.option("--fail-if-slower", "fail_pct", type=FiniteFloat(min=0), default=None, metavar="PCT",
               help="Exit 1 when the candidate's median step time is more than PCT % slower and the 95 % "
                    "confidence interval excludes no change.")
 @click.option("--allow-mismatch", is_flag=True,
               help="Let --fail-if-slower gate across different hardware (device model or count, vendor, "
                    "world size). Without it such a gate exits 2; the mismatch is stated either way.")
-@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
+@click.option("--top", type=click.IntRange(min=1, max=1_000_000, clamp=True), default=10, show_default=True,
               help="Kernel changes printed on the terminal.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors and the gate's verdict.")
 @config_options
@@ -56,7 +57,7 @@ def command(baseline: str, candidate: str, outdir: str | None, formats: tuple[st
     out = Path(outdir) if outdir else Path.cwd() / "compare.traceanalyzer"
     written = write(cmp, out, fmts)
     if not quiet:
-        click.echo(terminal_summary(cmp, top))
+        click.echo(clean_text(terminal_summary(cmp, top)))
         click.echo("  wrote: " + ", ".join(str(p) for p in written))
     elif cmp.comparability.headline():  # -q still states a mismatch (on stderr, with the errors)
         click.echo(cmp.comparability.headline(), err=True)

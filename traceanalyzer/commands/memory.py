@@ -13,6 +13,7 @@ from traceanalyzer.commands.analyze import default_outdir
 from traceanalyzer.commands.options import config_options, make_config
 from traceanalyzer.pipeline import load, resolve_formats, write_outputs
 from traceanalyzer.report.document import Report
+from traceanalyzer.report.text import clean_text
 from traceanalyzer.rules import registry as rule_registry
 from traceanalyzer.rules import run_rules
 
@@ -92,5 +93,5 @@ def command(path: str, outdir: str | None, formats: tuple[str, ...], quiet: bool
     out = Path(outdir) if outdir else default_outdir(path)
     written = write_outputs(report, out, fmts)
     if not quiet:
-        click.echo(memory_summary(report))
+        click.echo(clean_text(memory_summary(report)))
         click.echo("  wrote: " + ", ".join(str(p) for p in written))

@@ -50,6 +50,10 @@ class Side:
     kernels: dict[str, tuple[int, int]] = field(default_factory=dict)  # name → (count, total_ns)
     ops: dict[str, tuple[int, int]] = field(default_factory=dict)
     facts: list[dict[str, Any]] = field(default_factory=list)  # per input, comparability.input_facts
+    #: (file, warning) of every input the loader had to repair or cut short (truncation,
+    #: skipped events …): the comparison states them first, since a truncated side's
+    #: missing kernels would otherwise read as "new" on the other side.
+    load_warnings: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def n_ranks(self) -> int:
@@ -90,6 +94,7 @@ def add_report(side: Side, source: str, model: Any, report: Any) -> None:
     side.kinds.append(report.kind)
     side.metrics.append(m)
     side.facts.append(input_facts(model, report))
+    side.load_warnings += [(source, str(w)) for w in (getattr(report, "warnings", None) or ())]
     steps = report.results.values.get("steps")
     if steps is not None:
         side.n_windows += max(1, int(getattr(steps, "n_windows", 1)))
@@ -190,14 +195,23 @@ class Comparison:
                 f"--fail-if-slower gate does not call a regression across different hardware "
                 f"(pass --allow-mismatch to gate anyway)")
 
+    def input_warnings(self) -> list[str]:
+        """One line per load warning of either side, ``baseline <file>: <warning>``: stated
+        at the top of every output (a truncated input misses kernels and steps, which the
+        comparison would otherwise report as new, vanished or faster)."""
+        return [f"{which} {f}: {w}" for which, s in (("baseline", self.baseline), ("candidate", self.candidate))
+                for f, w in s.load_warnings]
+
     def to_json(self, top: int = 200) -> dict[str, Any]:
         def side(s: Side) -> dict[str, Any]:
             return {"label": s.label, "files": s.files, "errors": [{"file": f, "error": e} for f, e in s.errors],
+                    "load_warnings": [{"file": f, "warning": w} for f, w in s.load_warnings],
                     "kinds": sorted(set(s.kinds)), "n_ranks": s.n_ranks, "n_windows": s.n_windows,
                     "has_steps": s.has_steps, "step_times_ms": s.step_samples_ms, "facts": s.facts}
 
         return {
             "comparability": self.comparability.to_json(),
+            "input_warnings": self.input_warnings(),
             "baseline": side(self.baseline),
             "candidate": side(self.candidate),
             "per": self.per,

@@ -21,7 +21,7 @@ from traceanalyzer import __version__
 from traceanalyzer.compare.diff import Comparison
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.report.fsutil import atomic_write_bytes, atomic_write_text
-from traceanalyzer.report.text import fmt_bytes, md_escape, shorten
+from traceanalyzer.report.text import clean_text, fmt_bytes, md_escape, shorten
 
 FORMATS = ("md", "json", "html")
 
@@ -54,6 +54,10 @@ def _pct(x: Any) -> str:
     return "–" if x is None else f"{x:+.1f} %"
 
 
+#: Input warnings listed in the Markdown/HTML/terminal outputs (all are in compare.json).
+MAX_WARNINGS_SHOWN = 20
+
+
 def _delta_rows(df: pl.DataFrame, n: int) -> list[dict[str, Any]]:
     return df.filter(pl.col("status") != "unchanged").head(n).to_dicts()
 
@@ -70,6 +74,14 @@ def to_markdown(cmp: Comparison, top: int = 20) -> str:
     head = cmp.comparability.headline()
     if head:
         lines += [f"> **{md_escape(head)}**", ""]
+    warn = cmp.input_warnings()
+    if warn:
+        lines += [f"> **Input warnings** ({len(warn)}): the loader repaired or cut short an input, so kernels "
+                  "and steps it lost show up as new, vanished or changed below.", ">"]
+        lines += [f"> - {md_escape(w)}" for w in warn[:MAX_WARNINGS_SHOWN]]
+        if len(warn) > MAX_WARNINGS_SHOWN:
+            lines.append(f"> - … {len(warn) - MAX_WARNINGS_SHOWN} more in compare.json")
+        lines.append("")
     lines += [
         f"**Baseline**: `{md_escape(b.label)}` ({b.n_ranks} file(s), {len(b.step_samples_ms)} steady steps) · "
         f"**Candidate**: `{md_escape(c.label)}` ({c.n_ranks} file(s), {len(c.step_samples_ms)} steady steps)",
@@ -183,6 +195,10 @@ def to_html(cmp: Comparison, top: int = 50) -> str:
         f"({c.n_ranks} file(s)) · traceanalyzer {_e(__version__)}</p></header><main>",
         (f"<div class=mismatch><b>{_e(cmp.comparability.headline())}</b></div>"
          if cmp.comparability.headline() else ""),
+        (f"<div class=mismatch><b>Input warnings ({len(cmp.input_warnings())})</b>: the loader repaired or cut "
+         "short an input, so kernels and steps it lost show up as new, vanished or changed below.<ul>"
+         + "".join(f"<li>{_e(w)}</li>" for w in cmp.input_warnings()[:MAX_WARNINGS_SHOWN]) + "</ul></div>"
+         if cmp.input_warnings() else ""),
         f"<div class='verdict {_e(st.verdict.split()[0])}'><b>Verdict: {_e(st.verdict)}</b><br>{_e(st.sentence())}</div>",
         f"<h2>Comparability: {_e(cmp.comparability.status)}</h2><table><thead><tr><th>Fact</th><th>Baseline</th>"
         "<th>Candidate</th><th>Status</th></tr></thead><tbody>",
@@ -220,6 +236,7 @@ def terminal_summary(cmp: Comparison, top: int = 10) -> str:
     head = cmp.comparability.headline()
     if head:
         lines.append(head)
+    lines += [f"warning: {w}" for w in cmp.input_warnings()[:MAX_WARNINGS_SHOWN]]
     lines += [f"{cmp.baseline.label}  →  {cmp.candidate.label}", f"  {st.sentence()}"]
     for m in cmp.metrics[1:4]:
         if m["delta"] is not None:
@@ -255,7 +272,7 @@ def write(cmp: Comparison, outdir: Path, formats: Iterable[str] | None = None) -
         if fmt == "json":
             atomic_write_bytes(path, orjson.dumps(to_json(cmp), option=orjson.OPT_INDENT_2) + b"\n")
         elif fmt == "md":
-            atomic_write_text(path, to_markdown(cmp))
+            atomic_write_text(path, clean_text(to_markdown(cmp)))
         else:
             atomic_write_text(path, to_html(cmp))
         written.append(path)

@@ -21,7 +21,7 @@ from traceanalyzer.analyses import summary_of, tables_of
 from traceanalyzer.report import renderer
 from traceanalyzer.report.document import JSON_SCHEMA_VERSION, Report
 from traceanalyzer.report.fsutil import atomic_write_text
-from traceanalyzer.report.text import fmt_bytes, fmt_ns, md_escape, md_table, shorten
+from traceanalyzer.report.text import clean_text, fmt_bytes, fmt_ns, md_escape, md_table, shorten
 
 #: Rows per "top offenders" table.
 TOP_ROWS = 5
@@ -172,5 +172,5 @@ def to_markdown(report: Report, top_rows: int = TOP_ROWS) -> str:
 @renderer("md", description="report.md: ticket-ready Markdown summary")
 def render(report: Report, outdir: Path) -> list[Path]:
     path = outdir / "report.md"
-    atomic_write_text(path, to_markdown(report))
+    atomic_write_text(path, clean_text(to_markdown(report)))
     return [path]

@@ -3,9 +3,39 @@ numbers by column unit and safe cell text. Pure formatting, no computation."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import polars as pl
+
+# Terminal escape sequences a trace could carry in a name (kernel names are free text):
+# CSI (``ESC [ … final``: colours, cursor moves, screen clears), OSC (``ESC ] … BEL/ST``:
+# window title, clipboard writes with ``52;``, hyperlinks), DCS/SOS/PM/APC string
+# commands (``ESC P|X|^|_ … ST``), the 8-bit C1 forms of CSI/OSC/DCS, and the remaining
+# two-byte ``ESC x`` sequences. An unterminated string command runs to the end of the
+# text, as a terminal would read it.
+_ESCAPE_SEQUENCE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]?"
+    r"|\x9b[0-?]*[ -/]*[@-~]?"
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[ -/]*[0-~]?"
+)
+# What is left after the sequences: C0/C1 controls (but tab and newline), DEL, and the
+# Unicode bidirectional overrides/isolates that reorder how a line reads ("Trojan Source").
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def clean_text(text: str, keep_newlines: bool = True) -> str:
+    """``text`` made safe to print in a terminal or write to a text report: terminal escape
+    sequences (CSI, OSC, DCS, …) removed, other control characters and bidi overrides
+    removed, tabs kept, newlines kept (``keep_newlines``) or turned into spaces.
+
+    The one sanitiser of every text output (terminal summaries, error lines, report.md,
+    compare's Markdown); HTML is escaped by its own renderers."""
+    if not text or (text.isprintable() and text.isascii()):
+        return text
+    out = _CONTROL.sub("", _ESCAPE_SEQUENCE.sub("", text))
+    return out if keep_newlines else out.replace("\n", " ")
 
 
 def fmt_ns(ns: float | int | None) -> str:
@@ -82,9 +112,10 @@ def shorten(text: str, width: int = 90) -> str:
 
 
 def md_escape(text: str) -> str:
-    """Make trace-provided text inert in Markdown table cells (pipes, HTML, backticks)."""
+    """Make trace-provided text inert in Markdown table cells (pipes, HTML, backticks,
+    terminal escape sequences: :func:`clean_text`)."""
     return (
-        text.replace("\\", "\\\\")
+        clean_text(text, keep_newlines=False).replace("\\", "\\\\")
         .replace("|", "\\|")
         .replace("<", "&lt;")
         .replace(">", "&gt;")
