@@ -54,7 +54,9 @@ def read_bytes(path: Path, budget: Budget | None = None) -> tuple[bytes, list[st
     warning. A UTF-8 byte-order mark is dropped.
     """
     stream = ByteStream(path, budget)
-    data = b"".join(stream.blocks(8 << 20))
+    # A plain file in one read (``join`` of one block returns it: no copy).
+    size = 8 << 20 if stream.gzipped else stream.file_size + 1
+    data = b"".join(stream.blocks(size))
     return data, stream.warnings
 
 
@@ -302,9 +304,18 @@ def decode_repairing(data: bytes, error: orjson.JSONDecodeError | None = None) -
     # Python's decoder accepts tabs/newlines inside strings (strict=False), which
     # orjson refuses; try it before assuming truncation.
     try:
-        return Repaired(json.loads(fixed, strict=False), n_tokens, n_ctrl, True)
+        doc = json.loads(fixed, strict=False)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         pass
+    else:
+        # It may be strict JSON that orjson refuses for another reason (a number beyond
+        # the double range, ``1e400``, which Python reads as inf): no "not strict" warning
+        # then; the loader skips the event with its own warning.
+        try:
+            json.loads(fixed)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            return Repaired(doc, n_tokens, n_ctrl, True)
+        return Repaired(doc, n_tokens, n_ctrl, False)
     return Unrepaired(fixed, error, n_tokens, n_ctrl)
 
 
