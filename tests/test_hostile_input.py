@@ -339,3 +339,11 @@ def test_plain_loading_is_unchanged(tmp_path: Path) -> None:
     p.write_bytes(orjson.dumps(orjson.loads(_doc())))
     m = load(p)
     assert m.warnings == () and m.cpu_ops.height == 4
+
+
+def test_sniff_reads_past_an_empty_first_member(tmp_path: Path) -> None:
+    p = tmp_path / "e.json.gz"
+    p.write_bytes(gzip.compress(b"") + gzip.compress(b"\n") + gzip.compress(_doc()))
+    assert sniff(p) == "trace"
+    m = load(p)
+    assert m.cpu_ops.height == 4 and m.warnings == ()

@@ -40,10 +40,15 @@ def _head(path: Path, n: int = 4096) -> bytes:
     if raw.startswith(b"\x1f\x8b"):
         # zlib rather than the gzip module: it yields the first bytes of a truncated
         # stream too, and ``max_length`` bounds the output (a bomb never expands here).
+        out = b""
         try:
-            return zlib.decompressobj(wbits=31).decompress(compressed, n)
+            while compressed[:2] == b"\x1f\x8b" and len(out) < n:  # member after member
+                d = zlib.decompressobj(wbits=31)
+                out += d.decompress(compressed, n - len(out))
+                compressed = d.unused_data
         except zlib.error as exc:
             raise InputError(path, f"corrupt gzip data: {exc}") from None
+        return out
     return raw
 
 
