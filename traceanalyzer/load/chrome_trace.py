@@ -1379,8 +1379,8 @@ class _ChunkedLoader:
             parts, n = [carry], len(carry)
             # A step that consumed nothing (one event, or the whitespace between two,
             # longer than the buffer) is retried once the buffer has doubled: O(n) copies
-            # and scans for n such bytes, not O(n²) (a gzip bomb of whitespace inside the
-            # events array took 15 s to reach the 64 MiB ratio floor that way).
+            # and scans for n such bytes, not O(n²) (whitespace bombs inside the events
+            # array, one endless string).
             wait = 2 * n if n >= before else self.chunk
         carry = b"".join(parts)
         del parts
