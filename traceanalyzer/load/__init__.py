@@ -8,13 +8,13 @@ the analysis registry uses to pick the analyses that apply.
 
 from __future__ import annotations
 
-import gzip
 import importlib
 import zlib
 from pathlib import Path
 from typing import Any
 
 from traceanalyzer.errors import InputError
+from traceanalyzer.load.budget import check_regular, open_regular
 
 # kind → "module:function". Modules are imported on first use so that loading a
 # trace never pays for the snapshot machinery and vice versa.
@@ -28,25 +28,27 @@ _PICKLE_PROTO = b"\x80"
 
 
 def _head(path: Path, n: int = 4096) -> bytes:
-    if not path.exists():
-        raise InputError(path, "no such file")
-    if path.is_dir():
-        raise InputError(path, "is a directory, not a trace file (use `traceanalyzer batch` for directories)")
+    f, _ = open_regular(path)
     try:
-        with path.open("rb") as f:
+        with f:
             raw = f.read(n)
+            if raw.startswith(b"\x1f\x8b"):
+                f.seek(0)
+                compressed = f.read(1 << 20)
     except OSError as exc:
         raise InputError(path, f"cannot read file: {exc.strerror or exc}") from None
     if raw.startswith(b"\x1f\x8b"):
+        # zlib rather than the gzip module: it yields the first bytes of a truncated
+        # stream too, and ``max_length`` bounds the output (a bomb never expands here).
+        out = b""
         try:
-            with gzip.open(path, "rb") as g:
-                return g.read(n)
-        except (OSError, EOFError, zlib.error):
-            # A truncated gzip still yields its first bytes through zlib.
-            try:
-                return zlib.decompressobj(wbits=31).decompress(path.read_bytes()[: 1 << 20])[:n]
-            except zlib.error as exc:
-                raise InputError(path, f"corrupt gzip data: {exc}") from None
+            while compressed[:2] == b"\x1f\x8b" and len(out) < n:  # member after member
+                d = zlib.decompressobj(wbits=31)
+                out += d.decompress(compressed, n - len(out))
+                compressed = d.unused_data
+        except zlib.error as exc:
+            raise InputError(path, f"corrupt gzip data: {exc}") from None
+        return out
     return raw
 
 
@@ -79,6 +81,8 @@ def sniff(path: str | Path) -> str:
 def load(path: str | Path, kind: str | None = None) -> Any:
     """Load any supported input, choosing the loader by content unless ``kind`` is given."""
     p = Path(path)
+    if kind is not None:
+        check_regular(p)  # sniff checks it otherwise: never open a FIFO or a device
     kind = kind or sniff(p)
     target = LOADERS.get(kind)
     if target is None:

@@ -179,6 +179,18 @@ _VERSION_KEYS = (
 
 
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+# The largest |ts| and dur (µs) an event may have, and |baseTimeNanoseconds| (ns): with
+# all three at their limits ``ts_ns + dur_ns`` (9e18) still fits int64 (9.22e18).
+# 3e15 µs after the epoch is the year 2065; a value beyond it (1e308, 2**70, Infinity
+# read by a lenient decoder) is damage: the event is skipped with a counted warning
+# (the file is not refused: its other events are fine), and both decode paths agree.
+MAX_ABS_US = 3e15
+MAX_ABS_BASE_NS = 3_000_000_000_000_000_000
+
+
+def _in_range(ts: float) -> bool:
+    """|ts| ≤ MAX_ABS_US (False for NaN and ±inf)."""
+    return -MAX_ABS_US <= ts <= MAX_ABS_US
 # A numeric string, or the last space-separated word of one (``"stream 7"``): ASCII
 # digits only (``str.isdigit`` also accepts ``"²"``, which ``int`` refuses).
 _INT_STR = re.compile(r"(?s)(?:.* )?(-?[0-9]+)")
@@ -208,6 +220,11 @@ def _json_text(v: Any) -> str | None:
 def _num(v: Any) -> int | None:
     """An int for a byte count or size that may be written as a float or string."""
     return _int(v)
+
+
+_OUT_OF_RANGE_X = "duration events with ts or dur out of range (non-finite, or beyond 3e15 us)"
+_OUT_OF_RANGE_FLOW = "flow events with ts out of range (non-finite, or beyond 3e15 us)"
+_OUT_OF_RANGE_MEM = "[memory] events with ts out of range (non-finite, or beyond 3e15 us)"
 
 
 class _Collector:
@@ -253,6 +270,9 @@ class _Collector:
                     continue
                 if dur < 0:
                     skipped["duration events with negative dur"] += 1
+                    continue
+                if not (_in_range(ts) and dur <= MAX_ABS_US):
+                    skipped[_OUT_OF_RANGE_X] += 1
                     continue
                 if not isinstance(name, str):
                     name = "" if name is None else str(name)
@@ -368,6 +388,9 @@ class _Collector:
                 if not isinstance(ts, (int, float)):
                     skipped["flow events without a numeric ts"] += 1
                     continue
+                if not _in_range(ts):
+                    skipped[_OUT_OF_RANGE_FLOW] += 1
+                    continue
                 flows.append((kind, ph, _int(e.get("id")), ts, _int(e.get("pid")), _int(e.get("tid"))))
             elif ph == "i" or ph == "I":
                 name = e.get("name")
@@ -376,6 +399,9 @@ class _Collector:
                     ts = e.get("ts")
                     if not isinstance(ts, (int, float)) or not isinstance(a, dict):
                         skipped["[memory] events without ts or args"] += 1
+                        continue
+                    if not _in_range(ts):
+                        skipped[_OUT_OF_RANGE_MEM] += 1
                         continue
                     mem.append(
                         (
@@ -698,6 +724,9 @@ def _assemble(
     """Raw per-chunk frames + top-level metadata → the model (shared by both paths)."""
     n_events = stats.n_events
     base_ns = _int(top.get("baseTimeNanoseconds")) or 0
+    if abs(base_ns) > MAX_ABS_BASE_NS:
+        warnings.append(f"ignored baseTimeNanoseconds {base_ns:,}: out of range (beyond 3e18 ns)")
+        base_ns = 0
     tables: dict[str, pl.DataFrame] = {}
     for table in _RAW_COLS:
         tables[table] = _finish(table, frames.pop(table, []), base_ns)
@@ -1041,8 +1070,10 @@ def _fast_tables(
         no_ts = x["ts"].null_count()
         no_dur = x.filter(ts.is_not_null() & dur.is_null()).height
         neg = x.filter(ts.is_not_null() & (dur < 0)).height
+        in_range = (ts.abs() <= MAX_ABS_US) & (dur <= MAX_ABS_US)
+        far = x.filter(ts.is_not_null() & (dur >= 0) & ~in_range).height
         for what, n in (("duration events without a numeric ts", no_ts), ("duration events without dur", no_dur),
-                        ("duration events with negative dur", neg)):
+                        ("duration events with negative dur", neg), (_OUT_OF_RANGE_X, far)):
             if n:
                 stats.skipped[what] += n
         table = pl.col("cat").replace_strict(CAT_TABLE, default=None, return_dtype=pl.String)
@@ -1062,7 +1093,7 @@ def _fast_tables(
             )
             .otherwise(table)
         )
-        x = x.filter(ts.is_not_null() & dur.is_not_null() & (dur >= 0)).with_columns(
+        x = x.filter(ts.is_not_null() & dur.is_not_null() & (dur >= 0) & in_range).with_columns(
             _table=table, cat=cat, name=pl.col("name").fill_null("")
         )
         parts = x.partition_by("_table", as_dict=True, include_key=False)
@@ -1078,6 +1109,10 @@ def _fast_tables(
         if n:
             stats.skipped["flow events without a numeric ts"] += n
         fl = fl.filter(ts.is_not_null())
+        far = fl.filter(~(ts.abs() <= MAX_ABS_US)).height
+        if far:
+            stats.skipped[_OUT_OF_RANGE_FLOW] += far
+            fl = fl.filter(ts.abs() <= MAX_ABS_US)
         kind = pl.col("cat").replace_strict(FLOW_KIND, default=pl.col("cat"), return_dtype=pl.String).fill_null("None")
         frames["flows"] = _typed("flows", fl.select(kind.alias("kind"), "ph", "id", "ts", "pid", "tid"))
     # Allocator instant events.
@@ -1087,6 +1122,10 @@ def _fast_tables(
         if n:
             stats.skipped["[memory] events without ts or args"] += n
         mem = mem.filter(ts.is_not_null())
+        far = mem.filter(~(ts.abs() <= MAX_ABS_US)).height
+        if far:
+            stats.skipped[_OUT_OF_RANGE_MEM] += far
+            mem = mem.filter(ts.abs() <= MAX_ABS_US)
         frames["memory_events"] = _typed("memory_events", mem.select(
             "ts", "pid", "tid", _A("Device Type"), _A("Device Id"), _A("Addr"), _A("Bytes"),
             _A("Total Allocated"), _A("Total Reserved"), (pl.col("name") == "[OutOfMemory]").alias("oom"),
@@ -1314,21 +1353,37 @@ class _ChunkedLoader:
         blocks = self._blocks = self.stream.blocks(self.chunk)
         carry = self._header(blocks)
         tail_parts: list[bytes] | None = None
+        parts, n = [carry], len(carry)
+        wait = self.chunk
         # The empty block first: what the header left may already fill a chunk (appending
         # the next block before cutting made the first chunk twice the others).
         for block in chain((b"",), blocks):
             if tail_parts is not None:
                 tail_parts.append(block)
                 continue
-            carry += block
-            if len(carry) >= self.chunk:
-                try:
-                    carry, tail = self._step(carry)
-                except _Rollback as rb:  # from here on one region at a time
-                    carry, tail = self._step(rb.carry)
-                if tail is not None:
-                    tail_parts = [tail]
-                    carry = b""
+            if block:
+                parts.append(block)
+                n += len(block)
+            if n < wait:
+                continue
+            carry = b"".join(parts) if len(parts) > 1 else parts[0]
+            before = len(carry)
+            try:
+                carry, tail = self._step(carry)
+            except _Rollback as rb:  # from here on one region at a time
+                carry, tail = self._step(rb.carry)
+            if tail is not None:
+                tail_parts = [tail]
+                parts, n = [], 0
+                continue
+            parts, n = [carry], len(carry)
+            # A step that consumed nothing (one event, or the whitespace between two,
+            # longer than the buffer) is retried once the buffer has doubled: O(n) copies
+            # and scans for n such bytes, not O(n²) (whitespace bombs inside the events
+            # array, one endless string).
+            wait = 2 * n if n >= before else self.chunk
+        carry = b"".join(parts)
+        del parts
         if tail_parts is None:
             try:
                 self._drain(carry)

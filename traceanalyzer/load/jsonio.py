@@ -12,11 +12,12 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 import orjson
 
 from traceanalyzer.errors import InputError
+from traceanalyzer.load.budget import Budget, open_regular
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -41,36 +42,22 @@ class ParsedJSON:
     nbytes: int = 0
 
 
-def read_bytes(path: Path) -> tuple[bytes, list[str]]:
+BOM = b"\xef\xbb\xbf"
+
+
+def read_bytes(path: Path, budget: Budget | None = None) -> tuple[bytes, list[str]]:
     """Read a file, transparently gunzipping it (by magic bytes, not extension).
 
-    A truncated gzip stream yields what could be decompressed plus a warning.
+    Only regular files are read, within the input budget (see
+    :mod:`traceanalyzer.load.budget`). Every gzip member is read (``cat a.gz b.gz`` is
+    valid gzip); a truncated gzip stream yields what could be decompressed plus a
+    warning. A UTF-8 byte-order mark is dropped.
     """
-    if not path.exists():
-        raise InputError(path, "no such file")
-    if path.is_dir():
-        raise InputError(path, "is a directory, not a trace file (use `traceanalyzer batch` for directories)")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(path, f"cannot read file: {exc.strerror or exc}") from None
-    if not raw:
-        raise InputError(path, "empty file")
-    if not raw.startswith(GZIP_MAGIC):
-        return raw, []
-    dec = zlib.decompressobj(wbits=31)
-    try:
-        data = dec.decompress(raw)
-    except zlib.error as exc:
-        raise InputError(path, f"corrupt gzip data: {exc}") from None
-    warnings: list[str] = []
-    if not dec.eof:
-        warnings.append(
-            f"gzip stream is truncated: decompressed {len(data):,} bytes before the data ended"
-        )
-    if not data:
-        raise InputError(path, "gzip file decompresses to nothing")
-    return data, warnings
+    stream = ByteStream(path, budget)
+    # A plain file in one read (``join`` of one block returns it: no copy).
+    size = 8 << 20 if stream.gzipped else stream.file_size + 1
+    data = b"".join(stream.blocks(size))
+    return data, stream.warnings
 
 
 class ByteStream:
@@ -78,34 +65,47 @@ class ByteStream:
 
     Never holds more than one compressed read and one decompressed block. After
     :meth:`blocks` is exhausted, ``nbytes`` is the total decompressed size and
-    ``warnings`` says whether the gzip stream was truncated (as :func:`read_bytes`).
+    ``warnings`` says whether the gzip stream was truncated or had trailing garbage.
+    Reads every member of a multi-member gzip, drops a leading UTF-8 byte-order mark,
+    refuses anything but a regular file and enforces the input budget (size and
+    decompression ratio) as the bytes come, before memory grows.
     """
 
-    def __init__(self, path: Path) -> None:
-        if not path.exists():
-            raise InputError(path, "no such file")
-        if path.is_dir():
-            raise InputError(path, "is a directory, not a trace file (use `traceanalyzer batch` for directories)")
+    def __init__(self, path: Path, budget: Budget | None = None) -> None:
         self.path = path
+        self.budget = budget or Budget.from_env()
         self.nbytes = 0
+        self.consumed = 0  # compressed bytes fed to zlib so far
         self.warnings: list[str] = []
+        f, st = open_regular(path)
         try:
-            with path.open("rb") as f:
+            with f:
                 head = f.read(2)
         except OSError as exc:
             raise InputError(path, f"cannot read file: {exc.strerror or exc}") from None
         if not head:
             raise InputError(path, "empty file")
         self.gzipped = head == GZIP_MAGIC
-        self.file_size = path.stat().st_size
+        self.file_size = st.st_size
+        if not self.gzipped:
+            self.budget.check_size(path, self.file_size)
 
     def blocks(self, size: int = 32 << 20) -> Iterator[bytes]:
         """Yield decompressed blocks of about ``size`` bytes (the last may be shorter)."""
+        first = True
+        for block in self._raw_blocks(size):
+            if first:
+                first = False
+                if block.startswith(BOM):
+                    block = block[len(BOM):]
+                    self.nbytes -= len(BOM)
+                    if not block:
+                        continue
+            yield block
+
+    def _raw_blocks(self, size: int) -> Iterator[bytes]:
         path = self.path
-        try:
-            f = path.open("rb")
-        except OSError as exc:
-            raise InputError(path, f"cannot read file: {exc.strerror or exc}") from None
+        f, _ = open_regular(path)
         with f:
             if not self.gzipped:
                 while True:
@@ -116,47 +116,98 @@ class ByteStream:
                     if not block:
                         return
                     self.nbytes += len(block)
+                    if self.nbytes > self.file_size:  # the file grew while read
+                        self.budget.check_size(path, self.nbytes)
                     yield block
-            dec = zlib.decompressobj(wbits=31)
             pending: list[bytes] = []
             npending = 0
-            step = max(1 << 16, size // 32)
-            while not dec.eof:
-                raw = dec.unconsumed_tail or f.read(step)
+            for out in self._gunzip(f, size):
+                pending.append(out)
+                npending += len(out)
+                if npending >= size:
+                    block = b"".join(pending)
+                    pending, npending = [], 0
+                    yield block
+            if pending:
+                yield b"".join(pending)
+            if not self.nbytes:
+                raise InputError(path, "gzip file decompresses to nothing")
+
+    def _read(self, f: BinaryIO, n: int) -> bytes:
+        try:
+            raw = f.read(n)
+        except OSError as exc:
+            raise InputError(self.path, f"cannot read file: {exc.strerror or exc}") from None
+        self.consumed += len(raw)
+        return raw
+
+    def _gunzip(self, f: BinaryIO, size: int) -> Iterator[bytes]:
+        """Decompressed pieces of at most ``size`` bytes, member after member.
+
+        ``nbytes`` counts the output; the budget is checked after every piece against
+        the compressed bytes zlib has actually used (what it holds back is not counted),
+        so a bomb is stopped within one piece of the limit.
+        """
+        path = self.path
+        step = max(1 << 16, size // 32)
+        dec = zlib.decompressobj(wbits=31)
+        queued = b""  # compressed input read but not yet given to ``dec``
+        while True:
+            if dec.unconsumed_tail:
+                raw = dec.unconsumed_tail
+            elif queued:
+                raw, queued = queued, b""
+            else:
+                raw = self._read(f, step)
+            if not raw:
+                # The input ended before the stream did (a truncated .gz): zlib may
+                # still hold output it had no room for under ``size``.
                 try:
-                    if raw:
-                        # Never more than what completes the block: a block stays at
-                        # ``size`` (the loader's chunk), not up to twice that.
-                        out = dec.decompress(raw, size - npending)
-                    else:
-                        # The input ended before the stream did (a truncated .gz): zlib
-                        # may still hold output it had no room for under ``size``.
-                        out = dec.flush()
+                    out = dec.flush()
                 except zlib.error as exc:
                     raise InputError(path, f"corrupt gzip data: {exc}") from None
-                if not raw:
-                    if out:
-                        pending.append(out)
-                        npending += len(out)
-                    break
                 if out:
-                    pending.append(out)
-                    npending += len(out)
-                    if npending >= size:
-                        block = b"".join(pending)
-                        pending, npending = [], 0
-                        self.nbytes += len(block)
-                        yield block
-            if pending:
-                block = b"".join(pending)
-                self.nbytes += len(block)
-                yield block
-            if not dec.eof:
+                    self.nbytes += len(out)
+                    yield out
                 self.warnings.append(
                     f"gzip stream is truncated: decompressed {self.nbytes:,} bytes before the data ended"
                 )
-            if not self.nbytes:
-                raise InputError(path, "gzip file decompresses to nothing")
+                return
+            try:
+                # Never more than ``size`` at once: a block stays at the loader's chunk.
+                out = dec.decompress(raw, size)
+            except zlib.error as exc:
+                raise InputError(path, f"corrupt gzip data: {exc}") from None
+            if out:
+                self.nbytes += len(out)
+                self.budget.check_gzip(path, self.nbytes, self.consumed - len(dec.unconsumed_tail) - len(queued))
+                yield out
+            if not dec.eof:
+                continue
+            # End of a member: another member (``cat a.gz b.gz``), zero padding, or junk.
+            rest = dec.unused_data
+            while len(rest) < 2:
+                more = self._read(f, step)
+                if not more:
+                    break
+                rest += more
+            if not rest:
+                return
+            if rest[:2] == GZIP_MAGIC:
+                dec = zlib.decompressobj(wbits=31)
+                queued = rest
+                continue
+            junk = len(rest.rstrip(b"\0")) > 0
+            extra = len(rest)
+            while True:
+                more = self._read(f, 1 << 20)
+                if not more:
+                    break
+                extra += len(more)
+                junk = junk or len(more.rstrip(b"\0")) > 0
+            if junk:
+                self.warnings.append(f"ignored {extra:,} bytes after the end of the gzip data (not gzip)")
+            return
 
 
 def parse_json(path: Path, data: bytes) -> ParsedJSON:
@@ -253,9 +304,18 @@ def decode_repairing(data: bytes, error: orjson.JSONDecodeError | None = None) -
     # Python's decoder accepts tabs/newlines inside strings (strict=False), which
     # orjson refuses; try it before assuming truncation.
     try:
-        return Repaired(json.loads(fixed, strict=False), n_tokens, n_ctrl, True)
+        doc = json.loads(fixed, strict=False)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         pass
+    else:
+        # It may be strict JSON that orjson refuses for another reason (a number beyond
+        # the double range, ``1e400``, which Python reads as inf): no "not strict" warning
+        # then; the loader skips the event with its own warning.
+        try:
+            json.loads(fixed)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            return Repaired(doc, n_tokens, n_ctrl, True)
+        return Repaired(doc, n_tokens, n_ctrl, False)
     return Unrepaired(fixed, error, n_tokens, n_ctrl)
 
 

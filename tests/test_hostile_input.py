@@ -1,0 +1,349 @@
+"""Hostile and degenerate input: bounded time and memory, one line (exit 2) or a counted
+warning, never an internal error (see ``traceanalyzer/load/budget.py``)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import signal
+import socket
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+from typing import Iterator
+
+import orjson
+import pytest
+
+from traceanalyzer.errors import ConfigError, InputError
+from traceanalyzer.load import budget, load, sniff
+from traceanalyzer.load.budget import ENV_MAX_GZIP_RATIO, ENV_MAX_INPUT_BYTES, Budget
+from traceanalyzer.load.jsonio import ByteStream, read_bytes
+
+from conftest import REPO, shared_trace_files
+from test_chunked_loader import assert_paths_agree
+
+EV = b'{"ph":"X","cat":"cpu_op","name":"aten::a","ts":%s,"dur":%s,"pid":1,"tid":1,"args":{"External id":%s}}'
+
+
+def _doc(*events: bytes) -> bytes:
+    good = [EV % (str(10 * i).encode(), b"5", str(i).encode()) for i in range(4)]
+    return b'{"baseTimeNanoseconds": 1000, "traceEvents": [\n  ' + b",\n  ".join([*good, *events]) + b"\n]}"
+
+
+def _cli(path: Path, tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "traceanalyzer", "analyze", str(path), "-o", str(tmp_path / "out"), "--format", "json"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})},
+        cwd=REPO,
+    )
+
+
+# ---------------------------------------------------------------------------
+# 1. Non-finite and out-of-range numbers
+# ---------------------------------------------------------------------------
+
+RANGE_WARNING = "duration events with ts or dur out of range"
+
+
+@pytest.mark.parametrize("field", ["ts", "dur"])
+@pytest.mark.parametrize("value, warning", [
+    (b"NaN", None),  # the token repair makes it null: "without a numeric ts" / "without dur"
+    (b"Infinity", None),
+    (b"-Infinity", None),
+    (b"1e308", RANGE_WARNING),
+    (b"-1e308", RANGE_WARNING),
+    (b"1e400", RANGE_WARNING),  # inf through the lenient decoder
+    (str(2**70).encode(), RANGE_WARNING),
+    (b"1e17", RANGE_WARNING),  # finite, but ts_ns overflows int64
+])
+def test_non_finite_and_huge_ts_dur_skip_the_event(tmp_path: Path, field: str, value: bytes,
+                                                   warning: str | None) -> None:
+    ts, dur = (value, b"1") if field == "ts" else (b"100", value)
+    if field == "dur" and value.startswith(b"-") and warning:
+        warning = "duration events with negative dur"
+    p = tmp_path / "n.json"
+    p.write_bytes(_doc(EV % (ts, dur, b"99")))
+    m = assert_paths_agree(p, chunks=(1, 4096))
+    assert not isinstance(m, tuple), m
+    assert m.cpu_ops.height == 4  # the odd event is skipped, the others kept
+    if warning is None:
+        warning = "without a numeric ts" if field == "ts" else "duration events without dur"
+    assert any(warning in w and w.startswith("skipped 1 ") for w in m.warnings), m.warnings
+    assert not any("not strict JSON" in w for w in m.warnings)
+
+
+@pytest.mark.parametrize("value", [str(2**70).encode(), b"1e308", b"-1e308", b"18446744073709551616"])
+def test_huge_ids_become_null(tmp_path: Path, value: bytes) -> None:
+    p = tmp_path / "ids.json"
+    p.write_bytes(_doc(EV % (b"100", b"1", value)))
+    m = assert_paths_agree(p, chunks=(1, 4096))
+    assert not isinstance(m, tuple) and m.cpu_ops.height == 5
+    assert m.cpu_ops["external_id"][-1] is None
+
+
+def test_flows_memory_and_base_out_of_range(tmp_path: Path) -> None:
+    events = [
+        b'{"ph":"s","cat":"ac2g","name":"a","ts":1e308,"id":1,"pid":1,"tid":1}',
+        b'{"ph":"f","cat":"ac2g","name":"a","ts":5,"id":1,"pid":1,"tid":1}',
+        b'{"ph":"i","name":"[memory]","ts":-1e300,"pid":1,"tid":1,"args":{"Bytes":8,"Total Allocated":8}}',
+        b'{"ph":"i","name":"[memory]","ts":7,"pid":1,"tid":1,"args":{"Bytes":8,"Total Allocated":16}}',
+    ]
+    p = tmp_path / "f.json"
+    p.write_bytes(_doc(*events).replace(b'"baseTimeNanoseconds": 1000', b'"baseTimeNanoseconds": 9000000000000000000'))
+    m = assert_paths_agree(p, chunks=(1, 4096))
+    assert not isinstance(m, tuple)
+    assert m.flows.height == 1 and m.memory_events.height == 1
+    assert m.meta.base_time_ns == 0
+    joined = "\n".join(m.warnings)
+    assert "skipped 1 flow events with ts out of range" in joined
+    assert "skipped 1 [memory] events with ts out of range" in joined
+    assert "ignored baseTimeNanoseconds 9,000,000,000,000,000,000" in joined
+
+
+def test_cli_huge_numbers_exit_0_with_warning(tmp_path: Path) -> None:
+    p = tmp_path / "big.json"
+    p.write_bytes(_doc(EV % (b"1e308", b"1", b"1"), EV % (b"1", str(2**70).encode(), b"1")))
+    proc = _cli(p, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "skipped 2 duration events with ts or dur out of range" in proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------------------
+# 2. Multi-member gzip, 3. byte-order mark
+# ---------------------------------------------------------------------------
+
+
+def test_multi_member_gzip_is_read_to_the_end(tmp_path: Path) -> None:
+    data = _doc()
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(data)
+    cuts = (0, 100, len(data) // 2, len(data))
+    members = b"".join(gzip.compress(data[a:b]) for a, b in zip(cuts, cuts[1:]))
+    for name, blob in (("cat.json.gz", members), ("padded.json.gz", members + b"\0" * 512)):
+        p = tmp_path / name
+        p.write_bytes(blob)
+        m = assert_paths_agree(p, chunks=(1, 61, 4096))
+        assert not isinstance(m, tuple) and m.warnings == () and m.cpu_ops.height == 4
+        assert read_bytes(p) == (data, [])
+
+
+def test_gzip_junk_after_the_data_and_truncated_second_member(tmp_path: Path) -> None:
+    data = _doc()
+    p = tmp_path / "junk.json.gz"
+    p.write_bytes(gzip.compress(data) + b"junk")
+    m = load(p)
+    assert m.cpu_ops.height == 4 and m.warnings == ("ignored 4 bytes after the end of the gzip data (not gzip)",)
+    second = gzip.compress(data[200:])
+    p.write_bytes(gzip.compress(data[:200]) + second[: len(second) // 2])
+    m = load(p)
+    assert any("gzip stream is truncated" in w for w in m.warnings)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_byte_order_mark_is_accepted_silently(tmp_path: Path, gz: bool) -> None:
+    data = b"\xef\xbb\xbf" + _doc()
+    p = tmp_path / ("bom.json.gz" if gz else "bom.json")
+    p.write_bytes(gzip.compress(data) if gz else data)
+    assert sniff(p) == "trace"
+    m = assert_paths_agree(p, chunks=(1, 4096))
+    assert not isinstance(m, tuple) and m.warnings == () and m.cpu_ops.height == 4
+
+
+# ---------------------------------------------------------------------------
+# 4. The gzip bomb budget
+# ---------------------------------------------------------------------------
+
+ONE = EV % (b"1", b"1", b"1")
+
+
+def _bomb(pre: bytes, filler: bytes, post: bytes, n: int) -> bytes:
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    out = [c.compress(pre)]
+    block = filler * (1 << 20)
+    out += [c.compress(block) for _ in range(n >> 20)]
+    return b"".join([*out, c.compress(post), c.flush()])
+
+
+BOMBS = {
+    "inside the events": (b'{"traceEvents":[' + ONE + b",", b" ", ONE + b"]}"),
+    "before traceEvents": (b"{", b" ", b'"traceEvents":[' + ONE + b"]}"),
+    "after the array": (b'{"traceEvents":[' + ONE + b"]", b" ", b"}"),
+    "one huge string": (b'{"traceEvents":[' + ONE + b',{"ph":"X","cat":"cpu_op","ts":1,"dur":1,"name":"', b"a",
+                        b'"}]}'),
+}
+
+
+@pytest.fixture
+def small_floor(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The ratio check from 1 MiB of output (16 MiB by default), so that bombs stay small."""
+    monkeypatch.setattr(budget, "RATIO_FLOOR_BYTES", 1 << 20)
+    monkeypatch.delenv(ENV_MAX_GZIP_RATIO, raising=False)
+    monkeypatch.delenv(ENV_MAX_INPUT_BYTES, raising=False)
+    yield
+
+
+@pytest.mark.parametrize("where", list(BOMBS))
+def test_gzip_bomb_refused_by_ratio_while_decompressing(tmp_path: Path, where: str, small_floor: None,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    p = tmp_path / "bomb.json.gz"
+    p.write_bytes(_bomb(*BOMBS[where], n=8 << 20))
+    assert p.stat().st_size < 16 << 10  # ~1,000x
+    with pytest.raises(InputError) as info:
+        load(p)
+    msg = str(info.value)
+    assert msg.startswith(str(p)) and "\n" not in msg
+    assert "past the decompression ratio limit of 200x" in msg and ENV_MAX_GZIP_RATIO in msg
+    # Stopped at the floor, not at the end of the 8 MiB.
+    stream = ByteStream(p)
+    with pytest.raises(InputError, match="ratio limit"):
+        for _ in stream.blocks(256 << 10):
+            pass
+    assert stream.nbytes <= (1 << 20) + (256 << 10)
+    # Raised, the same file loads (its whitespace is valid JSON) or fails on its content.
+    monkeypatch.setenv(ENV_MAX_GZIP_RATIO, "5000")
+    try:
+        m = load(p)
+    except InputError as exc:
+        assert "limit" not in str(exc)
+    else:
+        assert m.cpu_ops.height >= 1
+
+
+def test_gzip_bomb_refused_by_size(tmp_path: Path, small_floor: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = tmp_path / "bomb.json.gz"
+    p.write_bytes(_bomb(*BOMBS["inside the events"], n=4 << 20))
+    monkeypatch.setenv(ENV_MAX_GZIP_RATIO, "5000")
+    monkeypatch.setenv(ENV_MAX_INPUT_BYTES, "2M")
+    with pytest.raises(InputError, match=r"more than the input size limit of 2\.0 MiB .*TRACEANALYZER_MAX_INPUT_BYTES"):
+        load(p)
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(_doc() + b" " * (3 << 20))
+    with pytest.raises(InputError, match=r"is 3\.0 MiB, over the input size limit of 2\.0 MiB; raise it with "
+                                         r"TRACEANALYZER_MAX_INPUT_BYTES=<size> \(e\.g\. 1G\)"):
+        load(plain)
+    monkeypatch.setenv(ENV_MAX_INPUT_BYTES, "4M")
+    assert load(plain).cpu_ops.height == 4
+
+
+def test_small_files_never_trip_the_ratio(tmp_path: Path) -> None:
+    # 1,000x, but under the floor: harmless, loads.
+    p = tmp_path / "small.json.gz"
+    p.write_bytes(_bomb(*BOMBS["inside the events"], n=2 << 20))
+    assert load(p).cpu_ops.height == 2
+
+
+def test_budget_env_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_MAX_INPUT_BYTES, "40G")
+    monkeypatch.setenv(ENV_MAX_GZIP_RATIO, "1000")
+    assert Budget.from_env() == Budget(40 << 30, 1000.0)
+    monkeypatch.setenv(ENV_MAX_INPUT_BYTES, "1.5GiB")
+    assert Budget.from_env().max_input_bytes == 3 << 29
+    monkeypatch.setenv(ENV_MAX_INPUT_BYTES, "lots")
+    with pytest.raises(ConfigError, match=ENV_MAX_INPUT_BYTES):
+        Budget.from_env()
+    monkeypatch.setenv(ENV_MAX_INPUT_BYTES, "1G")
+    monkeypatch.setenv(ENV_MAX_GZIP_RATIO, "x")
+    with pytest.raises(ConfigError, match=ENV_MAX_GZIP_RATIO):
+        Budget.from_env()
+
+
+def test_cli_bomb_exit_2_one_line(tmp_path: Path) -> None:
+    p = tmp_path / "bomb.json.gz"
+    p.write_bytes(_bomb(*BOMBS["one huge string"], n=20 << 20))  # past the default 16 MiB floor
+    proc = _cli(p, tmp_path)
+    assert proc.returncode == 2
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1 and str(p) in err and "ratio limit" in err and "Traceback" not in err
+
+
+@pytest.mark.shared
+@pytest.mark.skipif(not shared_trace_files(), reason="../shared reference data not present")
+def test_real_gzip_traces_are_far_below_the_ratio_limit() -> None:
+    """Every real .gz in ../shared and sample_traces decompresses at under a fifth of the
+    default ratio limit, prefixes included (the check runs on the running figure)."""
+    files = [p for p in [*shared_trace_files(), *(REPO / "sample_traces").rglob("*.gz")]
+             if p.read_bytes()[:2] == b"\x1f\x8b"]
+    worst = 0.0
+    for p in files:
+        stream = ByteStream(p)
+        for _ in stream.blocks(4 << 20):
+            worst = max(worst, stream.nbytes / max(stream.consumed, 1))
+    assert files and worst < budget.DEFAULT_MAX_GZIP_RATIO / 5, worst
+
+
+# ---------------------------------------------------------------------------
+# 5. Only regular files
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def alarm() -> Iterator[None]:
+    """Fail instead of hanging forever if something opens a FIFO."""
+    def boom(*_: object) -> None:
+        raise TimeoutError("blocked")
+    old = signal.signal(signal.SIGALRM, boom)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def test_fifo_socket_device_refused_at_once(tmp_path: Path, alarm: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    fifo = tmp_path / "t.json"
+    os.mkfifo(fifo)
+    monkeypatch.chdir(tmp_path)  # a short relative name: AF_UNIX paths are limited to ~100 bytes
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind("s.json")
+    try:
+        for path, what in ((fifo, "a FIFO (named pipe)"), (tmp_path / "s.json", "a socket"), (Path("/dev/null"), "a character device")):
+            if not os.path.lexists(path):
+                continue
+            for fn in (load, sniff, read_bytes, lambda p: load(p, kind="trace"), ByteStream):
+                with pytest.raises(InputError) as info:
+                    fn(path)
+                assert str(info.value) == f"{path}: is {what}, not a regular file: only regular files are read"
+    finally:
+        sock.close()
+
+
+def test_symlink_loop_and_broken_link_named(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    with pytest.raises(InputError, match="is a symbolic link loop"):
+        load(a)
+    broken = tmp_path / "broken.json"
+    broken.symlink_to(tmp_path / "nowhere.json")
+    with pytest.raises(InputError, match="is a broken symbolic link"):
+        load(broken)
+    good = tmp_path / "good.json"
+    good.write_bytes(_doc())
+    link = tmp_path / "link.json"
+    link.symlink_to(good)
+    assert load(link).cpu_ops.height == 4
+
+
+def test_cli_fifo_exit_2_one_line(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    proc = _cli(fifo, tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"error: {fifo}: is a FIFO (named pipe), not a regular file: "
+                                                "only regular files are read"]
+
+
+def test_plain_loading_is_unchanged(tmp_path: Path) -> None:
+    p = tmp_path / "ok.json"
+    p.write_bytes(orjson.dumps(orjson.loads(_doc())))
+    m = load(p)
+    assert m.warnings == () and m.cpu_ops.height == 4
+
+
+def test_sniff_reads_past_an_empty_first_member(tmp_path: Path) -> None:
+    p = tmp_path / "e.json.gz"
+    p.write_bytes(gzip.compress(b"") + gzip.compress(b"\n") + gzip.compress(_doc()))
+    assert sniff(p) == "trace"
+    m = load(p)
+    assert m.cpu_ops.height == 4 and m.warnings == ()
