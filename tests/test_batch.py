@@ -386,3 +386,19 @@ def test_full_disk_stops_the_batch_with_one_line_exit_2(tree: Path, tmp_path: Pa
     assert "cannot write (No space left on device)" in str(res.exception)
     assert calls["n"] == 4  # it stopped at the first refused write, not one failure per file
     assert not list(out.rglob("*.tmp")) and not list((out / "reports").glob(".*"))
+
+
+def test_fifo_in_a_batch_directory_is_ignored_with_its_reason_not_waited_on(tmp_path: Path) -> None:
+    """A FIFO is never opened (it would block until a writer comes): discovery lists it as
+    ignored with the reason, and the regular trace beside it is analysed."""
+    import os
+
+    from traceanalyzer.batch.discover import discover
+
+    d = tmp_path / "runs"
+    d.mkdir()
+    os.mkfifo(d / "rank0.json")
+    (d / "rank1.json").write_bytes((Path(__file__).resolve().parents[1] / "sample_traces" / "legacy_pt18.json").read_bytes())
+    found = discover([str(d)])
+    assert [os.path.basename(i.path) for i in found.inputs] == ["rank1.json"]
+    assert len(found.ignored) == 1 and "regular file" in found.ignored[0][1]

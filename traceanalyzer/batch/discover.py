@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import IO, Iterable
 
 from traceanalyzer.errors import InputError
+from traceanalyzer.load.budget import open_regular
 
 SUFFIXES = (".json", ".json.gz", ".pickle", ".pkl", ".pickle.gz", ".pkl.gz")
 HEAD_BYTES = 256 * 1024
@@ -102,7 +103,8 @@ def open_binary(path: str) -> IO[bytes]:
         except ImportError:
             raise InputError(path, "reading URLs needs fsspec: pip install 'traceanalyzer[dask]'") from None
         return fsspec.open(path, "rb").open()  # type: ignore[no-any-return]
-    return open(path, "rb")
+    # Only regular files, opened without blocking: a FIFO in a batch directory must not hang it.
+    return open_regular(Path(path))[0]
 
 
 def read_head(path: str, n: int = HEAD_BYTES) -> tuple[bytes, bool]:
@@ -151,6 +153,8 @@ def classify(path: str) -> tuple[str | None, str, int | None, int | None]:
                       "recompress it with gzip (.gz)", None, None)
     try:
         head, complete = read_head(path)
+    except InputError as exc:  # not a regular file (FIFO, socket, device, symlink loop …)
+        return None, exc.problem, None, None
     except (OSError, EOFError) as exc:
         return "trace", f"unreadable: {exc}", None, None
     name_rank = _RANK_NAME_RE.search(os.path.basename(path.rstrip("/")))
