@@ -216,11 +216,18 @@ def _series(path: Path, fix: _Fix, name: str, values: list[Any], dtype: Any) -> 
         pass
     out: list[Any] = []
     bad = 0
+    text = dtype == pl.String or dtype == pl.Categorical
     for v in values:
         if v is None:
             out.append(None)
-        elif dtype == pl.String or dtype == pl.Categorical:
-            out.append(str(v))
+        elif text:
+            # Scalars read as text (as ever); a container is damage, never str()-ed: a memo-shared
+            # nested list prints exponentially (a 184-byte pickle became a 9 GB string).
+            if isinstance(v, (str, int, float)):
+                out.append(str(v))
+            else:
+                bad += 1
+                out.append(None)
         elif isinstance(v, bool) or not isinstance(v, int):
             if isinstance(v, float) and v.is_integer():
                 out.append(int(v))
@@ -234,7 +241,9 @@ def _series(path: Path, fix: _Fix, name: str, values: list[Any], dtype: Any) -> 
         else:
             fix.counts[f"{name} out of the 64-bit range (set to null)"] += 1
             out.append(None)
-    if bad:
+    if bad and text:
+        fix.counts[f"{name} not a string (treated as missing)"] += bad
+    elif bad:
         if bad > max(10, len(values) // 100):
             raise InputError(path, f"malformed snapshot: {bad:,} values of {name!r} are not integers")
         fix.counts[f"{name} not an integer (set to null)"] += bad
@@ -259,6 +268,8 @@ class _Stacks:
         self.name: list[Any] = []
         self.filename: list[Any] = []
         self.line: list[Any] = []
+        # frames whose name/filename is not a string or whose line is not an integer
+        self.bad: Counter[str] = Counter()
 
     def intern(self, frames: Any) -> int | None:
         key = id(frames)
@@ -276,7 +287,8 @@ class _Stacks:
         rows = []
         for fr in frames:
             if isinstance(fr, dict):
-                rows.append((fr.get("name"), fr.get("filename"), fr.get("line")))
+                rows.append((self._text(fr.get("name"), "name"), self._text(fr.get("filename"), "filename"),
+                             self._line(fr.get("line"))))
             elif isinstance(fr, str):  # forward_frames-like pre-formatted strings
                 rows.append((fr, None, None))
         content = tuple(rows)
@@ -289,10 +301,29 @@ class _Stacks:
             for depth, (n, fn, ln) in enumerate(content):
                 self.stack_id.append(sid)
                 self.depth.append(depth)
-                self.name.append(n if isinstance(n, str) else (None if n is None else str(n)))
-                self.filename.append(fn if isinstance(fn, str) else (None if fn is None else str(fn)))
+                self.name.append(n)
+                self.filename.append(fn)
                 self.line.append(ln)
         return sid
+
+    def _text(self, v: Any, what: str) -> str | None:
+        """A frame's name/filename: strings as they are, numbers as text (as ever); anything
+        else (a list, a dict) is damage, treated as missing and counted."""
+        if v is None or isinstance(v, str):
+            return v
+        if isinstance(v, (int, float)):
+            return str(v)
+        self.bad[f"frames with a non-string {what} (treated as missing)"] += 1
+        return None
+
+    def _line(self, v: Any) -> Any:
+        """A frame's line: an int (range-checked later), else missing and counted."""
+        if v is None or (isinstance(v, int) and not isinstance(v, bool)):
+            return v
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        self.bad["frames with a non-integer line (treated as missing)"] += 1
+        return None
 
     def table(self, path: Path, fix: _Fix) -> pl.DataFrame:
         if not self.stack_id:
@@ -306,12 +337,40 @@ class _Stacks:
         ])
 
 
-def _pool_text(v: Any) -> str:
+def _pool_text(v: Any, fix: "_Fix") -> str:
+    """A pool id as text ("0,0" = the default pool). A flat tuple/list of a few scalars is
+    joined as ever; anything else (a nested list, a dict) is damage: treated as missing
+    (the default pool) and counted, never str()-ed (a memo-shared nested list prints
+    exponentially)."""
     if v is None:
         return "0,0"
     if isinstance(v, (tuple, list)):
-        return ",".join(str(x) for x in v)
-    return str(v)
+        if len(v) <= 8 and all(isinstance(x, (int, str)) for x in v):
+            return ",".join(str(x) for x in v)
+    elif isinstance(v, (int, str)):
+        return str(v)
+    fix.counts["segment_pool_id not a flat pair of integers (treated as missing: default pool)"] += 1
+    return "0,0"
+
+
+def _typed_int(d: dict[str, Any], key: str, what: str, fix: "_Fix") -> int | None:
+    """``d[key]`` as an int; a value of the wrong type is treated as missing and counted
+    (a float holding an integer is taken as that integer)."""
+    v = d.get(key)
+    if v is None or (isinstance(v, int) and not isinstance(v, bool)):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    fix.counts[f"{what} not an integer (treated as missing)"] += 1
+    return None
+
+
+def _typed_text(d: dict[str, Any], key: str, what: str, fix: "_Fix") -> str | None:
+    v = d.get(key)
+    if v is None or isinstance(v, str):
+        return v
+    fix.counts[f"{what} not a string (treated as missing)"] += 1
+    return None
 
 
 def _int(v: Any) -> int | None:
@@ -342,26 +401,43 @@ def _segments_and_blocks(path: Path, segs: list[Any], stacks: _Stacks, fix: _Fix
     warnings: list[str] = []
     n_sum_mismatch = 0
     n_not_dict = 0
+    # A real snapshot never holds the same segment dict, blocks list or block dict twice
+    # (every one is a fresh object); a pickle can, through its memo, so that a few bytes
+    # name a million-block list ten thousand times. A repeat is skipped and counted:
+    # the tables stay linear in the file.
+    seen: set[int] = set()
+    n_repeat_seg = n_repeat_blocks = 0
     for i, s in enumerate(segs):
         if not isinstance(s, dict):
             n_not_dict += 1
             continue
-        addr = _int(s.get("address"))
-        dev = _int(s.get("device"))
-        total = _int(s.get("total_size"))
+        if id(s) in seen:
+            n_repeat_seg += 1
+            continue
+        seen.add(id(s))
+        addr = _typed_int(s, "address", "segment address", fix)
+        dev = _typed_int(s, "device", "segment device", fix)
+        total = _typed_int(s, "total_size", "segment total_size", fix)
         blocks = s.get("blocks") or []
         if not isinstance(blocks, list):
+            fix.counts["segment blocks not a list (treated as missing)"] += 1
             blocks = []
-        pool = _pool_text(s.get("segment_pool_id"))
+        elif blocks:
+            if id(blocks) in seen:
+                n_repeat_blocks += len(blocks)
+                blocks = []
+            else:
+                seen.add(id(blocks))
+        pool = _pool_text(s.get("segment_pool_id"), fix)
         s_cols["segment_idx"].append(i)
         s_cols["device"].append(dev if dev is not None else 0)
         s_cols["address"].append(addr)
         s_cols["total_bytes"].append(total)
-        s_cols["allocated_bytes"].append(_int(s.get("allocated_size")))
-        s_cols["active_bytes"].append(_int(s.get("active_size")))
-        s_cols["requested_bytes"].append(_int(s.get("requested_size")))
-        s_cols["stream"].append(_int(s.get("stream")))
-        s_cols["segment_type"].append(s.get("segment_type") if isinstance(s.get("segment_type"), str) else None)
+        s_cols["allocated_bytes"].append(_typed_int(s, "allocated_size", "segment allocated_size", fix))
+        s_cols["active_bytes"].append(_typed_int(s, "active_size", "segment active_size", fix))
+        s_cols["requested_bytes"].append(_typed_int(s, "requested_size", "segment requested_size", fix))
+        s_cols["stream"].append(_typed_int(s, "stream", "segment stream", fix))
+        s_cols["segment_type"].append(_typed_text(s, "segment_type", "segment_type", fix))
         s_cols["pool_id"].append(pool)
         s_cols["is_private_pool"].append(pool not in ("0,0", "0"))
         s_cols["is_expandable"].append(bool(s.get("is_expandable", False)))
@@ -371,16 +447,20 @@ def _segments_and_blocks(path: Path, segs: list[Any], stacks: _Stacks, fix: _Fix
         for b in blocks:
             if not isinstance(b, dict):
                 continue
-            size = _int(b.get("size")) or 0
-            baddr = _int(b.get("address"))
+            if id(b) in seen:
+                n_repeat_blocks += 1
+                continue
+            seen.add(id(b))
+            size = _typed_int(b, "size", "block size", fix) or 0
+            baddr = _typed_int(b, "address", "block address", fix)
             if baddr is None:  # 2.0 legacy: blocks are contiguous from the segment base
                 baddr = cursor
             b_cols["segment_idx"].append(i)
             b_cols["device"].append(dev if dev is not None else 0)
             b_cols["address"].append(baddr)
             b_cols["bytes"].append(size)
-            b_cols["requested_bytes"].append(_int(b.get("requested_size")))
-            b_cols["state"].append(b.get("state") if isinstance(b.get("state"), str) else None)
+            b_cols["requested_bytes"].append(_typed_int(b, "requested_size", "block requested_size", fix))
+            b_cols["state"].append(_typed_text(b, "state", "block state", fix))
             b_cols["stack_id"].append(stacks.intern(_block_frames(b)))
             cursor = None if baddr is None else baddr + size
             block_sum += size
@@ -388,6 +468,9 @@ def _segments_and_blocks(path: Path, segs: list[Any], stacks: _Stacks, fix: _Fix
             n_sum_mismatch += 1
     if n_not_dict:
         warnings.append(f"{n_not_dict:,} segment entries are not dicts (skipped)")
+    if n_repeat_seg or n_repeat_blocks:
+        warnings.append(f"{n_repeat_seg:,} segments and {n_repeat_blocks:,} blocks repeat an object already read "
+                        "(a pickle memo reference, never in a real snapshot): skipped")
     if n_sum_mismatch:
         warnings.append(f"{n_sum_mismatch:,} segments whose block sizes do not add up to total_size "
                         "(synthetic or hand-edited snapshot?)")
@@ -562,8 +645,10 @@ def _release_hint(doc: dict[str, Any], sample_entries: Iterable[dict[str, Any]],
         return "2.0"
     keys: set[str] = set()
     for e in sample_entries:
-        keys.update(e)
-    settings = doc.get("allocator_settings") or {}
+        keys.update(k for k in e if isinstance(k, str))
+    settings = doc.get("allocator_settings")
+    if not isinstance(settings, dict):
+        settings = {}
     if "max_round_threshold" in settings:
         return ">=2.13"
     if "pool_id" in keys:
@@ -585,6 +670,21 @@ def _release_hint(doc: dict[str, Any], sample_entries: Iterable[dict[str, Any]],
     if any(isinstance(s, dict) and "segment_pool_id" in s for s in segs[:5]):
         return ">=2.1"
     return "unknown"
+
+
+def _drop_duplicate_blocks(blk_df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Keep the first block at each (device, address); returns (blocks, number dropped).
+
+    Blocks tile their segments, so two blocks at one address only occur in a damaged or
+    forged file; every analysis matches blocks to allocations by address, and n blocks
+    at one address made those joins n² (1,000 such blocks took 1.7 GB and aborted)."""
+    if blk_df.height < 2:
+        return blk_df, 0
+    keep = pl.col("address").is_null() | pl.struct("device", "address").is_first_distinct()
+    if blk_df.select(keep.all()).item():
+        return blk_df, 0
+    kept = blk_df.filter(keep)
+    return kept, blk_df.height - kept.height
 
 
 def _count_truncation(trace: pl.DataFrame) -> int:
@@ -653,16 +753,25 @@ def _load_snapshot(p: Path, streaming: bool) -> SnapshotModel:
     del obj
 
     segs: list[Any] = doc["segments"]
+    def _blocks(s: Any) -> list[Any]:
+        b = s.get("blocks") if isinstance(s, dict) else None
+        return b if isinstance(b, list) else []
+
     legacy = any(isinstance(b, dict) and "history" in b
-                 for s in segs[:50] if isinstance(s, dict) for b in (s.get("blocks") or [])[:50]) or (
+                 for s in segs[:50] for b in _blocks(s)[:50]) or (
         bool(segs) and all(isinstance(s, dict) and "segment_pool_id" not in s and "is_expandable" not in s
                            for s in segs[:50])
-        and any(isinstance(s, dict) and s.get("blocks") and "address" not in s["blocks"][0] for s in segs[:50])
+        and any(_blocks(s) and isinstance(_blocks(s)[0], dict) and "address" not in _blocks(s)[0]
+                for s in segs[:50])
     )
     if legacy and layout == "dict":
         layout = "dict-legacy"
     seg_df, blk_df, seg_warnings = _segments_and_blocks(p, segs, stacks, fix)
     warnings += seg_warnings
+    blk_df, n_dup = _drop_duplicate_blocks(blk_df)
+    if n_dup:
+        warnings.append(f"{n_dup:,} blocks share a device and address with an earlier block (damaged snapshot: "
+                        "blocks tile their segments without overlap): dropped")
 
     traces = doc.get("device_traces")
     if traces is None:
@@ -697,11 +806,14 @@ def _load_snapshot(p: Path, streaming: bool) -> SnapshotModel:
     settings = doc.get("allocator_settings")
     frames = stacks.table(p, fix)
     n_stacks = len(stacks.by_content)
+    stacks_bad = stacks.bad
     del doc, segs, traces, stacks, sample, sink  # nothing below needs the object tree
     seg_df, blk_df, trace, frames = _canonical_stack_ids(seg_df, blk_df, trace, frames)
 
     for what, n in sorted(fix.counts.items()):
         warnings.append(f"{n:,} values of {what}")
+    for what, n in sorted(stacks_bad.items()):
+        warnings.append(f"{n:,} {what}")
     devices = sorted(set(seg_df["device"].to_list()) | set(trace["device"].unique().to_list()))
     n_trunc = _count_truncation(trace)
     live_blocks = blk_df.filter(pl.col("state") != "inactive").height
