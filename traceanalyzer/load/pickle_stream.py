@@ -30,6 +30,7 @@ import pickletools
 from struct import unpack_from
 from typing import Any, BinaryIO, Callable
 
+from traceanalyzer.load.pickle_budget import PickleBudget
 from traceanalyzer.load.safe_pickle import UnsafePickleError
 
 _BLOCK = 8 << 20          # bytes read per refill
@@ -79,17 +80,31 @@ def _refuse(buf: bytes, pos: int, file_pos: int) -> Exception:
     )
 
 
-def stream_load(f: BinaryIO, on_batch: BatchSink) -> Any:
+def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = None) -> Any:
     """Unpickle ``f`` (positioned at the ``PROTO`` byte) into builtin objects.
 
     Every ``APPENDS``/``APPEND`` whose items are dicts with an ``"action"`` key is
     passed to ``on_batch(target_list, items)`` and *not* appended: the lists of
     trace entries come back empty and the caller keeps what it took from them.
 
+    ``budget`` (default :meth:`PickleBudget.from_env`): ``max_string_bytes`` is checked
+    before a string is read, ``max_items`` on every batch and container; memory stays
+    bounded by design, so ``max_objects`` is left to the opcode scan of small files.
+
     Raises :class:`UnsafePickleError` for any opcode that could reach code,
+    :class:`~traceanalyzer.load.pickle_budget.BudgetExceeded` past a limit,
     :class:`StreamFallback` where the result would differ from ``pickle.loads``,
     and ``ValueError``/``EOFError`` for a corrupt or truncated stream.
     """
+    b = budget or PickleBudget.from_env()
+    max_items, max_str = b.max_items, b.max_string_bytes
+
+    def too_long(n: int) -> Exception:
+        return b.exceeded("max_string_bytes", f"a string of {n:,} bytes (byte {base + pos})")
+
+    def too_many(n: int) -> Exception:
+        return b.exceeded("max_items", f"a container of {n:,} elements (byte {base + pos})")
+
     buf = f.read(_BLOCK)
     base = 0                    # file offset of buf[0]
     pos = 0
@@ -193,6 +208,8 @@ def stream_load(f: BinaryIO, on_batch: BatchSink) -> Any:
                 raise ValueError("SETITEMS on a non-dict")
             if len(items) & 1:
                 raise ValueError("SETITEMS with an odd number of items")
+            if len(items) + 2 * len(d) > 2 * max_items:
+                raise too_many(len(items) // 2 + len(d))
             for i in range(0, len(items), 2):
                 d[items[i]] = items[i + 1]
         elif op == 0x4a:  # BININT
@@ -212,6 +229,8 @@ def stream_load(f: BinaryIO, on_batch: BatchSink) -> Any:
             lst = stack[-1]
             if type(lst) is not list:
                 raise ValueError("APPENDS on a non-list")
+            if len(items) + len(lst) > max_items:
+                raise too_many(len(items) + len(lst))
             if _is_entry_batch(items):
                 absorb(lst, items, m0)
             else:
@@ -266,6 +285,8 @@ def stream_load(f: BinaryIO, on_batch: BatchSink) -> Any:
         elif op == 0x58:  # BINUNICODE
             n = unpack_from("<I", buf, pos)[0]
             pos += 4
+            if n > max_str:
+                raise too_long(n)
             if pos + n > len(buf):
                 buf, base, pos, lim, eof = _ensure(f, buf, base, pos, n)
             stack.append(intern(buf[pos:pos + n]) if n <= _INTERN_MAX_LEN
@@ -288,6 +309,8 @@ def stream_load(f: BinaryIO, on_batch: BatchSink) -> Any:
             items = stack
             stack = metastack.pop()
             markmemo.pop()
+            if len(items) > max_items:
+                raise too_many(len(items))
             stack.append(items)
         elif op == 0x64:  # DICT
             items = stack
@@ -315,6 +338,8 @@ def stream_load(f: BinaryIO, on_batch: BatchSink) -> Any:
                 n, w = unpack_from("<Q", buf, pos)[0], 8
             if n < 0:
                 raise ValueError("negative string length")
+            if n > max_str:
+                raise too_long(n)
             pos += w
             if pos + n > len(buf):
                 buf, base, pos, lim, eof = _ensure(f, buf, base, pos, n)

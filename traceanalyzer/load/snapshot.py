@@ -25,6 +25,7 @@ from typing import Any, BinaryIO, Iterable
 import polars as pl
 
 from traceanalyzer.errors import InputError
+from traceanalyzer.load.pickle_budget import BudgetExceeded, PickleBudget
 from traceanalyzer.load.pickle_stream import StreamFallback, stream_load
 from traceanalyzer.load.safe_pickle import (
     DEFAULT_SCAN_LIMIT,
@@ -48,7 +49,32 @@ _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 # Reading the pickle
 # ---------------------------------------------------------------------------------------
 
-def _open(path: Path) -> tuple[BinaryIO, int]:
+class _BoundedGzip:
+    """A gzip stream that refuses to unpack more than ``limit`` bytes (a gzip bomb
+    expands 1000×: a megabyte becomes a gigabyte of opcodes)."""
+
+    def __init__(self, g: Any, limit: int, budget: PickleBudget) -> None:
+        self._g, self._limit, self._budget, self._n = g, limit, budget, 0
+
+    def read(self, n: int = -1) -> bytes:
+        out = self._g.read(n if n is not None and n >= 0 else self._limit + 1 - self._n)
+        self._n += len(out)
+        if self._n > self._limit:
+            raise self._budget.exceeded(
+                "max_gzip_ratio", f"gzip data unpacking to more than {self._limit:,} bytes "
+                f"(over {self._budget.max_gzip_ratio}× the compressed size + 32 MB)")
+        return out
+
+    def readline(self) -> bytes:
+        out = self._g.readline()
+        self._n += len(out)
+        return out
+
+    def close(self) -> None:
+        self._g.close()
+
+
+def _open(path: Path, budget: PickleBudget | None = None) -> tuple[BinaryIO, int]:
     if not path.exists():
         raise InputError(path, "no such file")
     if path.is_dir():
@@ -63,7 +89,9 @@ def _open(path: Path) -> tuple[BinaryIO, int]:
         raise InputError(path, "empty file")
     if f.read(2) == b"\x1f\x8b":
         f.seek(0)
-        return gzip.GzipFile(fileobj=f, mode="rb"), size  # type: ignore[return-value]
+        b = budget or PickleBudget.from_env()
+        g = gzip.GzipFile(fileobj=f, mode="rb")
+        return _BoundedGzip(g, (32 << 20) + b.max_gzip_ratio * size, b), size  # type: ignore[return-value]
     f.seek(0)
     return f, size
 
@@ -80,7 +108,7 @@ def _input_error(path: Path, exc: BaseException) -> InputError:
     """One line for any failure while reading untrusted pickle bytes (both readers)."""
     if isinstance(exc, InputError):
         return exc
-    if isinstance(exc, UnsafePickleError):
+    if isinstance(exc, (UnsafePickleError, BudgetExceeded)):
         return InputError(path, str(exc))
     if isinstance(exc, RecursionError):
         return InputError(path, "corrupt or hostile pickle: nesting too deep")
@@ -90,7 +118,12 @@ def _input_error(path: Path, exc: BaseException) -> InputError:
         return InputError(path, f"truncated or corrupt file: {exc or type(exc).__name__}")
     return InputError(path, f"corrupt pickle: {type(exc).__name__}: {exc}")
 
-def read_snapshot_object(path: str | Path, scan_limit: int = DEFAULT_SCAN_LIMIT) -> tuple[Any, int | None, int]:
+class _TooLargeToBuild(Exception):
+    """A gzip file unpacks past the opcode scan's limit: read it with the streaming reader."""
+
+
+def read_snapshot_object(path: str | Path, scan_limit: int = DEFAULT_SCAN_LIMIT,
+                         budget: PickleBudget | None = None) -> tuple[Any, int | None, int]:
     """Safely unpickle ``path`` (plain or gzip); returns (object, protocol, file bytes).
 
     Small inputs (≤ ``scan_limit`` bytes unpacked) are opcode-scanned first so a
@@ -98,15 +131,21 @@ def read_snapshot_object(path: str | Path, scan_limit: int = DEFAULT_SCAN_LIMIT)
     class-refusing unpickler. Large inputs are streamed, never read whole.
     """
     p = Path(path)
-    f, size = _open(p)
+    budget = budget or PickleBudget.from_env()
+    f, size = _open(p, budget)
     try:
         head, protocol = _pickle_head(p, f)
         if size <= scan_limit:
-            data = head + f.read()
-            scan_opcodes(data)
+            # bounded: a small gzip can unpack to gigabytes; past the scan limit it streams
+            data = head + f.read(scan_limit + 1)
+            if len(data) > scan_limit + 2:
+                raise _TooLargeToBuild
+            scan_opcodes(data, budget)
             obj = RestrictedUnpickler(_BytesReader(data)).load()
         else:
             obj = RestrictedUnpickler(_Prefixed(head, f)).load()
+    except _TooLargeToBuild:
+        raise
     except Exception as exc:  # noqa: BLE001 - mapped to one line below
         raise _input_error(p, exc) from None
     finally:
@@ -120,12 +159,14 @@ def read_snapshot_object(path: str | Path, scan_limit: int = DEFAULT_SCAN_LIMIT)
 STREAM_MIN_BYTES = 32 << 20
 
 
-def _stream_snapshot_object(path: Path, sink: "_TraceSink") -> tuple[Any, int | None, int]:
+def _stream_snapshot_object(path: Path, sink: "_TraceSink", budget: PickleBudget | None = None
+                            ) -> tuple[Any, int | None, int]:
     """Like :func:`read_snapshot_object`, but trace entries go to ``sink`` as they are read."""
-    f, size = _open(path)
+    budget = budget or PickleBudget.from_env()
+    f, size = _open(path, budget)
     try:
         head, protocol = _pickle_head(path, f)
-        obj = stream_load(_Prefixed(head, f), sink.add)  # type: ignore[arg-type]
+        obj = stream_load(_Prefixed(head, f), sink.add, budget)  # type: ignore[arg-type]
     except StreamFallback:
         raise
     except Exception as exc:  # noqa: BLE001 - mapped to one line below
@@ -705,7 +746,8 @@ def _count_truncation(trace: pl.DataFrame) -> int:
     ).select(pl.len()).collect().item())
 
 
-def load_snapshot(path: str | Path, streaming: bool | None = None) -> SnapshotModel:
+def load_snapshot(path: str | Path, streaming: bool | None = None,
+                  budget: PickleBudget | None = None) -> SnapshotModel:
     """Load a CUDA memory snapshot pickle (see the module docstring).
 
     ``streaming``: read with :mod:`~traceanalyzer.load.pickle_stream` (trace entries
@@ -713,30 +755,42 @@ def load_snapshot(path: str | Path, streaming: bool | None = None) -> SnapshotMo
     unpickler. ``None`` streams files larger than :data:`STREAM_MIN_BYTES`. Both
     give the same model; a file the streaming reader cannot reproduce exactly is
     read the ordinary way.
+
+    ``budget``: the limits the pickle must fit in (default: :meth:`PickleBudget.from_env`);
+    a file past one is refused with an :class:`InputError` naming the limit.
     """
     p = Path(path)
+    budget = budget or PickleBudget.from_env()
     if streaming is None:
         try:
             streaming = p.stat().st_size > STREAM_MIN_BYTES
         except OSError:
             streaming = False
-    if streaming:
+    if not streaming:
         try:
-            return _load_snapshot(p, streaming=True)
-        except StreamFallback:
-            pass
-    return _load_snapshot(p, streaming=False)
+            return _load_snapshot(p, False, budget)
+        except _TooLargeToBuild:  # a gzip that unpacks past the scan limit
+            streaming = True
+    try:
+        return _load_snapshot(p, True, budget)
+    except StreamFallback:
+        pass
+    try:
+        return _load_snapshot(p, False, budget)
+    except _TooLargeToBuild:
+        raise InputError(p, f"refused: a gzip snapshot that unpacks past {DEFAULT_SCAN_LIMIT:,} bytes and uses "
+                            "memo references the streaming reader does not reproduce") from None
 
 
-def _load_snapshot(p: Path, streaming: bool) -> SnapshotModel:
+def _load_snapshot(p: Path, streaming: bool, budget: PickleBudget) -> SnapshotModel:
     fix = _Fix()
     stacks = _Stacks()
     sink: _TraceSink | None = None
     if streaming:
         sink = _TraceSink(p, stacks, fix)
-        obj, protocol, size = _stream_snapshot_object(p, sink)
+        obj, protocol, size = _stream_snapshot_object(p, sink, budget)
     else:
-        obj, protocol, size = read_snapshot_object(p)
+        obj, protocol, size = read_snapshot_object(p, budget=budget)
     warnings: list[str] = []
     if isinstance(obj, list):
         layout = "segments-list"

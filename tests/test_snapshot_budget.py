@@ -1,0 +1,163 @@
+"""Hostile and degenerate snapshot pickles: bounded time and memory, one-line refusals,
+damage counted instead of an internal error (issue 19). Each file is a few KB; limits are
+lowered through the budget instead of building gigabytes."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from traceanalyzer.errors import InputError
+from traceanalyzer.load.pickle_budget import PickleBudget
+from traceanalyzer.load.snapshot import load_snapshot
+from traceanalyzer.pipeline import analyze
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _write(tmp_path: Path, obj: object, name: str = "s.pickle") -> Path:
+    p = tmp_path / name
+    p.write_bytes(pickle.dumps(obj, protocol=4))
+    return p
+
+
+def _laughs(levels: int) -> list:
+    """A list whose expanded size doubles per level (each level names the previous twice)."""
+    x: list = [1]
+    for _ in range(levels):
+        x = [x, x]
+    return x
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_memo_references_count_toward_the_object_budget(tmp_path: Path, streaming: bool) -> None:
+    big = list(range(1000))  # memoized once, referenced 100 times: 100,000 objects counted
+    p = _write(tmp_path, {"segments": [], "device_traces": [], "extra": [big] * 100})
+    assert p.stat().st_size < 5000
+    with pytest.raises(InputError) as e:
+        load_snapshot(p, streaming=False, budget=PickleBudget(max_objects=50_000))
+    msg = str(e.value)
+    assert "max_objects = 50,000" in msg and "TRACEANALYZER_SNAPSHOT_MAX_OBJECTS" in msg and str(p) in msg
+    assert "\n" not in msg
+    # under the default budget the same file loads (and the memo copies are never expanded)
+    m = load_snapshot(p, streaming=streaming)
+    assert m.meta.n_segments == 0
+
+
+def test_exponential_memo_nesting_is_refused_by_default(tmp_path: Path) -> None:
+    p = _write(tmp_path, {"segments": [{"address": 0, "total_size": 0, "blocks": [],
+                                        "segment_pool_id": _laughs(40)}]})
+    assert p.stat().st_size < 1000
+    with pytest.raises(InputError, match="max_objects"):
+        load_snapshot(p)
+
+
+def test_nested_pool_id_and_frame_fields_are_missing_not_printed(tmp_path: Path) -> None:
+    """With the object budget lifted, the loader itself stays linear: a nested pool id is
+    never str()-ed (2**40 elements), frame names that are not strings are counted."""
+    frames = [{"name": [i], "filename": "a.py", "line": 3} for i in range(3)]
+    frames.append({"name": "ok", "filename": {"x": 1}, "line": "7"})
+    seg = {"device": 0, "address": 4096, "total_size": 512, "segment_pool_id": _laughs(40),
+           "frames": [], "blocks": [{"address": 4096, "size": 512, "state": "active_allocated",
+                                     "requested_size": 512, "frames": frames}]}
+    p = _write(tmp_path, {"segments": [seg], "device_traces": [[]], "allocator_settings": 5})
+    m = load_snapshot(p, budget=PickleBudget(max_objects=10**15))
+    w = "\n".join(m.warnings)
+    assert "3 frames with a non-string name (treated as missing)" in w
+    assert "1 frames with a non-string filename (treated as missing)" in w
+    assert "1 frames with a non-integer line (treated as missing)" in w
+    assert "1 values of segment_pool_id not a flat pair of integers" in w
+    assert m.segments["pool_id"].to_list() == ["0,0"]
+    assert m.frames["name"].to_list() == [None, None, None, "ok"]
+    assert m.frames["line"].to_list() == [3, 3, 3, None]
+
+
+def test_wrong_typed_segment_and_block_fields_are_counted(tmp_path: Path) -> None:
+    seg = {"device": "cuda:0", "address": 4096, "total_size": [512], "stream": {"s": 1},
+           "segment_type": 7, "blocks": [{"address": 4096, "size": "512", "state": ["active"]}]}
+    p = _write(tmp_path, {"segments": [seg], "device_traces": [[{"action": ["alloc"], "addr": 4096,
+                                                                "size": 512, "frames": []}]]})
+    m = load_snapshot(p)
+    w = "\n".join(m.warnings)
+    for what in ("segment device not an integer", "segment total_size not an integer",
+                 "segment stream not an integer", "segment_type not a string", "block size not an integer",
+                 "block state not a string", "action not a string"):
+        assert f"1 values of {what} (treated as missing" in w, what
+    assert m.blocks["bytes"].to_list() == [0] and m.blocks["state"].to_list() == [None]
+
+
+def test_memo_repeated_segments_are_read_once(tmp_path: Path) -> None:
+    blocks = [{"address": 4096 + 512 * i, "size": 512, "state": "inactive"} for i in range(100)]
+    seg = {"device": 0, "address": 4096, "total_size": 51200, "blocks": blocks}
+    other = {"device": 0, "address": 1 << 30, "total_size": 51200, "blocks": blocks}  # shares the list
+    p = _write(tmp_path, {"segments": [seg] * 1000 + [other], "device_traces": [[]]})
+    m = load_snapshot(p)
+    assert m.meta.n_segments == 2 and m.meta.n_blocks == 100
+    assert any("999 segments and 100 blocks repeat an object already read" in x for x in m.warnings)
+
+
+def test_blocks_sharing_an_address_are_dropped_and_analysis_stays_small(tmp_path: Path) -> None:
+    """1,000 live blocks at one address made the replay's address joins 10⁹ rows (aborted)."""
+    a = 1 << 30
+    blocks = [{"address": a, "size": 512, "requested_size": 512, "state": "active_allocated", "frames": []}
+              for _ in range(1000)]
+    segs = [{"device": 0, "address": a, "total_size": 512, "blocks": [b]} for b in blocks]
+    tr = [{"action": act, "addr": a, "size": 512, "stream": 0, "time_us": i, "frames": []}
+          for i in range(500) for act in ("alloc", "free_completed")]
+    p = _write(tmp_path, {"segments": segs, "device_traces": [tr]})
+    m = load_snapshot(p)
+    assert m.meta.n_blocks == 1
+    assert any(x.startswith("999 blocks share a device and address") for x in m.warnings)
+    rep = analyze(p)
+    assert rep is not None
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_string_and_container_limits(tmp_path: Path, streaming: bool) -> None:
+    seg = {"device": 0, "address": 0, "total_size": 0, "blocks": [], "frames": [{"name": "x" * 1000}]}
+    p = _write(tmp_path, {"segments": [seg], "device_traces": [[]]})
+    with pytest.raises(InputError, match="max_string_bytes = 100.*TRACEANALYZER_SNAPSHOT_MAX_STRING_BYTES"):
+        load_snapshot(p, streaming=streaming, budget=PickleBudget(max_string_bytes=100))
+    p = _write(tmp_path, {"segments": [], "device_traces": [[]], "x": list(range(1000))})
+    with pytest.raises(InputError, match="max_items = 500"):
+        load_snapshot(p, streaming=streaming, budget=PickleBudget(max_items=500))
+
+
+def test_nesting_depth_limit(tmp_path: Path) -> None:
+    x: list = []
+    for _ in range(50):
+        x = [x]
+    p = _write(tmp_path, {"segments": [], "deep": x})
+    with pytest.raises(InputError, match="max_depth = 20"):
+        load_snapshot(p, budget=PickleBudget(max_depth=20))
+    assert load_snapshot(p).meta.n_segments == 0
+
+
+def test_gzip_bomb_refused_by_ratio(tmp_path: Path) -> None:
+    p = tmp_path / "bomb.pickle.gz"
+    p.write_bytes(gzip.compress(pickle.dumps({"segments": [], "pad": b"\0" * (40 << 20)}, protocol=4), 6))
+    assert p.stat().st_size < 100_000
+    with pytest.raises(InputError, match="max_gzip_ratio = 100"):
+        load_snapshot(p)
+
+
+def test_env_var_raises_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEANALYZER_SNAPSHOT_MAX_OBJECTS", "123")
+    monkeypatch.setenv("TRACEANALYZER_SNAPSHOT_MAX_DEPTH", "bogus")
+    b = PickleBudget.from_env()
+    assert b.max_objects == 123 and b.max_depth == PickleBudget().max_depth
+
+
+def test_cli_refusal_is_one_line_exit_2(tmp_path: Path) -> None:
+    p = _write(tmp_path, {"segments": [{"address": 0, "blocks": [], "segment_pool_id": _laughs(40)}]})
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "traceanalyzer", "analyze", str(p), "-o", str(tmp_path / "o"),
+                        "--format", "json"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and "max_objects" in r.stderr
