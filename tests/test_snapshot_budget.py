@@ -161,3 +161,38 @@ def test_cli_refusal_is_one_line_exit_2(tmp_path: Path) -> None:
                         "--format", "json"], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and "max_objects" in r.stderr
+
+
+def _snapshot(n_segs: int = 40, n_entries: int = 300) -> dict:
+    segs = [{"device": 0, "address": 1 << 20 * (i + 1), "total_size": 1024, "segment_pool_id": (0, 0),
+             "blocks": [{"address": 1 << 20 * (i + 1), "size": 1024, "state": "inactive", "frames": []}]}
+            for i in range(n_segs)]
+    tr = [{"action": "alloc" if i % 2 == 0 else "free_completed", "addr": 1 << 20, "size": 1024,
+           "stream": 0, "time_us": i, "frames": []} for i in range(n_entries)]
+    return {"segments": segs, "device_traces": [tr]}
+
+
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize("streaming", [False, True])
+def test_cut_short_keeps_what_precedes_the_cut(tmp_path: Path, gz: bool, streaming: bool) -> None:
+    data = pickle.dumps(_snapshot(), protocol=4)
+    full = load_snapshot(_write(tmp_path, _snapshot(), "full.pickle"))
+    assert full.meta.n_segments == 40 and full.meta.n_trace_entries == 300
+    for frac, seg_range, entry_range in ((0.2, (5, 39), (0, 0)), (0.8, (40, 40), (100, 299))):
+        cut = data[: int(len(data) * frac)]
+        p = tmp_path / f"cut{frac}.pickle"
+        p.write_bytes(gzip.compress(data)[: int(len(gzip.compress(data)) * frac)] if gz else cut)
+        if gz and frac == 0.2:
+            continue  # deflate blocks: a gzip cut this early may hold nothing unpacked
+        m = load_snapshot(p, streaming=streaming)
+        assert seg_range[0] <= m.meta.n_segments <= seg_range[1], (frac, m.meta.n_segments)
+        assert entry_range[0] <= m.meta.n_trace_entries <= entry_range[1], (frac, m.meta.n_trace_entries)
+        assert any(w.startswith("snapshot cut short at byte") for w in m.warnings)
+
+
+def test_cut_before_anything_usable_is_refused(tmp_path: Path) -> None:
+    data = pickle.dumps(_snapshot(), protocol=4)
+    p = tmp_path / "head.pickle"
+    p.write_bytes(data[:12])
+    with pytest.raises(InputError, match="truncated"):
+        load_snapshot(p)

@@ -26,7 +26,7 @@ import polars as pl
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.load.pickle_budget import BudgetExceeded, PickleBudget
-from traceanalyzer.load.pickle_stream import StreamFallback, stream_load
+from traceanalyzer.load.pickle_stream import StreamFallback, StreamTruncated, stream_load
 from traceanalyzer.load.safe_pickle import (
     DEFAULT_SCAN_LIMIT,
     RestrictedUnpickler,
@@ -55,9 +55,29 @@ class _BoundedGzip:
 
     def __init__(self, g: Any, limit: int, budget: PickleBudget) -> None:
         self._g, self._limit, self._budget, self._n = g, limit, budget, 0
+        self._cut: EOFError | None = None
 
     def read(self, n: int = -1) -> bytes:
-        out = self._g.read(n if n is not None and n >= 0 else self._limit + 1 - self._n)
+        if self._cut is not None:
+            raise self._cut
+        want = n if n is not None and n >= 0 else self._limit + 1 - self._n
+        parts: list[bytes] = []
+        got = 0
+        while got < want:
+            # in pieces: on gzip data cut short, what was unpacked before the cut is returned
+            # (and the EOFError raised by the next read), so a truncated file can be salvaged
+            try:
+                chunk = self._g.read1(min(want - got, 1 << 18))
+            except EOFError as exc:
+                if not parts:
+                    raise
+                self._cut = exc
+                break
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        out = parts[0] if len(parts) == 1 else b"".join(parts)
         self._n += len(out)
         if self._n > self._limit:
             raise self._budget.exceeded(
@@ -104,6 +124,19 @@ def _pickle_head(path: Path, f: BinaryIO) -> tuple[bytes, int | None]:
     return head, (head[1] if len(head) > 1 else None)
 
 
+def pickle_protocol_of(path: Path) -> int | None:
+    """The protocol byte of ``path`` (plain or gzip), ``None`` when unreadable."""
+    try:
+        f, _ = _open(path)
+        try:
+            head = f.read(2)
+        finally:
+            f.close()
+    except Exception:  # noqa: BLE001 - only a detail of the model's metadata
+        return None
+    return head[1] if len(head) == 2 and head[0] == 0x80 else None
+
+
 def _input_error(path: Path, exc: BaseException) -> InputError:
     """One line for any failure while reading untrusted pickle bytes (both readers)."""
     if isinstance(exc, InputError):
@@ -114,6 +147,8 @@ def _input_error(path: Path, exc: BaseException) -> InputError:
         return InputError(path, "corrupt or hostile pickle: nesting too deep")
     if isinstance(exc, MemoryError):
         return InputError(path, "pickle too large to load in the available memory")
+    if isinstance(exc, ValueError) and any(m in str(exc) for m in ("exhausted before seeing STOP", "not enough data", "remain")):
+        return InputError(path, f"truncated file: {exc}")  # the opcode scan reached the end of the data
     if isinstance(exc, (OSError, EOFError, zlib.error)):
         return InputError(path, f"truncated or corrupt file: {exc or type(exc).__name__}")
     return InputError(path, f"corrupt pickle: {type(exc).__name__}: {exc}")
@@ -159,16 +194,21 @@ def read_snapshot_object(path: str | Path, scan_limit: int = DEFAULT_SCAN_LIMIT,
 STREAM_MIN_BYTES = 32 << 20
 
 
-def _stream_snapshot_object(path: Path, sink: "_TraceSink", budget: PickleBudget | None = None
-                            ) -> tuple[Any, int | None, int]:
-    """Like :func:`read_snapshot_object`, but trace entries go to ``sink`` as they are read."""
+def _stream_snapshot_object(path: Path, sink: "_TraceSink", budget: PickleBudget | None = None,
+                            salvage: bool = False) -> tuple[Any, int | None, int]:
+    """Like :func:`read_snapshot_object`, but trace entries go to ``sink`` as they are read.
+    ``salvage``: a file cut short raises :class:`StreamTruncated` with what precedes the cut."""
     budget = budget or PickleBudget.from_env()
     f, size = _open(path, budget)
     try:
         head, protocol = _pickle_head(path, f)
-        obj = stream_load(_Prefixed(head, f), sink.add, budget)  # type: ignore[arg-type]
-    except StreamFallback:
+        obj = stream_load(_Prefixed(head, f), sink.add, budget, salvage=salvage)  # type: ignore[arg-type]
+    except (StreamFallback, StreamTruncated):
         raise
+    except EOFError as exc:  # gzip data cut short: nothing of the last block survives
+        if salvage:
+            raise StreamTruncated(None, 0) from None
+        raise _input_error(path, exc) from None
     except Exception as exc:  # noqa: BLE001 - mapped to one line below
         raise _input_error(path, exc) from None
     finally:
@@ -771,10 +811,25 @@ def load_snapshot(path: str | Path, streaming: bool | None = None,
             return _load_snapshot(p, False, budget)
         except _TooLargeToBuild:  # a gzip that unpacks past the scan limit
             streaming = True
+        except InputError as exc:
+            if "truncated" not in str(exc):
+                raise
+            try:  # cut short: keep what precedes the cut, as for traces
+                return _load_snapshot(p, True, budget, salvage=True)
+            except (InputError, StreamFallback):
+                raise exc from None
     try:
         return _load_snapshot(p, True, budget)
     except StreamFallback:
         pass
+    except InputError as exc:
+        if "truncated" not in str(exc):
+            raise
+        # Cut short: keep what precedes the cut, as for traces (refused if nothing usable).
+        try:
+            return _load_snapshot(p, True, budget, salvage=True)
+        except (InputError, StreamFallback):
+            raise exc from None
     try:
         return _load_snapshot(p, False, budget)
     except _TooLargeToBuild:
@@ -782,16 +837,30 @@ def load_snapshot(path: str | Path, streaming: bool | None = None,
                             "memo references the streaming reader does not reproduce") from None
 
 
-def _load_snapshot(p: Path, streaming: bool, budget: PickleBudget) -> SnapshotModel:
+def _load_snapshot(p: Path, streaming: bool, budget: PickleBudget, salvage: bool = False) -> SnapshotModel:
     fix = _Fix()
     stacks = _Stacks()
     sink: _TraceSink | None = None
     if streaming:
         sink = _TraceSink(p, stacks, fix)
-        obj, protocol, size = _stream_snapshot_object(p, sink, budget)
+        try:
+            obj, protocol, size = _stream_snapshot_object(p, sink, budget, salvage=salvage)
+        except StreamTruncated as cut:
+            obj, protocol, size = cut.partial, pickle_protocol_of(p), p.stat().st_size
+            truncated_at: int | None = cut.at
+            if not (isinstance(obj, list) and obj) and not (isinstance(obj, dict) and isinstance(
+                    obj.get("segments"), list) and (obj["segments"] or obj.get("device_traces"))):
+                raise InputError(p, f"truncated file: cut at byte {cut.at:,}, before any segment or "
+                                    "trace entry could be read") from None
+        else:
+            truncated_at = None
     else:
         obj, protocol, size = read_snapshot_object(p, budget=budget)
+        truncated_at = None
     warnings: list[str] = []
+    if truncated_at is not None:
+        warnings.append(f"snapshot cut short at byte {truncated_at:,} of the pickle: kept what precedes the "
+                        "cut; the segments, blocks and trace entries after it are lost")
     if isinstance(obj, list):
         layout = "segments-list"
         doc: dict[str, Any] = {"segments": obj}
