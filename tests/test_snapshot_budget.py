@@ -196,3 +196,18 @@ def test_cut_before_anything_usable_is_refused(tmp_path: Path) -> None:
     p.write_bytes(data[:12])
     with pytest.raises(InputError, match="truncated"):
         load_snapshot(p)
+
+
+def test_gzip_appends_bomb_refused_before_parsing(tmp_path: Path) -> None:
+    """A gzip of one pending APPENDS over 50 M opcodes (≈ 50 KB): refused from its declared
+    size after a bare unpack, not after parsing every opcode (a 10⁹ version ran minutes)."""
+    import time
+
+    p = tmp_path / "appends.pickle.gz"
+    p.write_bytes(gzip.compress(b"\x80\x04}(\x8c\x08segments](" + b"N" * (50 << 20) + b"eu.", 9))
+    assert p.stat().st_size < 200_000
+    t = time.perf_counter()
+    for streaming in (False, True):
+        with pytest.raises(InputError, match="max_gzip_ratio"):
+            load_snapshot(p, streaming=streaming)
+    assert time.perf_counter() - t < 20
