@@ -211,3 +211,46 @@ def test_gzip_appends_bomb_refused_before_parsing(tmp_path: Path) -> None:
         with pytest.raises(InputError, match="max_gzip_ratio"):
             load_snapshot(p, streaming=streaming)
     assert time.perf_counter() - t < 20
+
+
+def _small_snapshot() -> dict:
+    fr = [{"name": "f", "filename": "a.py", "line": 1}]
+    seg = {"device": 0, "address": 4096, "total_size": 512, "segment_type": "large", "segment_pool_id": (0, 0),
+           "frames": [], "blocks": [{"address": 4096, "size": 512, "state": "active_allocated",
+                                     "requested_size": 512, "frames": fr}]}
+    tr = [{"action": "alloc", "addr": 4096, "size": 512, "stream": 0, "time_us": 1, "frames": fr,
+           "compile_context": "c", "user_metadata": "u"}]
+    return {"segments": [seg], "device_traces": [tr], "allocator_settings": {"expandable_segments": False},
+            "external_annotations": [{"device": 0, "time_us": 1, "name": "n", "stage": "START"}]}
+
+
+_PLACES = {
+    "action": lambda d, x: d["device_traces"][0][0].__setitem__("action", x),
+    "addr": lambda d, x: d["device_traces"][0][0].__setitem__("addr", x),
+    "compile_context": lambda d, x: d["device_traces"][0][0].__setitem__("compile_context", x),
+    "user_metadata": lambda d, x: d["device_traces"][0][0].__setitem__("user_metadata", x),
+    "allocator_setting": lambda d, x: d["allocator_settings"].__setitem__("expandable_segments", x),
+    "annotation_name": lambda d, x: d["external_annotations"][0].__setitem__("name", x),
+    "segment_type": lambda d, x: d["segments"][0].__setitem__("segment_type", x),
+    "block_state": lambda d, x: d["segments"][0]["blocks"][0].__setitem__("state", x),
+    "trace_frames": lambda d, x: d["device_traces"][0][0].__setitem__("frames", x),
+    "device_trace": lambda d, x: d["device_traces"].append(x),
+}
+
+
+@pytest.mark.parametrize("place", sorted(_PLACES))
+def test_memo_shared_nested_value_in_any_field_stays_cheap(tmp_path: Path, place: str) -> None:
+    """A 2**27-element memo-shared list (≈ 400 bytes, under the object budget) in a field
+    that expects a scalar: treated as missing, in well under a second of loading (str() or
+    polars' conversion of it took minutes and gigabytes)."""
+    import time
+
+    d = _small_snapshot()
+    _PLACES[place](d, _laughs(27))
+    p = _write(tmp_path, d)
+    t = time.perf_counter()
+    m = load_snapshot(p)
+    assert time.perf_counter() - t < 10
+    assert m.meta.n_segments == 1
+    if place == "allocator_setting":
+        assert m.meta.allocator_settings == {} and any("allocator_settings entries" in w for w in m.warnings)

@@ -42,6 +42,7 @@ from traceanalyzer.model.memory import (
 )
 
 _U64 = (1 << 64) - 1
+_SCALAR_TYPES = frozenset({int, float, str, bool, type(None)})
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
 
@@ -323,10 +324,13 @@ def _series(path: Path, fix: _Fix, name: str, values: list[Any], dtype: Any) -> 
     back-ends write them signed); signed columns map out-of-range ints (a frame line of
     2**64−1 means "no line") to null.
     """
-    try:
-        return pl.Series(name, values, dtype=dtype)
-    except (TypeError, OverflowError, pl.exceptions.PolarsError):
-        pass
+    # Only scalars take the fast path: polars converts a nested list element by element
+    # before failing, and a memo-shared one of 2**27 elements took minutes.
+    if set(map(type, values)) <= _SCALAR_TYPES:
+        try:
+            return pl.Series(name, values, dtype=dtype)
+        except (TypeError, OverflowError, pl.exceptions.PolarsError):
+            pass
     out: list[Any] = []
     bad = 0
     text = dtype == pl.String or dtype == pl.Categorical
@@ -785,6 +789,22 @@ def _release_hint(doc: dict[str, Any], sample_entries: Iterable[dict[str, Any]],
     return "unknown"
 
 
+def _plain_settings(settings: Any) -> tuple[dict[str, Any] | None, int]:
+    """``allocator_settings`` keeping only a string name with a scalar value (or a short
+    flat list or dict of scalars); returns (settings or None, entries dropped). Reports print the
+    values, and a memo-shared nested list prints exponentially."""
+    if not isinstance(settings, dict):
+        return None, 0
+    out: dict[str, Any] = {}
+    for k, v in settings.items():
+        if isinstance(k, str) and (type(v) in _SCALAR_TYPES or (
+                isinstance(v, (list, tuple)) and len(v) <= 64 and all(type(x) in _SCALAR_TYPES for x in v)) or (
+                isinstance(v, dict) and len(v) <= 64  # e.g. roundup_power2_divisions {"1": 0, "2": 0, …}
+                and all(type(x) in _SCALAR_TYPES for kv in v.items() for x in kv))):
+            out[k] = v
+    return out, len(settings) - len(out)
+
+
 def _drop_duplicate_blocks(blk_df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     """Keep the first block at each (device, address); returns (blocks, number dropped).
 
@@ -958,7 +978,10 @@ def _load_snapshot(p: Path, streaming: bool, budget: PickleBudget, salvage: bool
         names = ", ".join(sorted(set(str(a) for a in unknown["action"].unique().to_list()))[:5])
         warnings.append(f"{unknown.height:,} trace entries with unknown actions ({names}): ignored by the replay")
     annotations = _annotations(p, doc.get("external_annotations"), fix)
-    settings = doc.get("allocator_settings")
+    settings, n_bad_settings = _plain_settings(doc.get("allocator_settings"))
+    if n_bad_settings:
+        warnings.append(f"{n_bad_settings:,} allocator_settings entries are not a name and a plain value "
+                        "(treated as missing)")
     frames = stacks.table(p, fix)
     n_stacks = len(stacks.by_content)
     stacks_bad = stacks.bad
