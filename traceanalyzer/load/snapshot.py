@@ -973,6 +973,9 @@ def _load_snapshot(p: Path, streaming: bool, budget: PickleBudget, salvage: bool
     if sink is not None and sink.leftover():  # entries absorbed from a list that is not a device trace
         raise StreamFallback("trace entries outside 'device_traces'")
     trace = pl.concat(frames_per_dev) if frames_per_dev else empty_snapshot_table("trace")
+    if truncated_at is not None and not trace.height and seg_df.get_column("address").null_count() == seg_df.height:
+        raise InputError(p, f"truncated file: cut at byte {truncated_at:,}, before any segment or "
+                            "trace entry could be read")
     unknown = trace.filter(~pl.col("action").is_in(list(ACTIONS)))
     if unknown.height:
         names = ", ".join(sorted(set(str(a) for a in unknown["action"].unique().to_list()))[:5])
