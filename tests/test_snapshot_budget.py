@@ -116,6 +116,11 @@ def test_blocks_sharing_an_address_are_dropped_and_analysis_stays_small(tmp_path
     assert any(x.startswith("999 blocks share a device and address") for x in m.warnings)
     rep = analyze(p)
     assert rep is not None
+    from traceanalyzer.compare.diff import compare_paths
+
+    q = _write(tmp_path, {"segments": segs[:500], "device_traces": [tr]}, "b.pickle")
+    cmp = compare_paths(str(p), str(q))
+    assert not cmp.baseline.errors and not cmp.candidate.errors
 
 
 @pytest.mark.parametrize("streaming", [False, True])
