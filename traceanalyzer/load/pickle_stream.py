@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import codecs
 import pickletools
-from struct import unpack_from
+from struct import error as struct_error, unpack_from
 from typing import Any, BinaryIO, Callable
 
+from traceanalyzer.load.pickle_budget import PickleBudget
 from traceanalyzer.load.safe_pickle import UnsafePickleError
 
 _BLOCK = 8 << 20          # bytes read per refill
@@ -40,6 +41,17 @@ _INTERN_MAX_LEN = 256
 
 # A batch consumer: (the list being appended to, its items) → None.
 BatchSink = Callable[[list[Any], list[Any]], None]
+
+
+class StreamTruncated(EOFError):
+    """The data ends before ``STOP`` (a file cut short), raised with ``salvage=True``.
+
+    ``partial`` is the root object with every open container closed as it stood at the
+    cut (``None`` when nothing was built); ``at`` is the unpacked byte offset of the cut."""
+
+    def __init__(self, partial: Any, at: int) -> None:
+        super().__init__(f"pickle data was truncated at byte {at:,}")
+        self.partial, self.at = partial, at
 
 
 class StreamFallback(Exception):
@@ -79,17 +91,36 @@ def _refuse(buf: bytes, pos: int, file_pos: int) -> Exception:
     )
 
 
-def stream_load(f: BinaryIO, on_batch: BatchSink) -> Any:
+def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = None,
+                salvage: bool = False) -> Any:
     """Unpickle ``f`` (positioned at the ``PROTO`` byte) into builtin objects.
 
     Every ``APPENDS``/``APPEND`` whose items are dicts with an ``"action"`` key is
     passed to ``on_batch(target_list, items)`` and *not* appended: the lists of
     trace entries come back empty and the caller keeps what it took from them.
 
+    ``budget`` (default :meth:`PickleBudget.from_env`): ``max_string_bytes`` is checked
+    before a string is read, ``max_items`` on every batch and container; memory stays
+    bounded by design, so ``max_objects`` is left to the opcode scan of small files.
+
+    ``salvage``: on data cut short, raise :class:`StreamTruncated` carrying what was
+    read before the cut (trace entries read so far are handed to ``on_batch``) instead
+    of a bare ``EOFError``.
+
     Raises :class:`UnsafePickleError` for any opcode that could reach code,
+    :class:`~traceanalyzer.load.pickle_budget.BudgetExceeded` past a limit,
     :class:`StreamFallback` where the result would differ from ``pickle.loads``,
     and ``ValueError``/``EOFError`` for a corrupt or truncated stream.
     """
+    b = budget or PickleBudget.from_env()
+    max_items, max_str = b.max_items, b.max_string_bytes
+
+    def too_long(n: int) -> Exception:
+        return b.exceeded("max_string_bytes", f"a string of {n:,} bytes (byte {base + pos})")
+
+    def too_many(n: int) -> Exception:
+        return b.exceeded("max_items", f"a container of {n:,} elements (byte {base + pos})")
+
     buf = f.read(_BLOCK)
     base = 0                    # file offset of buf[0]
     pos = 0
@@ -150,244 +181,294 @@ def stream_load(f: BinaryIO, on_batch: BatchSink) -> Any:
             memo.extend([None] * (i - n))
             memo_append(stack[-1])
 
-    while True:
-        if pos > lim:
-            if not eof:
-                chunk = f.read(_BLOCK)
-                eof = not chunk
-                buf = buf[pos:] + chunk
-                base += pos
-                pos = 0
-            lim = len(buf) if eof else len(buf) - _MARGIN
-            if pos >= len(buf):
-                raise EOFError("pickle data was truncated")
-        op = buf[pos]
-        pos += 1
-        # Ordered by frequency in real snapshots (BINGET alone is 60 % of the opcodes).
-        if op == 0x68:    # BINGET
-            stack.append(get(buf[pos]))
+    try:
+        while True:
+            if pos > lim:
+                if not eof:
+                    try:
+                        chunk = f.read(_BLOCK)
+                    except EOFError:  # compressed data cut short: parse what came before it
+                        chunk = b""
+                    eof = not chunk
+                    buf = buf[pos:] + chunk
+                    base += pos
+                    pos = 0
+                lim = len(buf) if eof else len(buf) - _MARGIN
+                if pos >= len(buf):
+                    raise EOFError("pickle data was truncated")
+            op = buf[pos]
             pos += 1
-        elif op == 0x8a:  # LONG1
-            n = buf[pos]
-            stack.append(int.from_bytes(buf[pos + 1:pos + 1 + n], "little", signed=True))
-            pos += 1 + n
-        elif op == 0x28:  # MARK
-            metastack.append(stack)
-            stack = []
-            markmemo.append(len(memo))
-        elif op == 0x94:  # MEMOIZE
-            if not stack:
-                raise ValueError("MEMOIZE on an empty stack")
-            memo_append(stack[-1])
-        elif op == 0x4b:  # BININT1
-            stack.append(buf[pos])
-            pos += 1
-        elif op == 0x7d:  # EMPTY_DICT
-            stack.append({})
-        elif op == 0x75:  # SETITEMS
-            items = stack
-            stack = metastack.pop()
-            markmemo.pop()
-            d = stack[-1]
-            if type(d) is not dict:
-                raise ValueError("SETITEMS on a non-dict")
-            if len(items) & 1:
-                raise ValueError("SETITEMS with an odd number of items")
-            for i in range(0, len(items), 2):
-                d[items[i]] = items[i + 1]
-        elif op == 0x4a:  # BININT
-            stack.append(unpack_from("<i", buf, pos)[0])
-            pos += 4
-        elif op == 0x4d:  # BININT2
-            stack.append(buf[pos] | (buf[pos + 1] << 8))
-            pos += 2
-        elif op == 0x8c:  # SHORT_BINUNICODE
-            n = buf[pos]
-            stack.append(intern(buf[pos + 1:pos + 1 + n]))
-            pos += 1 + n
-        elif op == 0x65:  # APPENDS
+            # Ordered by frequency in real snapshots (BINGET alone is 60 % of the opcodes).
+            if op == 0x68:    # BINGET
+                stack.append(get(buf[pos]))
+                pos += 1
+            elif op == 0x8a:  # LONG1
+                n = buf[pos]
+                stack.append(int.from_bytes(buf[pos + 1:pos + 1 + n], "little", signed=True))
+                pos += 1 + n
+            elif op == 0x28:  # MARK
+                metastack.append(stack)
+                stack = []
+                markmemo.append(len(memo))
+            elif op == 0x94:  # MEMOIZE
+                if not stack:
+                    raise ValueError("MEMOIZE on an empty stack")
+                memo_append(stack[-1])
+            elif op == 0x4b:  # BININT1
+                stack.append(buf[pos])
+                pos += 1
+            elif op == 0x7d:  # EMPTY_DICT
+                stack.append({})
+            elif op == 0x75:  # SETITEMS
+                items = stack
+                stack = metastack.pop()
+                markmemo.pop()
+                d = stack[-1]
+                if type(d) is not dict:
+                    raise ValueError("SETITEMS on a non-dict")
+                if len(items) & 1:
+                    raise ValueError("SETITEMS with an odd number of items")
+                if len(items) + 2 * len(d) > 2 * max_items:
+                    raise too_many(len(items) // 2 + len(d))
+                for i in range(0, len(items), 2):
+                    d[items[i]] = items[i + 1]
+            elif op == 0x4a:  # BININT
+                stack.append(unpack_from("<i", buf, pos)[0])
+                pos += 4
+            elif op == 0x4d:  # BININT2
+                stack.append(buf[pos] | (buf[pos + 1] << 8))
+                pos += 2
+            elif op == 0x8c:  # SHORT_BINUNICODE
+                n = buf[pos]
+                stack.append(intern(buf[pos + 1:pos + 1 + n]))
+                pos += 1 + n
+            elif op == 0x65:  # APPENDS
+                items = stack
+                stack = metastack.pop()
+                m0 = markmemo.pop()
+                lst = stack[-1]
+                if type(lst) is not list:
+                    raise ValueError("APPENDS on a non-list")
+                if len(items) + len(lst) > max_items:
+                    raise too_many(len(items) + len(lst))
+                if _is_entry_batch(items):
+                    absorb(lst, items, m0)
+                else:
+                    lst.extend(items)
+            elif op == 0x6a:  # LONG_BINGET
+                stack.append(get(unpack_from("<I", buf, pos)[0]))
+                pos += 4
+            elif op == 0x95:  # FRAME: framing is only a read-ahead hint
+                pos += 8
+            elif op == 0x5d:  # EMPTY_LIST
+                stack.append([])
+            elif op == 0x86:  # TUPLE2
+                t = (stack[-2], stack[-1])
+                del stack[-2:]
+                stack.append(dedup(t))
+            elif op == 0x71:  # BINPUT
+                put(buf[pos])
+                pos += 1
+            elif op == 0x72:  # LONG_BINPUT
+                put(unpack_from("<I", buf, pos)[0])
+                pos += 4
+            elif op == 0x4e:  # NONE
+                stack.append(None)
+            elif op == 0x88:  # NEWTRUE
+                stack.append(True)
+            elif op == 0x89:  # NEWFALSE
+                stack.append(False)
+            elif op == 0x47:  # BINFLOAT
+                stack.append(unpack_from(">d", buf, pos)[0])
+                pos += 8
+            elif op == 0x73:  # SETITEM
+                v = stack.pop()
+                k = stack.pop()
+                d = stack[-1]
+                if type(d) is not dict:
+                    raise ValueError("SETITEM on a non-dict")
+                d[k] = v
+            elif op == 0x61:  # APPEND
+                v = stack.pop()
+                lst = stack[-1]
+                if type(lst) is not list:
+                    raise ValueError("APPEND on a non-list")
+                if type(v) is dict and "action" in v:
+                    absorb(lst, [v], len(memo))
+                    # its own memo slot (memoized before the APPEND) is freed too
+                    for i in range(len(memo) - 1, max(-1, len(memo) - 64), -1):
+                        if memo[i] is v:
+                            memo[i] = ABSORBED
+                            break
+                else:
+                    lst.append(v)
+            elif op == 0x58:  # BINUNICODE
+                n = unpack_from("<I", buf, pos)[0]
+                pos += 4
+                if n > max_str:
+                    raise too_long(n)
+                if pos + n > len(buf):
+                    buf, base, pos, lim, eof = _ensure(f, buf, base, pos, n)
+                stack.append(intern(buf[pos:pos + n]) if n <= _INTERN_MAX_LEN
+                             else utf8(buf[pos:pos + n], "surrogatepass", True)[0])
+                pos += n
+            elif op == 0x85:  # TUPLE1
+                stack[-1] = dedup((stack[-1],))
+            elif op == 0x87:  # TUPLE3
+                t = (stack[-3], stack[-2], stack[-1])
+                del stack[-3:]
+                stack.append(dedup(t))
+            elif op == 0x29:  # EMPTY_TUPLE
+                stack.append(())
+            elif op == 0x74:  # TUPLE
+                items = stack
+                stack = metastack.pop()
+                markmemo.pop()
+                stack.append(dedup(tuple(items)))
+            elif op == 0x6c:  # LIST
+                items = stack
+                stack = metastack.pop()
+                markmemo.pop()
+                if len(items) > max_items:
+                    raise too_many(len(items))
+                stack.append(items)
+            elif op == 0x64:  # DICT
+                items = stack
+                stack = metastack.pop()
+                markmemo.pop()
+                if len(items) & 1:
+                    raise ValueError("DICT with an odd number of items")
+                stack.append({items[i]: items[i + 1] for i in range(0, len(items), 2)})
+            elif op == 0x8b:  # LONG4
+                n = unpack_from("<i", buf, pos)[0]
+                pos += 4
+                if n < 0:
+                    raise ValueError("LONG4 with a negative length")
+                if pos + n > len(buf):
+                    buf, base, pos, lim, eof = _ensure(f, buf, base, pos, n)
+                stack.append(int.from_bytes(buf[pos:pos + n], "little", signed=True))
+                pos += n
+            elif op in (0x8d, 0x42, 0x43, 0x8e, 0x96, 0x54, 0x55):
+                # BINUNICODE8, BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8, BINSTRING, SHORT_BINSTRING
+                if op == 0x43 or op == 0x55:
+                    n, w = buf[pos], 1
+                elif op in (0x42, 0x54):
+                    n, w = unpack_from("<I" if op == 0x42 else "<i", buf, pos)[0], 4
+                else:
+                    n, w = unpack_from("<Q", buf, pos)[0], 8
+                if n < 0:
+                    raise ValueError("negative string length")
+                if n > max_str:
+                    raise too_long(n)
+                pos += w
+                if pos + n > len(buf):
+                    buf, base, pos, lim, eof = _ensure(f, buf, base, pos, n)
+                raw = buf[pos:pos + n]
+                pos += n
+                if op == 0x8d:
+                    stack.append(utf8(raw, "surrogatepass", True)[0])
+                elif op == 0x96:
+                    stack.append(bytearray(raw))
+                elif op in (0x54, 0x55):  # py2 str: the default ASCII decoding of pickle.loads
+                    stack.append(raw.decode("ascii"))
+                else:
+                    stack.append(bytes(raw))
+            elif op == 0x8f:  # EMPTY_SET
+                stack.append(set())
+            elif op == 0x90:  # ADDITEMS
+                items = stack
+                stack = metastack.pop()
+                markmemo.pop()
+                s = stack[-1]
+                if type(s) is not set:
+                    raise ValueError("ADDITEMS on a non-set")
+                s.update(items)
+            elif op == 0x91:  # FROZENSET
+                items = stack
+                stack = metastack.pop()
+                markmemo.pop()
+                stack.append(frozenset(items))
+            elif op == 0x30:  # POP
+                if stack:
+                    stack.pop()
+                else:
+                    stack = metastack.pop()
+                    markmemo.pop()
+            elif op == 0x31:  # POP_MARK
+                stack = metastack.pop()
+                markmemo.pop()
+            elif op == 0x32:  # DUP
+                stack.append(stack[-1])
+            elif op == 0x80:  # PROTO
+                if buf[pos] > 5:
+                    raise ValueError(f"unsupported pickle protocol: {buf[pos]}")
+                pos += 1
+            elif op == 0x2e:  # STOP
+                if len(stack) != 1 or metastack:
+                    raise ValueError("STOP with an unbalanced stack")
+                return stack[0]
+            elif op in (0x49, 0x4c, 0x46, 0x53, 0x56, 0x70, 0x67):
+                # Text opcodes (INT, LONG, FLOAT, STRING, UNICODE, PUT, GET): newline-terminated.
+                end = buf.find(b"\n", pos)
+                while end < 0 and not eof:
+                    buf, base, pos, lim, eof = _ensure(f, buf, base, pos, len(buf) - pos + _BLOCK)
+                    end = buf.find(b"\n", pos)
+                if end < 0:
+                    raise EOFError("pickle data was truncated")
+                line = buf[pos:end]
+                pos = end + 1
+                if op == 0x49:
+                    stack.append(True if line == b"01" else False if line == b"00" else int(line))
+                elif op == 0x4c:
+                    stack.append(int(line[:-1] if line.endswith(b"L") else line))
+                elif op == 0x46:
+                    stack.append(float(line))
+                elif op == 0x53:
+                    stack.append(_text_string(line))
+                elif op == 0x56:
+                    stack.append(codecs.raw_unicode_escape_decode(line)[0])
+                elif op == 0x70:
+                    put(int(line))
+                else:
+                    stack.append(get(int(line)))
+            else:
+                raise _refuse(buf, pos - 1, base + pos - 1)
+    except (EOFError, IndexError, struct_error) as exc:
+        # Past the end of the data: a file cut short (an IndexError or struct.error read
+        # past the last byte). Anywhere else they are corruption.
+        if not (eof or isinstance(exc, EOFError)):
+            raise
+        if not salvage:
+            raise EOFError(f"pickle data was truncated at byte {base + pos:,}") from None
+        at = base + pos
+        # Close every open MARK as the pending APPENDS/SETITEMS would have: what was read
+        # before the cut stays in its container; an incomplete key/value pair is dropped.
+        while metastack:
             items = stack
             stack = metastack.pop()
             m0 = markmemo.pop()
-            lst = stack[-1]
-            if type(lst) is not list:
-                raise ValueError("APPENDS on a non-list")
-            if _is_entry_batch(items):
-                absorb(lst, items, m0)
-            else:
-                lst.extend(items)
-        elif op == 0x6a:  # LONG_BINGET
-            stack.append(get(unpack_from("<I", buf, pos)[0]))
-            pos += 4
-        elif op == 0x95:  # FRAME: framing is only a read-ahead hint
-            pos += 8
-        elif op == 0x5d:  # EMPTY_LIST
-            stack.append([])
-        elif op == 0x86:  # TUPLE2
-            t = (stack[-2], stack[-1])
-            del stack[-2:]
-            stack.append(dedup(t))
-        elif op == 0x71:  # BINPUT
-            put(buf[pos])
-            pos += 1
-        elif op == 0x72:  # LONG_BINPUT
-            put(unpack_from("<I", buf, pos)[0])
-            pos += 4
-        elif op == 0x4e:  # NONE
-            stack.append(None)
-        elif op == 0x88:  # NEWTRUE
-            stack.append(True)
-        elif op == 0x89:  # NEWFALSE
-            stack.append(False)
-        elif op == 0x47:  # BINFLOAT
-            stack.append(unpack_from(">d", buf, pos)[0])
-            pos += 8
-        elif op == 0x73:  # SETITEM
-            v = stack.pop()
-            k = stack.pop()
-            d = stack[-1]
-            if type(d) is not dict:
-                raise ValueError("SETITEM on a non-dict")
-            d[k] = v
-        elif op == 0x61:  # APPEND
-            v = stack.pop()
-            lst = stack[-1]
-            if type(lst) is not list:
-                raise ValueError("APPEND on a non-list")
-            if type(v) is dict and "action" in v:
-                absorb(lst, [v], len(memo))
-                # its own memo slot (memoized before the APPEND) is freed too
-                for i in range(len(memo) - 1, max(-1, len(memo) - 64), -1):
-                    if memo[i] is v:
-                        memo[i] = ABSORBED
-                        break
-            else:
-                lst.append(v)
-        elif op == 0x58:  # BINUNICODE
-            n = unpack_from("<I", buf, pos)[0]
-            pos += 4
-            if pos + n > len(buf):
-                buf, base, pos, lim, eof = _ensure(f, buf, base, pos, n)
-            stack.append(intern(buf[pos:pos + n]) if n <= _INTERN_MAX_LEN
-                         else utf8(buf[pos:pos + n], "surrogatepass", True)[0])
-            pos += n
-        elif op == 0x85:  # TUPLE1
-            stack[-1] = dedup((stack[-1],))
-        elif op == 0x87:  # TUPLE3
-            t = (stack[-3], stack[-2], stack[-1])
-            del stack[-3:]
-            stack.append(dedup(t))
-        elif op == 0x29:  # EMPTY_TUPLE
-            stack.append(())
-        elif op == 0x74:  # TUPLE
-            items = stack
-            stack = metastack.pop()
-            markmemo.pop()
-            stack.append(dedup(tuple(items)))
-        elif op == 0x6c:  # LIST
-            items = stack
-            stack = metastack.pop()
-            markmemo.pop()
-            stack.append(items)
-        elif op == 0x64:  # DICT
-            items = stack
-            stack = metastack.pop()
-            markmemo.pop()
-            if len(items) & 1:
-                raise ValueError("DICT with an odd number of items")
-            stack.append({items[i]: items[i + 1] for i in range(0, len(items), 2)})
-        elif op == 0x8b:  # LONG4
-            n = unpack_from("<i", buf, pos)[0]
-            pos += 4
-            if n < 0:
-                raise ValueError("LONG4 with a negative length")
-            if pos + n > len(buf):
-                buf, base, pos, lim, eof = _ensure(f, buf, base, pos, n)
-            stack.append(int.from_bytes(buf[pos:pos + n], "little", signed=True))
-            pos += n
-        elif op in (0x8d, 0x42, 0x43, 0x8e, 0x96, 0x54, 0x55):
-            # BINUNICODE8, BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8, BINSTRING, SHORT_BINSTRING
-            if op == 0x43 or op == 0x55:
-                n, w = buf[pos], 1
-            elif op in (0x42, 0x54):
-                n, w = unpack_from("<I" if op == 0x42 else "<i", buf, pos)[0], 4
-            else:
-                n, w = unpack_from("<Q", buf, pos)[0], 8
-            if n < 0:
-                raise ValueError("negative string length")
-            pos += w
-            if pos + n > len(buf):
-                buf, base, pos, lim, eof = _ensure(f, buf, base, pos, n)
-            raw = buf[pos:pos + n]
-            pos += n
-            if op == 0x8d:
-                stack.append(utf8(raw, "surrogatepass", True)[0])
-            elif op == 0x96:
-                stack.append(bytearray(raw))
-            elif op in (0x54, 0x55):  # py2 str: the default ASCII decoding of pickle.loads
-                stack.append(raw.decode("ascii"))
-            else:
-                stack.append(bytes(raw))
-        elif op == 0x8f:  # EMPTY_SET
-            stack.append(set())
-        elif op == 0x90:  # ADDITEMS
-            items = stack
-            stack = metastack.pop()
-            markmemo.pop()
-            s = stack[-1]
-            if type(s) is not set:
-                raise ValueError("ADDITEMS on a non-set")
-            s.update(items)
-        elif op == 0x91:  # FROZENSET
-            items = stack
-            stack = metastack.pop()
-            markmemo.pop()
-            stack.append(frozenset(items))
-        elif op == 0x30:  # POP
-            if stack:
-                stack.pop()
-            else:
-                stack = metastack.pop()
-                markmemo.pop()
-        elif op == 0x31:  # POP_MARK
-            stack = metastack.pop()
-            markmemo.pop()
-        elif op == 0x32:  # DUP
-            stack.append(stack[-1])
-        elif op == 0x80:  # PROTO
-            if buf[pos] > 5:
-                raise ValueError(f"unsupported pickle protocol: {buf[pos]}")
-            pos += 1
-        elif op == 0x2e:  # STOP
-            if len(stack) != 1 or metastack:
-                raise ValueError("STOP with an unbalanced stack")
-            return stack[0]
-        elif op in (0x49, 0x4c, 0x46, 0x53, 0x56, 0x70, 0x67):
-            # Text opcodes (INT, LONG, FLOAT, STRING, UNICODE, PUT, GET): newline-terminated.
-            end = buf.find(b"\n", pos)
-            while end < 0 and not eof:
-                buf, base, pos, lim, eof = _ensure(f, buf, base, pos, len(buf) - pos + _BLOCK)
-                end = buf.find(b"\n", pos)
-            if end < 0:
-                raise EOFError("pickle data was truncated")
-            line = buf[pos:end]
-            pos = end + 1
-            if op == 0x49:
-                stack.append(True if line == b"01" else False if line == b"00" else int(line))
-            elif op == 0x4c:
-                stack.append(int(line[:-1] if line.endswith(b"L") else line))
-            elif op == 0x46:
-                stack.append(float(line))
-            elif op == 0x53:
-                stack.append(_text_string(line))
-            elif op == 0x56:
-                stack.append(codecs.raw_unicode_escape_decode(line)[0])
-            elif op == 0x70:
-                put(int(line))
-            else:
-                stack.append(get(int(line)))
-        else:
-            raise _refuse(buf, pos - 1, base + pos - 1)
+            top = stack[-1] if stack else None
+            if type(top) is list:
+                if _is_entry_batch(items):
+                    absorb(top, items, m0)
+                else:
+                    top.extend(items)
+            elif type(top) is dict:
+                if len(items) & 1 and len(items) >= 3 and type(items[-2]) is list:
+                    # a value still waiting for its single APPEND (a one-element list, e.g.
+                    # the one device of device_traces): append it, the pairs stay aligned
+                    v = items.pop()
+                    if type(v) is dict and "action" in v:
+                        absorb(items[-1], [v], m0)
+                    else:
+                        items[-1].append(v)
+                for i in range(0, len(items) - 1, 2):
+                    try:
+                        top[items[i]] = items[i + 1]
+                    except TypeError:  # an unhashable key: the pair is lost
+                        pass
+        raise StreamTruncated(stack[0] if stack else None, at) from None
+
 
 
 def _text_string(line: bytes) -> str:
@@ -415,4 +496,4 @@ def _ensure(f: BinaryIO, buf: bytes, base: int, pos: int, n: int) -> tuple[bytes
     return buf, base, 0, len(buf) - _MARGIN, eof
 
 
-__all__ = ["ABSORBED", "BatchSink", "StreamFallback", "stream_load"]
+__all__ = ["ABSORBED", "BatchSink", "StreamFallback", "StreamTruncated", "stream_load"]

@@ -14,9 +14,12 @@ Two independent guards:
    ``persistent_load``. This is the guarantee, and it costs nothing.
 2. :func:`scan_opcodes`: a pure opcode walk (``pickletools.genops``, nothing is
    built) that refuses any opcode outside :data:`ALLOWED_OPCODES` and names the
-   culprit. It runs in Python (~1 µs per opcode), so :func:`safe_loads` applies it
-   to inputs up to ``scan_limit`` bytes, where it turns a hostile file into a precise
-   message before anything is unpickled; larger files rely on guard 1 alone.
+   culprit. It runs in Python (~1.5-3 µs per opcode with the budget accounting), so
+   :func:`safe_loads` applies it to inputs up to ``scan_limit`` bytes, where it turns a
+   hostile file into a precise message before anything is unpickled; larger files rely
+   on guard 1 alone. The same walk checks the input budget
+   (:mod:`~traceanalyzer.load.pickle_budget`): objects built with memo references
+   counted again, elements per container, string length, nesting depth.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import io
 import pickle
 import pickletools
 from typing import Any
+
+from traceanalyzer.load.pickle_budget import BudgetExceeded, PickleBudget
 
 # Opcodes that only push builtin scalars/containers or manage the stack/memo.
 ALLOWED_OPCODES: frozenset[str] = frozenset({
@@ -63,25 +68,138 @@ class RestrictedUnpickler(pickle.Unpickler):
         raise UnsafePickleError("refused: the pickle references a persistent object (PERSID)")
 
 
-def scan_opcodes(data: bytes) -> int | None:
+_PUSH_CONTAINER = frozenset({"EMPTY_LIST", "EMPTY_DICT", "EMPTY_SET", "EMPTY_TUPLE"})
+_ADD_MARKED = frozenset({"APPENDS", "SETITEMS", "ADDITEMS"})
+_BUILD_MARKED = frozenset({"LIST", "TUPLE", "DICT", "FROZENSET"})
+_TUPLE_N = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
+_PUT = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
+_GET = frozenset({"GET", "BINGET", "LONG_BINGET"})
+_NO_STACK = frozenset({"PROTO", "FRAME", "STOP"})
+_SCALAR = (1, 0, 0)  # (counted objects, depth, items) of anything that is not a container
+
+
+def scan_opcodes(data: bytes, budget: PickleBudget | None = None) -> int | None:
     """Walk the opcodes without building anything; return the protocol (or None).
 
     Raises :class:`UnsafePickleError` naming the first opcode outside
-    :data:`ALLOWED_OPCODES` (with its argument, e.g. ``GLOBAL 'posix system'``), and
+    :data:`ALLOWED_OPCODES` (with its argument, e.g. ``GLOBAL 'posix system'``),
+    :class:`~traceanalyzer.load.pickle_budget.BudgetExceeded` when what the pickle
+    would build passes ``budget`` (default: :meth:`PickleBudget.from_env`), and
     ``ValueError`` when the opcode stream itself is corrupt.
+
+    Budget accounting mirrors the pickle machine on cells ``[objects, depth, items]``
+    instead of objects: a container's cell grows as items are added, the memo holds
+    cells, and a memo reference adds its cell's objects to the total again.
     """
+    b = budget or PickleBudget.from_env()
+    max_objects, max_items, max_str, max_depth = b.max_objects, b.max_items, b.max_string_bytes, b.max_depth
     proto: int | None = None
+    stack: list[Any] = []
+    metastack: list[list[Any]] = []
+    memo: dict[int, Any] = {}
+    total = 0
+
+    def add(c: Any, items: list[Any], pos: int) -> None:
+        nonlocal total
+        if type(c) is not list:
+            raise ValueError(f"items added to a non-container at byte {pos}")
+        n = len(items)
+        c[2] += n
+        if n > max_items or c[2] > max_items:
+            raise b.exceeded("max_items", f"a container of more than {max_items:,} elements (byte {pos})")
+        if n:
+            c[0] += sum(x[0] for x in items)
+            d = 1 + max(x[1] for x in items)
+            if d > c[1]:
+                c[1] = d
+                if d > max_depth:
+                    raise b.exceeded("max_depth", f"nesting deeper than {max_depth:,} (byte {pos})")
+
     for op, arg, pos in pickletools.genops(data):
-        if op.name not in ALLOWED_OPCODES:
+        name = op.name
+        if name not in ALLOWED_OPCODES:
             shown = f" {arg!r}" if arg is not None else ""
             raise UnsafePickleError(
-                f"refused: opcode {op.name}{shown} at byte {pos} can import or call code; "
+                f"refused: opcode {name}{shown} at byte {pos} can import or call code; "
                 "a memory snapshot never contains it"
             )
-        if op.name == "PROTO":
-            proto = int(arg)  # type: ignore[arg-type]
-        elif op.name == "STOP":
-            break
+        if name in _GET:
+            try:
+                c = memo[arg]  # type: ignore[index]
+            except KeyError:
+                raise ValueError(f"memo index {arg} not defined (byte {pos})") from None
+            stack.append(c)
+            total += c[0]  # the whole object again: shared references cannot multiply
+        elif name in _PUT or name == "MEMOIZE":
+            if not stack:
+                raise ValueError(f"{name} on an empty stack (byte {pos})")
+            memo[len(memo) if name == "MEMOIZE" else arg] = stack[-1]  # type: ignore[index]
+        elif name == "MARK":
+            metastack.append(stack)
+            stack = []
+        elif name in _PUSH_CONTAINER:
+            stack.append([1, 1, 0])
+            total += 1
+        elif name in _ADD_MARKED:
+            items = stack
+            if not metastack:
+                raise ValueError(f"{name} without MARK (byte {pos})")
+            stack = metastack.pop()
+            if not stack:
+                raise ValueError(f"{name} on an empty stack (byte {pos})")
+            add(stack[-1], items, pos)
+        elif name in _BUILD_MARKED:
+            items = stack
+            if not metastack:
+                raise ValueError(f"{name} without MARK (byte {pos})")
+            stack = metastack.pop()
+            c = [1, 1, 0]
+            add(c, items, pos)
+            stack.append(c)
+            total += 1
+        elif name in _TUPLE_N:
+            n = _TUPLE_N[name]
+            if len(stack) < n:
+                raise ValueError(f"{name} on a short stack (byte {pos})")
+            items = stack[-n:]
+            del stack[-n:]
+            c = [1, 1, 0]
+            add(c, items, pos)
+            stack.append(c)
+            total += 1
+        elif name in ("APPEND", "SETITEM"):
+            n = 1 if name == "APPEND" else 2
+            if len(stack) < n + 1:
+                raise ValueError(f"{name} on a short stack (byte {pos})")
+            items = stack[-n:]
+            del stack[-n:]
+            add(stack[-1], items, pos)
+        elif name == "POP":
+            if stack:
+                stack.pop()
+            elif metastack:
+                stack = metastack.pop()
+        elif name == "POP_MARK":
+            if not metastack:
+                raise ValueError(f"POP_MARK without MARK (byte {pos})")
+            stack = metastack.pop()
+        elif name == "DUP":
+            if not stack:
+                raise ValueError(f"DUP on an empty stack (byte {pos})")
+            stack.append(stack[-1])
+        elif name in _NO_STACK:
+            if name == "PROTO":
+                proto = int(arg)  # type: ignore[arg-type]
+            elif name == "STOP":
+                break
+        else:  # a scalar: number, string, bytes, None, bool
+            if isinstance(arg, (str, bytes, bytearray)) and len(arg) > max_str:
+                raise b.exceeded("max_string_bytes", f"a string of {len(arg):,} bytes (byte {pos})")
+            stack.append(_SCALAR)
+            total += 1
+        if total > max_objects:
+            raise b.exceeded("max_objects", f"more than {max_objects:,} objects, memo references counted "
+                                            f"as the objects they repeat (byte {pos})")
     return proto
 
 
@@ -96,7 +214,8 @@ def safe_loads(data: bytes, scan_limit: int = DEFAULT_SCAN_LIMIT) -> Any:
     """Unpickle ``data`` into builtin objects only.
 
     Raises :class:`UnsafePickleError` for a pickle that asks for any class or global
-    (nothing is imported or called), and ``pickle.UnpicklingError``/``ValueError``/
+    (nothing is imported or called), :class:`BudgetExceeded` for one past the input
+    budget (scanned inputs only), and ``pickle.UnpicklingError``/``ValueError``/
     ``EOFError`` … for a corrupt one; callers turn both into an ``InputError``.
     """
     if len(data) <= scan_limit:
@@ -106,6 +225,7 @@ def safe_loads(data: bytes, scan_limit: int = DEFAULT_SCAN_LIMIT) -> Any:
 
 __all__ = [
     "ALLOWED_OPCODES",
+    "BudgetExceeded",
     "RestrictedUnpickler",
     "UnsafePickleError",
     "pickle_protocol",

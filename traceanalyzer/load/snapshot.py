@@ -25,7 +25,8 @@ from typing import Any, BinaryIO, Iterable
 import polars as pl
 
 from traceanalyzer.errors import InputError
-from traceanalyzer.load.pickle_stream import StreamFallback, stream_load
+from traceanalyzer.load.pickle_budget import BudgetExceeded, PickleBudget
+from traceanalyzer.load.pickle_stream import StreamFallback, StreamTruncated, stream_load
 from traceanalyzer.load.safe_pickle import (
     DEFAULT_SCAN_LIMIT,
     RestrictedUnpickler,
@@ -41,6 +42,7 @@ from traceanalyzer.model.memory import (
 )
 
 _U64 = (1 << 64) - 1
+_SCALAR_TYPES = frozenset({int, float, str, bool, type(None)})
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
 
@@ -48,7 +50,68 @@ _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 # Reading the pickle
 # ---------------------------------------------------------------------------------------
 
-def _open(path: Path) -> tuple[BinaryIO, int]:
+class _BoundedGzip:
+    """A gzip stream that refuses to unpack more than ``limit`` bytes (a gzip bomb
+    expands 1000×: a megabyte becomes a gigabyte of opcodes)."""
+
+    def __init__(self, g: Any, limit: int, budget: PickleBudget) -> None:
+        self._g, self._limit, self._budget, self._n = g, limit, budget, 0
+        self._cut: EOFError | None = None
+
+    def read(self, n: int = -1) -> bytes:
+        if self._cut is not None:
+            raise self._cut
+        want = n if n is not None and n >= 0 else self._limit + 1 - self._n
+        parts: list[bytes] = []
+        got = 0
+        while got < want:
+            # in pieces: on gzip data cut short, what was unpacked before the cut is returned
+            # (and the EOFError raised by the next read), so a truncated file can be salvaged
+            try:
+                chunk = self._g.read1(min(want - got, 1 << 18))
+            except EOFError as exc:
+                if not parts:
+                    raise
+                self._cut = exc
+                break
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        out = parts[0] if len(parts) == 1 else b"".join(parts)
+        self._n += len(out)
+        if self._n > self._limit:
+            raise self._budget.exceeded(
+                "max_gzip_ratio", f"gzip data unpacking to more than {self._limit:,} bytes "
+                f"(over {self._budget.max_gzip_ratio}× the compressed size + 32 MB)")
+        return out
+
+    def readline(self) -> bytes:
+        out = self._g.readline()
+        self._n += len(out)
+        return out
+
+    def close(self) -> None:
+        self._g.close()
+
+
+def _unpacked_exceeds(f: BinaryIO, limit: int) -> bool:
+    """Whether the gzip stream ``f`` unpacks to more than ``limit`` bytes (rewinds ``f``)."""
+    n = 0
+    g = gzip.GzipFile(fileobj=f, mode="rb")
+    try:
+        while n <= limit:
+            chunk = g.read1(1 << 20)
+            if not chunk:
+                break
+            n += len(chunk)
+    except (OSError, EOFError, zlib.error):
+        pass  # cut short or corrupt: the reader reports it
+    f.seek(0)
+    return n > limit
+
+
+def _open(path: Path, budget: PickleBudget | None = None) -> tuple[BinaryIO, int]:
     if not path.exists():
         raise InputError(path, "no such file")
     if path.is_dir():
@@ -63,7 +126,25 @@ def _open(path: Path) -> tuple[BinaryIO, int]:
         raise InputError(path, "empty file")
     if f.read(2) == b"\x1f\x8b":
         f.seek(0)
-        return gzip.GzipFile(fileobj=f, mode="rb"), size  # type: ignore[return-value]
+        b = budget or PickleBudget.from_env()
+        limit = (32 << 20) + b.max_gzip_ratio * size
+        # The declared size first (the gzip trailer: unpacked bytes mod 2**32). Past the
+        # limit, a bare unpack (no pickle parsing: ≈ 0.3 s per 100 MB) confirms it before
+        # the reader spends a minute on the opcodes; a file cut short has a meaningless
+        # trailer and ends before the limit. A forged trailer still meets the limit while reading.
+        try:
+            f.seek(-4, 2)
+            declared = int.from_bytes(f.read(4), "little")
+            f.seek(0)
+        except OSError:
+            declared = 0
+        if declared > limit and _unpacked_exceeds(f, limit):
+            f.close()
+            raise InputError(path, str(b.exceeded(
+                "max_gzip_ratio", f"gzip data unpacking to more than {limit:,} bytes "
+                f"(over {b.max_gzip_ratio}× the compressed size + 32 MB)")))
+        g = gzip.GzipFile(fileobj=f, mode="rb")
+        return _BoundedGzip(g, limit, b), size  # type: ignore[return-value]
     f.seek(0)
     return f, size
 
@@ -76,21 +157,41 @@ def _pickle_head(path: Path, f: BinaryIO) -> tuple[bytes, int | None]:
     return head, (head[1] if len(head) > 1 else None)
 
 
+def pickle_protocol_of(path: Path) -> int | None:
+    """The protocol byte of ``path`` (plain or gzip), ``None`` when unreadable."""
+    try:
+        f, _ = _open(path)
+        try:
+            head = f.read(2)
+        finally:
+            f.close()
+    except Exception:  # noqa: BLE001 - only a detail of the model's metadata
+        return None
+    return head[1] if len(head) == 2 and head[0] == 0x80 else None
+
+
 def _input_error(path: Path, exc: BaseException) -> InputError:
     """One line for any failure while reading untrusted pickle bytes (both readers)."""
     if isinstance(exc, InputError):
         return exc
-    if isinstance(exc, UnsafePickleError):
+    if isinstance(exc, (UnsafePickleError, BudgetExceeded)):
         return InputError(path, str(exc))
     if isinstance(exc, RecursionError):
         return InputError(path, "corrupt or hostile pickle: nesting too deep")
     if isinstance(exc, MemoryError):
         return InputError(path, "pickle too large to load in the available memory")
+    if isinstance(exc, ValueError) and any(m in str(exc) for m in ("exhausted before seeing STOP", "not enough data", "remain")):
+        return InputError(path, f"truncated file: {exc}")  # the opcode scan reached the end of the data
     if isinstance(exc, (OSError, EOFError, zlib.error)):
         return InputError(path, f"truncated or corrupt file: {exc or type(exc).__name__}")
     return InputError(path, f"corrupt pickle: {type(exc).__name__}: {exc}")
 
-def read_snapshot_object(path: str | Path, scan_limit: int = DEFAULT_SCAN_LIMIT) -> tuple[Any, int | None, int]:
+class _TooLargeToBuild(Exception):
+    """A gzip file unpacks past the opcode scan's limit: read it with the streaming reader."""
+
+
+def read_snapshot_object(path: str | Path, scan_limit: int = DEFAULT_SCAN_LIMIT,
+                         budget: PickleBudget | None = None) -> tuple[Any, int | None, int]:
     """Safely unpickle ``path`` (plain or gzip); returns (object, protocol, file bytes).
 
     Small inputs (≤ ``scan_limit`` bytes unpacked) are opcode-scanned first so a
@@ -98,15 +199,21 @@ def read_snapshot_object(path: str | Path, scan_limit: int = DEFAULT_SCAN_LIMIT)
     class-refusing unpickler. Large inputs are streamed, never read whole.
     """
     p = Path(path)
-    f, size = _open(p)
+    budget = budget or PickleBudget.from_env()
+    f, size = _open(p, budget)
     try:
         head, protocol = _pickle_head(p, f)
         if size <= scan_limit:
-            data = head + f.read()
-            scan_opcodes(data)
+            # bounded: a small gzip can unpack to gigabytes; past the scan limit it streams
+            data = head + f.read(scan_limit + 1)
+            if len(data) > scan_limit + 2:
+                raise _TooLargeToBuild
+            scan_opcodes(data, budget)
             obj = RestrictedUnpickler(_BytesReader(data)).load()
         else:
             obj = RestrictedUnpickler(_Prefixed(head, f)).load()
+    except _TooLargeToBuild:
+        raise
     except Exception as exc:  # noqa: BLE001 - mapped to one line below
         raise _input_error(p, exc) from None
     finally:
@@ -120,14 +227,21 @@ def read_snapshot_object(path: str | Path, scan_limit: int = DEFAULT_SCAN_LIMIT)
 STREAM_MIN_BYTES = 32 << 20
 
 
-def _stream_snapshot_object(path: Path, sink: "_TraceSink") -> tuple[Any, int | None, int]:
-    """Like :func:`read_snapshot_object`, but trace entries go to ``sink`` as they are read."""
-    f, size = _open(path)
+def _stream_snapshot_object(path: Path, sink: "_TraceSink", budget: PickleBudget | None = None,
+                            salvage: bool = False) -> tuple[Any, int | None, int]:
+    """Like :func:`read_snapshot_object`, but trace entries go to ``sink`` as they are read.
+    ``salvage``: a file cut short raises :class:`StreamTruncated` with what precedes the cut."""
+    budget = budget or PickleBudget.from_env()
+    f, size = _open(path, budget)
     try:
         head, protocol = _pickle_head(path, f)
-        obj = stream_load(_Prefixed(head, f), sink.add)  # type: ignore[arg-type]
-    except StreamFallback:
+        obj = stream_load(_Prefixed(head, f), sink.add, budget, salvage=salvage)  # type: ignore[arg-type]
+    except (StreamFallback, StreamTruncated):
         raise
+    except EOFError as exc:  # gzip data cut short: nothing of the last block survives
+        if salvage:
+            raise StreamTruncated(None, 0) from None
+        raise _input_error(path, exc) from None
     except Exception as exc:  # noqa: BLE001 - mapped to one line below
         raise _input_error(path, exc) from None
     finally:
@@ -210,17 +324,27 @@ def _series(path: Path, fix: _Fix, name: str, values: list[Any], dtype: Any) -> 
     back-ends write them signed); signed columns map out-of-range ints (a frame line of
     2**64−1 means "no line") to null.
     """
-    try:
-        return pl.Series(name, values, dtype=dtype)
-    except (TypeError, OverflowError, pl.exceptions.PolarsError):
-        pass
+    # Only scalars take the fast path: polars converts a nested list element by element
+    # before failing, and a memo-shared one of 2**27 elements took minutes.
+    if set(map(type, values)) <= _SCALAR_TYPES:
+        try:
+            return pl.Series(name, values, dtype=dtype)
+        except (TypeError, OverflowError, pl.exceptions.PolarsError):
+            pass
     out: list[Any] = []
     bad = 0
+    text = dtype == pl.String or dtype == pl.Categorical
     for v in values:
         if v is None:
             out.append(None)
-        elif dtype == pl.String or dtype == pl.Categorical:
-            out.append(str(v))
+        elif text:
+            # Scalars read as text (as ever); a container is damage, never str()-ed: a memo-shared
+            # nested list prints exponentially (a 184-byte pickle became a 9 GB string).
+            if isinstance(v, (str, int, float)):
+                out.append(str(v))
+            else:
+                bad += 1
+                out.append(None)
         elif isinstance(v, bool) or not isinstance(v, int):
             if isinstance(v, float) and v.is_integer():
                 out.append(int(v))
@@ -234,7 +358,9 @@ def _series(path: Path, fix: _Fix, name: str, values: list[Any], dtype: Any) -> 
         else:
             fix.counts[f"{name} out of the 64-bit range (set to null)"] += 1
             out.append(None)
-    if bad:
+    if bad and text:
+        fix.counts[f"{name} not a string (treated as missing)"] += bad
+    elif bad:
         if bad > max(10, len(values) // 100):
             raise InputError(path, f"malformed snapshot: {bad:,} values of {name!r} are not integers")
         fix.counts[f"{name} not an integer (set to null)"] += bad
@@ -259,6 +385,8 @@ class _Stacks:
         self.name: list[Any] = []
         self.filename: list[Any] = []
         self.line: list[Any] = []
+        # frames whose name/filename is not a string or whose line is not an integer
+        self.bad: Counter[str] = Counter()
 
     def intern(self, frames: Any) -> int | None:
         key = id(frames)
@@ -276,7 +404,8 @@ class _Stacks:
         rows = []
         for fr in frames:
             if isinstance(fr, dict):
-                rows.append((fr.get("name"), fr.get("filename"), fr.get("line")))
+                rows.append((self._text(fr.get("name"), "name"), self._text(fr.get("filename"), "filename"),
+                             self._line(fr.get("line"))))
             elif isinstance(fr, str):  # forward_frames-like pre-formatted strings
                 rows.append((fr, None, None))
         content = tuple(rows)
@@ -289,10 +418,29 @@ class _Stacks:
             for depth, (n, fn, ln) in enumerate(content):
                 self.stack_id.append(sid)
                 self.depth.append(depth)
-                self.name.append(n if isinstance(n, str) else (None if n is None else str(n)))
-                self.filename.append(fn if isinstance(fn, str) else (None if fn is None else str(fn)))
+                self.name.append(n)
+                self.filename.append(fn)
                 self.line.append(ln)
         return sid
+
+    def _text(self, v: Any, what: str) -> str | None:
+        """A frame's name/filename: strings as they are, numbers as text (as ever); anything
+        else (a list, a dict) is damage, treated as missing and counted."""
+        if v is None or isinstance(v, str):
+            return v
+        if isinstance(v, (int, float)):
+            return str(v)
+        self.bad[f"frames with a non-string {what} (treated as missing)"] += 1
+        return None
+
+    def _line(self, v: Any) -> Any:
+        """A frame's line: an int (range-checked later), else missing and counted."""
+        if v is None or (isinstance(v, int) and not isinstance(v, bool)):
+            return v
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        self.bad["frames with a non-integer line (treated as missing)"] += 1
+        return None
 
     def table(self, path: Path, fix: _Fix) -> pl.DataFrame:
         if not self.stack_id:
@@ -306,12 +454,40 @@ class _Stacks:
         ])
 
 
-def _pool_text(v: Any) -> str:
+def _pool_text(v: Any, fix: "_Fix") -> str:
+    """A pool id as text ("0,0" = the default pool). A flat tuple/list of a few scalars is
+    joined as ever; anything else (a nested list, a dict) is damage: treated as missing
+    (the default pool) and counted, never str()-ed (a memo-shared nested list prints
+    exponentially)."""
     if v is None:
         return "0,0"
     if isinstance(v, (tuple, list)):
-        return ",".join(str(x) for x in v)
-    return str(v)
+        if len(v) <= 8 and all(isinstance(x, (int, str)) for x in v):
+            return ",".join(str(x) for x in v)
+    elif isinstance(v, (int, str)):
+        return str(v)
+    fix.counts["segment_pool_id not a flat pair of integers (treated as missing: default pool)"] += 1
+    return "0,0"
+
+
+def _typed_int(d: dict[str, Any], key: str, what: str, fix: "_Fix") -> int | None:
+    """``d[key]`` as an int; a value of the wrong type is treated as missing and counted
+    (a float holding an integer is taken as that integer)."""
+    v = d.get(key)
+    if v is None or (isinstance(v, int) and not isinstance(v, bool)):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    fix.counts[f"{what} not an integer (treated as missing)"] += 1
+    return None
+
+
+def _typed_text(d: dict[str, Any], key: str, what: str, fix: "_Fix") -> str | None:
+    v = d.get(key)
+    if v is None or isinstance(v, str):
+        return v
+    fix.counts[f"{what} not a string (treated as missing)"] += 1
+    return None
 
 
 def _int(v: Any) -> int | None:
@@ -342,26 +518,43 @@ def _segments_and_blocks(path: Path, segs: list[Any], stacks: _Stacks, fix: _Fix
     warnings: list[str] = []
     n_sum_mismatch = 0
     n_not_dict = 0
+    # A real snapshot never holds the same segment dict, blocks list or block dict twice
+    # (every one is a fresh object); a pickle can, through its memo, so that a few bytes
+    # name a million-block list ten thousand times. A repeat is skipped and counted:
+    # the tables stay linear in the file.
+    seen: set[int] = set()
+    n_repeat_seg = n_repeat_blocks = 0
     for i, s in enumerate(segs):
         if not isinstance(s, dict):
             n_not_dict += 1
             continue
-        addr = _int(s.get("address"))
-        dev = _int(s.get("device"))
-        total = _int(s.get("total_size"))
+        if id(s) in seen:
+            n_repeat_seg += 1
+            continue
+        seen.add(id(s))
+        addr = _typed_int(s, "address", "segment address", fix)
+        dev = _typed_int(s, "device", "segment device", fix)
+        total = _typed_int(s, "total_size", "segment total_size", fix)
         blocks = s.get("blocks") or []
         if not isinstance(blocks, list):
+            fix.counts["segment blocks not a list (treated as missing)"] += 1
             blocks = []
-        pool = _pool_text(s.get("segment_pool_id"))
+        elif blocks:
+            if id(blocks) in seen:
+                n_repeat_blocks += len(blocks)
+                blocks = []
+            else:
+                seen.add(id(blocks))
+        pool = _pool_text(s.get("segment_pool_id"), fix)
         s_cols["segment_idx"].append(i)
         s_cols["device"].append(dev if dev is not None else 0)
         s_cols["address"].append(addr)
         s_cols["total_bytes"].append(total)
-        s_cols["allocated_bytes"].append(_int(s.get("allocated_size")))
-        s_cols["active_bytes"].append(_int(s.get("active_size")))
-        s_cols["requested_bytes"].append(_int(s.get("requested_size")))
-        s_cols["stream"].append(_int(s.get("stream")))
-        s_cols["segment_type"].append(s.get("segment_type") if isinstance(s.get("segment_type"), str) else None)
+        s_cols["allocated_bytes"].append(_typed_int(s, "allocated_size", "segment allocated_size", fix))
+        s_cols["active_bytes"].append(_typed_int(s, "active_size", "segment active_size", fix))
+        s_cols["requested_bytes"].append(_typed_int(s, "requested_size", "segment requested_size", fix))
+        s_cols["stream"].append(_typed_int(s, "stream", "segment stream", fix))
+        s_cols["segment_type"].append(_typed_text(s, "segment_type", "segment_type", fix))
         s_cols["pool_id"].append(pool)
         s_cols["is_private_pool"].append(pool not in ("0,0", "0"))
         s_cols["is_expandable"].append(bool(s.get("is_expandable", False)))
@@ -371,16 +564,20 @@ def _segments_and_blocks(path: Path, segs: list[Any], stacks: _Stacks, fix: _Fix
         for b in blocks:
             if not isinstance(b, dict):
                 continue
-            size = _int(b.get("size")) or 0
-            baddr = _int(b.get("address"))
+            if id(b) in seen:
+                n_repeat_blocks += 1
+                continue
+            seen.add(id(b))
+            size = _typed_int(b, "size", "block size", fix) or 0
+            baddr = _typed_int(b, "address", "block address", fix)
             if baddr is None:  # 2.0 legacy: blocks are contiguous from the segment base
                 baddr = cursor
             b_cols["segment_idx"].append(i)
             b_cols["device"].append(dev if dev is not None else 0)
             b_cols["address"].append(baddr)
             b_cols["bytes"].append(size)
-            b_cols["requested_bytes"].append(_int(b.get("requested_size")))
-            b_cols["state"].append(b.get("state") if isinstance(b.get("state"), str) else None)
+            b_cols["requested_bytes"].append(_typed_int(b, "requested_size", "block requested_size", fix))
+            b_cols["state"].append(_typed_text(b, "state", "block state", fix))
             b_cols["stack_id"].append(stacks.intern(_block_frames(b)))
             cursor = None if baddr is None else baddr + size
             block_sum += size
@@ -388,6 +585,9 @@ def _segments_and_blocks(path: Path, segs: list[Any], stacks: _Stacks, fix: _Fix
             n_sum_mismatch += 1
     if n_not_dict:
         warnings.append(f"{n_not_dict:,} segment entries are not dicts (skipped)")
+    if n_repeat_seg or n_repeat_blocks:
+        warnings.append(f"{n_repeat_seg:,} segments and {n_repeat_blocks:,} blocks repeat an object already read "
+                        "(a pickle memo reference, never in a real snapshot): skipped")
     if n_sum_mismatch:
         warnings.append(f"{n_sum_mismatch:,} segments whose block sizes do not add up to total_size "
                         "(synthetic or hand-edited snapshot?)")
@@ -562,8 +762,10 @@ def _release_hint(doc: dict[str, Any], sample_entries: Iterable[dict[str, Any]],
         return "2.0"
     keys: set[str] = set()
     for e in sample_entries:
-        keys.update(e)
-    settings = doc.get("allocator_settings") or {}
+        keys.update(k for k in e if isinstance(k, str))
+    settings = doc.get("allocator_settings")
+    if not isinstance(settings, dict):
+        settings = {}
     if "max_round_threshold" in settings:
         return ">=2.13"
     if "pool_id" in keys:
@@ -587,6 +789,37 @@ def _release_hint(doc: dict[str, Any], sample_entries: Iterable[dict[str, Any]],
     return "unknown"
 
 
+def _plain_settings(settings: Any) -> tuple[dict[str, Any] | None, int]:
+    """``allocator_settings`` keeping only a string name with a scalar value (or a short
+    flat list or dict of scalars); returns (settings or None, entries dropped). Reports print the
+    values, and a memo-shared nested list prints exponentially."""
+    if not isinstance(settings, dict):
+        return None, 0
+    out: dict[str, Any] = {}
+    for k, v in settings.items():
+        if isinstance(k, str) and (type(v) in _SCALAR_TYPES or (
+                isinstance(v, (list, tuple)) and len(v) <= 64 and all(type(x) in _SCALAR_TYPES for x in v)) or (
+                isinstance(v, dict) and len(v) <= 64  # e.g. roundup_power2_divisions {"1": 0, "2": 0, …}
+                and all(type(x) in _SCALAR_TYPES for kv in v.items() for x in kv))):
+            out[k] = v
+    return out, len(settings) - len(out)
+
+
+def _drop_duplicate_blocks(blk_df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Keep the first block at each (device, address); returns (blocks, number dropped).
+
+    Blocks tile their segments, so two blocks at one address only occur in a damaged or
+    forged file; every analysis matches blocks to allocations by address, and n blocks
+    at one address made those joins n² (1,000 such blocks took 1.7 GB and aborted)."""
+    if blk_df.height < 2:
+        return blk_df, 0
+    keep = pl.col("address").is_null() | pl.struct("device", "address").is_first_distinct()
+    if blk_df.select(keep.all()).item():
+        return blk_df, 0
+    kept = blk_df.filter(keep)
+    return kept, blk_df.height - kept.height
+
+
 def _count_truncation(trace: pl.DataFrame) -> int:
     """Frees whose allocation is not in the history (recorded before it started): frees
     of an address before its first ``alloc`` on that device (or with none at all).
@@ -605,7 +838,8 @@ def _count_truncation(trace: pl.DataFrame) -> int:
     ).select(pl.len()).collect().item())
 
 
-def load_snapshot(path: str | Path, streaming: bool | None = None) -> SnapshotModel:
+def load_snapshot(path: str | Path, streaming: bool | None = None,
+                  budget: PickleBudget | None = None) -> SnapshotModel:
     """Load a CUDA memory snapshot pickle (see the module docstring).
 
     ``streaming``: read with :mod:`~traceanalyzer.load.pickle_stream` (trace entries
@@ -613,31 +847,72 @@ def load_snapshot(path: str | Path, streaming: bool | None = None) -> SnapshotMo
     unpickler. ``None`` streams files larger than :data:`STREAM_MIN_BYTES`. Both
     give the same model; a file the streaming reader cannot reproduce exactly is
     read the ordinary way.
+
+    ``budget``: the limits the pickle must fit in (default: :meth:`PickleBudget.from_env`);
+    a file past one is refused with an :class:`InputError` naming the limit.
     """
     p = Path(path)
+    budget = budget or PickleBudget.from_env()
     if streaming is None:
         try:
             streaming = p.stat().st_size > STREAM_MIN_BYTES
         except OSError:
             streaming = False
-    if streaming:
+    if not streaming:
         try:
-            return _load_snapshot(p, streaming=True)
-        except StreamFallback:
-            pass
-    return _load_snapshot(p, streaming=False)
+            return _load_snapshot(p, False, budget)
+        except _TooLargeToBuild:  # a gzip that unpacks past the scan limit
+            streaming = True
+        except InputError as exc:
+            if "truncated" not in str(exc):
+                raise
+            try:  # cut short: keep what precedes the cut, as for traces
+                return _load_snapshot(p, True, budget, salvage=True)
+            except (InputError, StreamFallback):
+                raise exc from None
+    try:
+        return _load_snapshot(p, True, budget)
+    except StreamFallback:
+        pass
+    except InputError as exc:
+        if "truncated" not in str(exc):
+            raise
+        # Cut short: keep what precedes the cut, as for traces (refused if nothing usable).
+        try:
+            return _load_snapshot(p, True, budget, salvage=True)
+        except (InputError, StreamFallback):
+            raise exc from None
+    try:
+        return _load_snapshot(p, False, budget)
+    except _TooLargeToBuild:
+        raise InputError(p, f"refused: a gzip snapshot that unpacks past {DEFAULT_SCAN_LIMIT:,} bytes and uses "
+                            "memo references the streaming reader does not reproduce") from None
 
 
-def _load_snapshot(p: Path, streaming: bool) -> SnapshotModel:
+def _load_snapshot(p: Path, streaming: bool, budget: PickleBudget, salvage: bool = False) -> SnapshotModel:
     fix = _Fix()
     stacks = _Stacks()
     sink: _TraceSink | None = None
     if streaming:
         sink = _TraceSink(p, stacks, fix)
-        obj, protocol, size = _stream_snapshot_object(p, sink)
+        try:
+            obj, protocol, size = _stream_snapshot_object(p, sink, budget, salvage=salvage)
+        except StreamTruncated as cut:
+            obj, protocol, size = cut.partial, pickle_protocol_of(p), p.stat().st_size
+            truncated_at: int | None = cut.at
+            if not (isinstance(obj, list) and obj) and not (isinstance(obj, dict) and isinstance(
+                    obj.get("segments"), list) and (obj["segments"] or obj.get("device_traces"))):
+                raise InputError(p, f"truncated file: cut at byte {cut.at:,}, before any segment or "
+                                    "trace entry could be read") from None
+        else:
+            truncated_at = None
     else:
-        obj, protocol, size = read_snapshot_object(p)
+        obj, protocol, size = read_snapshot_object(p, budget=budget)
+        truncated_at = None
     warnings: list[str] = []
+    if truncated_at is not None:
+        warnings.append(f"snapshot cut short at byte {truncated_at:,} of the pickle: kept what precedes the "
+                        "cut; the segments, blocks and trace entries after it are lost")
     if isinstance(obj, list):
         layout = "segments-list"
         doc: dict[str, Any] = {"segments": obj}
@@ -653,16 +928,25 @@ def _load_snapshot(p: Path, streaming: bool) -> SnapshotModel:
     del obj
 
     segs: list[Any] = doc["segments"]
+    def _blocks(s: Any) -> list[Any]:
+        b = s.get("blocks") if isinstance(s, dict) else None
+        return b if isinstance(b, list) else []
+
     legacy = any(isinstance(b, dict) and "history" in b
-                 for s in segs[:50] if isinstance(s, dict) for b in (s.get("blocks") or [])[:50]) or (
+                 for s in segs[:50] for b in _blocks(s)[:50]) or (
         bool(segs) and all(isinstance(s, dict) and "segment_pool_id" not in s and "is_expandable" not in s
                            for s in segs[:50])
-        and any(isinstance(s, dict) and s.get("blocks") and "address" not in s["blocks"][0] for s in segs[:50])
+        and any(_blocks(s) and isinstance(_blocks(s)[0], dict) and "address" not in _blocks(s)[0]
+                for s in segs[:50])
     )
     if legacy and layout == "dict":
         layout = "dict-legacy"
     seg_df, blk_df, seg_warnings = _segments_and_blocks(p, segs, stacks, fix)
     warnings += seg_warnings
+    blk_df, n_dup = _drop_duplicate_blocks(blk_df)
+    if n_dup:
+        warnings.append(f"{n_dup:,} blocks share a device and address with an earlier block (damaged snapshot: "
+                        "blocks tile their segments without overlap): dropped")
 
     traces = doc.get("device_traces")
     if traces is None:
@@ -689,19 +973,28 @@ def _load_snapshot(p: Path, streaming: bool) -> SnapshotModel:
     if sink is not None and sink.leftover():  # entries absorbed from a list that is not a device trace
         raise StreamFallback("trace entries outside 'device_traces'")
     trace = pl.concat(frames_per_dev) if frames_per_dev else empty_snapshot_table("trace")
+    if truncated_at is not None and not trace.height and seg_df.get_column("address").null_count() == seg_df.height:
+        raise InputError(p, f"truncated file: cut at byte {truncated_at:,}, before any segment or "
+                            "trace entry could be read")
     unknown = trace.filter(~pl.col("action").is_in(list(ACTIONS)))
     if unknown.height:
         names = ", ".join(sorted(set(str(a) for a in unknown["action"].unique().to_list()))[:5])
         warnings.append(f"{unknown.height:,} trace entries with unknown actions ({names}): ignored by the replay")
     annotations = _annotations(p, doc.get("external_annotations"), fix)
-    settings = doc.get("allocator_settings")
+    settings, n_bad_settings = _plain_settings(doc.get("allocator_settings"))
+    if n_bad_settings:
+        warnings.append(f"{n_bad_settings:,} allocator_settings entries are not a name and a plain value "
+                        "(treated as missing)")
     frames = stacks.table(p, fix)
     n_stacks = len(stacks.by_content)
+    stacks_bad = stacks.bad
     del doc, segs, traces, stacks, sample, sink  # nothing below needs the object tree
     seg_df, blk_df, trace, frames = _canonical_stack_ids(seg_df, blk_df, trace, frames)
 
     for what, n in sorted(fix.counts.items()):
         warnings.append(f"{n:,} values of {what}")
+    for what, n in sorted(stacks_bad.items()):
+        warnings.append(f"{n:,} {what}")
     devices = sorted(set(seg_df["device"].to_list()) | set(trace["device"].unique().to_list()))
     n_trunc = _count_truncation(trace)
     live_blocks = blk_df.filter(pl.col("state") != "inactive").height
