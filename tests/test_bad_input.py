@@ -215,7 +215,9 @@ def test_cli_unwritable_output_exit_2_nothing_half_written(tmp_path: Path, capsy
             self.f.write(data[: len(data) // 2])  # half a file, then the disk is full
             raise OSError(err_no, os.strerror(err_no))
 
-    monkeypatch.setattr(fsutil.os, "fdopen", lambda fd, mode: _Full(fd))
+    # fsutil.os is the os module: only the writes fail, the loader's reads go on as usual.
+    monkeypatch.setattr(fsutil.os, "fdopen", lambda fd, mode="r", *a, **k: (
+        _Full(fd) if "w" in mode else real_fdopen(fd, mode, *a, **k)))
     out = tmp_path / "o"
     with pytest.raises(SystemExit) as info:
         main(["analyze", str(p), "-q", "--format", "json,md", "-o", str(out)])
