@@ -378,7 +378,9 @@ def test_full_disk_stops_the_batch_with_one_line_exit_2(tree: Path, tmp_path: Pa
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             return self.f.write(data)
 
-    monkeypatch.setattr(fsutil.os, "fdopen", lambda fd, mode: _Full(fd))
+    # fsutil.os is the os module: only the writes fail, the loader's reads go on as usual.
+    monkeypatch.setattr(fsutil.os, "fdopen", lambda fd, mode="r", *a, **k: (
+        _Full(fd) if "w" in mode else real_fdopen(fd, mode, *a, **k)))
     res = CliRunner().invoke(cli, ["batch", str(src), "-o", str(out), "--in-process", "-q"])
     from traceanalyzer.errors import OutputError
 
