@@ -229,7 +229,7 @@ def hostile_pickles(out: Path, rng: random.Random) -> None:
     (out / "pickle_global_eval_in_snapshot.pickle").write_bytes(inj)
     # STACK_GLOBAL (protocol 4) of posix.system
     sg = (b"\x80\x04\x8c\x05posix\x94\x8c\x06system\x94\x93\x94"
-          + b"\x8c" + bytes([len(cmd)]) + cmd.encode() + b"\x94\x85\x94R\x94.")
+          + b"X" + len(cmd.encode()).to_bytes(4, "little") + cmd.encode() + b"\x94\x85\x94R\x94.")
     (out / "pickle_stack_global_system.pickle").write_bytes(sg)
 
 
@@ -284,7 +284,10 @@ CLASSES: tuple[Callable[[Path, random.Random], None], ...] = (
 
 
 def generate(outdir: Path | str, seed: int = 0) -> list[Path]:
-    """Write every class into ``outdir`` (created); return the files written, sorted."""
+    """Write every class into ``outdir`` (created); return the files written, sorted.
+
+    Byte-identical for one seed and one ``outdir``: the pickle payloads embed the absolute
+    path of their marker file."""
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
