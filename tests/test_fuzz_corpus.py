@@ -85,7 +85,7 @@ def test_the_payloads_are_live(tmp_path: Path) -> None:
     so its absence after the CLI calls means the loader never ran them."""
     d = tmp_path / "c"
     generate(d)
-    for name in ("pickle_reduce_os_system.pickle", "pickle_global_eval.pickle"):
+    for name in ("pickle_reduce_os_system.pickle", "pickle_global_eval.pickle", "pickle_stack_global_system.pickle"):
         marker = d / MARKER_NAME
         subprocess.run([sys.executable, "-c", f"import pickle; pickle.loads(open({str(d / name)!r}, 'rb').read())"],
                        cwd=tmp_path, check=True, capture_output=True, timeout=30)
