@@ -103,7 +103,8 @@ class LaunchesResult:
             ("Shorter than their launch", f"{self.n_shorter_than_launch:,} ({pct(self.n_shorter_than_launch, self.n_joined) or 0:.1f} % of launched kernels)"),
         ]
         if self.n_graph_launches:
-            out.append(("CUDA-graph launches", f"{self.n_graph_launches:,} replaying {self.n_graph_kernels:,} kernels"))
+            out.append(("CUDA-graph launches", f"{self.n_graph_launches:,} replaying {self.n_graph_kernels:,} GPU activities "
+                                                  "(kernels, copies and memsets)"))
         bound = self.per_step.filter(pl.col("launch_bound"))
         out.append(("Launch-bound steps", f"{bound.height} of {self.per_step.height}"))
         return out
