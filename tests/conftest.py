@@ -55,3 +55,36 @@ def shared_results(path: Path) -> Any:
     from traceanalyzer.analyses import run_analyses
 
     return run_analyses(shared_model(path), strict=True)
+
+
+def fail_writes(monkeypatch: Any, err_no: int, after: int = 0) -> dict[str, int]:
+    """Make every output write after the first ``after`` fail with ``err_no`` (a full disk, a
+    read-only mount), half of its data written first. Only writes: ``fsutil.os`` is the os
+    module, and the loader opens inputs with ``os.fdopen`` too. Returns the write counter."""
+    import os
+
+    from traceanalyzer.report import fsutil
+
+    real_fdopen = os.fdopen
+    calls = {"n": 0}
+
+    class _Full:
+        def __init__(self, fd: int) -> None:
+            self.f = real_fdopen(fd, "wb")
+
+        def __enter__(self) -> "_Full":
+            return self
+
+        def __exit__(self, *a: object) -> None:
+            self.f.close()
+
+        def write(self, data: bytes) -> int:
+            calls["n"] += 1
+            if calls["n"] <= after:
+                return self.f.write(data)
+            self.f.write(data[: len(data) // 2])
+            raise OSError(err_no, os.strerror(err_no))
+
+    monkeypatch.setattr(fsutil.os, "fdopen", lambda fd, mode="r", *a, **k: (
+        _Full(fd) if "w" in mode else real_fdopen(fd, mode, *a, **k)))
+    return calls

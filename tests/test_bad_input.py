@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from traceanalyzer.cli import main
 from traceanalyzer.errors import InputError
 from traceanalyzer.load import load
 
-from conftest import kineto_doc, write_trace
+from conftest import fail_writes, kineto_doc, write_trace
 
 
 def _events(n: int = 20) -> list[dict]:
@@ -194,30 +195,8 @@ def test_good_parameter_values_still_accepted(tmp_path: Path) -> None:
                                     __import__("errno").EROFS])
 def test_cli_unwritable_output_exit_2_nothing_half_written(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                           monkeypatch: pytest.MonkeyPatch, err_no: int) -> None:
-    import os
-
-    from traceanalyzer.report import fsutil
-
     p = write_trace(tmp_path / "t.json", kineto_doc(_events(2)))
-    real_fdopen = os.fdopen
-
-    class _Full:
-        def __init__(self, fd: int) -> None:
-            self.f = real_fdopen(fd, "wb")
-
-        def __enter__(self) -> "_Full":
-            return self
-
-        def __exit__(self, *a: object) -> None:
-            self.f.close()
-
-        def write(self, data: bytes) -> int:
-            self.f.write(data[: len(data) // 2])  # half a file, then the disk is full
-            raise OSError(err_no, os.strerror(err_no))
-
-    # fsutil.os is the os module: only the writes fail, the loader's reads go on as usual.
-    monkeypatch.setattr(fsutil.os, "fdopen", lambda fd, mode="r", *a, **k: (
-        _Full(fd) if "w" in mode else real_fdopen(fd, mode, *a, **k)))
+    fail_writes(monkeypatch, err_no)  # half a file, then the disk is full
     out = tmp_path / "o"
     with pytest.raises(SystemExit) as info:
         main(["analyze", str(p), "-q", "--format", "json,md", "-o", str(out)])

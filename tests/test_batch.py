@@ -17,7 +17,7 @@ from traceanalyzer.batch.runner import LocalBackend, run_batch
 from traceanalyzer.cli import cli
 from traceanalyzer.testing.synthetic import dumps_trace, scenario_idle_gaps, scenario_multi_rank, write_bytes
 
-from conftest import SHARED_TRACES, needs_shared
+from conftest import SHARED_TRACES, fail_writes, needs_shared
 
 BAD = {
     "bad/empty.json": b"",
@@ -355,32 +355,10 @@ def test_full_disk_stops_the_batch_with_one_line_exit_2(tree: Path, tmp_path: Pa
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    from traceanalyzer.report import fsutil
-
     src = _copies(tree, tmp_path / "src", ["a.json", "b.json", "c.json"])
     out = tmp_path / "out"
-    real_fdopen = os.fdopen
-    calls = {"n": 0}
-
-    class _Full:
-        def __init__(self, fd: int) -> None:
-            self.f = real_fdopen(fd, "wb")
-
-        def __enter__(self) -> "_Full":
-            return self
-
-        def __exit__(self, *a: object) -> None:
-            self.f.close()
-
-        def write(self, data: bytes) -> int:
-            calls["n"] += 1
-            if calls["n"] > 3:  # the first file's json, md and cache entry fit; then the disk is full
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            return self.f.write(data)
-
-    # fsutil.os is the os module: only the writes fail, the loader's reads go on as usual.
-    monkeypatch.setattr(fsutil.os, "fdopen", lambda fd, mode="r", *a, **k: (
-        _Full(fd) if "w" in mode else real_fdopen(fd, mode, *a, **k)))
+    # the first file's json, md and cache entry fit; then the disk is full
+    calls = fail_writes(monkeypatch, errno.ENOSPC, after=3)
     res = CliRunner().invoke(cli, ["batch", str(src), "-o", str(out), "--in-process", "-q"])
     from traceanalyzer.errors import OutputError
 
