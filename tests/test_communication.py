@@ -456,3 +456,28 @@ def _findings(res: Any) -> list[Any]:
     from traceanalyzer.rules import run_rules
 
     return list(run_rules(res, Config()).findings)
+
+
+def test_tensor_parallel_advice_skips_the_custom_all_reduce_the_run_already_uses() -> None:
+    """Advice checks what the run does: an engine's all-reduce that already runs as a custom
+    all-reduce is not told to switch to one."""
+    from types import SimpleNamespace
+
+    from traceanalyzer.analyses.diagnosis import _comm_moves
+
+    by_type = pl.DataFrame({"type": ["all_reduce"], "total_ns": [1000]})
+    ctx = SimpleNamespace(inference_engine="vllm")
+    used = _comm_moves(_Res(by_type, ["custom_all_reduce"], ctx))
+    plain = _comm_moves(_Res(by_type, ["nccl"], ctx))
+    assert "one-shot / custom all-reduce for small messages" in plain[0]
+    assert "already runs as a custom/one-shot all-reduce" in used[0] and "vLLM custom all-reduce" not in used[0]
+
+
+class _Res:
+    """The slice of Results _comm_moves reads."""
+
+    def __init__(self, by_type: pl.DataFrame, families: list[str], ctx: object) -> None:
+        from types import SimpleNamespace
+
+        self.values = {"communication": SimpleNamespace(by_type=by_type, totals={"families": families}),
+                       "context": ctx}

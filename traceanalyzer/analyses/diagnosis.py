@@ -699,7 +699,19 @@ def _comm_moves(results: Results) -> list[str]:
                     "data_parallel")
             if kind not in kinds:
                 kinds.append(kind)
-    return [_COMM_MOVES[k] for k in (kinds or ["data_parallel"])] + [_STRAGGLER]
+    moves = [_COMM_MOVES[k] for k in (kinds or ["data_parallel"])]
+    families = set(c.totals.get("families") or ()) if c is not None else set()
+    if "tensor_parallel" in kinds and families & {"custom_all_reduce", "symm_mem"}:
+        # The run already uses a one-shot / custom all-reduce: what is left is fusion and the degree.
+        moves[kinds.index("tensor_parallel")] = (
+            "The tensor-parallel all-reduce sits between layers on the critical path and already runs as a "
+            "custom/one-shot all-reduce: fuse it with the following norm (the engine's fusion passes), or use a "
+            "smaller tensor-parallel degree or NVLink-local groups.")
+    if "expert" in kinds and "deepep" in families:
+        moves[kinds.index("expert")] = moves[kinds.index("expert")].replace(
+            "overlap it with compute (DeepEP's hook-based receive,", "overlap it with compute (the run uses DeepEP: its "
+            "hook-based receive,")
+    return moves + [_STRAGGLER]
 
 
 def _comm_evidence(results: Results) -> list[str]:
