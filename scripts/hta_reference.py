@@ -33,8 +33,9 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ROOT = REPO_ROOT.parent / "shared" / "data" / "traces"
@@ -100,7 +101,7 @@ def _clean(obj: Any) -> Any:
     return _num(obj)
 
 
-def _err(exc: BaseException) -> Dict[str, str]:
+def _err(exc: BaseException) -> dict[str, str]:
     text = f"{type(exc).__name__}: {exc}"
     if len(text) > 300:  # pandas puts whole arrays into some messages
         text = text[:300] + " ..."
@@ -121,10 +122,10 @@ def _guard(fn: Callable[[], Any]) -> Any:
         return _err(exc)
 
 
-def discover(root: Path) -> Tuple[List[str], Dict[str, str]]:
+def discover(root: Path) -> tuple[list[str], dict[str, str]]:
     """Return (trace files, skipped files with reasons), as sorted paths relative to root."""
-    traces: List[str] = []
-    skipped: Dict[str, str] = {}
+    traces: list[str] = []
+    skipped: dict[str, str] = {}
     for path in sorted(root.rglob("*")):
         if not path.is_file():
             continue
@@ -156,16 +157,16 @@ def _cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _decode(ids, sym_table) -> List[str]:
+def _decode(ids, sym_table) -> list[str]:
     return [sym_table[int(i)] if 0 <= int(i) < len(sym_table) else "" for i in ids]
 
 
-def _cat_counts(df, sym_table) -> Dict[str, int]:
+def _cat_counts(df, sym_table) -> dict[str, int]:
     vc = df["cat"].value_counts()
     return {sym_table[int(k)]: int(v) for k, v in vc.items()}
 
 
-def _counts(df, sym_table) -> Dict[str, Any]:
+def _counts(df, sym_table) -> dict[str, Any]:
     by_cat = _cat_counts(df, sym_table)
     return {
         "rows": int(len(df)),
@@ -182,7 +183,7 @@ def _counts(df, sym_table) -> Dict[str, Any]:
     }
 
 
-def _temporal(analyzer, rank: int) -> Dict[str, Any]:
+def _temporal(analyzer, rank: int) -> dict[str, Any]:
     df = analyzer.get_temporal_breakdown(visualize=False)
     row = df[df["rank"] == rank].iloc[0]
     return {
@@ -196,14 +197,14 @@ def _temporal(analyzer, rank: int) -> Dict[str, Any]:
     }
 
 
-def _idle(analyzer, rank: int) -> Dict[str, Any]:
+def _idle(analyzer, rank: int) -> dict[str, Any]:
     df, stats = analyzer.get_idle_time_breakdown(
         ranks=[rank],
         visualize=False,
         show_idle_interval_stats=True,
         consecutive_kernel_delay=KERNEL_WAIT_THRESHOLD,
     )
-    streams: Dict[str, Dict[str, Any]] = {}
+    streams: dict[str, dict[str, Any]] = {}
     for rec in df.to_dict("records"):
         s = streams.setdefault(str(int(rec["stream"])), {"idle_us": {}, "ratio": {}, "intervals": {}})
         s["idle_us"][rec["idle_category"]] = rec["idle_time"]
@@ -226,7 +227,7 @@ def _idle(analyzer, rank: int) -> Dict[str, Any]:
     }
 
 
-def _kernel_breakdown(analyzer, rank: int, df, sym_table) -> Dict[str, Any]:
+def _kernel_breakdown(analyzer, rank: int, df, sym_table) -> dict[str, Any]:
     from hta.utils.utils import get_kernel_type
 
     kt_df, all_df = analyzer.get_gpu_kernel_breakdown(
@@ -275,10 +276,10 @@ def _kernel_breakdown(analyzer, rank: int, df, sym_table) -> Dict[str, Any]:
     }
 
 
-def _launch_stats(analyzer, rank: int) -> Dict[str, Any]:
+def _launch_stats(analyzer, rank: int) -> dict[str, Any]:
     res = analyzer.get_cuda_kernel_launch_stats(ranks=[rank], visualize=False)
     ev = res[rank]
-    out: Dict[str, Any] = {"joined_launches": int(len(ev))}
+    out: dict[str, Any] = {"joined_launches": int(len(ev))}
     for col in ("cpu_duration", "gpu_duration", "launch_delay"):
         s = ev[col]
         out[col] = (
@@ -301,7 +302,7 @@ def _launch_stats(analyzer, rank: int) -> Dict[str, Any]:
     return out
 
 
-def _window(df, min_ts: int) -> Dict[str, Any]:
+def _window(df, min_ts: int) -> dict[str, Any]:
     """Window of the rows HTA kept (ts is shifted by min_ts in HTA; we report absolute µs)."""
     if len(df) == 0:
         return {}
@@ -320,7 +321,7 @@ def _window(df, min_ts: int) -> Dict[str, Any]:
     return out
 
 
-def worker_load_only(trace_path: str) -> Dict[str, Any]:
+def worker_load_only(trace_path: str) -> dict[str, Any]:
     """Only time HTA's load (import + TraceAnalysis(trace_dir)), nothing else in the process."""
     t_start = time.perf_counter()
     from hta.trace_analysis import TraceAnalysis
@@ -342,19 +343,19 @@ def worker_load_only(trace_path: str) -> Dict[str, Any]:
     }
 
 
-def worker(trace_path: str) -> Dict[str, Any]:
+def worker(trace_path: str) -> dict[str, Any]:
     t_start = time.perf_counter()
-    result: Dict[str, Any] = {}
-    import pandas as pd  # noqa: F401  (import cost counted in import_s)
-    from hta.trace_analysis import TraceAnalysis
-    from hta.common.trace import Trace
+    result: dict[str, Any] = {}
     import hta
+    import pandas as pd  # noqa: F401  (import cost counted in import_s)
+    from hta.common.trace import Trace
+    from hta.trace_analysis import TraceAnalysis
 
     t_imported = time.perf_counter()
     rss_after_import = _rss_mb()
     result["hta_version"] = getattr(hta, "__version__", None)
 
-    pre: Dict[int, Dict[str, Any]] = {}
+    pre: dict[int, dict[str, Any]] = {}
     snap_cost = [0.0]
     orig_align = Trace.align_and_filter_trace
 
@@ -411,10 +412,10 @@ def worker(trace_path: str) -> Dict[str, Any]:
         result["ranks"] = ranks
         result["min_ts"] = int(analyzer.t.min_ts)
         sym = analyzer.t.symbol_table.get_sym_table()
-        per_rank: Dict[str, Any] = {}
+        per_rank: dict[str, Any] = {}
         for rank in ranks:
             df = analyzer.t.get_trace(rank)
-            r: Dict[str, Any] = {}
+            r: dict[str, Any] = {}
             p = pre.get(rank, {})
             steps = p.get("profiler_steps", [])
             step_names = sorted({s for s in sym if "ProfilerStep" in s})
@@ -451,8 +452,8 @@ def worker(trace_path: str) -> Dict[str, Any]:
 # --------------------------------------------------------------------------------------
 
 
-def run_one(python: str, root: Path, rel: str, timeout: int, load_only: bool = False) -> Dict[str, Any]:
-    res: Dict[str, Any]
+def run_one(python: str, root: Path, rel: str, timeout: int, load_only: bool = False) -> dict[str, Any]:
+    res: dict[str, Any]
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
         out_path = fh.name
     cmd = [python, str(Path(__file__).resolve()), "--worker", str(root / rel), "--worker-out", out_path]
@@ -486,7 +487,7 @@ def run_one(python: str, root: Path, rel: str, timeout: int, load_only: bool = F
     return res
 
 
-def _repeat_timing(res: Dict[str, Any], python: str, root: Path, rel: str, timeout: int, repeats: int) -> None:
+def _repeat_timing(res: dict[str, Any], python: str, root: Path, rel: str, timeout: int, repeats: int) -> None:
     """Re-time the load in fresh load-only processes; keep the best wall time."""
     load = res["load"]
     keys = ("wall_s", "cpu_s", "peak_rss_mb")
@@ -504,7 +505,7 @@ def _repeat_timing(res: Dict[str, Any], python: str, root: Path, rel: str, timeo
     load["loadavg_1m_runs"] = [x["loadavg"] for x in runs]
 
 
-def _environment(python: str) -> Tuple[Optional[str], Dict[str, Any]]:
+def _environment(python: str) -> tuple[str | None, dict[str, Any]]:
     code = (
         "import importlib.metadata as m, sys, pandas, numpy; "
         "print(m.version('holistictraceanalysis'), sys.version.split()[0], pandas.__version__, numpy.__version__)"
@@ -515,7 +516,7 @@ def _environment(python: str) -> Tuple[Optional[str], Dict[str, Any]]:
     return out[0], {"python": out[1], "pandas": out[2], "numpy": out[3], "platform": platform.machine()}
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("root", nargs="?", default=str(DEFAULT_ROOT), help="traces root (default: ../shared/data/traces)")
     ap.add_argument("-o", "--output", default=str(DEFAULT_OUTPUT))
@@ -556,7 +557,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if hta_version != EXPECTED_HTA_VERSION:
         print(f"warning: HTA version {hta_version!r}, expected {EXPECTED_HTA_VERSION}", file=sys.stderr)
 
-    files: Dict[str, Any] = {}
+    files: dict[str, Any] = {}
     for rel in traces:
         t0 = time.perf_counter()
         res = run_one(args.python, root, rel, args.timeout)

@@ -46,8 +46,9 @@ import math
 import re
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable
+from typing import Any, BinaryIO
 
 import orjson
 

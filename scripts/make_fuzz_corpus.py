@@ -20,8 +20,9 @@ import gzip
 import json
 import pickle
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 #: The file a pickle payload would create if the loader ever executed it.
 MARKER_NAME = "PWNED_MARKER"

@@ -41,7 +41,7 @@ def kineto_doc(events: list[dict[str, Any]], **top: Any) -> dict[str, Any]:
 
 # One load (and one full analysis run) per real trace for the whole session: several
 # test modules check different things on the same ~50 files, and loading dominates.
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def shared_model(path: Path) -> Any:
     """The model of a ../shared trace, loaded once per test session (raises InputError as load does)."""
     from traceanalyzer.load import load
@@ -49,7 +49,7 @@ def shared_model(path: Path) -> Any:
     return load(path)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def shared_results(path: Path) -> Any:
     """Every analysis run once (strict: internal errors propagate) on :func:`shared_model`."""
     from traceanalyzer.analyses import run_analyses
@@ -72,7 +72,7 @@ def fail_writes(monkeypatch: Any, err_no: int, after: int = 0) -> dict[str, int]
         def __init__(self, fd: int) -> None:
             self.f = real_fdopen(fd, "wb")
 
-        def __enter__(self) -> "_Full":
+        def __enter__(self) -> _Full:
             return self
 
         def __exit__(self, *a: object) -> None:

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+from conftest import fail_writes, kineto_doc, write_trace
 
 from traceanalyzer.cli import main
 from traceanalyzer.errors import InputError
 from traceanalyzer.load import load
-
-from conftest import fail_writes, kineto_doc, write_trace
 
 
 def _events(n: int = 20) -> list[dict]:

@@ -10,14 +10,13 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner
+from conftest import SHARED_TRACES, fail_writes, needs_shared
 
 from traceanalyzer.batch.cache import content_hash
 from traceanalyzer.batch.discover import discover
 from traceanalyzer.batch.runner import LocalBackend, run_batch
 from traceanalyzer.cli import cli
 from traceanalyzer.testing.synthetic import dumps_trace, scenario_idle_gaps, scenario_multi_rank, write_bytes
-
-from conftest import SHARED_TRACES, fail_writes, needs_shared
 
 BAD = {
     "bad/empty.json": b"",

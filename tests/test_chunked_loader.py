@@ -11,12 +11,14 @@ files.
 from __future__ import annotations
 
 import gzip
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 import polars as pl
 import pytest
+from conftest import REPO, kineto_doc, shared_model, shared_trace_files
 from polars.testing import assert_frame_equal
 
 from traceanalyzer.errors import InputError
@@ -28,8 +30,6 @@ from traceanalyzer.load.chrome_trace import (
     load_chrome_trace_simple,
 )
 from traceanalyzer.model import SCHEMAS
-
-from conftest import REPO, kineto_doc, shared_model, shared_trace_files
 
 # Chunk sizes for hand-made files: 1 byte cuts at every event boundary; the others
 # land cuts inside events, strings and escapes at varying offsets.

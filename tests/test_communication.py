@@ -9,9 +9,9 @@ from typing import Any
 
 import polars as pl
 import pytest
-
 from conftest import SHARED_TRACES, needs_shared, shared_results
 from timeline_trace import Trace, ns
+
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.analyses._comm import comm_classes
 from traceanalyzer.config import Config
@@ -348,6 +348,7 @@ def test_overlap_equals_hta_comp_comm_overlap(rel: str) -> None:
     HTA 0.5.0's (``kernel_type_union_us``: every state with COMMUNICATION, and those with
     COMPUTATION overlapping COMMUNICATION), to the µs."""
     from test_hta_agreement import _model, _reference, hta_scope
+
     from traceanalyzer.analyses._intervals import gpu_activity_classes
     from traceanalyzer.timeutil import merge_intervals
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from conftest import SHARED_TRACES, needs_shared
 
 from traceanalyzer.analyses.kernels import normalize_kernel_name
 from traceanalyzer.cli import main
@@ -16,9 +17,6 @@ from traceanalyzer.compare.diff import compare_paths, delta_table
 from traceanalyzer.compare.render import to_html, to_markdown, write
 from traceanalyzer.compare.stats import bootstrap_median_diff, mann_whitney, step_time_change
 from traceanalyzer.testing.synthetic import dumps_trace, scenario_regression, write_bytes
-
-from conftest import SHARED_TRACES, needs_shared
-
 
 # ------------------------------------------------------------------------------ statistics
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import SHARED_TRACES, needs_shared, shared_results
 from timeline_trace import Trace
+
 from traceanalyzer.analyses import Results, run_analyses
 from traceanalyzer.config import Config
 from traceanalyzer.load.chrome_trace import build_model

@@ -10,14 +10,13 @@ from typing import Any
 
 import polars as pl
 import pytest
+from conftest import shared_model, shared_results
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.analyses.callsites import is_user_frame
 from traceanalyzer.config import Config
 from traceanalyzer.errors import InputError, NotApplicable
 from traceanalyzer.load.chrome_trace import build_model
-
-from conftest import shared_model, shared_results
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TRACES = SHARED / "data" / "traces"

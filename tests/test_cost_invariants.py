@@ -20,11 +20,10 @@ from typing import Any
 
 import polars as pl
 import pytest
+from conftest import REPO, SHARED_TRACES, shared_model, shared_results, shared_trace_files
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.rules import RuleOutcome, run_rules
-
-from conftest import REPO, SHARED_TRACES, shared_model, shared_results, shared_trace_files
 
 #: Rules whose costs price disjoint idle: host-blocking calls (the sync and memcpy gaps, split
 #: by event), data loading (data-loader gaps) and late launches (host-bound gaps).

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+from conftest import shared_model, shared_results
 
 from traceanalyzer.analyses.diagnosis import VERDICTS
 from traceanalyzer.errors import InputError
 from traceanalyzer.load import sniff
-
-from conftest import shared_model, shared_results
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TRACES = SHARED / "data" / "traces"

@@ -12,18 +12,12 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import REPO, SHARED_TRACES, shared_model, shared_results
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - python 3.10 only
-    tomllib = pytest.importorskip("tomli", reason="tomllib needs python 3.11 (or tomli on 3.10)")
 
 EXPECT_DIR = Path(__file__).resolve().parent / "expectations"
 SAMPLES = REPO / "sample_traces"
@@ -71,7 +65,7 @@ def _params() -> list[Any]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _report(path: Path) -> dict[str, Any]:
     """The JSON document of the full report on ``path`` (built once per session, on the session's
     shared model and analysis results: other real-trace tests reuse them)."""

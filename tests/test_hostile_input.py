@@ -10,19 +10,18 @@ import socket
 import subprocess
 import sys
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import orjson
 import pytest
+from conftest import REPO, shared_trace_files
+from test_chunked_loader import assert_paths_agree
 
 from traceanalyzer.errors import ConfigError, InputError
 from traceanalyzer.load import budget, load, sniff
 from traceanalyzer.load.budget import ENV_MAX_GZIP_RATIO, ENV_MAX_INPUT_BYTES, Budget
 from traceanalyzer.load.jsonio import ByteStream, read_bytes
-
-from conftest import REPO, shared_trace_files
-from test_chunked_loader import assert_paths_agree
 
 EV = b'{"ph":"X","cat":"cpu_op","name":"aten::a","ts":%s,"dur":%s,"pid":1,"tid":1,"args":{"External id":%s}}'
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +73,7 @@ CASES = _cases()
 pytestmark = pytest.mark.skipif(not CASES, reason="../shared traces or tests/data/hta_reference.json absent")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _model(rel: str) -> TraceModel:
     return load_chrome_trace(TRACES / rel)
 
@@ -181,7 +181,7 @@ def _ours(
     }
 
 
-@lru_cache(maxsize=None)
+@cache
 def _computed(rel: str, rank: str) -> dict[str, Any] | None:
     """Our numbers for one (trace, rank): HTA scope with and without quirks, whole trace."""
     ref = _reference()[rel]["per_rank"][rank]

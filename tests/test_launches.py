@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from timeline_trace import Trace, ns
+
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.config import Config
 

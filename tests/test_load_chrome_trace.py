@@ -6,13 +6,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import kineto_doc, write_trace
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.load import load, sniff
 from traceanalyzer.load.chrome_trace import build_model
 from traceanalyzer.model import SCHEMAS
-
-from conftest import kineto_doc, write_trace
 
 
 def X(cat: str | None, name: str, ts: float, dur: float, pid: object = 1, tid: object = 1, **args: object) -> dict:

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-
 from report_support import HOSTILE, shared_report
+
 from traceanalyzer.pipeline import write_outputs
 from traceanalyzer.report.html import JS, to_html
 
@@ -181,8 +181,8 @@ def test_report_in_headless_browser(page: Path, tmp_path: Path) -> None:
     shot_run = _chromium([f"--screenshot={shot}", "--window-size=1280,2000", url], tmp_path / "profile-shot")
     assert shot.exists(), shot_run.stderr[-2000:]
     assert not _console_errors(shot_run.stderr), _console_errors(shot_run.stderr)
-    from PIL import Image
     import numpy as np
+    from PIL import Image
 
     img = Image.open(shot)
     assert img.size == (1280, 2000)

@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 import pytest
-
 from report_support import synthetic_report
+
 from traceanalyzer import __version__
 from traceanalyzer.report.document import JSON_SCHEMA_VERSION
 from traceanalyzer.report.json_report import dumps, round_floats, summary

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from report_support import synthetic_report
 from test_report_json import compare_golden
+
 from traceanalyzer import __version__
 from traceanalyzer.pipeline import write_outputs
 from traceanalyzer.report.markdown import to_markdown
@@ -101,9 +101,9 @@ def test_clean_text_strips_every_escape_sequence() -> None:
 
 def test_osc_in_kernel_name_never_reaches_terminal_or_report_md(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from traceanalyzer.cli import main
-
     from conftest import kineto_doc, write_trace
+
+    from traceanalyzer.cli import main
 
     ev = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 50, "pid": 1, "tid": 1},
           {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 1, "dur": 5, "pid": 1, "tid": 1,

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from report_support import shared_report
+
 from traceanalyzer.analyses import Results
 from traceanalyzer.pipeline import write_outputs
 from traceanalyzer.report.charts import charts_for, draw_all
@@ -19,8 +19,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def pixels(png: bytes) -> Any:
-    from PIL import Image
     import numpy as np
+    from PIL import Image
 
     img = Image.open(io.BytesIO(png)).convert("RGB")
     return np.asarray(img, dtype=float)

@@ -7,8 +7,9 @@ three are steady, the median step is 1 ms, so "per step" = the per-step figure b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from test_rules_memory import GiB, MiB, _mem, _seg, _trace, _write
 
 import traceanalyzer.rules as rules_mod
 from traceanalyzer.analyses import Results, run_analyses
@@ -19,8 +21,6 @@ from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.load import load
 from traceanalyzer.rules import Finding, Params, RuleSpec, Severity, registry, run_rules
-
-from test_rules_memory import GiB, MiB, _mem, _trace, _write, _seg
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -272,7 +272,7 @@ def test_fragmentation_snapshot_history_maximum(tmp_path: Path) -> None:
 def test_fragmentation_churn_alone_has_no_byte_cost(tmp_path: Path) -> None:
     base = 1 << 40
     ev: list[dict[str, Any]] = []
-    for i in range(11):  # empty_cache() in the loop: the segment goes back to CUDA and comes again
+    for _i in range(11):  # empty_cache() in the loop: the segment goes back to CUDA and comes again
         ev += [_ev("segment_alloc", base, 2 * MiB), _ev("segment_free", base, 2 * MiB)]
     ev += [_ev("segment_alloc", base, 2 * MiB), _ev("alloc", base, MiB)]
     doc = {"segments": [_seg(base, [(MiB, "active_allocated", MiB, []), (MiB, "inactive", 0, [])])],

@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import SHARED, needs_shared, shared_results, shared_trace_files
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.rules import RuleOutcome, Severity, registry, run_rules
-
-from conftest import SHARED, needs_shared, shared_results, shared_trace_files
 
 DATA = SHARED / "data"
 REFUSED = {"hta/execution_trace/benchmark_simple_add_et.json.gz"}  # a PyTorch Execution Trace, not a trace
@@ -182,7 +181,7 @@ def test_raw_memory_timeline_activation_share() -> None:
     t_min = min(r[0] for r in rows if r[0] >= 0)
     cur = [0] * 8
     best_total, best_act = -1, 0
-    for t, _action, delta, cat in sorted(rows, key=lambda r: r[0] if r[0] >= 0 else t_min):
+    for _t, _action, delta, cat in sorted(rows, key=lambda r: r[0] if r[0] >= 0 else t_min):
         cur[7 if cat is None else min(max(cat, 0), 7)] += delta
         if sum(cur) > best_total:
             best_total, best_act = sum(cur), cur[4]  # index 4: ACTIVATION

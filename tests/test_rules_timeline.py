@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner
-
 from conftest import write_trace
 from timeline_trace import Trace, ns
+
 from traceanalyzer.analyses import Results, run_analyses
 from traceanalyzer.batch.multirank import multirank
 from traceanalyzer.cli import cli

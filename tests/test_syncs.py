@@ -8,13 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import shared_results
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.analyses.syncs import SYNC_APIS
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.load.chrome_trace import build_model
-
-from conftest import shared_results
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TRACES = SHARED / "data" / "traces"

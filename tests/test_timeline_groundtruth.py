@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import polars as pl
@@ -17,7 +17,7 @@ LAYOUTS = ("modern", "pt_1_13", "legacy_1_8")
 HOST_CAUSES = {"host_bound", "data_loader", "sync", "memcpy"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _run(scenario: str, layout: str, vendor: str = "nvidia"):
     doc, truth = synthetic.SCENARIOS[scenario](layout=layout, vendor=vendor)
     model = build_model(Path(f"{scenario}.json"), doc)

@@ -50,11 +50,11 @@ class Config:
             return default
         return convert(key, self.overrides[key], default)
 
-    def with_overrides(self, more: dict[str, Any]) -> "Config":
+    def with_overrides(self, more: dict[str, Any]) -> Config:
         return Config({**self.overrides, **more})
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "Config":
+    def from_file(cls, path: str | Path) -> Config:
         p = Path(path)
         try:
             data = tomllib.loads(p.read_text())

@@ -42,7 +42,7 @@ class OutputError(TraceAnalyzerError):
         super().__init__(f"{self.path}: cannot write ({reason})")
 
     @classmethod
-    def from_os(cls, path: str | Path, exc: OSError) -> "OutputError":
+    def from_os(cls, path: str | Path, exc: OSError) -> OutputError:
         return cls(path, exc.strerror or str(exc) or type(exc).__name__)
 
 

@@ -5,8 +5,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.config import Config

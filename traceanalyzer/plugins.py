@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Iterable
 from types import ModuleType
-from typing import Iterable
 
 _done: set[str] = set()
 

@@ -6,7 +6,7 @@ that "overlapping streams counted once" has one implementation.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import polars as pl
 

@@ -23,8 +23,9 @@ module plus its test.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import polars as pl
 
@@ -54,6 +55,8 @@ def tables_of(result: Any) -> dict[str, pl.DataFrame]:
     fn = getattr(result, "tables", None)
     return dict(fn()) if callable(fn) else {}
 
+
+R = TypeVar("R")
 
 AnalysisFunc = Callable[[Any, "Results", Config], Any]
 
@@ -137,6 +140,24 @@ class Results(Mapping[str, Any]):
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
+
+    def typed(self, name: str, kind: type[R]) -> R | None:
+        """The result of analysis ``name`` as a ``kind`` (its result class), or None when it
+        did not run. A result of another class is a bug and raises ``TypeError``."""
+        value = self.values.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, kind):
+            raise TypeError(f"result {name!r} is a {type(value).__name__}, not a {kind.__name__}")
+        return value
+
+    def need(self, name: str, kind: type[R]) -> R:
+        """:meth:`typed` for a result the caller declared it needs (``depends_on`` of an
+        analysis, ``needs`` of a rule): the runner guarantees it is present."""
+        value = self.typed(name, kind)
+        if value is None:
+            raise KeyError(f"result {name!r} is not available (not declared as needed?)")
+        return value
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.values)

@@ -8,13 +8,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import polars as pl
 
 from traceanalyzer.analyses._intervals import pct  # noqa: F401 - re-exported for copies/syncs
 from traceanalyzer.analyses.steps import assign_steps as assign_window  # noqa: F401 - re-exported
-
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.derived import derived
 from traceanalyzer.model.relations import gpu_activity

@@ -13,7 +13,7 @@ per-step, per-device union lengths with two as-of joins however many steps there
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import polars as pl
 

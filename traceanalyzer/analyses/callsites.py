@@ -29,7 +29,7 @@ Everything is vectorised: the predicate is a polars expression, attribution is
 from __future__ import annotations
 
 import sys
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import polars as pl
 

@@ -68,14 +68,14 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses._advice import capture_only_note, engine_sync_move, fewer_launches
 from traceanalyzer.analyses._comm import comm_classes
 from traceanalyzer.analyses._copysync import runtime_by_correlation
 from traceanalyzer.analyses._intervals import DATALOADER_RE, is_comm_kernel, ms, window_union_lengths
-from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
 from traceanalyzer.analyses.baseline import GEMM_KERNEL_RE, BaselineResult
+from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
 from traceanalyzer.analyses.phases import PHASES, USER_DATA_RE, PhasesResult
 from traceanalyzer.analyses.steps import StepsResult, assign_steps
-from traceanalyzer.analyses._advice import capture_only_note, engine_sync_move, fewer_launches
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel

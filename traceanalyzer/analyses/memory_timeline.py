@@ -484,7 +484,7 @@ def decimate(series: pl.DataFrame, max_points: int = 1000) -> pl.DataFrame:
     if series.is_empty():
         return series.drop("action")
     out = []
-    for (dev,), g in series.group_by(["device"], maintain_order=True):
+    for (_dev,), g in series.group_by(["device"], maintain_order=True):
         k = max(1, -(-g.height // max_points))
         out.append(
             g.with_columns(_b=pl.int_range(pl.len()) // k).group_by("_b", maintain_order=True).agg(

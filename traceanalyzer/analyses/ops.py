@@ -43,6 +43,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses._comm import comm_classes
 from traceanalyzer.analyses._copysync import containing, outermost
 from traceanalyzer.analyses._intervals import (
     DATALOADER_RE,
@@ -53,7 +54,6 @@ from traceanalyzer.analyses._intervals import (
     window_union_lengths,
 )
 from traceanalyzer.analyses.baseline import GEMM_OPS_RE
-from traceanalyzer.analyses._comm import comm_classes
 from traceanalyzer.analyses.diagnosis import kernel_class
 from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
 from traceanalyzer.analyses.steps import StepsResult, assign_steps

@@ -26,8 +26,9 @@ windows; the join key is the ``window`` index (0…n−1), ``step`` is the label
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import polars as pl
 

@@ -31,9 +31,10 @@ import glob as _glob
 import os
 import re
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Iterable
+from typing import IO
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.load.budget import open_regular

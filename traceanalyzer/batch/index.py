@@ -12,8 +12,9 @@ from __future__ import annotations
 import csv
 import html
 import io
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -123,7 +124,7 @@ def _csv(records: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
     return buf.getvalue()
 
 
-def index_json(result: "BatchResult", expected: int | None = None) -> dict[str, Any]:
+def index_json(result: BatchResult, expected: int | None = None) -> dict[str, Any]:
     return {
         "schema_version": INDEX_SCHEMA_VERSION,
         "tool": {"name": "traceanalyzer", "version": __version__},
@@ -312,7 +313,7 @@ def to_html(doc: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
-def write_index(result: "BatchResult", expected: int | None = None) -> list[Path]:
+def write_index(result: BatchResult, expected: int | None = None) -> list[Path]:
     """Write the four index files into ``result.outdir``; returns their paths."""
     out = result.outdir
     doc = index_json(result, expected)

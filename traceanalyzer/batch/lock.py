@@ -31,7 +31,7 @@ class BatchLock:
         self.path = Path(outdir) / LOCK_NAME
         self._f: IO[str] | None = None
 
-    def __enter__(self) -> "BatchLock":
+    def __enter__(self) -> BatchLock:
         try:
             import fcntl
         except ImportError:  # pragma: no cover - Windows

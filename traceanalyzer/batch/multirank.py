@@ -29,7 +29,8 @@ Definitions (per rank, averages over that rank's step windows):
 from __future__ import annotations
 
 import statistics
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from traceanalyzer.batch.summary import top_finding_text
 

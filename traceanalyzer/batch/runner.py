@@ -35,9 +35,10 @@ import os
 import tempfile
 import time
 import traceback
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol
+from typing import Any, Protocol
 
 from traceanalyzer.batch.cache import Cache, cache_key, content_hash, report_folders, settings_fingerprint, slug
 from traceanalyzer.batch.discover import Discovery, Input, is_url, open_binary
@@ -179,7 +180,7 @@ class Backend(Protocol):
     name: str
     writes_reports: bool  # True: workers write into OUTDIR themselves
 
-    def run(self, tasks: list[Task], stop: "StopFlag | None" = None) -> Iterator[Answer]: ...
+    def run(self, tasks: list[Task], stop: StopFlag | None = None) -> Iterator[Answer]: ...
 
 
 @contextlib.contextmanager
@@ -238,7 +239,7 @@ class Limits:
     timeout_s: float | None = 1800.0
 
     @classmethod
-    def default(cls, memory_bytes: int | None = -1, timeout_s: float | None = 1800.0) -> "Limits":
+    def default(cls, memory_bytes: int | None = -1, timeout_s: float | None = 1800.0) -> Limits:
         """Limits with the documented defaults (``-1``: the default memory budget)."""
         if memory_bytes == -1:
             phys = _physical_memory()
@@ -557,7 +558,7 @@ def make_tasks(inputs: Iterable[Input], known: Mapping[str, str], fingerprint: s
 class BatchInterrupted(KeyboardInterrupt):
     """Ctrl-C stopped the batch; ``result`` holds what finished (its index is written)."""
 
-    def __init__(self, result: "BatchResult") -> None:
+    def __init__(self, result: BatchResult) -> None:
         super().__init__()
         self.result = result
 

@@ -31,7 +31,8 @@ Definitions (all "per step" numbers are over the step windows of ``steps``):
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 #: Columns of the per-file index, in order (see docs/batch.md).
 METRIC_KEYS = (

@@ -6,7 +6,8 @@ import ast
 import functools
 import inspect
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -138,7 +139,8 @@ def check_keys(overrides: dict[str, Any], origin: str) -> None:
     not convert to its default's type (non-finite and out-of-range numbers included: see
     :func:`traceanalyzer.config.convert`)."""
     from traceanalyzer.analyses import registry as analysis_registry
-    from traceanalyzer.rules import Params, registry as rule_registry
+    from traceanalyzer.rules import Params
+    from traceanalyzer.rules import registry as rule_registry
 
     rules = rule_registry()
     analyses = _analysis_params()

@@ -30,8 +30,9 @@ size) makes the runs **not comparable**; a **software** mismatch (versions) or a
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 #: (key, label, class) in report order; class is "hardware", "software" or "workload".
 FIELDS: tuple[tuple[str, str, str], ...] = (

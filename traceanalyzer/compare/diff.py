@@ -23,9 +23,10 @@ ran on the same hardware (device model and count, vendor, world size) and softwa
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import polars as pl
 

@@ -11,8 +11,9 @@ a software/batch-size warning is the first thing stated, before the verdict.
 from __future__ import annotations
 
 import html
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import orjson
 import polars as pl

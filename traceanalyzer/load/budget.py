@@ -67,7 +67,7 @@ class Budget:
     max_gzip_ratio: float = DEFAULT_MAX_GZIP_RATIO
 
     @classmethod
-    def from_env(cls) -> "Budget":
+    def from_env(cls) -> Budget:
         size = os.environ.get(ENV_MAX_INPUT_BYTES, "").strip()
         ratio = os.environ.get(ENV_MAX_GZIP_RATIO, "").strip()
         max_bytes = _parse_size(size) if size else DEFAULT_MAX_INPUT_BYTES

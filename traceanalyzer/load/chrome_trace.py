@@ -62,11 +62,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from itertools import chain
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import polars as pl
@@ -597,7 +598,7 @@ class _Stats:
     n_events: int = 0
     no_ph_head: bool = False  # none of the first 100 items has a "ph" (bare arrays only)
 
-    def merge(self, other: "_Stats") -> None:
+    def merge(self, other: _Stats) -> None:
         self.skipped.update(other.skipped)
         self.unknown_cats.update(other.unknown_cats)
         self.counters += other.counters

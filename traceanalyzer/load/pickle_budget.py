@@ -58,7 +58,7 @@ class PickleBudget:
     max_gzip_ratio: int = 100
 
     @classmethod
-    def from_env(cls) -> "PickleBudget":
+    def from_env(cls) -> PickleBudget:
         """The defaults, overridden by ``TRACEANALYZER_SNAPSHOT_MAX_*`` variables."""
         kw: dict[str, int] = {}
         for f in fields(cls):

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import codecs
 import pickletools
-from struct import error as struct_error, unpack_from
-from typing import Any, BinaryIO, Callable
+from collections.abc import Callable
+from struct import error as struct_error
+from struct import unpack_from
+from typing import Any, BinaryIO
 
 from traceanalyzer.load.pickle_budget import PickleBudget
 from traceanalyzer.load.safe_pickle import UnsafePickleError

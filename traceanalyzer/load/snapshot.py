@@ -19,8 +19,9 @@ from __future__ import annotations
 import gzip
 import zlib
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable
+from typing import Any, BinaryIO
 
 import polars as pl
 
@@ -227,7 +228,7 @@ def read_snapshot_object(path: str | Path, scan_limit: int = DEFAULT_SCAN_LIMIT,
 STREAM_MIN_BYTES = 32 << 20
 
 
-def _stream_snapshot_object(path: Path, sink: "_TraceSink", budget: PickleBudget | None = None,
+def _stream_snapshot_object(path: Path, sink: _TraceSink, budget: PickleBudget | None = None,
                             salvage: bool = False) -> tuple[Any, int | None, int]:
     """Like :func:`read_snapshot_object`, but trace entries go to ``sink`` as they are read.
     ``salvage``: a file cut short raises :class:`StreamTruncated` with what precedes the cut."""
@@ -454,7 +455,7 @@ class _Stacks:
         ])
 
 
-def _pool_text(v: Any, fix: "_Fix") -> str:
+def _pool_text(v: Any, fix: _Fix) -> str:
     """A pool id as text ("0,0" = the default pool). A flat tuple/list of a few scalars is
     joined as ever; anything else (a nested list, a dict) is damage: treated as missing
     (the default pool) and counted, never str()-ed (a memo-shared nested list prints
@@ -470,7 +471,7 @@ def _pool_text(v: Any, fix: "_Fix") -> str:
     return "0,0"
 
 
-def _typed_int(d: dict[str, Any], key: str, what: str, fix: "_Fix") -> int | None:
+def _typed_int(d: dict[str, Any], key: str, what: str, fix: _Fix) -> int | None:
     """``d[key]`` as an int; a value of the wrong type is treated as missing and counted
     (a float holding an integer is taken as that integer)."""
     v = d.get(key)
@@ -482,7 +483,7 @@ def _typed_int(d: dict[str, Any], key: str, what: str, fix: "_Fix") -> int | Non
     return None
 
 
-def _typed_text(d: dict[str, Any], key: str, what: str, fix: "_Fix") -> str | None:
+def _typed_text(d: dict[str, Any], key: str, what: str, fix: _Fix) -> str | None:
     v = d.get(key)
     if v is None or isinstance(v, str):
         return v

@@ -27,14 +27,15 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Callable, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 #: id(model) -> (weak reference, key -> table, keys released by :func:`release`,
 #: key -> the lock its build holds).
 _MEMO: dict[
-    int, tuple["weakref.ReferenceType[Any]", dict[str, Any], set[str], dict[str, "threading.RLock"]]
+    int, tuple[weakref.ReferenceType[Any], dict[str, Any], set[str], dict[str, threading.RLock]]
 ] = {}
 _REBUILDS: dict[str, int] = {}
 # Guards the dicts above; never held while a table is built (analyses run in threads:
@@ -42,7 +43,7 @@ _REBUILDS: dict[str, int] = {}
 _LOCK = threading.Lock()
 
 
-def _drop(key: int, ref: "weakref.ReferenceType[Any]") -> None:
+def _drop(key: int, ref: weakref.ReferenceType[Any]) -> None:
     with _LOCK:
         hit = _MEMO.get(key)
         if hit is not None and hit[0] is ref:

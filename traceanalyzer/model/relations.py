@@ -18,8 +18,8 @@ All of these are vectorised: sorting plus as-of joins, no per-event Python.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import polars as pl
 

@@ -11,9 +11,10 @@ discovered automatically, so a new output format is one module plus its test.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from traceanalyzer.plugins import import_submodules
 

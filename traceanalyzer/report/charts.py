@@ -25,8 +25,9 @@ from __future__ import annotations
 import io
 import sys
 import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -157,7 +158,7 @@ def draw_all(results: Mapping[str, Any], dpi: int = DPI, strict: bool = False) -
     return out
 
 
-def figure_png(fig: "Figure", dpi: int = DPI) -> bytes:
+def figure_png(fig: Figure, dpi: int = DPI) -> bytes:
     """PNG bytes of ``fig`` via the Agg canvas (no metadata: byte-stable output)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -203,7 +204,7 @@ def _mpl() -> Any:
 
 
 def new_figure(title: str, ncols: int = 1, nrows: int = 1, figsize: tuple[float, float] = FIGSIZE,
-               **kw: Any) -> tuple["Figure", Any]:
+               **kw: Any) -> tuple[Figure, Any]:
     """A titled Figure with a grid of axes, in the report's style."""
     _mpl()
     from matplotlib.figure import Figure
@@ -216,7 +217,7 @@ def new_figure(title: str, ncols: int = 1, nrows: int = 1, figsize: tuple[float,
     return fig, axes
 
 
-def _style_axes(ax: "Axes") -> None:
+def _style_axes(ax: Axes) -> None:
     for k, v in (("top", False), ("right", False)):
         ax.spines[k].set_visible(v)
     ax.set_axisbelow(True)
@@ -239,7 +240,7 @@ def _step_labels(steps: list[Any], windows: list[Any] | None = None) -> list[str
     return out
 
 
-def _thin_ticks(ax: "Axes", labels: list[str], max_labels: int = 24) -> None:
+def _thin_ticks(ax: Axes, labels: list[str], max_labels: int = 24) -> None:
     n = len(labels)
     stride = max(1, -(-n // max_labels))
     ax.set_xticks(range(0, n, stride))
@@ -261,7 +262,7 @@ def _fmt_dur(ns: float) -> str:
     return f"{ns:.0f} ns"
 
 
-def _legend_below(fig: "Figure", ax: "Axes", ncol: int = 6) -> None:
+def _legend_below(fig: Figure, ax: Axes, ncol: int = 6) -> None:
     handles, labels = ax.get_legend_handles_labels()
     if handles:
         fig.legend(handles, labels, loc="outside lower center", ncol=min(ncol, len(handles)), frameon=False)
@@ -273,7 +274,7 @@ def _legend_below(fig: "Figure", ax: "Axes", ncol: int = 6) -> None:
 
 
 @chart("steps", section="steps", title="Step time per step", order=10)
-def steps_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+def steps_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
     """Bars of each step window's duration; warm-up and truncated steps coloured apart."""
     if not getattr(res, "has_steps", False) or res.table.height < 1:
         return None
@@ -315,7 +316,7 @@ _GPU_CATS = ("compute", "communication", "memcpy", "memset", "idle")
 
 
 @chart("gpu_time", section="gpu_time", title="GPU time per step: busy by category vs idle", order=20)
-def gpu_time_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+def gpu_time_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
     """Stacked bars per step window (one panel per device, up to 4): compute,
     exposed communication, memcpy, memset and idle time, in ms."""
     ps = getattr(res, "per_step", None)
@@ -364,7 +365,7 @@ _MAX_ROWS = 40
 
 @chart("timeline", section="idle_gaps", also=("steps", "gpu_time"), order=25,
        title="GPU timeline per step: busy vs idle, longest gaps marked")
-def timeline_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+def timeline_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
     """One row per step window (and device): busy time, idle gaps coloured by cause,
     no activity before the first / after the last kernel; the five longest gaps marked."""
     steps = results.get("steps")
@@ -407,7 +408,7 @@ def timeline_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
     max_len = 0.0
     labels = []
     marks: dict[tuple[Any, Any], tuple[int, float, int, str]] = {}
-    for y, (window, step, dev, ws, we) in enumerate(rows):
+    for y, (_window, step, dev, ws, we) in enumerate(rows):
         length = _ms(we - ws)
         max_len = max(max_len, length)
         labels.append((f"#{step}" if step is not None else "trace") + (f" · GPU {dev}" if len(devices) > 1 else ""))
@@ -463,7 +464,7 @@ def timeline_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
 
 
 @chart("idle_gaps", section="idle_gaps", title="GPU idle time by cause", order=30)
-def idle_causes_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+def idle_causes_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
     """Left: idle time per step stacked by cause (ms), plus the window time before the first /
     after the last activity (``outside_gaps_ns``): as ``idle_gaps.per_step`` gives it (each gap
     split across the steps it spans), so a step's bar is ``gpu_time``'s idle of that step (summed
@@ -529,7 +530,7 @@ def idle_causes_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
 
 
 @chart("kernels", section="kernels", title="Top kernels by total GPU time", order=40)
-def kernels_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+def kernels_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
     """Horizontal bars of the top 12 kernels (normalised names) by total time, with
     their share of kernel time and call count; collectives in purple."""
     by = getattr(res, "by_name", None)
@@ -571,7 +572,7 @@ def kernels_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
 
 
 @chart("launches", section="launches", title="Kernel launch statistics", order=50)
-def launches_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+def launches_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
     """Left: CPU time in launch calls vs GPU time of the work they launched, per step
     (launch-bound steps marked). Right: median launch-call time and launch delay per API."""
     ps = getattr(res, "per_step", None)
@@ -652,7 +653,7 @@ def _fmt_bytes(n: Any) -> str:
 
 
 def _hotspot_figure(title: str, per_step: Any, step_bars: list[tuple[str, str, str]], sites: Any,
-                    site_value: str, site_label: Callable[[dict[str, Any]], str], site_xlabel: str) -> "Figure | None":
+                    site_value: str, site_label: Callable[[dict[str, Any]], str], site_xlabel: str) -> Figure | None:
     """Left: per-step bars of ``step_bars`` (column, legend, colour), in ms. Right: the top
     call sites by ``site_value`` (ns), labelled by ``site_label(row)``."""
     has_steps = per_step is not None and per_step.height > 0 and all(c in per_step.columns for c, _, _ in step_bars)
@@ -703,7 +704,7 @@ def _hotspot_figure(title: str, per_step: Any, step_bars: list[tuple[str, str, s
 
 
 @chart("copies", section="copies", title="Copies: time per step and hotspots by call site", order=60)
-def copies_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+def copies_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
     """Per step: GPU time of copies and host time spent in copy ops; top call sites by
     host time (label: directions, bytes, count)."""
     def label(r: dict[str, Any]) -> str:
@@ -721,7 +722,7 @@ def copies_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
 
 
 @chart("syncs", section="syncs", title="Host-device syncs: cost per step and hotspots by call site", order=61)
-def syncs_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+def syncs_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
     """Per step: CPU time blocked in syncs and GPU idle right after them; top call sites
     by blocked time (label: cause, count)."""
     def label(r: dict[str, Any]) -> str:
@@ -755,7 +756,7 @@ def _byte_unit(max_bytes: float) -> tuple[float, str]:
 
 
 @chart("memory_steps", section="trace_memory", title="GPU memory per step (profiler events)", order=70)
-def trace_memory_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+def trace_memory_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
     """Peak allocated memory per step and device, with the allocated level at step start
     and end; the overall peak is annotated with the op that reached it."""
     ps = getattr(res, "per_step", None)
@@ -804,7 +805,7 @@ _MAX_LINE_POINTS = 20_000
 
 @chart("memory_timeline", section="memory_timeline", also=("memory_peak",), order=10,
        title="GPU memory over time, peak annotated")
-def memory_timeline_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+def memory_timeline_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
     """Allocated and reserved bytes after each allocator event (per device, up to 4); the
     peak is marked, and the right panel shows what was live at it by category and site."""
     series = getattr(res, "series", None)
@@ -877,7 +878,7 @@ def memory_timeline_chart(res: Any, results: Mapping[str, Any]) -> "Figure | Non
 
 @chart("export_timeline", section="export_timeline", order=10,
        title="Memory by category at the peak (export_memory_timeline)")
-def export_timeline_chart(res: Any, results: Mapping[str, Any]) -> "Figure | None":
+def export_timeline_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
     """What the memory held at its peak, by category (bars), with each category's own
     maximum over the run (markers)."""
     at_peak = getattr(res, "at_peak", None)

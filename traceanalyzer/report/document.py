@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceanalyzer import __version__
-from traceanalyzer.analyses import Results, registry as analysis_registry
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses import registry as analysis_registry
 from traceanalyzer.rules import Finding
 
 JSON_SCHEMA_VERSION = "1.0"

@@ -22,8 +22,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import polars as pl
 

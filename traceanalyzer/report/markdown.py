@@ -13,8 +13,9 @@ gives the same text on any machine.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from traceanalyzer import __version__
 from traceanalyzer.analyses import summary_of, tables_of

@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import enum
 import inspect
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
@@ -50,7 +51,7 @@ class Severity(enum.IntEnum):
     CRITICAL = 3
 
     @classmethod
-    def parse(cls, text: str) -> "Severity":
+    def parse(cls, text: str) -> Severity:
         return cls[text.strip().upper()]
 
     def __str__(self) -> str:

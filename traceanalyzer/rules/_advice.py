@@ -8,7 +8,8 @@ does (``docs/context.md``), and withholds steady-state judgements on a capture-o
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from traceanalyzer.analyses._advice import (  # noqa: F401 - re-exported for the rules
     capture_only_note,

@@ -29,7 +29,8 @@ evidence (``cpu_wait_ms_per_step``).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import polars as pl
 

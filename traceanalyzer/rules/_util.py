@@ -8,7 +8,8 @@ A trace without ``ProfilerStep#`` has one whole-trace window: "per step" then me
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import polars as pl
 

@@ -6,7 +6,8 @@ which ``traceanalyzer rules activation_peak`` prints.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import polars as pl
 

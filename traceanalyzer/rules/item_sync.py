@@ -6,14 +6,15 @@ which ``traceanalyzer rules item_sync`` prints.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._hostsync import owned
 from traceanalyzer.rules._advice import for_engine
+from traceanalyzer.rules._hostsync import owned
 from traceanalyzer.rules._util import fmt_count, ms, n_steady, pct_of_step, plural, severity_for, time_finding
 
 

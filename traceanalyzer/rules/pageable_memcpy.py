@@ -6,15 +6,16 @@ which ``traceanalyzer rules pageable_memcpy`` prints.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import polars as pl
 
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._hostsync import implied_correlations, owned
 from traceanalyzer.rules._advice import for_engine
+from traceanalyzer.rules._hostsync import implied_correlations, owned
 from traceanalyzer.rules._util import (
     fmt_count,
     implied_sync,

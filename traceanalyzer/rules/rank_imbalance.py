@@ -7,7 +7,8 @@ which ``traceanalyzer rules rank_imbalance`` prints.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable

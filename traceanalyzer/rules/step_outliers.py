@@ -7,7 +7,8 @@ which ``traceanalyzer rules step_outliers`` prints.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import polars as pl
 

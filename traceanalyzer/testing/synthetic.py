@@ -1570,7 +1570,7 @@ class TraceBuilder:
                 if getattr(self, flag):
                     md[flag] = 1
         if self.layout == "modern":
-            md["trace_id"] = "%032X" % random.Random(f"trace_id/{self.seed}/{self.rank}").getrandbits(128)
+            md["trace_id"] = "{:032X}".format(random.Random(f"trace_id/{self.seed}/{self.rank}").getrandbits(128))
         return md
 
     def _flow_ev(self, ev: _Ev) -> dict[str, Any]:
@@ -2354,7 +2354,7 @@ def scenario_compute_bound(seed: int = 0, *, steps: int = 3, layout: Layout = "m
     gemm = kernel_name(b.gpu, "gemm_bf16")
     for i in range(steps):
         with b.step(i + 1):
-            for layer in range(12):
+            for _layer in range(12):
                 with b.cpu_op("aten::linear", input_dims=[[8192, 4096], [4096, 4096], [4096]],
                               input_types=["c10::BFloat16"] * 3, seq=True):
                     with b.cpu_op("aten::addmm", input_dims=[[4096], [8192, 4096], [4096, 4096]],
