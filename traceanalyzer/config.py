@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -86,6 +87,26 @@ class Config:
             except ValueError:
                 continue
         return key.strip(), value
+
+
+class Params:
+    """The parameters one owner (an analysis or a rule) declares, with the values in effect:
+    each declared default overridden by the config key ``<owner>.<param>`` (converted and
+    checked as :meth:`Config.get` does). ``params.x`` reads one; an undeclared name is an
+    ``AttributeError`` (a typo must not read a silent default)."""
+
+    def __init__(self, owner: str, defaults: Mapping[str, Any], config: Config) -> None:
+        self._owner = owner
+        self._values = {k: config.get(f"{owner}.{k}", v) for k, v in defaults.items()}
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["_values"][name]
+        except KeyError:
+            raise AttributeError(f"{self.__dict__.get('_owner', '?')} declares no parameter {name!r}") from None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._values)
 
 
 def convert(key: str, value: Any, default: T) -> T:

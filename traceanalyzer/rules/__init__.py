@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from traceanalyzer.config import Config
+from traceanalyzer.config import Config, Params
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.plugins import import_submodules
 
@@ -95,22 +95,6 @@ class Finding:
             "cost_bytes": self.cost_bytes,
             "confidence": self.confidence,
         }
-
-
-class Params:
-    """Thresholds of one rule: defaults overridden by ``config`` keys ``<rule_id>.<param>``."""
-
-    def __init__(self, rule_id: str, defaults: Mapping[str, Any], config: Config) -> None:
-        self._values = {k: config.get(f"{rule_id}.{k}", v) for k, v in defaults.items()}
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self._values[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self._values)
 
 
 CheckFunc = Callable[[Mapping[str, Any], Config, Params], Iterable[Finding]]
