@@ -36,26 +36,16 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._intervals import ms
-from traceanalyzer.analyses.steps import StepsResult, assign_steps
-from traceanalyzer.config import Config
+from traceanalyzer.analyses._kernels import GEMM_KERNEL_RE, GEMM_OPS_RE
+from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import gpu_activity
+from traceanalyzer.model.relations import TraceTables, gpu_activity
 
 #: Ops whose first input carries the batch dimension (``embedding``: its second input).
 BATCH_OPS_RE = r"^aten::(conv\d?d|convolution|conv_transpose\dd|linear|embedding)$"
-#: CPU ops that run GEMM/conv/attention work (their input dtypes are the compute dtypes).
-GEMM_OPS_RE = (
-    r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|conv\d?d|convolution|_convolution|cudnn_convolution"
-    r"|miopen_convolution|conv_transpose\dd|_scaled_mm|scaled_dot_product_\w+|_scaled_dot_product_\w+"
-    r"|_flash_attention_\w+|_efficient_attention_\w+)$"
-)
-#: GEMM/conv kernels by name (vendor libraries, CUTLASS, Triton matmuls, Tensile, CK, MIOpen).
-GEMM_KERNEL_RE = (
-    r"(?i)gemm|matmul|bmm|cutlass|cublas|nvjet|xmma|^Cijk_|_ZN2ck|wgmma|convolution|convolve|conv\dd|_conv_"
-    r"|^conv|fprop|dgrad|wgrad|winograd|s16816|h16816|s1688|h1688|s884|h884|tensorop"
-)
 _TYPE_MAP = {
     "float": "fp32", "double": "fp64", "c10::Half": "fp16", "c10::BFloat16": "bf16",
     "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8",
@@ -250,8 +240,9 @@ def _dtypes(model: TraceModel) -> dict[str, Any]:
     return {"ops": op_types, "kernels": kern, "ops_unit": "input count", "kernels_unit": "kernel ns"}
 
 
-def _devices(model: TraceModel) -> list[dict[str, Any]]:
-    used = set(gpu_activity(model)["device"].drop_nulls().unique().to_list()) if model.has_gpu else set()
+def _devices(t: TraceTables) -> list[dict[str, Any]]:
+    model = t.model
+    used = set(gpu_activity(t)["device"].drop_nulls().unique().to_list()) if model.has_gpu else set()
     props = [d for d in model.meta.device_properties if isinstance(d, dict)]
     groups: dict[tuple[str, int], dict[str, Any]] = {}
     for i, d in enumerate(props):  # a handful of devices: metadata, not events
@@ -269,25 +260,28 @@ def _devices(model: TraceModel) -> list[dict[str, Any]]:
     return list(groups.values())
 
 
-@analysis("baseline", depends_on=("steps",), after=("context",), title="Baseline", order=2, shared=("gpu_activity",))
-def baseline(model: TraceModel, results: Results, config: Config) -> BaselineResult:
+@analysis("baseline", depends_on=("steps",), after=("context",), title="Baseline", order=2, shared=("gpu_activity",),
+          params={"batch_size": 0})
+def baseline(ctx: AnalysisContext[TraceModel]) -> BaselineResult:
     """Steady step-time statistics (warm-up apart), samples/s, and the measurement conditions."""
+    model = ctx.model
+    results = ctx.results
     sr: StepsResult = results["steps"]
     t = sr.table
     steady = t.filter(pl.col("window").is_in(sr.steady_windows()))
     stats = step_stats(steady["dur_ns"])
     warm = t.filter(pl.col("is_warmup")).select("step", "dur_ns")
     trunc = t.filter(pl.col("is_truncated") & ~pl.col("is_warmup")).select("step", "dur_ns")
-    override = config.get("diagnosis.batch_size", 0)
+    override = ctx.params.batch_size
     if override > 0:
         batch, src = int(override), "diagnosis.batch_size setting"
     else:
         batch, src = _batch_size(model, sr)
     sps = round(batch * 1e9 / stats["mean"], 2) if batch and stats["mean"] else None
     # An inference engine's throughput is tokens, not samples: never claim samples/s for it.
-    ctx = results.values.get("context")
-    engine = getattr(ctx, "inference_engine", None)
-    tps = ((getattr(ctx, "inference", None) or {}).get("tokens_per_s")) if engine else None
+    run_ctx = results.values.get("context")
+    engine = getattr(run_ctx, "inference_engine", None)
+    tps = ((getattr(run_ctx, "inference", None) or {}).get("tokens_per_s")) if engine else None
     if engine:
         sps = None
     first = t["step"].drop_nulls().min() if sr.has_steps else None
@@ -299,7 +293,7 @@ def baseline(model: TraceModel, results: Results, config: Config) -> BaselineRes
         schedule = "recording starts at ProfilerStep#0: no warm-up in the schedule (the first step carries one-time costs)"
     m = model.meta
     conditions = {
-        "devices": _devices(model),
+        "devices": _devices(ctx.tables),
         "vendor": m.vendor,
         "versions": dict(m.versions),
         "world_size": m.world_size,

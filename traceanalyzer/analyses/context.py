@@ -56,12 +56,12 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._copysync import runtime_by_correlation
-from traceanalyzer.analyses.steps import StepsResult, assign_steps
-from traceanalyzer.config import Config
+from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import deepest_at
+from traceanalyzer.model.relations import TraceTables, deepest_at
 
 COMPILED_REGION_RE = r"^Torch-Compiled Region"
 COMPILED_FUNCTION_RE = r"CompiledFunction"
@@ -420,7 +420,8 @@ def _device(model: TraceModel, fams: pl.DataFrame) -> dict[str, Any]:
             "vendor": vendor}
 
 
-def _attention(model: TraceModel, kn: pl.DataFrame, sr: StepsResult) -> tuple[bool, list[str], dict[str, Any]]:
+def _attention(t: TraceTables, kn: pl.DataFrame, sr: StepsResult) -> tuple[bool, list[str], dict[str, Any]]:
+    model = t.model
     ops = model.cpu_ops
     ev: list[str] = []
     fk = kn.filter(pl.col("name").str.contains(FUSED_ATTENTION_KERNEL_RE)) if kn.height else kn
@@ -445,7 +446,7 @@ def _attention(model: TraceModel, kn: pl.DataFrame, sr: StepsResult) -> tuple[bo
     if att.height and k.height:
         iv = att.select("name", "pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(
             pl.col("id").cast(pl.Int64))
-        rt = runtime_by_correlation(model).select("correlation", "pid", "tid", pl.col("api_ts_ns").alias("ts_ns"))
+        rt = runtime_by_correlation(t).select("correlation", "pid", "tid", pl.col("api_ts_ns").alias("ts_ns"))
         rt = rt.filter(pl.col("correlation").is_in(k["correlation"].drop_nulls().implode()))
         rt = rt.with_columns(id=deepest_at(iv, rt))
         rt = rt.join(iv.select("id", pl.col("name").alias("op")), on="id", how="left").select("correlation", "op")
@@ -474,9 +475,11 @@ def _attention(model: TraceModel, kn: pl.DataFrame, sr: StepsResult) -> tuple[bo
 
 @analysis("context", depends_on=("steps",), title="Run context", order=2,
           shared=("runtime_by_correlation", "gpu_activity"))
-def context(model: TraceModel, results: Results, config: Config) -> ContextResult:
+def context(ctx: AnalysisContext[TraceModel]) -> ContextResult:
     """What the run already does — compiled, CUDA/HIP graphs (replay or capture), inference engine,
     device architecture, fused attention — so that no advice repeats it."""
+    model = ctx.model
+    results = ctx.results
     sr: StepsResult = results["steps"]
     ops = _names(model.cpu_ops.select("name"))
     anns = _names(model.annotations.select("name"))
@@ -508,7 +511,7 @@ def context(model: TraceModel, results: Results, config: Config) -> ContextResul
     fams = _families(kn)
     dev = _device(model, fams)
     arch = dev["device_arch"]
-    fused, aev, pattern = _attention(model, kn, sr)
+    fused, aev, pattern = _attention(ctx.tables, kn, sr)
     return ContextResult(
         compiled=compiled,
         compiled_evidence=tuple(cev),

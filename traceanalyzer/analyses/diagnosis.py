@@ -67,19 +67,20 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses import AnalysisContext, Results, analysis
 from traceanalyzer.analyses._advice import capture_only_note, engine_sync_move, fewer_launches
 from traceanalyzer.analyses._comm import comm_classes
 from traceanalyzer.analyses._copysync import runtime_by_correlation
-from traceanalyzer.analyses._intervals import DATALOADER_RE, is_comm_kernel, ms, window_union_lengths
-from traceanalyzer.analyses.baseline import GEMM_KERNEL_RE, BaselineResult
-from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
-from traceanalyzer.analyses.phases import PHASES, USER_DATA_RE, PhasesResult
-from traceanalyzer.analyses.steps import StepsResult, assign_steps
-from traceanalyzer.config import Config
+from traceanalyzer.analyses._intervals import DATALOADER_RE, ms, window_union_lengths
+from traceanalyzer.analyses._kernels import kernel_class, normalize_kernel_names, on_distinct
+from traceanalyzer.analyses._phases import PHASES, USER_DATA_RE
+from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.baseline import BaselineResult
+from traceanalyzer.analyses.phases import PhasesResult
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import gpu_activity, op_index
+from traceanalyzer.model.relations import TraceTables, gpu_activity, op_index
 from traceanalyzer.timeutil import merge_intervals
 
 #: verdict id → label shown to users.
@@ -98,37 +99,10 @@ VERDICTS: dict[str, str] = {
 CAUSE_VERDICT = {"input": "input_bound", "sync": "sync_bound", "communication": "comm_bound", "host": "cpu_bound"}
 LOST_CAUSES = ("input", "sync", "communication", "host", "other")  # tie order
 
-ATTENTION_KERNEL_RE = r"(?i)flash|fmha|attention|attn|sdpa"
-NORM_REDUCE_KERNEL_RE = (
-    r"(?i)reduce|triton_red|triton_per|softmax|norm|bn_|batch_?norm|sum_|mean|argmax|topk|sort|welford|cross_entropy"
-)
-ELEMENTWISE_KERNEL_RE = (
-    r"(?i)elementwise|vectorized|unrolled|pointwise|triton_poi|functor|fill|copy|cat_|transpose|permute|index"
-    r"|scatter|gather|dropout|activation|gelu|relu|silu|tanh|sigmoid|add|mul|div|where|masked|embedding|memcpy"
-)
-
 _CAUSE_LABEL = {"input": "GPU idle in the DataLoader", "sync": "GPU idle after syncs",
                 "communication": "exposed communication", "host": "GPU idle while the CPU is busy",
                 "other": "unexplained GPU idle"}
 _CAUSE_OF_GAP = {"data_loader": "input", "sync": "sync", "memcpy": "sync", "host_bound": "host"}
-
-
-def kernel_class(name: pl.Expr, comm_name: pl.Expr | None = None) -> pl.Expr:
-    """``communication`` / ``attention`` / ``gemm`` (GEMM and conv) / ``reduction`` (incl. norms,
-    softmax) / ``elementwise`` (incl. copies, fills) / ``other``, by kernel name."""
-    return (
-        pl.when(is_comm_kernel(name, comm_name))
-        .then(pl.lit("communication"))
-        .when(name.str.contains(ATTENTION_KERNEL_RE))
-        .then(pl.lit("attention"))
-        .when(name.str.contains(GEMM_KERNEL_RE))
-        .then(pl.lit("gemm"))
-        .when(name.str.contains(NORM_REDUCE_KERNEL_RE))
-        .then(pl.lit("reduction"))
-        .when(name.str.contains(ELEMENTWISE_KERNEL_RE))
-        .then(pl.lit("elementwise"))
-        .otherwise(pl.lit("other"))
-    )
 
 
 def _pct(part: float | int | None, whole: float | int | None) -> float:
@@ -352,10 +326,10 @@ def _dataloader_intervals(model: TraceModel) -> pl.DataFrame:
     return pl.concat([p.select("ts_ns", "end_ns") for p in parts])
 
 
-def _active_span(model: TraceModel, windows: pl.DataFrame, device: int) -> pl.DataFrame | None:
+def _active_span(t: TraceTables, windows: pl.DataFrame, device: int) -> pl.DataFrame | None:
     """The single window of a step-less trace cut to ``device``'s first-to-last activity (None when
     the device has no activity inside it)."""
-    act = gpu_activity(model).filter(pl.col("device") == device)
+    act = gpu_activity(t).filter(pl.col("device") == device)
     if act.is_empty() or windows.height != 1:
         return None
     lo, hi = int(windows["start_ns"][0]), int(windows["end_ns"][0])
@@ -371,10 +345,11 @@ def _span_edges(windows: pl.DataFrame, span: pl.DataFrame) -> tuple[int, int]:
     return (int(span["start_ns"][0] - windows["start_ns"][0]), int(windows["end_ns"][0] - span["end_ns"][0]))
 
 
-def _gpu_breakdown(model: TraceModel, results: Results, windows: pl.DataFrame, device: int,
+def _gpu_breakdown(t: TraceTables, results: Results, windows: pl.DataFrame, device: int,
                    clipped: bool = False) -> tuple[pl.DataFrame, list[str]]:
     """Per window on ``device``: dur, productive, communication, input, sync, host, other, kernel mix.
     ``clipped``: ``windows`` is the device's active span (a trace without steps), not gpu_time's."""
+    model = t.model
     notes: list[str] = []
     gt = results["gpu_time"].per_step.filter(pl.col("device") == device)
     base = windows.select("window", "step").join(
@@ -402,7 +377,7 @@ def _gpu_breakdown(model: TraceModel, results: Results, windows: pl.DataFrame, d
         pieces.append(g)
     elif ig is None:
         notes.append("idle_gaps did not run: GPU idle inside steps cannot be given a cause (counted as other)")
-    act = gpu_activity(model).filter(pl.col("device") == device)
+    act = gpu_activity(t).filter(pl.col("device") == device)
     lo, hi = int(windows["start_ns"].min()), int(windows["end_ns"].max())  # type: ignore[arg-type]
     if act.height:
         first, last = int(act["ts_ns"].min()), int(act["end_ns"].max())  # type: ignore[arg-type]
@@ -453,7 +428,7 @@ def _gpu_breakdown(model: TraceModel, results: Results, windows: pl.DataFrame, d
     )
     # Kernel mix of the device's kernels, per window.
     # Communication as every analysis counts it (_comm.comm_classes), the rest by name.
-    k = on_distinct(model.kernels.with_columns(is_comm=comm_classes(model)["is_comm"]).filter(pl.col("device") == device),
+    k = on_distinct(model.kernels.with_columns(is_comm=comm_classes(t)["is_comm"]).filter(pl.col("device") == device),
                     ["name", "is_comm"],
                     kclass=pl.when(pl.col("is_comm")).then(pl.lit("communication")).otherwise(kernel_class(pl.col("name"))))
     k = assign_steps(k.select("ts_ns", "dur_ns", "kclass"), windows, "ts_ns").filter(pl.col("window").is_not_null())
@@ -745,21 +720,22 @@ def _secondary(tot: dict[str, Any], verdict: str, minor_pct: float) -> list[str]
     return [f"{labels[c]} {_pct(v, d):.1f} %" for v, c in rows if _pct(v, d) >= minor_pct]
 
 
-def _comm_ops(model: TraceModel, windows: pl.DataFrame, steady: list[int], device: int | None, n: int) -> pl.DataFrame:
+def _comm_ops(t: TraceTables, windows: pl.DataFrame, steady: list[int], device: int | None, n: int) -> pl.DataFrame:
     """Collective kernels of the steady steps grouped by the CPU op that launched them (the deepest
     op around the launch call: ``c10d::allreduce_``, ``record_param_comms`` …), wherever that op
     sits (DDP launches them from inside backward ops on the autograd thread)."""
-    k = model.kernels.filter(comm_classes(model)["is_comm"])
+    model = t.model
+    k = model.kernels.filter(comm_classes(t)["is_comm"])
     if device is not None:
         k = k.filter(pl.col("device") == device)
     k = assign_steps(k, windows, "ts_ns").filter(pl.col("window").is_in(steady))
     if k.is_empty():
         return pl.DataFrame()
-    rt = runtime_by_correlation(model).select("correlation", "pid", "tid", "api_ts_ns")
+    rt = runtime_by_correlation(t).select("correlation", "pid", "tid", "api_ts_ns")
     k = k.join(rt, on="correlation", how="left")
     ops = model.cpu_ops.select("name", "input_dims").with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
     pts = k.select(pl.col("pid").fill_null(-1), pl.col("tid").fill_null(-1), pl.col("api_ts_ns").fill_null(0).alias("ts_ns"))
-    k = k.with_columns(_op=op_index(model).lookup(pts) if ops.height else None)
+    k = k.with_columns(_op=op_index(t).lookup(pts) if ops.height else None)
     k = k.join(ops.select(pl.col("id").alias("_op"), pl.col("name").alias("op"), "input_dims"), on="_op", how="left")
     steps = max(len(steady), 1)
     return (
@@ -795,15 +771,18 @@ def _top_ops(ph: PhasesResult | None, phase: str | None, by: str, n: int) -> pl.
     title="Diagnosis",
     order=1,
     shared=("gpu_activity", "op_nesting", "runtime_by_correlation", "comm_classes"),
+    params={"gpu_bound_pct": 90.0, "mostly_busy_pct": 85.0, "cause_min_pct": 15.0, "dominant_pct": 50.0, "minor_pct": 5.0, "top_ops": 10},
 )
-def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisResult:
+def diagnosis(ctx: AnalysisContext[TraceModel]) -> DiagnosisResult:
     """Baseline → bottleneck type (per step and overall, with evidence) → dominant phase → top operations."""
-    gpu_bound_pct = config.get("diagnosis.gpu_bound_pct", 90.0)
-    mostly_busy_pct = config.get("diagnosis.mostly_busy_pct", 85.0)
-    cause_min_pct = config.get("diagnosis.cause_min_pct", 15.0)
-    dominant_pct = config.get("diagnosis.dominant_pct", 50.0)
-    minor_pct = config.get("diagnosis.minor_pct", 5.0)
-    top_n = config.get("diagnosis.top_ops", 10)
+    model = ctx.model
+    results = ctx.results
+    gpu_bound_pct = ctx.params.gpu_bound_pct
+    mostly_busy_pct = ctx.params.mostly_busy_pct
+    cause_min_pct = ctx.params.cause_min_pct
+    dominant_pct = ctx.params.dominant_pct
+    minor_pct = ctx.params.minor_pct
+    top_n = ctx.params.top_ops
     thresholds = {"gpu_bound_pct": gpu_bound_pct, "mostly_busy_pct": mostly_busy_pct, "cause_min_pct": cause_min_pct,
                   "dominant_pct": dominant_pct, "minor_pct": minor_pct,
                   "top_ops": top_n}
@@ -831,7 +810,7 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
     base_label = "the step"
     if use_gpu:
         device = int(ph.primary_device)  # type: ignore[arg-type]
-        span_windows = _active_span(model, windows, device) if not sr.has_steps else None
+        span_windows = _active_span(ctx.tables, windows, device) if not sr.has_steps else None
         if span_windows is not None:
             # Without step markers the window is the whole trace: profiler start-up before the
             # device's first activity and the tail after its last are not the workload. The GPU is
@@ -842,7 +821,7 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
                          f"{ms(int(windows['end_ns'].max() - windows['start_ns'].min()))} trace); {ms(lead)} before its "  # type: ignore[operator]
                          f"first activity and {ms(tail)} after its last are left out")
             base_label = f"GPU {device}'s active span"
-        bd, more = _gpu_breakdown(model, results, span_windows if span_windows is not None else windows, device,
+        bd, more = _gpu_breakdown(ctx.tables, results, span_windows if span_windows is not None else windows, device,
                                   clipped=span_windows is not None)
         notes += more
         n_dev = gt.per_device.height  # type: ignore[union-attr]
@@ -905,12 +884,12 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
     comm_note = _comm_note(results, verdict) if use_gpu else None
     if comm_note:
         notes.append(comm_note)
-    ctx = results.values.get("context")
-    cap_note = capture_only_note(ctx)
-    inf = getattr(ctx, "inference", None) or {}
-    if getattr(ctx, "inference_engine", None) and inf.get("tokens_per_step") and inf.get("engine_step_ms"):
+    run_ctx = results.values.get("context")
+    cap_note = capture_only_note(run_ctx)
+    inf = getattr(run_ctx, "inference", None) or {}
+    if getattr(run_ctx, "inference_engine", None) and inf.get("tokens_per_step") and inf.get("engine_step_ms"):
         # An engine step is judged per token and sequence, not per sample.
-        ev.append(f"{ctx.inference_engine} {inf['phase']} engine step: {inf['engine_step_ms']:,.3f} ms for "
+        ev.append(f"{run_ctx.inference_engine} {inf['phase']} engine step: {inf['engine_step_ms']:,.3f} ms for "
                   f"{inf['tokens_per_step']:,.0f} token(s) of {inf['sequences_per_step']:,.0f} sequence(s), "
                   f"{inf['engine_step_ms'] * 1000.0 / inf['tokens_per_step']:,.1f} µs per token.")
     if cap_note:
@@ -918,7 +897,7 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
         verdict, share = "capture_only", 0.0
         per = per.with_columns(verdict=pl.lit("capture_only"))
         per_step = per_step.with_columns(verdict=pl.lit("capture_only"), label=pl.lit(VERDICTS["capture_only"]))
-        ev = [f"Capture seen: {'; '.join(ctx.capture_evidence)}; no graph replay in the trace.", *ev[:1]]
+        ev = [f"Capture seen: {'; '.join(run_ctx.capture_evidence)}; no graph replay in the trace.", *ev[:1]]
         mv = ["Profile the steady state instead: the graph replays (decode/training steps after warm-up), e.g. "
               "torch.profiler with schedule(wait=…, warmup=…, active=…) started after the capture, or the "
               "engine's profiler during serving."]
@@ -954,7 +933,7 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
                        else "; by your record_function ranges: ") + annotated + " of the step"
     top = _top_ops(ph, dom, rank_by, top_n)
     if dom == "communication" and use_gpu:
-        top = _comm_ops(model, windows, steady, device, top_n)
+        top = _comm_ops(ctx.tables, windows, steady, device, top_n)
     return DiagnosisResult(
         resource=resource,
         verdict=verdict,
@@ -973,7 +952,7 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
         top_ops=top,
         rank_by=rank_by,
         baseline_line=bl.headline(),
-        throughput_line=_throughput_line(bl, ctx),
+        throughput_line=_throughput_line(bl, run_ctx),
         conditions_line=bl.conditions_line(),
         baseline={"step_time_ns": bl.stats, "warmup_steps": bl.warmup.to_dicts(), "batch_size": bl.batch_size,
                   "samples_per_s": bl.samples_per_s},

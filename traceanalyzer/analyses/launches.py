@@ -45,10 +45,10 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._intervals import dist_stats, pct, us
-from traceanalyzer.analyses.steps import StepsResult, assign_steps
-from traceanalyzer.config import Config
+from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import launches as join_launches
@@ -116,13 +116,15 @@ class LaunchesResult:
 @analysis(
     "launches", depends_on=("steps", "gpu_time"), title="Kernel launches", order=50,
     shared=("gpu_activity", "launches"),
+    params={"min_cpu_to_gpu_ratio": 1.0, "max_busy_pct": 80.0},
 )
-def launches(model: TraceModel, results: Results, config: Config) -> LaunchesResult:
+def launches(ctx: AnalysisContext[TraceModel]) -> LaunchesResult:
     """Launch calls joined to GPU work: CPU/GPU durations, launch delay, launch-bound steps."""
-    min_ratio = config.get("launches.min_cpu_to_gpu_ratio", 1.0)
-    max_busy = config.get("launches.max_busy_pct", 80.0)
+    results = ctx.results
+    min_ratio = ctx.params.min_cpu_to_gpu_ratio
+    max_busy = ctx.params.max_busy_pct
     sr: StepsResult = results["steps"]
-    all_calls = join_launches(model).filter(pl.col("is_launch"))
+    all_calls = join_launches(ctx.tables).filter(pl.col("is_launch"))
     if all_calls.is_empty():
         raise NotApplicable("no kernel/copy launch calls in this trace (no CUDA/HIP/XPU/MTIA runtime events)")
     j = all_calls.filter(pl.col("gpu_ts_ns").is_not_null())

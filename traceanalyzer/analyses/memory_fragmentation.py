@@ -33,9 +33,8 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult
-from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model.memory import SnapshotModel
 
@@ -108,8 +107,10 @@ class MemoryFragmentationResult:
 
 @analysis("memory_fragmentation", input="snapshot", depends_on=("memory_timeline",),
           title="Memory fragmentation and waste", order=12)
-def memory_fragmentation(model: SnapshotModel, results: Results, config: Config) -> MemoryFragmentationResult:
+def memory_fragmentation(ctx: AnalysisContext[SnapshotModel]) -> MemoryFragmentationResult:
     """Reserved vs allocated, free-block sizes, split segments, empty_cache churn, settings."""
+    model = ctx.model
+    results = ctx.results
     if model.segments.is_empty():
         raise NotApplicable("the snapshot holds no segments (nothing reserved at dump time)")
     b = model.blocks.with_columns(

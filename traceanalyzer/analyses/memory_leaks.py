@@ -44,9 +44,9 @@ import polars as pl
 if TYPE_CHECKING:
     import numpy as np
 
-from traceanalyzer.analyses import Results, analysis
-from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult, attach_stacks
-from traceanalyzer.config import Config
+from traceanalyzer.analyses import AnalysisContext, analysis
+from traceanalyzer.analyses._memory import attach_stacks
+from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model.memory import SnapshotModel
 
@@ -140,12 +140,15 @@ class MemoryLeaksResult:
                 "Allocated during the history and alive at the end": self.live_at_end_by_site.head(15)}
 
 
-@analysis("memory_leaks", input="snapshot", depends_on=("memory_timeline",), title="Memory leaks", order=13)
-def memory_leaks(model: SnapshotModel, results: Results, config: Config) -> MemoryLeaksResult:
+@analysis("memory_leaks", input="snapshot", depends_on=("memory_timeline",), title="Memory leaks", order=13,
+          params={"min_iterations": 3, "min_bytes": 1 << 20})
+def memory_leaks(ctx: AnalysisContext[SnapshotModel]) -> MemoryLeaksResult:
     """Sites whose live allocations grow iteration over iteration and survive to the end."""
+    model = ctx.model
+    results = ctx.results
     import numpy as np  # lazy: a trace run never needs numpy (0.14 s import)
-    min_iter = max(2, int(config.get("memory_leaks.min_iterations", 3)))
-    min_bytes = config.get("memory_leaks.min_bytes", 1 << 20)
+    min_iter = max(2, int(ctx.params.min_iterations))
+    min_bytes = ctx.params.min_bytes
     tl: MemoryTimelineResult = results["memory_timeline"]
     if not tl.history:
         raise NotApplicable("no allocation history: record with torch.cuda.memory._record_memory_history()")

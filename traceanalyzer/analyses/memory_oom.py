@@ -23,10 +23,9 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
-from traceanalyzer.analyses.memory_peak import breakdown
-from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult, live_at
-from traceanalyzer.config import Config
+from traceanalyzer.analyses import AnalysisContext, analysis
+from traceanalyzer.analyses._memory import breakdown, live_at
+from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model.memory import SnapshotModel
 
@@ -81,10 +80,13 @@ class MemoryOOMResult:
                 "Live at OOM by category": self.categories}
 
 
-@analysis("memory_oom", input="snapshot", depends_on=("memory_timeline",), title="Out of memory", order=14)
-def memory_oom(model: SnapshotModel, results: Results, config: Config) -> MemoryOOMResult:
+@analysis("memory_oom", input="snapshot", depends_on=("memory_timeline",), title="Out of memory", order=14,
+          params={"top_n": 10})
+def memory_oom(ctx: AnalysisContext[SnapshotModel]) -> MemoryOOMResult:
     """The OOM event: requested size, free device memory, state then, what filled it."""
-    top_n = config.get("memory_oom.top_n", 10)
+    model = ctx.model
+    results = ctx.results
+    top_n = ctx.params.top_n
     ooms = model.trace.filter(pl.col("action") == "oom").sort("device", "event_idx")
     if ooms.is_empty():
         raise NotApplicable("no OOM event in the history (the allocator records one when cudaMalloc fails "
