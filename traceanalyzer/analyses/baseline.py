@@ -16,7 +16,7 @@ Definitions
   model-entry op of each steady step — the first ``aten::conv*``/``aten::convolution``,
   ``aten::linear`` or ``aten::embedding`` (its index tensor) on any thread — as the
   leading dimension; the most common value over the steps wins. It is a heuristic and
-  says where it came from; ``diagnosis.batch_size`` (default 0 = infer) overrides it.
+  says where it came from; ``baseline.batch_size`` (default 0 = infer) overrides it.
   **Samples/s** = batch size / mean steady step time. Not for an inference engine (``context``):
   its throughput is tokens/s, from the engine-step annotations when the trace records them.
 * **Conditions**: devices (``deviceProperties`` names and memory; devices that ran
@@ -161,7 +161,7 @@ class BaselineResult:
         elif self.samples_per_s is not None:
             out.append(("Throughput", f"{self.samples_per_s:,.1f} samples/s (batch {self.batch_size}, {self.batch_source})"))
         else:
-            out.append(("Throughput", "batch size unknown (no input shapes recorded): set diagnosis.batch_size"))
+            out.append(("Throughput", "batch size unknown (no input shapes recorded): set baseline.batch_size"))
         out.append(("Conditions", self.conditions_line()))
         return out
 
@@ -274,7 +274,7 @@ def baseline(ctx: AnalysisContext[TraceModel]) -> BaselineResult:
     trunc = t.filter(pl.col("is_truncated") & ~pl.col("is_warmup")).select("step", "dur_ns")
     override = ctx.params.batch_size
     if override > 0:
-        batch, src = int(override), "diagnosis.batch_size setting"
+        batch, src = int(override), "baseline.batch_size setting"
     else:
         batch, src = _batch_size(model, sr)
     sps = round(batch * 1e9 / stats["mean"], 2) if batch and stats["mean"] else None

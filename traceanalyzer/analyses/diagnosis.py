@@ -57,7 +57,7 @@ verdicts), with kernel count, mean GPU time per call, input shapes and module/an
 Settings: ``diagnosis.gpu_bound_pct`` (90), ``diagnosis.mostly_busy_pct`` (85),
 ``diagnosis.cause_min_pct`` (15), ``diagnosis.dominant_pct`` (50),
 ``diagnosis.minor_pct`` (5: secondary causes listed), ``diagnosis.top_ops`` (10),
-``diagnosis.batch_size`` (0 = infer; read by ``baseline``).
+``baseline.batch_size`` (0 = infer) belongs to ``baseline``.
 """
 
 from __future__ import annotations
