@@ -8,12 +8,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import polars as pl
 
-from traceanalyzer.analyses._intervals import pct  # noqa: F401 - re-exported for copies/syncs
+from traceanalyzer.analyses._steps import StepWindows
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, gpu_activity, trace_tables
 
@@ -203,10 +200,9 @@ def containing(df: pl.DataFrame, outer: pl.DataFrame, ts_col: str, id_col: str =
 # Step windows
 # ---------------------------------------------------------------------------------------------
 
-def step_windows(model: TraceModel, results: Mapping[str, Any]) -> tuple[pl.DataFrame, bool]:
+def step_windows(res: StepWindows) -> tuple[pl.DataFrame, bool]:
     """``(windows, has_steps)``: ``window, step, start_ns, end_ns, dur_ns`` of the ``steps``
     result (CPU step extended to its GPU tail; one whole-trace window without steps)."""
-    res = results["steps"]
     w = res.windows()
     return w.with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns")), bool(res.has_steps)
 

@@ -20,6 +20,13 @@ class HasWindows(Protocol):
     def windows(self) -> pl.DataFrame: ...
 
 
+class StepWindows(HasWindows, Protocol):
+    """The ``steps`` result as its readers see it: windows, and whether they are real steps."""
+
+    @property
+    def has_steps(self) -> bool: ...
+
+
 def assign_steps(df: pl.DataFrame, steps: HasWindows | pl.DataFrame, ts_col: str = "ts_ns") -> pl.DataFrame:
     """Add ``window`` and ``step`` to ``df``: the step window containing ``ts_col`` (as-of join).
 
@@ -33,4 +40,4 @@ def assign_steps(df: pl.DataFrame, steps: HasWindows | pl.DataFrame, ts_col: str
     return assign_window(base, w, ts_col, "window", carry=("step",))
 
 
-__all__ = ["HasWindows", "assign_steps"]
+__all__ = ["HasWindows", "StepWindows", "assign_steps"]

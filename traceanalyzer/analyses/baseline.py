@@ -40,6 +40,7 @@ from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._intervals import ms
 from traceanalyzer.analyses._kernels import GEMM_KERNEL_RE, GEMM_OPS_RE
 from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.context import ContextResult
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, gpu_activity
@@ -265,8 +266,7 @@ def _devices(t: TraceTables) -> list[dict[str, Any]]:
 def baseline(ctx: AnalysisContext[TraceModel]) -> BaselineResult:
     """Steady step-time statistics (warm-up apart), samples/s, and the measurement conditions."""
     model = ctx.model
-    results = ctx.results
-    sr: StepsResult = results["steps"]
+    sr = ctx.need("steps", StepsResult)
     t = sr.table
     steady = t.filter(pl.col("window").is_in(sr.steady_windows()))
     stats = step_stats(steady["dur_ns"])
@@ -279,7 +279,7 @@ def baseline(ctx: AnalysisContext[TraceModel]) -> BaselineResult:
         batch, src = _batch_size(model, sr)
     sps = round(batch * 1e9 / stats["mean"], 2) if batch and stats["mean"] else None
     # An inference engine's throughput is tokens, not samples: never claim samples/s for it.
-    run_ctx = results.values.get("context")
+    run_ctx = ctx.typed("context", ContextResult)
     engine = getattr(run_ctx, "inference_engine", None)
     tps = ((getattr(run_ctx, "inference", None) or {}).get("tokens_per_s")) if engine else None
     if engine:

@@ -202,7 +202,6 @@ def communication(ctx: AnalysisContext[TraceModel]) -> CommunicationResult:
     """Collectives per type, process group and stream (count, time, bytes, algbw/busbw) and the
     share of communication hidden under compute, per device and steady step."""
     model = ctx.model
-    results = ctx.results
     exposed_pct = float(ctx.params.exposed_pct)
     large_pct = float(ctx.params.large_pct)
     if model.kernels.is_empty():
@@ -211,7 +210,7 @@ def communication(ctx: AnalysisContext[TraceModel]) -> CommunicationResult:
     if k.is_empty():
         raise NotApplicable("no communication kernels (no collective metadata, no kernel launched by a "
                             "communication op, no kernel of a communication library)")
-    sr: StepsResult = results["steps"]
+    sr = ctx.need("steps", StepsResult)
     windows = sr.windows()
     steady = sr.steady_windows()
     n_steady = max(len(steady), 1)

@@ -479,8 +479,7 @@ def context(ctx: AnalysisContext[TraceModel]) -> ContextResult:
     """What the run already does — compiled, CUDA/HIP graphs (replay or capture), inference engine,
     device architecture, fused attention — so that no advice repeats it."""
     model = ctx.model
-    results = ctx.results
-    sr: StepsResult = results["steps"]
+    sr = ctx.need("steps", StepsResult)
     ops = _names(model.cpu_ops.select("name"))
     anns = _names(model.annotations.select("name"))
     frames = _names(model.python_frames.select("name"))

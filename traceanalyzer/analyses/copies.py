@@ -48,11 +48,12 @@ from traceanalyzer.analyses._copysync import (
     csv_setting,
     kind_from_api,
     outermost,
-    pct,
     step_windows,
     transfers,
 )
+from traceanalyzer.analyses._intervals import pct
 from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import launches
@@ -185,7 +186,6 @@ def copies(ctx: AnalysisContext[TraceModel]) -> CopiesResult:
     """Every copy op and GPU memcpy/memset: direction, bytes, bandwidth, pinned/pageable, sync/async,
     GPU and CPU time, grouped by CPU op, by call site and per step."""
     model = ctx.model
-    results = ctx.results
     top_n = ctx.params.top_n
     max_events = ctx.params.max_events
     libs = csv_setting(ctx.params.library_modules)
@@ -197,7 +197,7 @@ def copies(ctx: AnalysisContext[TraceModel]) -> CopiesResult:
         raise NotApplicable(
             "no GPU memcpy/memset events and no aten::copy_/to/_to_copy/contiguous/clone ops in this trace"
         )
-    windows, has_steps = step_windows(model, results)
+    windows, has_steps = step_windows(ctx.need("steps", StepsResult))
     n_steps = windows.height if has_steps else None
 
     # Outermost copy ops and everything launched from inside them.

@@ -63,11 +63,11 @@ Settings: ``diagnosis.gpu_bound_pct`` (90), ``diagnosis.mostly_busy_pct`` (85),
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import polars as pl
 
-from traceanalyzer.analyses import AnalysisContext, Results, analysis
+from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._advice import capture_only_note, engine_sync_move, fewer_launches
 from traceanalyzer.analyses._comm import comm_classes
 from traceanalyzer.analyses._copysync import runtime_by_correlation
@@ -76,12 +76,28 @@ from traceanalyzer.analyses._kernels import kernel_class, normalize_kernel_names
 from traceanalyzer.analyses._phases import PHASES, USER_DATA_RE
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.baseline import BaselineResult
+from traceanalyzer.analyses.communication import CommunicationResult
+from traceanalyzer.analyses.context import ContextResult
+from traceanalyzer.analyses.gpu_time import GpuTimeResult
+from traceanalyzer.analyses.idle_gaps import IdleGapsResult
+from traceanalyzer.analyses.kernels import KernelsResult
+from traceanalyzer.analyses.launches import LaunchesResult
 from traceanalyzer.analyses.phases import PhasesResult
 from traceanalyzer.analyses.steps import StepsResult
+from traceanalyzer.analyses.syncs import SyncsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, gpu_activity, op_index
 from traceanalyzer.timeutil import merge_intervals
+
+R = TypeVar("R")
+
+
+class _Reads(Protocol):
+    """What the communication helpers read: the optional results of the analysis context."""
+
+    def typed(self, name: str, kind: type[R]) -> R | None: ...
+
 
 #: verdict id → label shown to users.
 VERDICTS: dict[str, str] = {
@@ -345,13 +361,16 @@ def _span_edges(windows: pl.DataFrame, span: pl.DataFrame) -> tuple[int, int]:
     return (int(span["start_ns"][0] - windows["start_ns"][0]), int(windows["end_ns"][0] - span["end_ns"][0]))
 
 
-def _gpu_breakdown(t: TraceTables, results: Results, windows: pl.DataFrame, device: int,
+def _gpu_breakdown(t: TraceTables, reads: AnalysisContext[TraceModel], windows: pl.DataFrame, device: int,
                    clipped: bool = False) -> tuple[pl.DataFrame, list[str]]:
     """Per window on ``device``: dur, productive, communication, input, sync, host, other, kernel mix.
     ``clipped``: ``windows`` is the device's active span (a trace without steps), not gpu_time's."""
     model = t.model
     notes: list[str] = []
-    gt = results["gpu_time"].per_step.filter(pl.col("device") == device)
+    gtr = reads.typed("gpu_time", GpuTimeResult)
+    if gtr is None:  # the caller checked it ran
+        raise NotApplicable("gpu_time did not run")
+    gt = gtr.per_step.filter(pl.col("device") == device)
     base = windows.select("window", "step").join(
         gt.select("window", "dur_ns", "compute_ns", "communication_ns", "memcpy_ns", "memset_ns", "idle_ns"),
         on="window", how="left",
@@ -368,7 +387,7 @@ def _gpu_breakdown(t: TraceTables, results: Results, windows: pl.DataFrame, devi
 
     # Idle causes: gaps between activities (idle_gaps) and the edges before/after all activity.
     pieces: list[pl.DataFrame] = []
-    ig = results.values.get("idle_gaps")
+    ig = reads.typed("idle_gaps", IdleGapsResult)
     if ig is not None and ig.device_gaps.height:
         g = ig.device_gaps.filter(pl.col("device") == device).select(
             "start_ns", "end_ns",
@@ -478,7 +497,8 @@ def _first(df: Any, n: int = 1) -> list[dict[str, Any]]:
     return df.head(n).to_dicts() if df is not None and getattr(df, "height", 0) else []
 
 
-def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results: Results, bl: BaselineResult,
+def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, reads: AnalysisContext[TraceModel],
+                  bl: BaselineResult,
                   steady: list[int], device: int) -> tuple[list[str], list[str]]:
     d = tot["dur_ns"]
     p = {c: _pct(tot[f"{c}_ns"], d) for c in ("productive", "compute", "transfer", "communication", "input", "sync",
@@ -490,11 +510,11 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
         f"{p['sync']:.1f} %, host busy {p['host']:.1f} %, unexplained {p['other']:.1f} %)."
     ]
     mv: list[str] = []
-    kern = results.values.get("kernels")
-    launches = results.values.get("launches")
-    syncs = results.values.get("syncs")
-    ig = results.values.get("idle_gaps")
-    ctx = results.values.get("context")
+    kern = reads.typed("kernels", KernelsResult)
+    launches = reads.typed("launches", LaunchesResult)
+    syncs = reads.typed("syncs", SyncsResult)
+    ig = reads.typed("idle_gaps", IdleGapsResult)
+    run_ctx = reads.typed("context", ContextResult)
     ktot = tot["compute_kernel_ns"] + tot["memory_kernel_ns"] + tot["other_kernel_ns"]
     dtypes = set(bl.conditions["dtypes"]["ops"]) | set(bl.conditions["dtypes"]["kernels"])
     if verdict in ("compute_bound", "memory_bound"):
@@ -511,16 +531,16 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
             ev.append("Compute dtypes seen: " + ", ".join(sorted(dtypes)) + ".")
     if verdict == "compute_bound":
         if {"fp32", "tf32"} & dtypes and not {"bf16", "fp16", "fp8"} & dtypes:
-            if ctx is not None and ctx.vendor == "nvidia" and ctx.supports_bf16 is False:
+            if run_ctx is not None and run_ctx.vendor == "nvidia" and run_ctx.supports_bf16 is False:
                 mv.append(f"The GEMMs run in fp32: fp16 autocast with a GradScaler is the first lever (the "
-                          f"{ctx.device_arch} tensor cores take fp16 only: no bf16, no TF32 on this device).")
+                          f"{run_ctx.device_arch} tensor cores take fp16 only: no bf16, no TF32 on this device).")
             else:
                 mv.append("The GEMMs run in fp32/tf32: mixed precision (torch.autocast bf16/fp16) is the first "
                           "lever (2-8× tensor-core throughput); torch.set_float32_matmul_precision('high') at least.")
-        attn = "" if ctx is not None and ctx.fused_attention else "fused attention (SDPA/FlashAttention), "
+        attn = "" if run_ctx is not None and run_ctx.fused_attention else "fused attention (SDPA/FlashAttention), "
         low = ("lower precision (fp16 with a GradScaler: no bf16 on this device)"
-               if ctx is not None and ctx.vendor == "nvidia" and ctx.supports_bf16 is False else "lower precision (bf16/fp8)")
-        gpu_like = ctx is None or ctx.vendor in ("nvidia", "amd", "unknown", None)
+               if run_ctx is not None and run_ctx.vendor == "nvidia" and run_ctx.supports_bf16 is False else "lower precision (bf16/fp8)")
+        gpu_like = run_ctx is None or run_ctx.vendor in ("nvidia", "amd", "unknown", None)
         shapes = ("tensor-core friendly shapes (multiples of 8/16)" if gpu_like
                   else "shapes that fill the accelerator's matrix units (its vendor's tiling guidance)")
         mv.append(f"Less work or faster math: {low}, {shapes}, {attn}no unneeded recomputation, a larger/faster "
@@ -528,12 +548,12 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
                   "CPU-side fixes will not help.")
     elif verdict == "memory_bound":
         fuse = ("the code is already compiled: shrink what runs outside the compiled regions (graph breaks), "
-                "fused" if ctx is not None and ctx.compiled else "torch.compile (fuses elementwise/reduction chains), fused")
+                "fused" if run_ctx is not None and run_ctx.compiled else "torch.compile (fuses elementwise/reduction chains), fused")
         mv.append(f"Fuse the memory-bound kernels: {fuse} "
                   "optimizers (fused=True / foreach), fused norms and SDPA, channels_last for convs, avoid "
                   "needless .contiguous()/copies; larger GEMMs raise arithmetic intensity.")
     elif verdict == "input_bound":
-        cpu_dl = results["phases"].cpu_mean.get("data_loading_ns") if results.values.get("phases") else None
+        cpu_dl = reads.need("phases", PhasesResult).cpu_mean.get("data_loading_ns")
         ev.append(f"The CPU spends {ms(cpu_dl)} per step in the DataLoader ({_pct(cpu_dl, d / max(len(steady), 1)):.1f} "
                   "% of the step).")
         single = model.annotations.filter(pl.col("name").str.contains("_SingleProcessDataLoaderIter")).height
@@ -557,8 +577,8 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
                       f"{100.0 * launches.n_shorter_than_launch / max(launches.n_joined, 1):.1f} % of GPU "
                       "activities are shorter than their launch call.")
             if nb * 2 >= max(ps.height, 1):
-                if ctx is not None and (ctx.compiled or ctx.cuda_graphs or ctx.graph_capture):
-                    mv.append("Launch overhead dominates: " + fewer_launches(model.meta.vendor, ctx)
+                if run_ctx is not None and (run_ctx.compiled or run_ctx.cuda_graphs or run_ctx.graph_capture):
+                    mv.append("Launch overhead dominates: " + fewer_launches(model.meta.vendor, run_ctx)
                               + "; a larger batch per launch helps too.")
                 else:
                     mv.append("Launch overhead dominates: capture the step in CUDA graphs "
@@ -572,11 +592,11 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
         if top:
             ev.append(f"During long GPU gaps the CPU is mostly in `{top[0]['cpu_context']}` "
                       f"({top[0]['pct_of_idle']:.0f} % of idle time).")
-        if ctx is not None and ctx.inference_engine:
-            mv.append(f"Cut the CPU work between engine steps ({ctx.inference_engine}: scheduling, sampling, input "
+        if run_ctx is not None and run_ctx.inference_engine:
+            mv.append(f"Cut the CPU work between engine steps ({run_ctx.inference_engine}: scheduling, sampling, input "
                       "preparation, detokenisation run on the host between graph replays): larger decode batches, "
                       "async scheduling/output processing where the engine offers it.")
-        elif ctx is not None and ctx.compiled:
+        elif run_ctx is not None and run_ctx.compiled:
             mv.append("Cut the CPU work between launches: the code is already compiled, so remove what still runs "
                       "eagerly (graph breaks: TORCH_LOGS=graph_breaks; recompiles: TORCH_LOGS=recompiles), move "
                       "host-side bookkeeping (logging, metric math, Python loops over tensors) out of the step, "
@@ -597,9 +617,9 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
             for r in _first(syncs.by_site, 3):
                 ev.append(f"Sync site {r['site']}: {r['count']:,} point(s) ({r.get('causes') or ''}), blocked "
                           f"{ms(r['blocked_ns'])}.")
-        if ctx is not None and ctx.inference_engine:
+        if run_ctx is not None and run_ctx.inference_engine:
             # The engine's own step syncs (sampled tokens copied to the host): its settings, not user code.
-            mv.append(engine_sync_move(str(ctx.inference_engine)))
+            mv.append(engine_sync_move(str(run_ctx.inference_engine)))
         else:
             mv.append("Remove host syncs from the loop: keep metrics on the GPU and call .item()/.cpu() every N steps, "
                       "no print/if on CUDA tensors, no torch.cuda.synchronize() in the step, pinned memory with "
@@ -607,7 +627,7 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
     elif verdict == "comm_bound":
         comm_total = tot["comm_kernel_ns"]
         hidden = max(comm_total - tot["communication_ns"], 0)
-        cr = results.values.get("communication")
+        cr = reads.typed("communication", CommunicationResult)
         if cr is not None and cr.totals["device"] == device:  # one value per fact: the communication analysis'
             comm_ps, hidden_pct = cr.totals["comm_ns_per_step"], cr.totals["hidden_pct"] or 0.0
         else:
@@ -618,8 +638,8 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
         if top:
             ev.append(f"Top collective kernel: {top[0]['name']} ({top[0]['count']:,} calls, "
                       f"{ms(top[0]['total_ns'])} in all).")
-        ev += _comm_evidence(results)
-        mv += _comm_moves(results)
+        ev += _comm_evidence(reads)
+        mv += _comm_moves(reads)
     else:  # mixed
         causes = sorted(((tot[f"{c}_ns"], c) for c in LOST_CAUSES), reverse=True)
         ev.append("No single cause holds the majority of the lost time: " + ", ".join(
@@ -655,12 +675,12 @@ _STRAGGLER = ("Long collectives on one rank can also mean another rank is slow (
               "(`traceanalyzer batch` over every rank's trace).")
 
 
-def _comm_moves(results: Results) -> list[str]:
+def _comm_moves(reads: _Reads) -> list[str]:
     """What would move a communication-bound step, by the collective types that take the time:
     all-to-all/dispatch/combine → expert parallelism; all-reduce in an inference engine → tensor
     parallelism; send/recv → pipeline parallelism; otherwise gradient collectives (data parallel)."""
-    c = results.values.get("communication")
-    ctx = results.values.get("context")
+    c = reads.typed("communication", CommunicationResult)
+    run_ctx = reads.typed("context", ContextResult)
     kinds: list[str] = []
     if c is not None and c.by_type.height:
         total = float(c.by_type["total_ns"].sum() or 0)
@@ -670,7 +690,7 @@ def _comm_moves(results: Results) -> list[str]:
             t = str(r["type"])
             kind = ("expert" if t in ("all_to_all", "dispatch", "combine") else
                     "pipeline" if t in ("send_recv", "send", "recv") else
-                    "tensor_parallel" if t == "all_reduce" and getattr(ctx, "inference_engine", None) else
+                    "tensor_parallel" if t == "all_reduce" and getattr(run_ctx, "inference_engine", None) else
                     "data_parallel")
             if kind not in kinds:
                 kinds.append(kind)
@@ -689,9 +709,9 @@ def _comm_moves(results: Results) -> list[str]:
     return moves + [_STRAGGLER]
 
 
-def _comm_evidence(results: Results) -> list[str]:
+def _comm_evidence(reads: _Reads) -> list[str]:
     """How the communication kernels were recognised and what they are (``communication``)."""
-    c = results.values.get("communication")
+    c = reads.typed("communication", CommunicationResult)
     if c is None:
         return []
     out = [f"{c.signal_line()}."]
@@ -702,9 +722,9 @@ def _comm_evidence(results: Results) -> list[str]:
     return out
 
 
-def _comm_note(results: Results, verdict: str) -> str | None:
+def _comm_note(reads: _Reads, verdict: str) -> str | None:
     """A note when communication is large but hidden under compute (not the bottleneck)."""
-    c = results.values.get("communication")
+    c = reads.typed("communication", CommunicationResult)
     if c is None or verdict == "comm_bound" or c.totals["overlap_verdict"] != "large_but_hidden":
         return None
     t = c.totals
@@ -776,7 +796,6 @@ def _top_ops(ph: PhasesResult | None, phase: str | None, by: str, n: int) -> pl.
 def diagnosis(ctx: AnalysisContext[TraceModel]) -> DiagnosisResult:
     """Baseline → bottleneck type (per step and overall, with evidence) → dominant phase → top operations."""
     model = ctx.model
-    results = ctx.results
     gpu_bound_pct = ctx.params.gpu_bound_pct
     mostly_busy_pct = ctx.params.mostly_busy_pct
     cause_min_pct = ctx.params.cause_min_pct
@@ -786,9 +805,9 @@ def diagnosis(ctx: AnalysisContext[TraceModel]) -> DiagnosisResult:
     thresholds = {"gpu_bound_pct": gpu_bound_pct, "mostly_busy_pct": mostly_busy_pct, "cause_min_pct": cause_min_pct,
                   "dominant_pct": dominant_pct, "minor_pct": minor_pct,
                   "top_ops": top_n}
-    sr: StepsResult = results["steps"]
-    bl: BaselineResult = results["baseline"]
-    ph: PhasesResult = results["phases"]
+    sr = ctx.need("steps", StepsResult)
+    bl = ctx.need("baseline", BaselineResult)
+    ph = ctx.need("phases", PhasesResult)
     windows = sr.windows()
     steady = sr.steady_windows()
     if int((windows["end_ns"] - windows["start_ns"]).sum()) <= 0:
@@ -797,10 +816,10 @@ def diagnosis(ctx: AnalysisContext[TraceModel]) -> DiagnosisResult:
     if not sr.has_steps:
         notes.append("no ProfilerStep# ranges: the whole trace is judged as one window, start-up and tail included; "
                      "profile with torch.profiler.schedule and prof.step() for per-step numbers")
-    gt = results.values.get("gpu_time")
+    gt = ctx.typed("gpu_time", GpuTimeResult)
     use_gpu = model.has_gpu and gt is not None and ph.primary_device is not None
     if model.has_gpu and not use_gpu:
-        why = results.skipped.get("gpu_time") or results.failed.get("gpu_time") or "gpu_time did not run"
+        why = ctx.results.skipped.get("gpu_time") or ctx.results.failed.get("gpu_time") or "gpu_time did not run"
         notes.append(f"the trace has GPU activity but its GPU breakdown is unavailable ({why}): CPU-side verdict")
     if not model.has_gpu and model.cpu_ops.is_empty() and model.annotations.is_empty():
         raise NotApplicable("no CPU ops and no GPU activity in this trace: nothing to diagnose")
@@ -821,7 +840,7 @@ def diagnosis(ctx: AnalysisContext[TraceModel]) -> DiagnosisResult:
                          f"{ms(int(windows['end_ns'].max() - windows['start_ns'].min()))} trace); {ms(lead)} before its "  # type: ignore[operator]
                          f"first activity and {ms(tail)} after its last are left out")
             base_label = f"GPU {device}'s active span"
-        bd, more = _gpu_breakdown(ctx.tables, results, span_windows if span_windows is not None else windows, device,
+        bd, more = _gpu_breakdown(ctx.tables, ctx, span_windows if span_windows is not None else windows, device,
                                   clipped=span_windows is not None)
         notes += more
         n_dev = gt.per_device.height  # type: ignore[union-attr]
@@ -832,7 +851,7 @@ def diagnosis(ctx: AnalysisContext[TraceModel]) -> DiagnosisResult:
         tot_df = apply_verdicts(sums, gpu_bound_pct, dominant_pct, mostly_busy_pct, cause_min_pct)
         tot = tot_df.row(0, named=True)
         verdict, share = str(tot["verdict"]), float(tot["share_pct"])
-        ev, mv = _gpu_evidence(verdict, tot, model, results, bl, steady, device)
+        ev, mv = _gpu_evidence(verdict, tot, model, ctx, bl, steady, device)
         secondary = _secondary(tot, verdict, minor_pct)
         pct_cols = ("productive", "communication", "input", "sync", "host", "other")
         per_step = per.with_columns(
@@ -881,10 +900,10 @@ def diagnosis(ctx: AnalysisContext[TraceModel]) -> DiagnosisResult:
         resource = "cpu"
         phase_tables["CPU time per phase and step"] = ph.cpu
 
-    comm_note = _comm_note(results, verdict) if use_gpu else None
+    comm_note = _comm_note(ctx, verdict) if use_gpu else None
     if comm_note:
         notes.append(comm_note)
-    run_ctx = results.values.get("context")
+    run_ctx = ctx.typed("context", ContextResult)
     cap_note = capture_only_note(run_ctx)
     inf = getattr(run_ctx, "inference", None) or {}
     if getattr(run_ctx, "inference_engine", None) and inf.get("tokens_per_step") and inf.get("engine_step_ms"):

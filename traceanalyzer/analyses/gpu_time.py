@@ -124,10 +124,9 @@ def _with_pct(df: pl.DataFrame, total: str) -> pl.DataFrame:
 def gpu_time(ctx: AnalysisContext[TraceModel]) -> GpuTimeResult:
     """Busy/idle per device and step (compute > communication > memcpy > memset), tb_plugin breakdown."""
     model = ctx.model
-    results = ctx.results
     if not model.has_gpu:
         raise NotApplicable("no GPU activity in this trace (no kernels, memcpy or memset)")
-    sr: StepsResult = results["steps"]
+    sr = ctx.need("steps", StepsResult)
     windows = sr.windows()
     act = gpu_activity_classes(ctx.tables).filter(pl.col("device").is_not_null())
     levels = [(c, act.filter(pl.col("category") == c)) for c in DEVICE_CATEGORIES]

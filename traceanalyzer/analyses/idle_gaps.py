@@ -354,13 +354,12 @@ def _per(gaps: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 def idle_gaps(ctx: AnalysisContext[TraceModel]) -> IdleGapsResult:
     """Every device/stream gap with a cause and what the launching CPU thread was doing."""
     model = ctx.model
-    results = ctx.results
     if not model.has_gpu:
         raise NotApplicable("no GPU activity in this trace (no kernels, memcpy or memset)")
     long_us = ctx.params.long_gap_us
     tol_us = ctx.params.sync_tolerance_us
     long_ns, tol_ns = int(long_us * 1000), int(tol_us * 1000)
-    sr: StepsResult = results["steps"]
+    sr = ctx.need("steps", StepsResult)
     # The columns read below, then the rows: a filter copies every column it is given.
     act = gpu_activity_classes(ctx.tables).select("name", "ts_ns", "end_ns", "device", "stream", "correlation").filter(
         pl.col("device").is_not_null()

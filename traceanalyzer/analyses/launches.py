@@ -48,6 +48,7 @@ import polars as pl
 from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._intervals import dist_stats, pct, us
 from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.gpu_time import GpuTimeResult
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
@@ -120,10 +121,9 @@ class LaunchesResult:
 )
 def launches(ctx: AnalysisContext[TraceModel]) -> LaunchesResult:
     """Launch calls joined to GPU work: CPU/GPU durations, launch delay, launch-bound steps."""
-    results = ctx.results
     min_ratio = ctx.params.min_cpu_to_gpu_ratio
     max_busy = ctx.params.max_busy_pct
-    sr: StepsResult = results["steps"]
+    sr = ctx.need("steps", StepsResult)
     all_calls = join_launches(ctx.tables).filter(pl.col("is_launch"))
     if all_calls.is_empty():
         raise NotApplicable("no kernel/copy launch calls in this trace (no CUDA/HIP/XPU/MTIA runtime events)")
@@ -183,7 +183,7 @@ def launches(ctx: AnalysisContext[TraceModel]) -> LaunchesResult:
         )
         .sort(["gpu_activities", "api"], descending=[True, False])
     )
-    gt = results["gpu_time"].per_step
+    gt = ctx.need("gpu_time", GpuTimeResult).per_step
     busy = gt.group_by("window").agg(busy_pct=pl.col("busy_pct").min())  # least busy device decides
     kern = pl.col("activity") == "kernel"
     per_step = (

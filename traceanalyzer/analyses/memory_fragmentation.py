@@ -110,7 +110,6 @@ class MemoryFragmentationResult:
 def memory_fragmentation(ctx: AnalysisContext[SnapshotModel]) -> MemoryFragmentationResult:
     """Reserved vs allocated, free-block sizes, split segments, empty_cache churn, settings."""
     model = ctx.model
-    results = ctx.results
     if model.segments.is_empty():
         raise NotApplicable("the snapshot holds no segments (nothing reserved at dump time)")
     b = model.blocks.with_columns(
@@ -143,7 +142,7 @@ def memory_fragmentation(ctx: AnalysisContext[SnapshotModel]) -> MemoryFragmenta
         segments=pl.len(),
     ).sort("device")
 
-    tl: MemoryTimelineResult = results["memory_timeline"]
+    tl = ctx.need("memory_timeline", MemoryTimelineResult)
     max_unused = reserved_at_max = None
     if not tl.series.is_empty():
         unused = tl.series["reserved_bytes"] - tl.series["allocated_bytes"]

@@ -145,11 +145,10 @@ class MemoryLeaksResult:
 def memory_leaks(ctx: AnalysisContext[SnapshotModel]) -> MemoryLeaksResult:
     """Sites whose live allocations grow iteration over iteration and survive to the end."""
     model = ctx.model
-    results = ctx.results
     import numpy as np  # lazy: a trace run never needs numpy (0.14 s import)
     min_iter = max(2, int(ctx.params.min_iterations))
     min_bytes = ctx.params.min_bytes
-    tl: MemoryTimelineResult = results["memory_timeline"]
+    tl = ctx.need("memory_timeline", MemoryTimelineResult)
     if not tl.history:
         raise NotApplicable("no allocation history: record with torch.cuda.memory._record_memory_history()")
     dev = tl.primary.device

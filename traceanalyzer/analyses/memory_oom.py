@@ -85,7 +85,6 @@ class MemoryOOMResult:
 def memory_oom(ctx: AnalysisContext[SnapshotModel]) -> MemoryOOMResult:
     """The OOM event: requested size, free device memory, state then, what filled it."""
     model = ctx.model
-    results = ctx.results
     top_n = ctx.params.top_n
     ooms = model.trace.filter(pl.col("action") == "oom").sort("device", "event_idx")
     if ooms.is_empty():
@@ -93,7 +92,7 @@ def memory_oom(ctx: AnalysisContext[SnapshotModel]) -> MemoryOOMResult:
                             "while history recording is on)")
     o = ooms.row(0, named=True)
     dev, idx = int(o["device"]), int(o["event_idx"])
-    tl: MemoryTimelineResult = results["memory_timeline"]
+    tl = ctx.need("memory_timeline", MemoryTimelineResult)
     state = tl.series.filter((pl.col("device") == dev) & (pl.col("event_idx") == idx)).row(0, named=True)
     live = live_at(tl.allocations, dev, idx)
     top, sites, cats = breakdown(live, int(state["allocated_bytes"]), top_n, tl.stacks, pct="pct_of_allocated")

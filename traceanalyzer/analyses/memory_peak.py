@@ -89,9 +89,8 @@ class MemoryPeakResult:
 def memory_peak(ctx: AnalysisContext[SnapshotModel]) -> MemoryPeakResult:
     """Peak allocated memory and what is live then: top allocations, call sites, categories."""
     model = ctx.model
-    results = ctx.results
     top_n = ctx.params.top_n
-    tl: MemoryTimelineResult = results["memory_timeline"]
+    tl = ctx.need("memory_timeline", MemoryTimelineResult)
     per_device = []
     for d in tl.devices:
         per_device.append({"device": d.device, "peak_allocated_bytes": d.peak_allocated,

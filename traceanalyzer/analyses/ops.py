@@ -55,6 +55,7 @@ from traceanalyzer.analyses._intervals import (
 )
 from traceanalyzer.analyses._kernels import GEMM_OPS_RE, kernel_class, normalize_kernel_names, on_distinct
 from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.context import ContextResult
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, deepest_at, gpu_activity, launches
@@ -300,8 +301,7 @@ def ops(ctx: AnalysisContext[TraceModel]) -> OpsResult:
     """Run facts (vendor, devices, profiler flags), op counts, data loading, kernel classes and
     GEMM precision, optimizer work per step: the inputs of the recommendation rules."""
     model = ctx.model
-    results = ctx.results
-    sr: StepsResult = results["steps"]
+    sr = ctx.need("steps", StepsResult)
     windows = sr.table.select("window", "step", "start_ns", "end_ns", "dur_ns")
     gpu = gpu_activity(ctx.tables)
     used = {int(d) for d in gpu["device"].drop_nulls().unique().to_list()}
@@ -346,7 +346,7 @@ def ops(ctx: AnalysisContext[TraceModel]) -> OpsResult:
         or model.kernels.filter(pl.col("name").str.starts_with("triton_")).height
     )
     graph_launches = int(model.runtime.filter(pl.col("name").str.contains("GraphLaunch")).height)
-    run_ctx = results.values.get("context")
+    run_ctx = ctx.typed("context", ContextResult)
     if run_ctx is not None:  # one fact, one value: the context analysis decides what "compiled" means
         compiled = bool(run_ctx.compiled)
     return OpsResult(

@@ -482,9 +482,8 @@ def _ops_table(t: TraceTables, ctx: PhaseContext, steady: list[int], act: pl.Dat
 def phases(ctx: AnalysisContext[TraceModel]) -> PhasesResult:
     """Per-step time in data loading, forward, backward, optimizer, communication and other, CPU and GPU."""
     model = ctx.model
-    results = ctx.results
     top_n = ctx.params.top_ops
-    sr: StepsResult = results["steps"]
+    sr = ctx.need("steps", StepsResult)
     windows = sr.windows()
     steady = sr.steady_windows()
     # The CPU op index is built here, the first analysis that may read it, while little else

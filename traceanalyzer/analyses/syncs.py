@@ -55,12 +55,12 @@ from traceanalyzer.analyses._copysync import (
     containing,
     csv_setting,
     outermost,
-    pct,
     step_windows,
     transfers,
 )
-from traceanalyzer.analyses._intervals import device_union
+from traceanalyzer.analyses._intervals import device_union, pct
 from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, gpu_activity, launches
@@ -278,7 +278,6 @@ def syncs(ctx: AnalysisContext[TraceModel]) -> SyncsResult:
     """Host-device synchronisations (explicit syncs, blocking copies, ops implying them): CPU blocked
     time, GPU idle that followed, grouped by cause, by call site and per step."""
     model = ctx.model
-    results = ctx.results
     top_n = ctx.params.top_n
     max_events = ctx.params.max_events
     libs = csv_setting(ctx.params.library_modules)
@@ -291,7 +290,7 @@ def syncs(ctx: AnalysisContext[TraceModel]) -> SyncsResult:
             "no device runtime calls in this trace (CPU-only or runtime activity not recorded): "
             f"host-device syncs cannot occur or be seen{what}"
         )
-    windows, has_steps = step_windows(model, results)
+    windows, has_steps = step_windows(ctx.need("steps", StepsResult))
     n_steps = windows.height if has_steps else None
 
     calls = _sync_calls(ctx.tables).with_row_index("call_id").with_columns(pl.col("call_id").cast(pl.Int64))
