@@ -165,7 +165,8 @@ class Results(Mapping[str, Result]):
     an internal error message (a bug: reported, never silently dropped).
     """
 
-    values: dict[str, Result] = field(default_factory=dict)
+    # ``values`` shadows Mapping.values(): every reader (rules, report, tests) uses the dict.
+    values: dict[str, Result] = field(default_factory=dict)  # type: ignore[assignment]
     skipped: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
 
@@ -293,7 +294,7 @@ def run_analyses(
     if workers is None:
         small = _model_bytes(model) < PARALLEL_MAX_MODEL_BYTES
         auto = min(2, pl.thread_pool_size()) if small else 1
-        workers = int(Params("analyses", {**RUNNER_PARAMS, "workers": auto}, config).workers)
+        workers = config.get("analyses.workers", auto)  # declared in RUNNER_PARAMS
     results = Results()
     # Each shared table is dropped as soon as every analysis that names it has run.
     readers: dict[str, int] = {}
@@ -315,10 +316,9 @@ def run_analyses(
     finally:
         tables.clear()
     rank = {spec.name: i for i, spec in enumerate(order)}
-    for table in (results.values, results.skipped, results.failed):
-        items = sorted(table.items(), key=lambda kv: rank[kv[0]])
-        table.clear()
-        table.update(items)  # type: ignore[arg-type]  # each dict gets its own items back
+    results.values = dict(sorted(results.values.items(), key=lambda kv: rank[kv[0]]))
+    results.skipped = dict(sorted(results.skipped.items(), key=lambda kv: rank[kv[0]]))
+    results.failed = dict(sorted(results.failed.items(), key=lambda kv: rank[kv[0]]))
     return results
 
 

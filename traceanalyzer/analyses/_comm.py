@@ -27,6 +27,7 @@ communication analysis and the ``comm_exposed`` rule report it.
 from __future__ import annotations
 
 import polars as pl
+from polars.expr.whenthen import ChainedThen, Then
 
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, op_index, trace_tables
@@ -100,7 +101,7 @@ DTYPE_BYTES: dict[str, int] = {
 
 def family_of(name: pl.Expr) -> pl.Expr:
     """The communication family a kernel name belongs to, null for none."""
-    e = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
+    e: Then | ChainedThen = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
     for fam, rx in COMM_FAMILIES:
         e = e.when(name.str.contains(rx)).then(pl.lit(fam))
     return e.otherwise(pl.lit(None, pl.String))
@@ -110,7 +111,7 @@ def collective_type(text: pl.Expr) -> pl.Expr:
     """Collective type named by ``text`` (``all_reduce``, ``all_gather``, ``reduce_scatter``,
     ``all_to_all``, ``dispatch``, ``combine``, ``broadcast``, ``send_recv``, ``barrier`` …),
     null when it names none."""
-    e = pl.when(text.is_null()).then(pl.lit(None, pl.String))
+    e: Then | ChainedThen = pl.when(text.is_null()).then(pl.lit(None, pl.String))
     for t, rx in _TYPE_PATTERNS:
         e = e.when(text.str.contains(rx)).then(pl.lit(t))
     return e.otherwise(pl.lit(None, pl.String))

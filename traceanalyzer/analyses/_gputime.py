@@ -74,7 +74,7 @@ def _exclusive_sweep(
         parts.append(grid.select(*by, pl.col(col).alias("t"), pl.lit(lvl_code, pl.Int32).alias("lvl"),
                                  pl.col("window").cast(pl.Int32).alias("d")))
     schema = parts[0].schema
-    b = sort_within_groups(pl.concat([p.cast(schema) for p in parts]), by, "t")  # type: ignore[arg-type]
+    b = sort_within_groups(pl.concat([p.cast(schema) for p in parts]), by, "t")
     # Per-level counts: plain running sums are per group (each interval's +1 and −1 are in
     # its group, and groups are contiguous after the sort).
     counts = [pl.when(pl.col("lvl") == i).then(pl.col("d")).otherwise(0).cum_sum() for i in range(k)]

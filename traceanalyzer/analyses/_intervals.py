@@ -197,6 +197,12 @@ def _gpu_activity_classes(t: TraceTables) -> pl.DataFrame:
     )
 
 
+def mean_of(s: pl.Series) -> float | None:
+    """The mean of a numeric series as a float (None when it has no non-null value)."""
+    m = s.mean()
+    return float(m) if isinstance(m, (int, float)) else None
+
+
 def pct(part: float | int | None, whole: float | int | None) -> float | None:
     """``part`` as a percentage of ``whole`` (3 decimals), None when either is missing or whole is 0."""
     return round(float(part) * 100.0 / float(whole), 3) if part is not None and whole else None

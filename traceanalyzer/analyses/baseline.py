@@ -198,8 +198,8 @@ def _batch_size(model: TraceModel, sr: StepsResult) -> tuple[int | None, str | N
     ).filter(pl.col("batch").is_not_null() & (pl.col("batch") > 0))
     if first.is_empty():
         return None, None
-    best = first.group_by("batch").agg(n=pl.len(), name=pl.col("name").first(), dims=pl.col("input_dims").first())
-    best = best.sort(["n", "batch"], descending=[True, True]).row(0, named=True)
+    counts = first.group_by("batch").agg(n=pl.len(), name=pl.col("name").first(), dims=pl.col("input_dims").first())
+    best = counts.sort(["n", "batch"], descending=[True, True]).row(0, named=True)
     src = f"leading dim of the first {best['name']} input {best['dims']} in {best['n']} of {first.height} step(s)"
     return int(best["batch"]), src
 
@@ -273,6 +273,8 @@ def baseline(ctx: AnalysisContext[TraceModel]) -> BaselineResult:
     warm = t.filter(pl.col("is_warmup")).select("step", "dur_ns")
     trunc = t.filter(pl.col("is_truncated") & ~pl.col("is_warmup")).select("step", "dur_ns")
     override = ctx.params.batch_size
+    batch: int | None
+    src: str | None
     if override > 0:
         batch, src = int(override), "baseline.batch_size setting"
     else:
@@ -284,10 +286,11 @@ def baseline(ctx: AnalysisContext[TraceModel]) -> BaselineResult:
     tps = ((getattr(run_ctx, "inference", None) or {}).get("tokens_per_s")) if engine else None
     if engine:
         sps = None
-    first = t["step"].drop_nulls().min() if sr.has_steps else None
+    lowest = t["step"].drop_nulls().min() if sr.has_steps else None
+    first = int(lowest) if isinstance(lowest, int) else None
     if first is None:
         schedule = "no ProfilerStep# ranges (no schedule recorded)"
-    elif int(first) > 0:  # type: ignore[arg-type]
+    elif first > 0:
         schedule = f"recording starts at ProfilerStep#{first}: {first} step(s) ran before it (schedule wait + warm-up)"
     else:
         schedule = "recording starts at ProfilerStep#0: no warm-up in the schedule (the first step carries one-time costs)"
@@ -301,7 +304,7 @@ def baseline(ctx: AnalysisContext[TraceModel]) -> BaselineResult:
         "profiler_flags": dict(m.profiler_flags),
         "dtypes": _dtypes(model),
         "n_steps": t.height if sr.has_steps else 0,
-        "first_step": int(first) if first is not None else None,  # type: ignore[arg-type]
+        "first_step": first,
         "warmup_detected": [int(s) for s in sr.warmup_steps],
         "schedule": schedule,
     }

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
+from polars.expr.whenthen import ChainedThen, Then
 
 from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._copysync import runtime_by_correlation
@@ -347,15 +348,15 @@ def _arch_from_props(props: dict[str, Any], vendor: str) -> tuple[str | None, st
             if re.search(rx, name):
                 return arch, "device_name", cc
         if major == 9 and minor is not None:  # HIP reports gfx9xx as 9.x: 9.4 → gfx94x
-            arch = {4: "cdna3", 5: "cdna4"}.get(int(minor))
-            if arch:
-                return arch, "device_properties", cc
+            found = {4: "cdna3", 5: "cdna4"}.get(int(minor))
+            if found:
+                return found, "device_properties", cc
             # 9.0 covers every gfx90x (Vega 20, MI100, MI200), and ROCm builds that name the
             # device "AMD Radeon Graphics" leave only the compute-unit count to tell them apart:
             # 104/110 CUs are the MI200 series (gfx90a: MI210, one MI250/MI250X die), 120 the
             # MI100 (gfx908); Vega 20 has 60/64.
-            arch = {104: "cdna2", 110: "cdna2", 120: "cdna1"}.get(int(props.get("numSms") or 0))
-            if int(minor) == 0 and arch:
+            found = {104: "cdna2", 110: "cdna2", 120: "cdna1"}.get(int(props.get("numSms") or 0))
+            if int(minor) == 0 and found:
                 return arch, "device_properties", cc
         return None, None, cc
     if vendor == "nvidia" or "NVIDIA" in name or "Tesla" in name:
@@ -377,8 +378,8 @@ def _families(kn: pl.DataFrame) -> pl.DataFrame:
               "distinct_names": pl.Int64, "example": pl.String}
     if kn.is_empty():
         return pl.DataFrame(schema={**schema, "compute_capability": pl.String})
-    fam = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
-    cc = pl.when(pl.lit(False)).then(pl.lit(None, pl.Float64))
+    fam: Then | ChainedThen = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
+    cc: Then | ChainedThen = pl.when(pl.lit(False)).then(pl.lit(None, pl.Float64))
     for rx, f, c in KERNEL_FAMILIES:
         fam = fam.when(pl.col("name").str.contains(rx)).then(pl.lit(f))
         cc = cc.when(pl.col("name").str.contains(rx)).then(pl.lit(c))

@@ -51,7 +51,7 @@ from traceanalyzer.analyses._copysync import (
     step_windows,
     transfers,
 )
-from traceanalyzer.analyses._intervals import pct
+from traceanalyzer.analyses._intervals import mean_of, pct
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
@@ -134,9 +134,9 @@ class CopiesResult:
             out.append(
                 (
                     "Per step (mean)",
-                    f"{ps['copies'].mean():,.1f} copies, {fmt_bytes(ps['bytes'].mean())}, "
-                    f"GPU {fmt_ns(ps['gpu_ns'].mean())} ({(ps['pct_gpu'].mean() or 0):.2f} % of step), "
-                    f"CPU {fmt_ns(ps['cpu_ns'].mean())} ({(ps['pct_cpu'].mean() or 0):.2f} % of step)",
+                    f"{mean_of(ps['copies']):,.1f} copies, {fmt_bytes(mean_of(ps['bytes']))}, "
+                    f"GPU {fmt_ns(mean_of(ps['gpu_ns']))} ({(mean_of(ps['pct_gpu']) or 0):.2f} % of step), "
+                    f"CPU {fmt_ns(mean_of(ps['cpu_ns']))} ({(mean_of(ps['pct_cpu']) or 0):.2f} % of step)",
                 )
             )
         if self.by_site.height:

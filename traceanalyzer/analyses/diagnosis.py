@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import polars as pl
+from polars.expr.whenthen import ChainedThen, Then
 
 from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._advice import capture_only_note, engine_sync_move, fewer_launches
@@ -132,7 +133,7 @@ def verdict_exprs(gpu_bound_pct: float, dominant_pct: float, mostly_busy_pct: fl
     compute_kernel_ns, memory_kernel_ns``."""
     lost = pl.sum_horizontal([pl.col(f"{c}_ns") for c in LOST_CAUSES])
     top_val = pl.max_horizontal([pl.col(f"{c}_ns") for c in LOST_CAUSES])
-    top = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
+    top: Then | ChainedThen = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
     for c in LOST_CAUSES:
         top = top.when(pl.col(f"{c}_ns") == top_val).then(pl.lit(c))
     prod_pct = pl.col("productive_ns") * 100.0 / pl.col("dur_ns")
@@ -232,7 +233,7 @@ class DiagnosisResult:
     def ops_lines(self, n: int = 3) -> list[str]:
         out = []
         steps = n
-        n = max(self.n_steady, 1)  # type: ignore[assignment]
+        n = max(self.n_steady, 1)
         for r in self.top_ops.head(steps).iter_rows(named=True):
             where = f" [{r['module']}]" if r.get("module") else ""
             shapes = (f" shapes {r['input_dims']}" + (f" (+{r['n_shapes'] - 1} other)" if r.get("n_shapes", 1) > 1 else "")
@@ -494,7 +495,7 @@ def _throughput_line(bl: BaselineResult, ctx: Any) -> str | None:
 
 
 def _first(df: Any, n: int = 1) -> list[dict[str, Any]]:
-    return df.head(n).to_dicts() if df is not None and getattr(df, "height", 0) else []
+    return df.head(n).to_dicts() if df is not None and int(getattr(df, "height", 0) or 0) > 0 else []
 
 
 def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, reads: AnalysisContext[TraceModel],
@@ -837,7 +838,7 @@ def diagnosis(ctx: AnalysisContext[TraceModel]) -> DiagnosisResult:
             lead, tail = _span_edges(windows, span_windows)
             notes.append(f"no steps: the GPU verdict is judged over GPU {device}'s active span (first to last "
                          f"activity, {ms(int(span_windows['end_ns'][0] - span_windows['start_ns'][0]))} of the "
-                         f"{ms(int(windows['end_ns'].max() - windows['start_ns'].min()))} trace); {ms(lead)} before its "  # type: ignore[operator]
+                         f"{ms(int(windows['end_ns'].max() - windows['start_ns'].min()))} trace); {ms(lead)} before its "  # type: ignore[operator, arg-type]  # polars' scalar union
                          f"first activity and {ms(tail)} after its last are left out")
             base_label = f"GPU {device}'s active span"
         bd, more = _gpu_breakdown(ctx.tables, ctx, span_windows if span_windows is not None else windows, device,
@@ -867,7 +868,7 @@ def diagnosis(ctx: AnalysisContext[TraceModel]) -> DiagnosisResult:
         phase_tables[f"GPU {device} time per phase and step"] = ph.gpu.filter(pl.col("device") == device).drop("device")
         phase_tables["CPU time per phase and step"] = ph.cpu
     else:
-        device = None  # type: ignore[assignment]
+        device = None
         if model.runtime.filter(pl.col("name").str.contains("(?i)launch")).height and not model.has_gpu:
             notes.append("the trace has kernel launch calls but no GPU activity (device activity not captured): "
                          "only the CPU side can be judged; profile with ProfilerActivity.CUDA")
@@ -905,8 +906,8 @@ def diagnosis(ctx: AnalysisContext[TraceModel]) -> DiagnosisResult:
         notes.append(comm_note)
     run_ctx = ctx.typed("context", ContextResult)
     cap_note = capture_only_note(run_ctx)
-    inf = getattr(run_ctx, "inference", None) or {}
-    if getattr(run_ctx, "inference_engine", None) and inf.get("tokens_per_step") and inf.get("engine_step_ms"):
+    inf = (run_ctx.inference if run_ctx is not None else None) or {}
+    if run_ctx is not None and run_ctx.inference_engine and inf.get("tokens_per_step") and inf.get("engine_step_ms"):
         # An engine step is judged per token and sequence, not per sample.
         ev.append(f"{run_ctx.inference_engine} {inf['phase']} engine step: {inf['engine_step_ms']:,.3f} ms for "
                   f"{inf['tokens_per_step']:,.0f} token(s) of {inf['sequences_per_step']:,.0f} sequence(s), "
@@ -916,7 +917,8 @@ def diagnosis(ctx: AnalysisContext[TraceModel]) -> DiagnosisResult:
         verdict, share = "capture_only", 0.0
         per = per.with_columns(verdict=pl.lit("capture_only"))
         per_step = per_step.with_columns(verdict=pl.lit("capture_only"), label=pl.lit(VERDICTS["capture_only"]))
-        ev = [f"Capture seen: {'; '.join(run_ctx.capture_evidence)}; no graph replay in the trace.", *ev[:1]]
+        seen = run_ctx.capture_evidence if run_ctx is not None else ()
+        ev = [f"Capture seen: {'; '.join(seen)}; no graph replay in the trace.", *ev[:1]]
         mv = ["Profile the steady state instead: the graph replays (decode/training steps after warm-up), e.g. "
               "torch.profiler with schedule(wait=…, warmup=…, active=…) started after the capture, or the "
               "engine's profiler during serving."]
@@ -925,6 +927,7 @@ def diagnosis(ctx: AnalysisContext[TraceModel]) -> DiagnosisResult:
     agree = int(per.filter(steady_flag & (pl.col("verdict") == verdict)).height)
     n_steady = int(per.filter(steady_flag).height)
     # Phase, then operation.
+    dom: str | None
     if verdict == "comm_bound":
         dom, rank_by, res = "communication", "gpu_ns", "gpu"
     elif verdict == "input_bound":

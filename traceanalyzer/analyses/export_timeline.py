@@ -67,7 +67,7 @@ def export_timeline(ctx: AnalysisContext[MemoryTimelineModel]) -> ExportTimeline
         pl.col("bytes") != 0).sort(["bytes", "category"], descending=[True, False])
     return ExportTimelineResult(
         layout=model.meta.layout, n_samples=s.height,
-        span_ns=int(s["ts_ns"].max() - s["ts_ns"].min()),  # type: ignore[operator]
+        span_ns=int(s["ts_ns"].max() - s["ts_ns"].min()),  # type: ignore[operator, arg-type]  # polars scalars
         peak_total_bytes=peak, peak_ts_ns=int(row["ts_ns"]),
         final_total_bytes=int(s["total_bytes"][-1]), growth_bytes=int(s["total_bytes"][-1] - s["total_bytes"][0]),
         at_peak=at_peak,

@@ -223,7 +223,7 @@ def _classify(
     else:
         g = g.with_columns(other_streams_busy_ns=pl.lit(0, pl.Int64))
     best = pl.max_horizontal("_sync", "_memcpy", "_dl")
-    host = (
+    host_cause = (
         pl.when(best <= 0)
         .then(pl.lit("host_bound"))
         .when(pl.col("_sync") == best)
@@ -236,7 +236,7 @@ def _classify(
         pl.when(pl.col("launch_ts_ns").is_null())
         .then(pl.lit("other"))
         .when(~pl.col("queued"))
-        .then(host)
+        .then(host_cause)
         .when(pl.col("other_streams_busy_ns") > 0)
         .then(pl.lit("stream_dependency"))
         .otherwise(pl.lit("other"))

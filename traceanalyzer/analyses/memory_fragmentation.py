@@ -133,7 +133,8 @@ def memory_fragmentation(ctx: AnalysisContext[SnapshotModel]) -> MemoryFragmenta
     )
     reserved = int(seg["total_bytes"].sum())
     free = int(seg["free_bytes"].sum())
-    largest = int(seg["largest_free_bytes"].max() or 0)
+    top = seg["largest_free_bytes"].max()
+    largest = int(top) if isinstance(top, (int, float)) else 0
     split = seg.filter((pl.col("live_blocks") > 0) & (pl.col("free_blocks") > 0))
     empty = seg.filter(pl.col("live_blocks") == 0)
     per_device = seg.group_by("device").agg(

@@ -145,15 +145,17 @@ def _pair_allocations(t: pl.DataFrame) -> pl.DataFrame:
     pos = np.arange(n, dtype=np.int64)
     big = np.iinfo(np.int64).max
 
-    def first(action: str) -> np.ndarray:
-        mask = (a["action"] == action).to_numpy()
-        return np.minimum.reduceat(np.where(mask, pos, big), starts)
+    # The closures take the frame and positions as arguments: both are deleted below, as
+    # soon as they are not needed (they are the largest arrays of a long history).
+    def first(action: str, frame: pl.DataFrame, positions: np.ndarray) -> np.ndarray:
+        mask = (frame["action"] == action).to_numpy()
+        return np.minimum.reduceat(np.where(mask, positions, big), starts)
 
-    ia, ifr, ifc = first("alloc"), first("free_requested"), first("free_completed")
+    ia, ifr, ifc = (first(act, a, pos) for act in ("alloc", "free_requested", "free_completed"))
 
-    def take(col: str, idx: np.ndarray) -> pl.Series:
+    def take(frame: pl.DataFrame, col: str, idx: np.ndarray) -> pl.Series:
         ok = idx != big
-        s = a[col].gather(np.where(ok, idx, 0))
+        s = frame[col].gather(np.where(ok, idx, 0))
         return s if ok.all() else pl.select(pl.when(pl.Series(ok)).then(s)).to_series()
 
     fr_mask = (a["action"] == "free_requested") & a["ts_ns"].is_not_null()
@@ -162,13 +164,13 @@ def _pair_allocations(t: pl.DataFrame) -> pl.DataFrame:
     out = pl.DataFrame({
         "addr": a["addr"].gather(starts),
         "version": a["version"].gather(starts),
-        "a_bytes": take("bytes", ia), "a_stream": take("stream", ia), "stack_id": take("stack_id", ia),
-        "alloc_idx": take("event_idx", ia), "alloc_ts_ns": take("ts_ns", ia),
-        "free_requested_idx": take("event_idx", ifr),
+        "a_bytes": take(a, "bytes", ia), "a_stream": take(a, "stream", ia), "stack_id": take(a, "stack_id", ia),
+        "alloc_idx": take(a, "event_idx", ia), "alloc_ts_ns": take(a, "ts_ns", ia),
+        "free_requested_idx": take(a, "event_idx", ifr),
         "free_requested_ts_ns": pl.Series(fr_ts).replace(big, None),
-        "fr_bytes": take("bytes", ifr), "fr_stream": take("stream", ifr),
-        "free_completed_idx": take("event_idx", ifc),
-        "fc_bytes": take("bytes", ifc), "fc_stream": take("stream", ifc),
+        "fr_bytes": take(a, "bytes", ifr), "fr_stream": take(a, "stream", ifr),
+        "free_completed_idx": take(a, "event_idx", ifc),
+        "fc_bytes": take(a, "bytes", ifc), "fc_stream": take(a, "stream", ifc),
     })
     del a
     ghost = pl.col("alloc_idx").is_null()

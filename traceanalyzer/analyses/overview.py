@@ -92,7 +92,7 @@ def overview(ctx: AnalysisContext[TraceModel]) -> OverviewResult:
     top_n = ctx.params.top_kernels
     gpu = gpu_activity(ctx.tables)
     busy = union_length_ns(gpu["ts_ns"], gpu["end_ns"]) if gpu.height else 0
-    window = int(gpu["end_ns"].max() - gpu["ts_ns"].min()) if gpu.height else 0  # type: ignore[operator]
+    window = int(gpu["end_ns"].max() - gpu["ts_ns"].min()) if gpu.height else 0  # type: ignore[operator, arg-type]  # polars scalars
     k = model.kernels
     if k.height:
         total = k["dur_ns"].sum()

@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
+from polars.expr.whenthen import ChainedThen, Then
 
 from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._copysync import containing, runtime_by_correlation
@@ -151,11 +152,11 @@ class PhaseContext:
         flags = s.sort("_r").select(list(CPU_PRECEDENCE))
         w = assign_steps(p.with_row_index("_r"), self.windows, "t").join(self.bwd_start, on="window", how="left")
         w = w.sort("_r")
-        expr = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
+        chain: Then | ChainedThen = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
         for name in CPU_PRECEDENCE:
-            expr = expr.when(pl.col(name)).then(pl.lit(name))
+            chain = chain.when(pl.col(name)).then(pl.lit(name))
         expr = (
-            expr.when(pl.col("_t").is_null())
+            chain.when(pl.col("_t").is_null())
             .then(pl.lit("other"))
             .when(pl.col("_b").is_null() | (pl.col("_t") < pl.col("_b")))
             .then(pl.lit("forward"))

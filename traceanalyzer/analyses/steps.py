@@ -155,8 +155,8 @@ def steps(ctx: AnalysisContext[TraceModel]) -> StepsResult:
             },
             schema=WINDOW_SCHEMA,
         )
-        stats = dist_stats(table["dur_ns"])
-        return StepsResult(False, table, (), None, stats, stats, hi - lo, thresholds)
+        whole = dist_stats(table["dur_ns"])
+        return StepsResult(False, table, (), None, whole, whole, hi - lo, thresholds)
 
     cpu = st.select(
         pl.int_range(pl.len(), dtype=pl.Int64).alias("window"),
@@ -210,7 +210,7 @@ def steps(ctx: AnalysisContext[TraceModel]) -> StepsResult:
         is_warmup=pl.Series(warm, dtype=pl.Boolean), is_truncated=pl.Series(truncated, dtype=pl.Boolean)
     ).select(list(WINDOW_SCHEMA))
     steady = t.filter(~pl.col("is_warmup") & ~pl.col("is_truncated"))
-    stats = dist_stats((steady if steady.height else t)["dur_ns"])
+    stats: dict[str, Any] = dict(dist_stats((steady if steady.height else t)["dur_ns"]))
     stats["steps"] = (steady if steady.height else t)["step"].to_list()
     return StepsResult(
         has_steps=True,

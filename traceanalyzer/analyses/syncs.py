@@ -58,7 +58,7 @@ from traceanalyzer.analyses._copysync import (
     step_windows,
     transfers,
 )
-from traceanalyzer.analyses._intervals import device_union, pct
+from traceanalyzer.analyses._intervals import device_union, mean_of, pct
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
@@ -139,8 +139,8 @@ class SyncsResult:
             )),
         ]
         if self.has_steps and self.per_step.height:
-            out.append(("Per step (mean)", f"{self.per_step['sync_points'].mean():,.1f} sync points, "
-                        f"{fmt_ns(self.per_step['blocked_ns'].mean())} blocked"))
+            out.append(("Per step (mean)", f"{mean_of(self.per_step['sync_points']):,.1f} sync points, "
+                        f"{fmt_ns(mean_of(self.per_step['blocked_ns']))} blocked"))
         if self.by_cause.height:
             top = self.by_cause.row(0, named=True)
             out.append(("Top cause", f"{top['cause']} ({top['count']:,}×, {fmt_ns(top['blocked_ns'])} blocked)"))
