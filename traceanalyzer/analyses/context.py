@@ -357,7 +357,7 @@ def _arch_from_props(props: dict[str, Any], vendor: str) -> tuple[str | None, st
             # MI100 (gfx908); Vega 20 has 60/64.
             found = {104: "cdna2", 110: "cdna2", 120: "cdna1"}.get(int(props.get("numSms") or 0))
             if int(minor) == 0 and found:
-                return arch, "device_properties", cc
+                return found, "device_properties", cc
         return None, None, cc
     if vendor == "nvidia" or "NVIDIA" in name or "Tesla" in name:
         if major is not None:
