@@ -50,8 +50,8 @@ def normalize_kernel_names(name: pl.Expr) -> pl.Expr:
 
 def on_distinct(df: pl.DataFrame, keys: list[str], **exprs: pl.Expr) -> pl.DataFrame:
     """``df.with_columns(**exprs)``, the expressions (of ``keys`` only) evaluated once per
-    distinct ``keys`` value and joined back in row order. Kernel names repeat (a 19k-kernel
-    trace holds 49 names), and normalising or classifying them is ~20 regex passes."""
+    distinct ``keys`` value and joined back in row order. Kernel names repeat (thousands of
+    kernels, tens of names), and normalising or classifying them is many regex passes."""
     if df.is_empty():
         return df.with_columns(**exprs)
     # A key that is null on every row (comm_name, on most traces) distinguishes nothing:

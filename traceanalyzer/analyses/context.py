@@ -2,7 +2,7 @@
 
 A recommendation that says "use torch.compile" to a compiled run, or "capture the step in CUDA
 graphs" to a run that replays them, costs the reader's trust. Every rule and the diagnosis read
-this result (``results.values.get("context")``; when absent they behave as without it) before
+this result (``ctx.typed("context", ContextResult)`` in an analysis; when absent they behave as without it) before
 they advise. ``docs/context.md`` lists each check, its signals and the advice it changes.
 
 Checks (all vectorised over the distinct names of each table, never per event)

@@ -174,7 +174,7 @@ def phase_context(t: TraceTables, windows: pl.DataFrame) -> PhaseContext:
     model = t.model
     ann = model.annotations.filter(~pl.col("name").str.starts_with("ProfilerStep#"))
     # Only these columns are read: selected first (no copy), every filter below copies
-    # five columns instead of the op table's dozen (at 16x the thread filter took 69 ms).
+    # five columns instead of the op table's dozen.
     ops = model.cpu_ops.select("name", "pid", "tid", "ts_ns", "end_ns")
     cpu = pl.concat([ops, ann.select("name", "pid", "tid", "ts_ns", "end_ns")])
     dl = cpu.filter(pl.col("name").str.contains(DATALOADER_RE))
@@ -488,7 +488,7 @@ def phases(ctx: AnalysisContext[TraceModel]) -> PhasesResult:
     windows = sr.windows()
     steady = sr.steady_windows()
     # The CPU op index is built here, the first analysis that may read it, while little else
-    # is held: left to `kernels`, after idle_gaps' CPU tree, it set the 40x peak (2.83 GB).
+    # is held: built later, next to idle_gaps' CPU tree, it raises the run's memory peak.
     op_index(ctx.tables)
     pc = phase_context(ctx.tables, windows)
 

@@ -187,8 +187,8 @@ def _sort_boundary_rows(b: pl.DataFrame, by: list[str], lead: Sequence[str] = ()
 
 def _sort_by_time_key(iv: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     """The sorted boundary rows of ``iv`` (``*by, id, ts_ns, end_ns``, ``end_ns ≥
-    ts_ns``) by one Int64 key ``group rank · span + (t − t_min)`` (a single-column sort is
-    ~3× cheaper than the six-column one), the rows that tie on it (same thread and
+    ts_ns``) by one Int64 key ``group rank · span + (t − t_min)`` (one column to sort instead
+    of six), the rows that tie on it (same thread and
     instant: few at ns resolution) then sorted by every key in place. Each column of the
     result is gathered straight from ``iv`` (row ``i < n`` is the start of interval ``i``,
     row ``n + i`` its end): the unsorted 2n boundary rows are never built. None when the
@@ -266,7 +266,7 @@ class CoverIndex:
     ``state``: ``*by, t, current`` sorted by ``(*by, t)``; ``current`` is the ``id`` of
     the deepest interval covering ``[t, next t)`` of that group (null: nothing). Build it
     once with :func:`cover_index` and look up as many point sets as needed with
-    :meth:`lookup` (building is ~80 % of a :func:`deepest_at` call).
+    :meth:`lookup` (building is most of a :func:`deepest_at` call).
 
     Where it fits in an Int64, the state is held as one sorted key per row instead,
     ``key = group number · span + (t − t_min)`` (``groups``: the ``by`` values in
