@@ -41,9 +41,11 @@ COMM_FAMILIES: tuple[tuple[str, str], ...] = (
     ("hccl", r"(?i)^hccl"),
     ("nvshmem", r"(?i)nvshmem|_on_stream_kernel\b|\ballToAllV(_2d)?\b|\bexchangeSplitAndOffset\b"),
     # DeepEP's communication namespaces (deep_ep::layout::get_dispatch_layout is compute).
-    ("deepep", r"deep_ep::(legacy::)?(intranode|internode|internode_ll|elastic)::|\b(cached_)?notify_(dispatch|combine)\b"
+    ("deepep", r"deep_ep::(legacy::)?(intranode|internode|internode_ll|elastic)::"
+               r"|\b(cached_)?notify_(dispatch|combine)\b"
                r"|\bcached_notify\b|\bclean_low_latency_buffer\b"),
-    ("custom_all_reduce", r"cross_device_reduce|(?i:one|two)Shot\w*AllReduceKernel|allreduce_1shotLL|(?i)quick_?reduce"),
+    ("custom_all_reduce",
+     r"cross_device_reduce|(?i:one|two)Shot\w*AllReduceKernel|allreduce_1shotLL|(?i)quick_?reduce"),
     ("symm_mem", r"\b(one|two)_shot_all_reduce|\bmultimem_(all_reduce|one_shot_reduce|all_gather)"),
     ("userbuffers", r"\bk?userbuffers_"),
     ("oneccl", r"(?i)oneccl|\bccl::"),
@@ -177,13 +179,15 @@ def _linked_ops(t: TraceTables, k: pl.DataFrame, ctx: pl.DataFrame) -> pl.DataFr
         pts = k[idx].select("correlation").join(rt.select("correlation", "pid", "tid", "ts_ns"), on="correlation",
                                                 how="left", maintain_order="left")
         op_id = op_index(t).lookup(pts.select("pid", "tid", "ts_ns"))
-        found = ops.select("external_id", "name", *[pl.col(c).alias(a) for c, a in _OP_META.items()]).with_row_index("_r")
+        found = ops.select(
+            "external_id", "name", *[pl.col(c).alias(a) for c, a in _OP_META.items()]).with_row_index("_r")
         got = op_id.to_frame("_r").with_columns(pl.col("_r").cast(pl.UInt32)).join(
             found, on="_r", how="left", maintain_order="left")
         got = got.with_columns(
             pl.when(pl.col("name").str.contains(COMM_OP_RE)).then(pl.col("name")).alias("name"))
         # The op's row number stands in for its External id (negative: never a real one).
-        got = got.with_columns(pl.when(pl.col("name").is_not_null()).then(-1 - pl.col("_r").cast(pl.Int64)).alias("_ext"))
+        got = got.with_columns(
+            pl.when(pl.col("name").is_not_null()).then(-1 - pl.col("_r").cast(pl.Int64)).alias("_ext"))
         for c in cols:
             if c not in ("external_id", "name"):
                 got = got.with_columns(pl.when(pl.col("name").is_not_null()).then(pl.col(c)).alias(c))

@@ -117,7 +117,8 @@ def covered_within(merged: pl.DataFrame, spans: pl.DataFrame, by: Sequence[str] 
     ``spans``: one :func:`covered_before` pass over both ends."""
     by = list(by)
     n = spans.height
-    pts = pl.concat([spans.select([*by, pl.col("start_ns").alias("t")]), spans.select([*by, pl.col("end_ns").alias("t")])])
+    pts = pl.concat([spans.select([*by, pl.col("start_ns").alias("t")]),
+                     spans.select([*by, pl.col("end_ns").alias("t")])])
     c = covered_before(merged, pts, by, presorted=True)
     return (c.slice(n, n) - c.slice(0, n)).alias("covered")
 

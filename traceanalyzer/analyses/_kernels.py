@@ -66,7 +66,8 @@ def on_distinct(df: pl.DataFrame, keys: list[str], **exprs: pl.Expr) -> pl.DataF
 def normalize_kernel_name(name: str) -> str:
     """Kernel name without template arguments or parameter list, for grouping.
 
-    >>> normalize_kernel_name("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float> >(at::native::ReduceOp<float>)")
+    >>> normalize_kernel_name(
+    ...     "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float> >(at::native::ReduceOp<float>)")
     'at::native::reduce_kernel'
     """
     out = pl.select(normalize_kernel_names(pl.lit(name)).alias("n"))["n"][0]

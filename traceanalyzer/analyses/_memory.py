@@ -177,7 +177,8 @@ def breakdown(live: pl.DataFrame, total: int, top_n: int, stacks: pl.DataFrame |
     ``stack`` behind it (for a site: the stack of its largest live allocation)."""
     denom = max(total, 1)
     # Address breaks ties: allocations made before recording all have alloc_idx −1.
-    top = live.sort(["bytes", "alloc_idx", "device", "addr"], descending=[True, False, False, False]).head(top_n).select(
+    top = live.sort(
+        ["bytes", "alloc_idx", "device", "addr"], descending=[True, False, False, False]).head(top_n).select(
         "device", "bytes", "site", "category", "alloc_idx", "alloc_ts_ns", "stream", "addr", "stack_id",
     ).with_columns((pl.col("bytes") * 100.0 / denom).round(2).alias(pct))
     top = attach_stacks(top, stacks)

@@ -160,7 +160,8 @@ class BaselineResult:
                         if self.tokens_per_s else f"{self.inference_engine} inference: tokens/s not recorded "
                         "in the trace (samples/s does not apply)"))
         elif self.samples_per_s is not None:
-            out.append(("Throughput", f"{self.samples_per_s:,.1f} samples/s (batch {self.batch_size}, {self.batch_source})"))
+            out.append(("Throughput",
+                        f"{self.samples_per_s:,.1f} samples/s (batch {self.batch_size}, {self.batch_source})"))
         else:
             out.append(("Throughput", "batch size unknown (no input shapes recorded): set baseline.batch_size"))
         out.append(("Conditions", self.conditions_line()))
@@ -293,7 +294,8 @@ def baseline(ctx: AnalysisContext[TraceModel]) -> BaselineResult:
     elif first > 0:
         schedule = f"recording starts at ProfilerStep#{first}: {first} step(s) ran before it (schedule wait + warm-up)"
     else:
-        schedule = "recording starts at ProfilerStep#0: no warm-up in the schedule (the first step carries one-time costs)"
+        schedule = ("recording starts at ProfilerStep#0: no warm-up in the schedule "
+                    "(the first step carries one-time costs)")
     m = model.meta
     conditions = {
         "devices": _devices(ctx.tables),

@@ -169,7 +169,8 @@ def _gpu_annotation(model: TraceModel, k: pl.DataFrame) -> pl.Series:
     (ProcessGroupNCCL's work span: it names the collective of kernels without metadata, such as
     RCCL's ``ncclDevKernel_Generic`` launched before the trace began)."""
     ga = model.gpu_annotations.filter(pl.col("name").str.contains(r"^(nccl|rccl|xccl|hccl):")).select(
-        "device", "stream", pl.col("ts_ns").alias("_a_ts"), pl.col("end_ns").alias("_a_end"), pl.col("name").alias("_a"))
+        "device", "stream", pl.col("ts_ns").alias("_a_ts"), pl.col("end_ns").alias("_a_end"),
+        pl.col("name").alias("_a"))
     if ga.is_empty():
         return pl.Series("_ann", [None] * k.height, dtype=pl.String)
     j = (k.select("device", "stream", "ts_ns").with_row_index("_i").drop_nulls(["device", "stream"]).sort("ts_ns")
@@ -312,7 +313,8 @@ def communication(ctx: AnalysisContext[TraceModel]) -> CommunicationResult:
         ["_o", "total_ns"], descending=[False, True]).drop("_o")
     top_kernels = (k.with_columns(kernel=normalize_kernel_names(pl.col("name")))
                    .group_by("kernel").agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur_ns").sum(),
-                                           family=pl.col("comm_family").first(), type=pl.col("type").mode().sort().first(),
+                                           family=pl.col("comm_family").first(),
+                                           type=pl.col("type").mode().sort().first(),
                                            signal=pl.col("comm_signal").mode().sort().first())
                    .sort(["total_ns", "kernel"], descending=[True, False]).head(20))
 

@@ -2,8 +2,8 @@
 
 A recommendation that says "use torch.compile" to a compiled run, or "capture the step in CUDA
 graphs" to a run that replays them, costs the reader's trust. Every rule and the diagnosis read
-this result (``ctx.typed("context", ContextResult)`` in an analysis; when absent they behave as without it) before
-they advise. ``docs/context.md`` lists each check, its signals and the advice it changes.
+this result (``ctx.typed("context", ContextResult)`` in an analysis; when absent they behave as
+without it) before they advise. ``docs/context.md`` lists each check, its signals and the advice it changes.
 
 Checks (all vectorised over the distinct names of each table, never per event)
 ----------------------------------------------------------------------------
@@ -427,7 +427,8 @@ def _attention(t: TraceTables, kn: pl.DataFrame, sr: StepsResult) -> tuple[bool,
     ev: list[str] = []
     fk = kn.filter(pl.col("name").str.contains(FUSED_ATTENTION_KERNEL_RE)) if kn.height else kn
     if fk.height:
-        ev.append(f"{int(fk['n'].sum()):,} fused attention kernel(s), e.g. `{fk.sort('ns', descending=True)['name'][0][:60]}`")
+        example = fk.sort("ns", descending=True)["name"][0][:60]
+        ev.append(f"{int(fk['n'].sum()):,} fused attention kernel(s), e.g. `{example}`")
     fo = _names(ops.select("name")).filter(pl.col("name").str.contains(FUSED_ATTENTION_OP_RE))
     if fo.height:
         ev.append(f"{int(fo['n'].sum()):,} fused attention op call(s) ({', '.join(sorted(fo['name'].to_list())[:3])})")

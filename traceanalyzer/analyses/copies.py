@@ -163,9 +163,9 @@ def _hotspots(copies: pl.DataFrame, keys: list[str], n_steps: int | None, extra:
     return (
         copies.group_by(keys)
         .agg(
+            *extra,
             count=pl.len().cast(pl.Int64),
             per_step=per_step,
-            *extra,
             bytes=pl.col("bytes").sum(),
             gpu_ns=pl.col("gpu_ns").sum(),
             cpu_ns=pl.col("cpu_ns").sum(),
@@ -330,7 +330,8 @@ def copies(ctx: AnalysisContext[TraceModel]) -> CopiesResult:
             pl.col("op").unique().sort().str.join(", ").alias("ops"),
             pl.col("direction").unique().sort().str.join(", ").alias("directions"),
         ],
-    ).select("site", "via", "site_kind", "ops", "directions", "count", "per_step", "bytes", "gpu_ns", "cpu_ns", "blocking")
+    ).select("site", "via", "site_kind", "ops", "directions", "count", "per_step", "bytes", "gpu_ns", "cpu_ns",
+             "blocking")
 
     by_kind = (
         tr.group_by("activity", "kind", "host_memory", "api_mode")

@@ -236,7 +236,8 @@ class DiagnosisResult:
         n = max(self.n_steady, 1)
         for r in self.top_ops.head(steps).iter_rows(named=True):
             where = f" [{r['module']}]" if r.get("module") else ""
-            shapes = (f" shapes {r['input_dims']}" + (f" (+{r['n_shapes'] - 1} other)" if r.get("n_shapes", 1) > 1 else "")
+            shapes = (f" shapes {r['input_dims']}"
+                      + (f" (+{r['n_shapes'] - 1} other)" if r.get("n_shapes", 1) > 1 else "")
                       if r.get("input_dims") else "")
             if r["kernels"]:
                 out.append(
@@ -337,7 +338,8 @@ class DiagnosisResult:
 
 def _dataloader_intervals(model: TraceModel) -> pl.DataFrame:
     parts = [
-        model.annotations.filter(pl.col("name").str.contains(DATALOADER_RE) | pl.col("name").str.contains(USER_DATA_RE)),
+        model.annotations.filter(
+            pl.col("name").str.contains(DATALOADER_RE) | pl.col("name").str.contains(USER_DATA_RE)),
         model.cpu_ops.filter(pl.col("name").str.contains(DATALOADER_RE)),
     ]
     return pl.concat([p.select("ts_ns", "end_ns") for p in parts])
@@ -401,14 +403,16 @@ def _gpu_breakdown(t: TraceTables, reads: AnalysisContext[TraceModel], windows: 
     lo, hi = int(windows["start_ns"].min()), int(windows["end_ns"].max())  # type: ignore[arg-type]
     if act.height:
         first, last = int(act["ts_ns"].min()), int(act["end_ns"].max())  # type: ignore[arg-type]
-        edges = pl.DataFrame({"start_ns": [lo, last], "end_ns": [first, hi]}).filter(pl.col("end_ns") > pl.col("start_ns"))
+        edges = pl.DataFrame({"start_ns": [lo, last], "end_ns": [first, hi]}).filter(
+            pl.col("end_ns") > pl.col("start_ns"))
     else:
         edges = pl.DataFrame({"start_ns": [lo], "end_ns": [hi]})
     dl = merge_intervals(_dataloader_intervals(model))
     if edges.height and dl.height:
         inter = (
             edges.join(dl.rename({"start_ns": "ds", "end_ns": "de"}), how="cross")
-            .select(pl.max_horizontal("start_ns", "ds").alias("start_ns"), pl.min_horizontal("end_ns", "de").alias("end_ns"))
+            .select(pl.max_horizontal("start_ns", "ds").alias("start_ns"),
+                    pl.min_horizontal("end_ns", "de").alias("end_ns"))
             .filter(pl.col("end_ns") > pl.col("start_ns"))
         )
     else:
@@ -418,12 +422,13 @@ def _gpu_breakdown(t: TraceTables, reads: AnalysisContext[TraceModel], windows: 
     iv = pl.concat([p.select(pl.col("start_ns").cast(pl.Int64).alias("ts_ns"), pl.col("end_ns").cast(pl.Int64),
                              pl.col("c").cast(pl.String)) for p in pieces])
     lens = window_union_lengths(iv, windows, ["c"])
-    wide = lens.pivot(on="c", index="window", values="length_ns") if lens.height else pl.DataFrame({"window": []},
-                                                                                                       schema={"window": pl.Int64})
+    wide = (lens.pivot(on="c", index="window", values="length_ns") if lens.height
+            else pl.DataFrame({"window": []}, schema={"window": pl.Int64}))
     for c in ("input", "sync", "host", "other", "edge", "edge_input"):
         if c not in wide.columns:
             wide = wide.with_columns(pl.lit(0, pl.Int64).alias(c))
-    wide = wide.select("window", *[pl.col(c).fill_null(0) for c in ("input", "sync", "host", "other", "edge", "edge_input")])
+    wide = wide.select(
+        "window", *[pl.col(c).fill_null(0) for c in ("input", "sync", "host", "other", "edge", "edge_input")])
     b = base.join(wide, on="window", how="left").with_columns(
         pl.col(c).fill_null(0) for c in ("input", "sync", "host", "other", "edge", "edge_input")
     )
@@ -441,7 +446,8 @@ def _gpu_breakdown(t: TraceTables, reads: AnalysisContext[TraceModel], windows: 
     b = b.with_columns(_k=known).with_columns(
         _f=pl.when(pl.col("_k") > pl.col("idle_ns")).then(pl.col("idle_ns") / pl.col("_k")).otherwise(1.0)
     ).with_columns(
-        [(pl.col(c) * pl.col("_f")).round(0).cast(pl.Int64).alias(f"{c}_ns") for c in ("input", "sync", "host", "other")]
+        [(pl.col(c) * pl.col("_f")).round(0).cast(pl.Int64).alias(f"{c}_ns")
+         for c in ("input", "sync", "host", "other")]
     ).with_columns(
         other_ns=pl.col("other_ns") + (pl.col("idle_ns") - pl.col("input_ns") - pl.col("sync_ns") - pl.col("host_ns")
                                        - pl.col("other_ns")).clip(lower_bound=0)
@@ -540,7 +546,8 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, reads: A
                           "lever (2-8× tensor-core throughput); torch.set_float32_matmul_precision('high') at least.")
         attn = "" if run_ctx is not None and run_ctx.fused_attention else "fused attention (SDPA/FlashAttention), "
         low = ("lower precision (fp16 with a GradScaler: no bf16 on this device)"
-               if run_ctx is not None and run_ctx.vendor == "nvidia" and run_ctx.supports_bf16 is False else "lower precision (bf16/fp8)")
+               if run_ctx is not None and run_ctx.vendor == "nvidia" and run_ctx.supports_bf16 is False
+               else "lower precision (bf16/fp8)")
         gpu_like = run_ctx is None or run_ctx.vendor in ("nvidia", "amd", "unknown", None)
         shapes = ("tensor-core friendly shapes (multiples of 8/16)" if gpu_like
                   else "shapes that fill the accelerator's matrix units (its vendor's tiling guidance)")
@@ -549,17 +556,20 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, reads: A
                   "CPU-side fixes will not help.")
     elif verdict == "memory_bound":
         fuse = ("the code is already compiled: shrink what runs outside the compiled regions (graph breaks), "
-                "fused" if run_ctx is not None and run_ctx.compiled else "torch.compile (fuses elementwise/reduction chains), fused")
+                "fused" if run_ctx is not None and run_ctx.compiled
+                else "torch.compile (fuses elementwise/reduction chains), fused")
         mv.append(f"Fuse the memory-bound kernels: {fuse} "
                   "optimizers (fused=True / foreach), fused norms and SDPA, channels_last for convs, avoid "
                   "needless .contiguous()/copies; larger GEMMs raise arithmetic intensity.")
     elif verdict == "input_bound":
         cpu_dl = reads.need("phases", PhasesResult).cpu_mean.get("data_loading_ns")
-        ev.append(f"The CPU spends {ms(cpu_dl)} per step in the DataLoader ({_pct(cpu_dl, d / max(len(steady), 1)):.1f} "
+        ev.append(f"The CPU spends {ms(cpu_dl)} per step in the DataLoader "
+                  f"({_pct(cpu_dl, d / max(len(steady), 1)):.1f} "
                   "% of the step).")
         single = model.annotations.filter(pl.col("name").str.contains("_SingleProcessDataLoaderIter")).height
         if single:
-            ev.append("The iterator is _SingleProcessDataLoaderIter: num_workers=0, data is loaded on the training thread.")
+            ev.append("The iterator is _SingleProcessDataLoaderIter: num_workers=0, data is loaded on the training "
+                      "thread.")
             mv.append("Set DataLoader(num_workers=N>0) (and persistent_workers=True).")
         mv.append("Feed the GPU faster: more DataLoader workers, prefetch_factor, pin_memory=True with "
                   "non_blocking copies, cheaper decoding/augmentation (or on the GPU, e.g. DALI), cached/preprocessed "
@@ -705,7 +715,8 @@ def _comm_moves(reads: _Reads) -> list[str]:
             "smaller tensor-parallel degree or NVLink-local groups.")
     if "expert" in kinds and "deepep" in families:
         moves[kinds.index("expert")] = moves[kinds.index("expert")].replace(
-            "overlap it with compute (DeepEP's hook-based receive,", "overlap it with compute (the run uses DeepEP: its "
+            "overlap it with compute (DeepEP's hook-based receive,",
+            "overlap it with compute (the run uses DeepEP: its "
             "hook-based receive,")
     return moves + [_STRAGGLER]
 
@@ -736,7 +747,8 @@ def _comm_note(reads: _Reads, verdict: str) -> str | None:
 def _secondary(tot: dict[str, Any], verdict: str, minor_pct: float) -> list[str]:
     d = tot["dur_ns"]
     labels = _CAUSE_LABEL
-    main = {"input_bound": "input", "sync_bound": "sync", "comm_bound": "communication", "cpu_bound": "host"}.get(verdict)
+    main = {"input_bound": "input", "sync_bound": "sync", "comm_bound": "communication",
+            "cpu_bound": "host"}.get(verdict)
     rows = sorted(((tot[f"{c}_ns"], c) for c in LOST_CAUSES if c != main), reverse=True)
     return [f"{labels[c]} {_pct(v, d):.1f} %" for v, c in rows if _pct(v, d) >= minor_pct]
 
@@ -755,7 +767,8 @@ def _comm_ops(t: TraceTables, windows: pl.DataFrame, steady: list[int], device: 
     rt = runtime_by_correlation(t).select("correlation", "pid", "tid", "api_ts_ns")
     k = k.join(rt, on="correlation", how="left")
     ops = model.cpu_ops.select("name", "input_dims").with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
-    pts = k.select(pl.col("pid").fill_null(-1), pl.col("tid").fill_null(-1), pl.col("api_ts_ns").fill_null(0).alias("ts_ns"))
+    pts = k.select(pl.col("pid").fill_null(-1), pl.col("tid").fill_null(-1),
+                   pl.col("api_ts_ns").fill_null(0).alias("ts_ns"))
     k = k.with_columns(_op=op_index(t).lookup(pts) if ops.height else None)
     k = k.join(ops.select(pl.col("id").alias("_op"), pl.col("name").alias("op"), "input_dims"), on="_op", how="left")
     steps = max(len(steady), 1)
@@ -769,7 +782,8 @@ def _comm_ops(t: TraceTables, windows: pl.DataFrame, steady: list[int], device: 
              top_kernel=pl.col("_k").mode().sort().first())
         .select(pl.lit("communication").alias("phase"), pl.col("comm_name").alias("module"), pl.col("op").alias("name"),
                 "input_dims", "n_shapes", "calls", (pl.col("calls") / steps).round(2).alias("calls_per_step"),
-                pl.lit(0, pl.Int64).alias("cpu_ns"), "gpu_ns", (pl.col("gpu_ns") / steps).round(1).alias("gpu_ns_per_step"),
+                pl.lit(0, pl.Int64).alias("cpu_ns"), "gpu_ns",
+                (pl.col("gpu_ns") / steps).round(1).alias("gpu_ns_per_step"),
                 pl.col("calls").alias("kernels"), (pl.col("gpu_ns") / pl.col("calls")).round(1).alias("mean_gpu_ns"),
                 "top_kernel")
         .sort(["gpu_ns", "name"], descending=[True, False])
@@ -792,7 +806,8 @@ def _top_ops(ph: PhasesResult | None, phase: str | None, by: str, n: int) -> pl.
     title="Diagnosis",
     order=1,
     shared=("gpu_activity", "op_nesting", "runtime_by_correlation", "comm_classes"),
-    params={"gpu_bound_pct": 90.0, "mostly_busy_pct": 85.0, "cause_min_pct": 15.0, "dominant_pct": 50.0, "minor_pct": 5.0, "top_ops": 10},
+    params={"gpu_bound_pct": 90.0, "mostly_busy_pct": 85.0, "cause_min_pct": 15.0, "dominant_pct": 50.0,
+            "minor_pct": 5.0, "top_ops": 10},
 )
 def diagnosis(ctx: AnalysisContext[TraceModel]) -> DiagnosisResult:
     """Baseline → bottleneck type (per step and overall, with evidence) → dominant phase → top operations."""
@@ -838,7 +853,8 @@ def diagnosis(ctx: AnalysisContext[TraceModel]) -> DiagnosisResult:
             lead, tail = _span_edges(windows, span_windows)
             notes.append(f"no steps: the GPU verdict is judged over GPU {device}'s active span (first to last "
                          f"activity, {ms(int(span_windows['end_ns'][0] - span_windows['start_ns'][0]))} of the "
-                         f"{ms(int(windows['end_ns'].max() - windows['start_ns'].min()))} trace); {ms(lead)} before its "  # type: ignore[operator, arg-type]  # polars' scalar union
+                         f"{ms(int(windows['end_ns'].max() - windows['start_ns'].min()))} trace); "  # type: ignore[operator, arg-type]  # noqa: E501 - polars' scalar union
+                         f"{ms(lead)} before its "
                          f"first activity and {ms(tail)} after its last are left out")
             base_label = f"GPU {device}'s active span"
         bd, more = _gpu_breakdown(ctx.tables, ctx, span_windows if span_windows is not None else windows, device,
@@ -935,7 +951,8 @@ def diagnosis(ctx: AnalysisContext[TraceModel]) -> DiagnosisResult:
     elif verdict in ("compute_bound", "memory_bound"):
         dom, rank_by, res = ph.dominant("gpu"), "gpu_ns", "gpu"
     else:
-        dom, rank_by, res = ph.dominant("cpu"), ("cpu_ns" if resource == "cpu" or verdict != "mixed" else "gpu_ns"), "cpu"
+        dom, res = ph.dominant("cpu"), "cpu"
+        rank_by = "cpu_ns" if resource == "cpu" or verdict != "mixed" else "gpu_ns"
         if dom in (None, "other") and use_gpu and ph.dominant("gpu") not in (None, "other"):
             dom, rank_by, res = ph.dominant("gpu"), "gpu_ns", "gpu"  # no CPU ops: the GPU phases tell
     means = ph.gpu_mean if res == "gpu" and ph.gpu_mean else ph.cpu_mean

@@ -110,7 +110,8 @@ class IdleGapsResult:
             causes = ", ".join(
                 f"{c} {pct(r[f'{c}_ns'], idle) or 0:.0f} %" for c in CAUSES if r.get(f"{c}_ns")
             )
-            out.append((f"GPU {r['device']} gaps", f"{r['n_gaps']:,} gaps, {ms(idle)} idle in gaps ({causes} of gap idle)"))
+            out.append((f"GPU {r['device']} gaps",
+                        f"{r['n_gaps']:,} gaps, {ms(idle)} idle in gaps ({causes} of gap idle)"))
         if self.attribution.height:
             top = self.attribution.row(0, named=True)
             out.append(

@@ -98,13 +98,17 @@ class LaunchesResult:
     def summary(self) -> list[tuple[str, str]]:
         out = [
             ("Launches", f"{self.n_calls:,} calls → {self.n_joined:,} GPU activities"
-                         + (f" ({self.n_unjoined_calls:,} calls without captured GPU work)" if self.n_unjoined_calls else "")),
+                         + (f" ({self.n_unjoined_calls:,} calls without captured GPU work)"
+                            if self.n_unjoined_calls else "")),
             ("Launch call (CPU)", f"median {us(self.cpu_dur_ns['median'])}, p95 {us(self.cpu_dur_ns['p95'])}"),
             ("Launch delay", f"median {us(self.launch_delay_ns['median'])}, p95 {us(self.launch_delay_ns['p95'])}"),
-            ("Shorter than their launch", f"{self.n_shorter_than_launch:,} ({pct(self.n_shorter_than_launch, self.n_joined) or 0:.1f} % of launched kernels)"),
+            ("Shorter than their launch",
+             f"{self.n_shorter_than_launch:,} "
+             f"({pct(self.n_shorter_than_launch, self.n_joined) or 0:.1f} % of launched kernels)"),
         ]
         if self.n_graph_launches:
-            out.append(("CUDA-graph launches", f"{self.n_graph_launches:,} replaying {self.n_graph_kernels:,} GPU activities "
+            out.append(("CUDA-graph launches",
+                        f"{self.n_graph_launches:,} replaying {self.n_graph_kernels:,} GPU activities "
                                                   "(kernels, copies and memsets)"))
         bound = self.per_step.filter(pl.col("launch_bound"))
         out.append(("Launch-bound steps", f"{bound.height} of {self.per_step.height}"))

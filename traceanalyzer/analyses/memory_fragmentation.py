@@ -88,15 +88,19 @@ class MemoryFragmentationResult:
         frag = "n/a" if self.fragmentation_pct is None else f"{self.fragmentation_pct:.1f} %"
         out = [
             ("Reserved / allocated at dump", f"{fmt_bytes(self.reserved_bytes)} / {fmt_bytes(self.allocated_bytes)}"),
-            ("Cached free / largest free block", f"{fmt_bytes(self.free_bytes)} / {fmt_bytes(self.largest_free_block_bytes)}"),
+            ("Cached free / largest free block",
+             f"{fmt_bytes(self.free_bytes)} / {fmt_bytes(self.largest_free_block_bytes)}"),
             ("Fragmentation of free memory", frag),
-            ("Free blocks in split segments", f"{self.inactive_split_blocks:,} ({fmt_bytes(self.inactive_split_bytes)})"),
+            ("Free blocks in split segments",
+             f"{self.inactive_split_blocks:,} ({fmt_bytes(self.inactive_split_bytes)})"),
         ]
         if self.max_unused_reserved_bytes is not None:
-            pct = "" if self.max_unused_pct_of_reserved is None else f" ({self.max_unused_pct_of_reserved:.1f} % of reserved)"
+            pct = ("" if self.max_unused_pct_of_reserved is None
+                   else f" ({self.max_unused_pct_of_reserved:.1f} % of reserved)")
             out.append(("Max reserved − allocated", fmt_bytes(self.max_unused_reserved_bytes) + pct))
         if self.churn_reallocs:
-            out.append(("cudaMalloc after a segment free", f"{self.churn_reallocs:,} ({fmt_bytes(self.churn_realloc_bytes)})"))
+            out.append(("cudaMalloc after a segment free",
+                        f"{self.churn_reallocs:,} ({fmt_bytes(self.churn_realloc_bytes)})"))
         if self.non_default_settings:
             out.append(("Allocator settings", ", ".join(f"{k}={v}" for k, v in self.non_default_settings.items())))
         return out

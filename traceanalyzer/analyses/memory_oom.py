@@ -65,7 +65,8 @@ class MemoryOOMResult:
 
         free = "?" if self.device_free_bytes is None else fmt_bytes(self.device_free_bytes)
         out = [("OOM", f"cuda:{self.device} asked {fmt_bytes(self.requested_bytes)}, device free {free}"),
-               ("State at OOM", f"allocated {fmt_bytes(self.allocated_bytes)}, reserved {fmt_bytes(self.reserved_bytes)}, "
+               ("State at OOM",
+                f"allocated {fmt_bytes(self.allocated_bytes)}, reserved {fmt_bytes(self.reserved_bytes)}, "
                                 f"cached free {fmt_bytes(self.cached_free_bytes)}"),
                ("Verdict", self.verdict)]
         if self.failing_site:

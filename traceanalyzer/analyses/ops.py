@@ -114,7 +114,8 @@ class OpsResult:
     dataloader: pl.DataFrame  # window, step, dataloader_ns, dur_ns
     dataloader_iters: tuple[str, ...]
     kernel_classes: pl.DataFrame  # name, klass, name_precision, op_dtype, count, total_ns
-    optimizer: pl.DataFrame  # window, step, opt_ns, opt_kernels, opt_gpu_ns, zero_grad_ns, zero_grad_fills, zero_grad_gpu_ns
+    # window, step, opt_ns, opt_kernels, opt_gpu_ns, zero_grad_ns, zero_grad_fills, zero_grad_gpu_ns
+    optimizer: pl.DataFrame
     optimizer_impl: str
     optimizer_names: tuple[str, ...]
     compiled: bool
@@ -284,7 +285,8 @@ def _optimizer(t: TraceTables, windows: pl.DataFrame) -> pl.DataFrame:
             )
             out = out.join(agg, on="window", how="left")
         else:
-            out = out.with_columns(pl.lit(0, pl.Int64).alias(f"{key}_kernels"), pl.lit(0, pl.Int64).alias(f"{key}_gpu_ns"),
+            out = out.with_columns(pl.lit(0, pl.Int64).alias(f"{key}_kernels"),
+                                   pl.lit(0, pl.Int64).alias(f"{key}_gpu_ns"),
                                    pl.lit(0, pl.Int64).alias(f"{key}_fills"))
     out = out.with_columns(pl.exclude("window", "step").fill_null(0).cast(pl.Int64))
     return out.select(
@@ -323,7 +325,8 @@ def ops(ctx: AnalysisContext[TraceModel]) -> OpsResult:
         model.cpu_ops.select("name", "dur_ns").with_columns(source=pl.lit("cpu_op")),
         model.annotations.select("name", "dur_ns").with_columns(source=pl.lit("annotation")),
     ])
-    op_counts = both.group_by("name", "source").agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur_ns").sum()).sort(
+    op_counts = both.group_by("name", "source").agg(
+        count=pl.len().cast(pl.Int64), total_ns=pl.col("dur_ns").sum()).sort(
         ["count", "name"], descending=[True, False])
     dp = int(both.filter(pl.col("name") == "DataParallel.forward").height) + int(
         model.python_frames.filter(pl.col("name").str.starts_with("nn.Module: DataParallel_")).height)

@@ -278,7 +278,8 @@ class PhasesResult:
             "fwd_bwd_ratio_gpu": self.fwd_bwd_ratio_gpu,
             "cpu": self.cpu.to_dicts(),
             "gpu": self.gpu.to_dicts(),
-            "ops": self.ops.sort("phase", maintain_order=True).group_by("phase", maintain_order=True).head(50).to_dicts(),
+            "ops": self.ops.sort("phase", maintain_order=True).group_by("phase", maintain_order=True).head(50)
+            .to_dicts(),
             "n_op_groups": self.ops.height,
             "sources": self.sources,
             "annotated_phases": self.annotated.to_dicts() if self.annotated.height else [],
@@ -403,13 +404,15 @@ def _ops_table(t: TraceTables, ctx: PhaseContext, steady: list[int], act: pl.Dat
     """Top-level CPU ops of the steady windows with phase, module, shapes, CPU and GPU time."""
     model = t.model
     schema = {"phase": pl.String, "module": pl.String, "name": pl.String, "input_dims": pl.String,
-              "n_shapes": pl.Int64, "calls": pl.Int64, "calls_per_step": pl.Float64, "cpu_ns": pl.Int64, "gpu_ns": pl.Int64,
+              "n_shapes": pl.Int64, "calls": pl.Int64, "calls_per_step": pl.Float64, "cpu_ns": pl.Int64,
+              "gpu_ns": pl.Int64,
               "gpu_ns_per_step": pl.Float64, "kernels": pl.Int64, "mean_gpu_ns": pl.Float64,
               "top_kernel": pl.String}
     ops = model.cpu_ops
     if ops.is_empty() or not steady:
         return pl.DataFrame(schema=schema)
-    iv = ops.select("name", "pid", "tid", "ts_ns", "end_ns", "dur_ns", "input_dims").with_row_index("op_id").with_columns(
+    iv = ops.select(
+        "name", "pid", "tid", "ts_ns", "end_ns", "dur_ns", "input_dims").with_row_index("op_id").with_columns(
         pl.col("op_id").cast(pl.Int64)
     )
     top = iv.filter(op_top_level(t))  # aligned with model.cpu_ops, as iv

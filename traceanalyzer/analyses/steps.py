@@ -21,7 +21,8 @@ Definitions
   (``step`` null, name ``"whole trace"``).
 
 Other analyses use :meth:`StepsResult.windows` and
-:func:`~traceanalyzer.analyses._steps.assign_steps` to attribute events to windows; the join key is the ``window`` index (0…n−1), ``step`` is the label.
+:func:`~traceanalyzer.analyses._steps.assign_steps` to attribute events to windows; the join
+key is the ``window`` index (0…n−1), ``step`` is the label.
 """
 
 from __future__ import annotations

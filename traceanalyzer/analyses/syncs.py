@@ -256,9 +256,9 @@ def _hotspots(points: pl.DataFrame, keys: list[str], n_steps: int | None, extra:
     return (
         points.group_by(keys)
         .agg(
+            *extra,
             count=pl.len().cast(pl.Int64),
             per_step=per_step,
-            *extra,
             calls=pl.col("n_calls").sum(),
             blocked_ns=pl.col("blocked_ns").sum(),
             mean_blocked_ns=pl.col("blocked_ns").mean().round(0).cast(pl.Int64),
@@ -375,7 +375,8 @@ def syncs(ctx: AnalysisContext[TraceModel]) -> SyncsResult:
         )
         .with_columns(pl.col(c).fill_null(0) for c in ("sync_points", "sync_calls", "blocked_ns", "idle_after_ns"))
         .with_columns(
-            pct_blocked=pl.when(pl.col("step_ns") > 0).then((pl.col("blocked_ns") * 100.0 / pl.col("step_ns")).round(3)),
+            pct_blocked=pl.when(pl.col("step_ns") > 0).then(
+                (pl.col("blocked_ns") * 100.0 / pl.col("step_ns")).round(3)),
             pct_idle_after=pl.when(pl.col("step_ns") > 0).then(
                 (pl.col("idle_after_ns") * 100.0 / pl.col("step_ns")).round(3)
             ),

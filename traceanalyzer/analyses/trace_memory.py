@@ -35,7 +35,8 @@ from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, op_index
 
 # c10::DeviceType values as written in the [memory] events' "Device Type".
-_DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip", 9: "xla", 12: "xpu", 13: "mps", 15: "hpu", 19: "mtia", 20: "privateuse1"}
+_DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip", 9: "xla", 12: "xpu", 13: "mps", 15: "hpu", 19: "mtia",
+                 20: "privateuse1"}
 
 
 def _device_name_expr() -> pl.Expr:
