@@ -43,7 +43,7 @@ def steady_windows(results: Results) -> list[int]:
     return list(steps_of(results).steady_windows())
 
 
-def steady_steps(results: Results) -> list[Any]:
+def steady_steps(results: Results) -> list[int | None]:
     """Step labels of the steady windows (``[None]`` for a trace without steps)."""
     sr = steps_of(results)
     t = sr.table.filter(pl.col("window").is_in(sr.steady_windows()))
