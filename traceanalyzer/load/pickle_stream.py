@@ -1,8 +1,8 @@
 """A streaming, restricted pickle machine for large memory snapshots.
 
 ``pickle``'s C unpickler must build the whole object tree, and its memo pins every
-dict it ever built, so a snapshot costs ≈ 400 B of Python objects per trace entry
-(≈ 7 GB for a 1 GB file). This module walks the opcodes itself (binary protocols
+dict it ever built, so a snapshot costs several times its size in Python objects.
+This module walks the opcodes itself (binary protocols
 2–5, plain data only) and hands every batch of trace entries (the ``APPENDS`` of a
 list whose items are dicts with an ``"action"`` key) to a callback *instead of*
 appending them, so the entries can be turned into columns and dropped while the
@@ -19,8 +19,8 @@ naming the opcode and its byte offset before anything else happens.
 A memo reference to an absorbed entry (something no real snapshot does) raises
 :class:`StreamFallback`; the loader then reads the file the ordinary way.
 
-Speed: one Python loop iteration per opcode (≈ 160 ns), ≈ 6 s of CPU per 100 MB (a trace
-entry is ≈ 22 opcodes and 56 bytes in protocol 4), against ≈ 3 s for the C unpickler.
+Speed: one Python loop iteration per opcode, slower than the C unpickler; hence only
+files over :data:`~traceanalyzer.load.snapshot.STREAM_MIN_BYTES` are read here.
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
                     raise EOFError("pickle data was truncated")
             op = buf[pos]
             pos += 1
-            # Ordered by frequency in real snapshots (BINGET alone is 60 % of the opcodes).
+            # Ordered by frequency in real snapshots (BINGET first: the most common).
             if op == 0x68:    # BINGET
                 stack.append(get(buf[pos]))
                 pos += 1

@@ -14,37 +14,39 @@ Handles every layout from PyTorch 1.8 to today (see
 * NVIDIA (cuda*/cu*), AMD ROCm (hip* under ``cuda_runtime``), Intel XPU
   (``xpu_runtime``/``xpu_driver``), MTIA runtimes.
 
+The package's parts, in the order an event meets them:
+
+* :mod:`.framing`: the byte stream cut into regions of whole events, and the driver
+  of the chunked path (regions decoded ahead, rollback, the array's end and tail);
+* :mod:`.ndjson`: the columnar decoder (polars' NDJSON reader), with the screens that
+  send a region it cannot take exactly to the exact decoder;
+* :mod:`.exact`: the per-event decoder (orjson and a Python loop), which defines the
+  semantics;
+* :mod:`.vocabulary`: which category, phase or name means which table or kind;
+* :mod:`.raw`: the raw tables both decoders fill, the value limits they share;
+* :mod:`.assembly`: raw tables + top-level keys → the model, its meta and warnings.
+
 Two paths give the same model (``tests/test_chunked_loader.py`` checks every table,
 dtype, meta field and warning on every shared/sample trace and on hand-made edge
 cases, with chunks down to one event).
 
 * The simple path (:func:`load_chrome_trace_simple`, :func:`build_model`) reads the
   whole file, decodes it with orjson and sorts events into row tuples in a Python
-  loop. It defines the semantics. Its memory is the decoded document: ~8× the file
-  (426 MB for the 49 MB df_index_resolver trace, 1.5 GB for 198 MB), so a 2 GB trace
-  needs ~16 GB.
+  loop. It defines the semantics. Its memory is the decoded document, several times
+  the file's size.
 * The chunked path (:func:`load_chrome_trace`, the default) streams the
   ``traceEvents`` array (gzip decompressed on the fly by
   :class:`~traceanalyzer.load.jsonio.ByteStream`, never whole) in chunks of
   ``CHUNK_BYTES`` cut at event boundaries. Each chunk becomes newline-delimited JSON
   that polars' reader (Rust) decodes into typed columns of only the fields the model
   needs, in two passes (events with ``args`` as text, then the ``args`` texts: the
-  reader is 2–3× slower on a wide struct); polars expressions sort the rows into
-  tables. No Python object per event. Two chunks are decoded at once where polars
-  has two threads (:class:`_ChunkedLoader`: the reader keeps two cores busy, the rest
-  of a chunk's work one), in chunks of ``PARALLEL_CHUNK_BYTES`` (2 MiB). Memory: the
-  model's columns plus the chunks' transients, each ~15–35× the chunk (the reader's
-  parse buffers, the NDJSON copies), plus the pages the allocator has not returned yet:
-  one 4 MiB chunk at a time or two 2 MiB chunks peak alike (on the 54 MB trace, 8 MiB
-  chunks peaked 80–140 MB higher at the same CPU time).
-
-Measured (``scripts/bench.py``, docs/performance.md; df_index_resolver and its
-replicas by ``scripts/make_big_trace.py``; 2 cores; peak RSS of the whole process,
-interpreter and imports included; commit f6f6e35): ``load()`` of the 54 MB trace takes
-0.91 s and peaks at 208 MB, where ``orjson.loads`` alone takes 0.61 s and 382 MB; the
-198 MB 4x file loads at 1.11× the time of ``orjson.loads`` and 363 MB (orjson: 1,442
-MB); the 2 GB 40x file in 32–35 s, with or without gzip, where the simple path would
-need ~16 GB.
+  reader is slower on a wide struct); polars expressions sort the rows into tables.
+  No Python object per event. Two chunks are decoded at once where polars has two
+  threads (``_ChunkedLoader``: the reader keeps two cores busy, the rest of a chunk's
+  work one), in chunks of ``PARALLEL_CHUNK_BYTES``. Memory: the model's columns plus
+  the chunks' transients, each many times the chunk (the reader's parse buffers, the
+  NDJSON copies): bounded by the chunk size, never the decoded document. Figures are
+  in docs/performance.md.
 
 Exactness: the reader blurs some JSON types (it reads ``1.0`` into a string column as
 "1", a string where a list is expected as the list's text, …), so each chunk is

@@ -81,7 +81,7 @@ def _structure(buf: bytes | memoryview, depth0: int) -> tuple[np.ndarray, np.nda
     ``buf`` must start outside a string, at nesting depth ``depth0``. Escaped quotes
     are told apart by the parity of the backslash run before them. For whole chunks
     (the exact path); the small framing jobs use :func:`_brackets`, which stops early
-    and needs no numpy (whose import, 0.14 s, a plain trace run then never pays).
+    and needs no numpy (whose import a plain trace run then never pays).
     """
     import numpy as np
 
@@ -152,18 +152,15 @@ class _Rollback(Exception):
 
 
 class _ChunkedLoader:
-    """Streams one file through the chunked path (see the comment above).
+    """Streams one file through the chunked path (see the module docstring).
 
     With ``workers`` ≥ 2 (the default where polars has two threads or more), two regions
     are decoded at once on a thread pool: the reader keeps two cores busy, but the rest of
-    a region's work (the screen, the separator rewrite, the split into tables: ~60 % of
-    it) runs on one, so on 2 cores one region's tables are built while the next one is
-    read. Two regions in flight hold two working sets, hence regions of
-    :data:`PARALLEL_CHUNK_BYTES` (2 MiB) then: the same peak as one 4 MiB region at a
-    time (203–217 MB at 1x), where two 4 MiB regions peaked at 262–273 MB. Measured,
-    interleaved, fresh processes: ``load()`` of the 54 MB trace 0.92–1.02 s → 0.80–0.81 s,
-    of the 795 MB 16x trace 14.6–16.0 s → 12.8–14.9 s (3 runs each; the box is noisy:
-    one more pair went the other way, 14.5 vs 15.4 s). Regions are cut assuming the one
+    a region's work (the screen, the separator rewrite, the split into tables) runs on
+    one, so on 2 cores one region's tables are built while the next one is read. Two
+    regions in flight hold two working sets, hence regions of
+    :data:`PARALLEL_CHUNK_BYTES` then, half of :data:`CHUNK_BYTES`: the same peak as one
+    region at a time. Regions are cut assuming the one
     before decodes; where one does not (a value the reader would blur, a separator inside
     a string), the regions cut after it are dropped, the loader goes back to its start
     and carries on one region at a time, exactly as with ``workers=1``. Frames are added
@@ -191,7 +188,7 @@ class _ChunkedLoader:
         self.sep: bytes | None = None  # raw bytes between two events, learned from the file
         self.sep_nd: bytes = b""
         self.sep_nl: bytes = b""  # sep_nd with its ``,`` made a newline: same length, so
-        # ``bytes.replace`` substitutes in place (35 % faster than ``}\n{``)
+        # ``bytes.replace`` substitutes in place (cheaper than inserting ``}\n{``)
         self.offset = 0  # position in the (decompressed) file of the current buffer's first byte
         self.truncated_at: int | None = None
         self.last_end: int | None = None  # file position just after the last complete event
@@ -385,7 +382,7 @@ class _ChunkedLoader:
         p = -1
         if self.sep:
             # The last boundary within one chunk, so that a region (whose decode working
-            # set is 15-35x its size) is never much more than CHUNK_BYTES; the whole
+            # set is many times its size) is never much more than CHUNK_BYTES; the whole
             # buffer only when one event is longer than that.
             p = carry.rfind(self.sep, 0, self.chunk + len(self.sep))
             if p <= 0:

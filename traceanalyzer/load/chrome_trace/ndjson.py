@@ -66,11 +66,10 @@ _DIMS_TEXT = r"^[\[\]0-9, \-]*$"
 # (``[1.0]`` → "[1]"), a non-string in "Input type", a string ``args`` (its text could
 # read as an object). Any match sends the chunk to the slow path; a false match (the
 # pattern inside a string) costs only speed. The patterns run as one alternation in
-# polars' (Rust) regex engine over the chunk's text: its literal prefilter and DFA
-# scan ~1 GB/s with no per-match cost, where Python's ``re`` took 7 scans (one per
-# key, each ~25 ms per 54 MB) and ~140 ms for the pid/tid pattern that starts at
-# every event. ``\s`` is Unicode-aware there, which only matters outside JSON's own
-# whitespace, where the reader refuses the chunk anyway.
+# polars' (Rust) regex engine over the chunk's text: one scan with a literal prefilter
+# and no per-match cost, where Python's ``re`` would scan once per key, and the pid/tid
+# pattern starts at every event. ``\s`` is Unicode-aware there, which only matters
+# outside JSON's own whitespace, where the reader refuses the chunk anyway.
 _SUSPECT_ARGS = (
     # A string args: its text (unescaped) could read as an object.
     r'"args"\s*:\s*"',
@@ -142,7 +141,7 @@ def _int_text(e: pl.Expr) -> pl.Expr:
 
 def _int_column(s: pl.Series) -> pl.Series:
     """``_int_text`` of a column: a plain cast, and the regex only on the rows the cast
-    does not take (the common case has none: 10× faster than the regex on all rows).
+    does not take (the common case has none, and the regex on every row is costly).
     ``cast`` alone would also read ``"+7"`` (``_int`` gives None) and refuses
     ``"stream 7"``. A fractional number as text could have been a JSON float (``_int``
     truncates it) or a string (``_int`` gives None): only the slow path can tell, and
@@ -175,8 +174,8 @@ def _A(k: str) -> pl.Expr:
 
 def _fast_chunk(nd: bytes, autograd_array: bool) -> tuple[dict[str, pl.DataFrame], _Stats]:
     """Newline-delimited events → raw table frames and counts, or :class:`_NotFast`."""
-    # Screened before the read (scanned after it, with the frames alive, the same
-    # chunk peaked ~60 MB higher at 8 MiB). The pid/tid patterns matter only for
+    # Screened before the read: after it, the frames would be alive during the scan,
+    # raising the peak. The pid/tid patterns matter only for
     # other_events rows, but a float pid is rare enough that it may cost the chunk
     # the slow path wherever it occurs.
     if _matches(nd, _RX_ARGS_IDS):
@@ -202,7 +201,7 @@ def _read_one_pass(nd: bytes) -> tuple[pl.DataFrame, bool]:
 
 
 def _read_two_passes(nd: bytes) -> tuple[pl.DataFrame, bool]:
-    r"""As :func:`_read_one_pass`, 2–3× faster: the reader looks each struct field up
+    r"""As :func:`_read_one_pass`, faster: the reader looks each struct field up
     in every object (cost ∝ fields × keys), but reads a flat row quickly, so ``args``
     is first read as text (the reader re-serialises the object) and those texts are
     then read as NDJSON rows of their own. The re-serialisation does not escape
