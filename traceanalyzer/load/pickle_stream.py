@@ -73,10 +73,14 @@ def _is_entry_batch(items: list[Any]) -> bool:
     return bool(items) and type(items[0]) is dict and "action" in items[0]
 
 
+# opcode character → its description (``pickletools.code2op``, which typeshed does not declare).
+_CODE2OP: dict[str, pickletools.OpcodeInfo] = {op.code: op for op in pickletools.opcodes}
+
+
 def _refuse(buf: bytes, pos: int, file_pos: int) -> Exception:
     """The same message as :func:`safe_pickle.scan_opcodes` for the opcode at ``pos``
     (a byte that is no opcode at all is corruption, not hostility)."""
-    op = pickletools.code2op.get(chr(buf[pos]))
+    op = _CODE2OP.get(chr(buf[pos]))
     if op is None:
         return ValueError(f"invalid opcode 0x{buf[pos]:02x} at byte {file_pos}")
     name = op.name
@@ -265,7 +269,7 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
             elif op == 0x5d:  # EMPTY_LIST
                 stack.append([])
             elif op == 0x86:  # TUPLE2
-                t = (stack[-2], stack[-1])
+                t: tuple[Any, ...] = (stack[-2], stack[-1])
                 del stack[-2:]
                 stack.append(dedup(t))
             elif op == 0x71:  # BINPUT

@@ -100,7 +100,7 @@ def scan_opcodes(data: bytes, budget: PickleBudget | None = None) -> int | None:
     memo: dict[int, Any] = {}
     total = 0
 
-    def add(c: Any, items: list[Any], pos: int) -> None:
+    def add(c: Any, items: list[Any], pos: int | None) -> None:
         nonlocal total
         if type(c) is not list:
             raise ValueError(f"items added to a non-container at byte {pos}")

@@ -88,7 +88,7 @@ class _BoundedGzip:
         return out
 
     def readline(self) -> bytes:
-        out = self._g.readline()
+        out: bytes = self._g.readline()
         self._n += len(out)
         return out
 
@@ -181,7 +181,8 @@ def _input_error(path: Path, exc: BaseException) -> InputError:
         return InputError(path, "corrupt or hostile pickle: nesting too deep")
     if isinstance(exc, MemoryError):
         return InputError(path, "pickle too large to load in the available memory")
-    if isinstance(exc, ValueError) and any(m in str(exc) for m in ("exhausted before seeing STOP", "not enough data", "remain")):
+    truncated = ("exhausted before seeing STOP", "not enough data", "remain")
+    if isinstance(exc, ValueError) and any(m in str(exc) for m in truncated):
         return InputError(path, f"truncated file: {exc}")  # the opcode scan reached the end of the data
     if isinstance(exc, (OSError, EOFError, zlib.error)):
         return InputError(path, f"truncated or corrupt file: {exc or type(exc).__name__}")

@@ -8,6 +8,7 @@ with no usable events.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +173,11 @@ def _reconstruct_memory_totals(mem: pl.DataFrame) -> tuple[pl.DataFrame, str | N
                  "memory held before profiling is not seen); total reserved unknown")
 
 
+def _ints(values: Iterable[object]) -> list[int]:
+    """The ints among a list of column minima/maxima (None for an all-null column)."""
+    return [v for v in values if isinstance(v, int)]
+
+
 def _refuse_object(path: Path, doc: dict[str, Any]) -> None:
     if "nodes" in doc and "schema" in doc:
         raise InputError(path, "is a PyTorch Execution Trace (nodes/schema), not a torch.profiler chrome trace")
@@ -226,8 +232,8 @@ def _assemble(
     if tables["memory_events"].height:
         starts.append(tables["memory_events"]["ts_ns"].min())
         ends.append(tables["memory_events"]["ts_ns"].max())
-    span_start = int(min(s for s in starts if s is not None))  # type: ignore[type-var]
-    span_end = int(max(e for e in ends if e is not None))  # type: ignore[type-var]
+    span_start = min(_ints(starts))
+    span_end = max(_ints(ends))
 
     dev_props_raw = top.get("deviceProperties") or top.get("computeProperties") or []
     device_props = tuple(d for d in dev_props_raw if isinstance(d, dict)) if isinstance(dev_props_raw, list) else ()

@@ -297,8 +297,8 @@ class _ChunkedLoader:
             k = window.find(b'"traceEvents"')
             while k >= 0:
                 depth = 0
-                for _, _, depth in _brackets(memoryview(window)[:k], 0):
-                    pass
+                for _, _, d in _brackets(memoryview(window)[:k], 0):
+                    depth = d
                 if depth == 1 and _outside_string(window[:k]):
                     m = _COLON.match(buf, k + 13)
                     if m is None or m.end() >= len(buf):

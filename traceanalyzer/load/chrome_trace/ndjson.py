@@ -277,7 +277,8 @@ def _fast_tables(
         if autograd_array:
             bare = table.is_null() & cat.is_null()
             cuda = pl.col("pid_s").str.starts_with("CUDA").fill_null(False)
-            table = pl.when(bare).then(pl.when(cuda).then(pl.lit("kernels")).otherwise(pl.lit("cpu_ops"))).otherwise(table)
+            table = (pl.when(bare).then(pl.when(cuda).then(pl.lit("kernels")).otherwise(pl.lit("cpu_ops")))
+                     .otherwise(table))
             cat = pl.when(bare).then(pl.when(cuda).then(pl.lit("Kernel")).otherwise(pl.lit("Operator"))).otherwise(cat)
         xname = pl.col("name").fill_null("")
         table = (
@@ -376,7 +377,8 @@ def _x_frame(t: str, p: pl.DataFrame) -> pl.DataFrame:
     elif t == "memcpy":
         mtia = pl.col("cat") == MTIA_CCP_CAT
         kind = pl.when(mtia).then(_A("direction").replace_strict(MTIA_DIRECTION, default=None, return_dtype=pl.String))
-        cols = [*base, device, stream, _A("correlation"), ext, pl.when(mtia).then(_A("size")).otherwise(_A("bytes")), kind]
+        size = pl.when(mtia).then(_A("size")).otherwise(_A("bytes"))
+        cols = [*base, device, stream, _A("correlation"), ext, size, kind]
     elif t == "memset":
         cols = [*base, device, stream, _A("correlation"), ext, _A("bytes")]
     elif t == "annotations":
@@ -386,7 +388,8 @@ def _x_frame(t: str, p: pl.DataFrame) -> pl.DataFrame:
     else:  # pragma: no cover - CAT_TABLE names only the tables above
         raise _NotFast(f"table {t}")
     schema = _RAW_SCHEMAS[t]
-    exprs = [(pl.col(c) if isinstance(c, str) else c).cast(dtype).alias(new) for c, (new, dtype) in zip(cols, schema.items())]
+    exprs = [(pl.col(c) if isinstance(c, str) else c).cast(dtype).alias(new)
+             for c, (new, dtype) in zip(cols, schema.items())]
     return p.select(exprs)
 
 
