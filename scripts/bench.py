@@ -155,7 +155,7 @@ def _worker_msgspec(path: str) -> dict[str, Any]:
 
     import msgspec
 
-    from traceanalyzer.load.chrome_trace import _DIMS_ARGS, _INT_ARGS, _STR_ARGS
+    from traceanalyzer.load.chrome_trace.ndjson import _DIMS_ARGS, _INT_ARGS, _STR_ARGS
 
     # The fields the chunked loader reads, typed as leniently as the traces write them
     # (ids as numbers or strings, dims as lists), so that one decode covers the file.

@@ -13,7 +13,6 @@ number shows exactly which inputs it altered.
 from __future__ import annotations
 
 import argparse
-import filecmp
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,13 @@ def run_batch(outdir: Path) -> None:
         sys.exit(f"batch failed (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
 
 
+def same(before: Path, after: Path, before_repo: str) -> bool:
+    """Byte-identical once the repository's own path is the same: summaries name their input
+    by absolute path, and a worktree elsewhere names sample_traces/ differently."""
+    a, b = before.read_bytes(), after.read_bytes()
+    return a == b or a.replace(before_repo.encode(), str(REPO).encode()) == b
+
+
 def summaries(root: Path) -> dict[str, Path]:
     """Report folder name → its summary.json."""
     return {p.parent.name: p for p in sorted((root / "reports").glob("*/summary.json"))}
@@ -46,13 +52,16 @@ def main() -> int:
     args = ap.parse_args()
     if args.save:
         run_batch(args.save)
+        (args.save / "repo.txt").write_text(str(REPO))
         print(f"saved {len(summaries(args.save))} summaries in {args.save}")
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         run_batch(Path(tmp))
         before, after = summaries(args.against), summaries(Path(tmp))
+        marker = args.against / "repo.txt"
+        before_repo = marker.read_text() if marker.exists() else str(REPO)
         missing = sorted(set(before) ^ set(after))
-        changed = [n for n in sorted(set(before) & set(after)) if not filecmp.cmp(before[n], after[n], shallow=False)]
+        changed = [n for n in sorted(set(before) & set(after)) if not same(before[n], after[n], before_repo)]
         for name in missing:
             print(f"only in {'before' if name in before else 'after'}: {name}")
         for name in changed:

@@ -23,12 +23,8 @@ from polars.testing import assert_frame_equal
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.load import load
-from traceanalyzer.load.chrome_trace import (
-    _ChunkedLoader,
-    _Unframed,
-    load_chrome_trace,
-    load_chrome_trace_simple,
-)
+from traceanalyzer.load.chrome_trace import load_chrome_trace, load_chrome_trace_simple
+from traceanalyzer.load.chrome_trace.framing import _ChunkedLoader, _Unframed
 from traceanalyzer.model import SCHEMAS
 
 # Chunk sizes for hand-made files: 1 byte cuts at every event boundary; the others
@@ -492,7 +488,7 @@ def test_lazy_bracket_scan_equals_numpy_scan() -> None:
     backslash outside a string, which only invalid JSON has)."""
     import random
 
-    from traceanalyzer.load.chrome_trace import _brackets, _structure
+    from traceanalyzer.load.chrome_trace.framing import _brackets, _structure
 
     rng = random.Random(7)
     buffers: list[bytes] = []
@@ -532,7 +528,7 @@ def test_regions_decoded_ahead_roll_back_where_one_does_not_decode(
     """Two regions at once: where a region the reader cannot take exactly (here a float
     pid, which other_events would keep as "1.0") sits among many, the regions cut after it
     are dropped and decoded again one at a time, and the model is the simple path's."""
-    from traceanalyzer.load import chrome_trace
+    from traceanalyzer.load.chrome_trace import framing as chrome_trace
 
     ev = modern_events(40)
     at = {"early": 3, "middle": len(ev) // 2, "last": len(ev) - 2}[where]

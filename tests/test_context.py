@@ -489,14 +489,17 @@ def test_inference_step_is_judged_per_token() -> None:
 def test_host_blocking_findings_inside_an_engine_point_at_its_settings() -> None:
     """item_sync / explicit_sync / blocking_copies / pageable_memcpy wrap their finding with
     for_engine: inside vLLM/SGLang the sync is the engine's step, so its settings come first."""
-    from types import SimpleNamespace
+    import dataclasses
 
+    from traceanalyzer.analyses.context import ContextResult
     from traceanalyzer.rules import Finding, Severity
     from traceanalyzer.rules._advice import for_engine
 
-    f = Finding("blocking_copies", Severity.WARNING, "t", {}, "Issue copies asynchronously.", "x.to(d, non_blocking=True)")
-    assert for_engine({}, f) is f  # no context: unchanged
-    out = for_engine({"context": SimpleNamespace(inference_engine="sglang")}, f)
+    f = Finding("blocking_copies", Severity.WARNING, "t", {}, "Issue copies asynchronously.",
+                "x.to(d, non_blocking=True)")
+    assert for_engine(Results(), f) is f  # no context: unchanged
+    ctx = dataclasses.replace(_run(_tiny())[0].need("context", ContextResult), inference_engine="sglang")
+    out = for_engine(Results(values={"context": ctx}), f)
     assert out.fix.startswith("The blocking syncs are in sglang's engine step")
     assert out.fix.endswith("For code of your own inside the step: Issue copies asynchronously.")
     assert "--disable-overlap-schedule" in out.code_hint

@@ -41,13 +41,10 @@ import polars as pl
 
 from traceanalyzer.config import Config, Params
 from traceanalyzer.errors import NotApplicable
+from traceanalyzer.model import Model
 from traceanalyzer.model.derived import DerivedTables
-from traceanalyzer.model.memory import MemoryTimelineModel, SnapshotModel
-from traceanalyzer.model.trace import TraceModel
 from traceanalyzer.plugins import import_submodules
 
-#: Every kind of model an analysis can receive (``input=`` picks one by its ``kind``).
-Model: TypeAlias = TraceModel | SnapshotModel | MemoryTimelineModel
 M = TypeVar("M", bound=Model)
 M_co = TypeVar("M_co", bound=Model, covariant=True)
 

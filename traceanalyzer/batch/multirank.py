@@ -96,6 +96,7 @@ def _excess(slow: Mapping[str, Any], others: Sequence[Mapping[str, Any]], key: s
 
 def _finding(summary: Mapping[str, Any], params: Mapping[str, float] | None) -> dict[str, Any] | None:
     """The ``rank_imbalance`` rule run on ``summary`` (``params``: its thresholds, unprefixed)."""
+    from traceanalyzer.analyses import Results
     from traceanalyzer.config import Config
     from traceanalyzer.errors import NotApplicable
     from traceanalyzer.rules import Params
@@ -103,7 +104,8 @@ def _finding(summary: Mapping[str, Any], params: Mapping[str, float] | None) -> 
 
     config = Config({f"rank_imbalance.{k}": v for k, v in (params or {}).items()})
     try:
-        found = list(check({"multirank": summary}, config, Params("rank_imbalance", PARAMS, config)))
+        found = list(check(Results(values={"multirank": dict(summary)}), config,
+                           Params("rank_imbalance", PARAMS, config)))
     except NotApplicable:
         return None
     return found[0].to_json() if found else None

@@ -2,26 +2,55 @@
 
 :func:`load` sniffs a file by its content (never its extension) and dispatches to
 the loader registered for that kind of input. Each loader returns a model object
-with a ``kind`` attribute (``"trace"``, ``"snapshot"``, ``"memory_timeline"``) that
-the analysis registry uses to pick the analyses that apply.
+(:data:`Model`) with a ``kind`` attribute (``"trace"``, ``"snapshot"``,
+``"memory_timeline"``) that the analysis registry uses to pick the analyses that apply.
 """
 
 from __future__ import annotations
 
-import importlib
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Literal, TypeAlias
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.load.budget import check_regular, open_regular
+from traceanalyzer.model.memory import MemoryTimelineModel, SnapshotModel
+from traceanalyzer.model.trace import TraceModel
 
-# kind → "module:function". Modules are imported on first use so that loading a
-# trace never pays for the snapshot machinery and vice versa.
-LOADERS: dict[str, str] = {
-    "trace": "traceanalyzer.load.chrome_trace:load_chrome_trace",
-    "snapshot": "traceanalyzer.load.snapshot:load_snapshot",
-    "memory_timeline": "traceanalyzer.load.memory_timeline:load_memory_timeline",
+# What :func:`load` returns: one model per kind of input.
+Model: TypeAlias = TraceModel | SnapshotModel | MemoryTimelineModel
+# The kinds :func:`sniff` tells apart (each model's ``kind``).
+Kind: TypeAlias = Literal["trace", "snapshot", "memory_timeline"]
+# A loader: a path (a regular file) → its model, or InputError.
+Loader: TypeAlias = Callable[[Path], Model]
+
+
+# Each returns its loader, importing the module on first use, so that loading a trace
+# never pays for the snapshot machinery and vice versa.
+def _trace_loader() -> Callable[[Path], TraceModel]:
+    from traceanalyzer.load.chrome_trace import load_chrome_trace
+
+    return load_chrome_trace
+
+
+def _snapshot_loader() -> Callable[[Path], SnapshotModel]:
+    from traceanalyzer.load.snapshot import load_snapshot
+
+    return load_snapshot
+
+
+def _memory_timeline_loader() -> Callable[[Path], MemoryTimelineModel]:
+    from traceanalyzer.load.memory_timeline import load_memory_timeline
+
+    return load_memory_timeline
+
+
+# kind → the function that imports and returns its loader.
+LOADERS: dict[str, Callable[[], Loader]] = {
+    "trace": _trace_loader,
+    "snapshot": _snapshot_loader,
+    "memory_timeline": _memory_timeline_loader,
 }
 
 _PICKLE_PROTO = b"\x80"
@@ -52,7 +81,7 @@ def _head(path: Path, n: int = 4096) -> bytes:
     return raw
 
 
-def sniff(path: str | Path) -> str:
+def sniff(path: str | Path) -> Kind:
     """The kind of input in ``path``, decided from its first bytes.
 
     ``"snapshot"`` for a pickle, ``"memory_timeline"`` for an
@@ -78,21 +107,20 @@ def sniff(path: str | Path) -> str:
                         "or a memory timeline export")
 
 
-def load(path: str | Path, kind: str | None = None) -> Any:
+def load(path: str | Path, kind: str | None = None) -> Model:
     """Load any supported input, choosing the loader by content unless ``kind`` is given."""
     p = Path(path)
     if kind is not None:
         check_regular(p)  # sniff checks it otherwise: never open a FIFO or a device
     kind = kind or sniff(p)
-    target = LOADERS.get(kind)
-    if target is None:
+    get_loader = LOADERS.get(kind)
+    if get_loader is None:
         raise InputError(p, f"no loader for inputs of kind {kind!r}")
-    module_name, func_name = target.split(":")
     try:
-        module = importlib.import_module(module_name)
+        loader = get_loader()
     except ModuleNotFoundError:
         raise InputError(p, f"is a {kind.replace('_', ' ')}, which this build cannot read yet") from None
-    return getattr(module, func_name)(p)
+    return loader(p)
 
 
-__all__ = ["LOADERS", "load", "sniff"]
+__all__ = ["LOADERS", "Kind", "Loader", "Model", "load", "sniff"]

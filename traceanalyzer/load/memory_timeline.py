@@ -30,7 +30,7 @@ _ACTIONS = {1: "preexisting", 2: "create", 3: "increment_version", 4: "destroy"}
 
 
 def _stacked(path: Path, doc: list[Any]) -> pl.DataFrame:
-    import numpy as np  # lazy: a trace run never needs numpy (0.14 s import)
+    import numpy as np  # lazy: a trace run never pays numpy's import
     times, sizes = doc[0], doc[1]
     if not isinstance(times, list) or not isinstance(sizes, list) or len(times) != len(sizes):
         raise InputError(path, "memory timeline: expected [times, sizes] of equal length")

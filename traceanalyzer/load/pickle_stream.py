@@ -1,8 +1,8 @@
 """A streaming, restricted pickle machine for large memory snapshots.
 
 ``pickle``'s C unpickler must build the whole object tree, and its memo pins every
-dict it ever built, so a snapshot costs ≈ 400 B of Python objects per trace entry
-(≈ 7 GB for a 1 GB file). This module walks the opcodes itself (binary protocols
+dict it ever built, so a snapshot costs several times its size in Python objects.
+This module walks the opcodes itself (binary protocols
 2–5, plain data only) and hands every batch of trace entries (the ``APPENDS`` of a
 list whose items are dicts with an ``"action"`` key) to a callback *instead of*
 appending them, so the entries can be turned into columns and dropped while the
@@ -19,8 +19,8 @@ naming the opcode and its byte offset before anything else happens.
 A memo reference to an absorbed entry (something no real snapshot does) raises
 :class:`StreamFallback`; the loader then reads the file the ordinary way.
 
-Speed: one Python loop iteration per opcode (≈ 160 ns), ≈ 6 s of CPU per 100 MB (a trace
-entry is ≈ 22 opcodes and 56 bytes in protocol 4), against ≈ 3 s for the C unpickler.
+Speed: one Python loop iteration per opcode, slower than the C unpickler; hence only
+files over :data:`~traceanalyzer.load.snapshot.STREAM_MIN_BYTES` are read here.
 """
 
 from __future__ import annotations
@@ -73,10 +73,14 @@ def _is_entry_batch(items: list[Any]) -> bool:
     return bool(items) and type(items[0]) is dict and "action" in items[0]
 
 
+# opcode character → its description (``pickletools.code2op``, which typeshed does not declare).
+_CODE2OP: dict[str, pickletools.OpcodeInfo] = {op.code: op for op in pickletools.opcodes}
+
+
 def _refuse(buf: bytes, pos: int, file_pos: int) -> Exception:
     """The same message as :func:`safe_pickle.scan_opcodes` for the opcode at ``pos``
     (a byte that is no opcode at all is corruption, not hostility)."""
-    op = pickletools.code2op.get(chr(buf[pos]))
+    op = _CODE2OP.get(chr(buf[pos]))
     if op is None:
         return ValueError(f"invalid opcode 0x{buf[pos]:02x} at byte {file_pos}")
     name = op.name
@@ -200,7 +204,7 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
                     raise EOFError("pickle data was truncated")
             op = buf[pos]
             pos += 1
-            # Ordered by frequency in real snapshots (BINGET alone is 60 % of the opcodes).
+            # Ordered by frequency in real snapshots (BINGET first: the most common).
             if op == 0x68:    # BINGET
                 stack.append(get(buf[pos]))
                 pos += 1
@@ -265,7 +269,7 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
             elif op == 0x5d:  # EMPTY_LIST
                 stack.append([])
             elif op == 0x86:  # TUPLE2
-                t = (stack[-2], stack[-1])
+                t: tuple[Any, ...] = (stack[-2], stack[-1])
                 del stack[-2:]
                 stack.append(dedup(t))
             elif op == 0x71:  # BINPUT

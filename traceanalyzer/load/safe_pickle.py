@@ -47,7 +47,8 @@ ALLOWED_OPCODES: frozenset[str] = frozenset({
     "PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE", "GET", "BINGET", "LONG_BINGET",
 })
 
-# Files up to this size get the opcode scan as well (about a second per 20 MB).
+# Files up to this size get the opcode scan as well (a Python loop over every opcode,
+# so its cost bounds this size).
 DEFAULT_SCAN_LIMIT = 16 << 20
 
 
@@ -99,7 +100,7 @@ def scan_opcodes(data: bytes, budget: PickleBudget | None = None) -> int | None:
     memo: dict[int, Any] = {}
     total = 0
 
-    def add(c: Any, items: list[Any], pos: int) -> None:
+    def add(c: Any, items: list[Any], pos: int | None) -> None:
         nonlocal total
         if type(c) is not list:
             raise ValueError(f"items added to a non-container at byte {pos}")

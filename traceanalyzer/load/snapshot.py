@@ -7,11 +7,11 @@ Accepts every layout PyTorch has written (``docs/memory.md``, shared
 to ``2**64-1``, several devices, any subset of optional keys. The pickle is read
 with :mod:`traceanalyzer.load.safe_pickle`: no class is ever imported, no code runs.
 
-Memory: an unpickled object tree costs ≈ 400 B per trace entry in CPython, so files over
-:data:`STREAM_MIN_BYTES` are read by :mod:`~traceanalyzer.load.pickle_stream`, which hands
-the trace entries over in batches; :class:`_TraceSink` turns them into columns every
-``_CHUNK`` entries and drops them, so the tables (≈ 85 B per entry) are what stays
-(docs/memory.md, "Large snapshots"). Smaller files take the faster C unpickler.
+Memory: an unpickled object tree holds several Python objects per trace entry, so files
+over :data:`STREAM_MIN_BYTES` are read by :mod:`~traceanalyzer.load.pickle_stream`, which
+hands the trace entries over in batches; :class:`_TraceSink` turns them into columns every
+``_CHUNK`` entries and drops them, so the tables (a fraction of the object tree) are what
+stays (docs/memory.md, "Large snapshots"). Smaller files take the faster C unpickler.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class _BoundedGzip:
         return out
 
     def readline(self) -> bytes:
-        out = self._g.readline()
+        out: bytes = self._g.readline()
         self._n += len(out)
         return out
 
@@ -130,8 +130,8 @@ def _open(path: Path, budget: PickleBudget | None = None) -> tuple[BinaryIO, int
         b = budget or PickleBudget.from_env()
         limit = (32 << 20) + b.max_gzip_ratio * size
         # The declared size first (the gzip trailer: unpacked bytes mod 2**32). Past the
-        # limit, a bare unpack (no pickle parsing: ≈ 0.3 s per 100 MB) confirms it before
-        # the reader spends a minute on the opcodes; a file cut short has a meaningless
+        # limit, a bare unpack (no pickle parsing, far cheaper) confirms it before
+        # the reader spends long on the opcodes; a file cut short has a meaningless
         # trailer and ends before the limit. A forged trailer still meets the limit while reading.
         try:
             f.seek(-4, 2)
@@ -181,7 +181,8 @@ def _input_error(path: Path, exc: BaseException) -> InputError:
         return InputError(path, "corrupt or hostile pickle: nesting too deep")
     if isinstance(exc, MemoryError):
         return InputError(path, "pickle too large to load in the available memory")
-    if isinstance(exc, ValueError) and any(m in str(exc) for m in ("exhausted before seeing STOP", "not enough data", "remain")):
+    truncated = ("exhausted before seeing STOP", "not enough data", "remain")
+    if isinstance(exc, ValueError) and any(m in str(exc) for m in truncated):
         return InputError(path, f"truncated file: {exc}")  # the opcode scan reached the end of the data
     if isinstance(exc, (OSError, EOFError, zlib.error)):
         return InputError(path, f"truncated or corrupt file: {exc or type(exc).__name__}")
@@ -222,9 +223,9 @@ def read_snapshot_object(path: str | Path, scan_limit: int = DEFAULT_SCAN_LIMIT,
     return obj, protocol, size
 
 
-# Files larger than this are read by the streaming machine (bounded memory, ≈ 2× the CPU
-# time of the C unpickler: 9 s against 4.3 s for 100 MB); smaller ones by the C
-# unpickler after the opcode scan (≈ 8-10× the file in RSS, so ≤ 320 MB here).
+# Files larger than this are read by the streaming machine (bounded memory, more CPU
+# time than the C unpickler); smaller ones by the C unpickler after the opcode scan
+# (its memory is several times the file, so this size bounds it).
 STREAM_MIN_BYTES = 32 << 20
 
 
@@ -326,7 +327,7 @@ def _series(path: Path, fix: _Fix, name: str, values: list[Any], dtype: Any) -> 
     2**64−1 means "no line") to null.
     """
     # Only scalars take the fast path: polars converts a nested list element by element
-    # before failing, and a memo-shared one of 2**27 elements took minutes.
+    # before failing, which on a memo-shared nested list takes minutes.
     if set(map(type, values)) <= _SCALAR_TYPES:
         try:
             return pl.Series(name, values, dtype=dtype)
@@ -340,7 +341,7 @@ def _series(path: Path, fix: _Fix, name: str, values: list[Any], dtype: Any) -> 
             out.append(None)
         elif text:
             # Scalars read as text (as ever); a container is damage, never str()-ed: a memo-shared
-            # nested list prints exponentially (a 184-byte pickle became a 9 GB string).
+            # nested list prints exponentially (a tiny pickle would become gigabytes of text).
             if isinstance(v, (str, int, float)):
                 out.append(str(v))
             else:
@@ -624,8 +625,11 @@ def _trace_device(path: Path, device: int, entries: list[Any], stacks: _Stacks, 
 
 def _trace_chunk(path: Path, device: int, offset: int, entries: list[dict[str, Any]], stacks: _Stacks,
                  fix: _Fix) -> pl.DataFrame:
-    """Comprehensions (one C-level loop per column) are about 3× faster here than one
-    Python loop appending to ten lists."""
+    """One batch of a device's trace entries → rows of the ``trace`` table (``event_idx``
+    from ``offset``), frames interned into ``stacks``.
+
+    One comprehension per column (a C-level loop each) rather than one Python loop
+    appending to ten lists: cheaper per entry."""
     n = len(entries)
     intern = stacks.intern
     by_id = stacks.by_id
@@ -811,7 +815,7 @@ def _drop_duplicate_blocks(blk_df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
 
     Blocks tile their segments, so two blocks at one address only occur in a damaged or
     forged file; every analysis matches blocks to allocations by address, and n blocks
-    at one address made those joins n² (1,000 such blocks took 1.7 GB and aborted)."""
+    at one address made those joins n² in time and memory."""
     if blk_df.height < 2:
         return blk_df, 0
     keep = pl.col("address").is_null() | pl.struct("device", "address").is_first_distinct()

@@ -9,7 +9,11 @@ A rule is one module in this package with one decorated function::
     def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
         '''Docstring: what the rule detects, its signal, thresholds and fix.'''
 
-* ``needs`` names the analyses it reads. When one is missing (skipped or failed)
+* It reads results typed: ``results.need("copies", CopiesResult)`` for an analysis named in
+  ``needs`` (the engine guarantees it is present), ``results.typed("context", ContextResult)``
+  for any other (None when absent); the result classes come from the analysis modules
+  (``traceanalyzer.analyses.copies``).
+* ``needs`` names the analyses it requires. When one is missing (skipped or failed)
   the rule does not run and the report lists it under "checks that could not run"
   with the analysis' reason. ``needs_any`` names alternatives (e.g. a snapshot's
   ``memory_fragmentation`` or a trace's ``trace_memory``): the rule runs when at least
@@ -19,7 +23,9 @@ A rule is one module in this package with one decorated function::
   under "checks that could not run" as failed (``RuleOutcome.failed``); its findings
   are dropped (none of a half-run rule is kept).
 * ``params`` are its thresholds with their defaults; ``params.x`` reads the value in
-  effect (``--set pageable_memcpy.min_ms_per_step=1`` or a config file overrides).
+  effect (``--set pageable_memcpy.min_ms_per_step=1`` or a config file overrides). A rule
+  reads no other setting from ``config``: the engine's own (``rules.min_cost_pct``) is read
+  by :func:`run_rules`.
 * The docstring is its documentation (``traceanalyzer rules`` prints it).
 
 Findings are ranked by estimated cost: ms per step first, then bytes, then severity.
@@ -40,6 +46,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses import registry as analysis_registry
 from traceanalyzer.config import Config, Params
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.plugins import import_submodules
@@ -97,7 +105,9 @@ class Finding:
         }
 
 
-CheckFunc = Callable[[Mapping[str, Any], Config, Params], Iterable[Finding]]
+#: A rule's check: typed results in (``results.need(name, ResultClass)`` for a name in ``needs``,
+#: ``results.typed(...)`` for an optional one), findings out; thresholds come from ``params``.
+CheckFunc = Callable[[Results, Config, Params], Iterable[Finding]]
 
 
 @dataclass(frozen=True)
@@ -190,21 +200,17 @@ _INPUT_WORDS = {"trace": "a profiler trace", "snapshot": "a memory snapshot",
                 "memory_timeline": "an export_memory_timeline file"}
 
 
-def _why_missing(names: Iterable[str], results: Any, alternatives: bool = False) -> str:
+def _why_missing(names: Iterable[str], results: Results, alternatives: bool = False) -> str:
     """Why analyses ``names`` are absent: their own skip/failure reasons when they ran on this
     input, else which kind of input produces them (they do not apply to this one)."""
     names = list(names)
-    skipped: Mapping[str, str] = getattr(results, "skipped", {})
-    failed: Mapping[str, str] = getattr(results, "failed", {})
-    reasons = [skipped.get(n) or failed.get(n) for n in names]
+    reasons = [results.skipped.get(n) or results.failed.get(n) for n in names]
     known = [r for r in dict.fromkeys(reasons) if r]
     # An analysis skipped because its own input was skipped repeats that reason inside its own
     # ("needs gpu_time: no GPU activity …"): keep only the most informative one.
     known = [r for r in known if not any(r != o and r in o for o in known)]
     if known:
         return "; ".join(known)
-    from traceanalyzer.analyses import registry as analysis_registry
-
     specs = analysis_registry()
     by_kind: dict[str, list[str]] = {}
     for n in names:
@@ -217,11 +223,11 @@ def _why_missing(names: Iterable[str], results: Any, alternatives: bool = False)
     return f"needs {', '.join(names)}" + (f" (from {' or '.join(kinds)})" if kinds else "")
 
 
-def run_rules(results: Any, config: Config | None = None, strict: bool = False) -> RuleOutcome:
+def run_rules(results: Results, config: Config | None = None, strict: bool = False) -> RuleOutcome:
     """Run every registered rule whose ``needs`` (and one of ``needs_any``) are present.
 
-    ``results`` is an :class:`~traceanalyzer.analyses.Results`; its ``skipped`` and
-    ``failed`` reasons explain rules that cannot run. Every registered rule ends up in
+    ``results`` holds the analyses' results; its ``skipped`` and ``failed`` reasons explain
+    rules that cannot run. Every registered rule ends up in
     exactly one place: it produced findings (ranked, or under the reporting floor) or stayed
     silent (it ran and found nothing),
     ``not_run`` (its input is absent, with the reason) or ``failed`` (it raised: a bug).

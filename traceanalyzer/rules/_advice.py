@@ -8,9 +8,8 @@ does (``docs/context.md``), and withholds steady-state judgements on a capture-o
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
+from traceanalyzer.analyses import Results
 from traceanalyzer.analyses._advice import (  # noqa: F401 - re-exported for the rules
     capture_only_note,
     compiled_lacks,
@@ -24,23 +23,41 @@ from traceanalyzer.analyses._advice import (  # noqa: F401 - re-exported for the
     is_compiled,
     uses_graphs,
 )
+from traceanalyzer.analyses.context import ContextResult
+from traceanalyzer.analyses.ops import OpsResult
+from traceanalyzer.rules import Finding
+
+__all__ = [
+    "capture_only_note",
+    "compiled_lacks",
+    "context_of",
+    "engine_of",
+    "engine_sync_hint",
+    "engine_sync_move",
+    "fewer_launches",
+    "fewer_launches_hint",
+    "for_engine",
+    "graphs_name",
+    "has_graphs",
+    "is_compiled",
+    "uses_graphs",
+    "vendor_of",
+    "withhold_on_capture",
+]
 
 
-def vendor_of(results: Mapping[str, Any]) -> str:
+def vendor_of(results: Results) -> str:
     """The trace's GPU vendor from the ``ops`` analysis (``"unknown"`` without it)."""
-    o = results.get("ops") if hasattr(results, "get") else None
-    return str(getattr(o, "vendor", None) or "unknown")
+    o = results.typed("ops", OpsResult)
+    return str((o.vendor if o is not None else None) or "unknown")
 
 
-def context_of(results: Mapping[str, Any]) -> Any:
+def context_of(results: Results) -> ContextResult | None:
     """The ``context`` result, or None when it did not run (advice then stays generic)."""
-    values = getattr(results, "values", None)
-    if isinstance(values, Mapping):
-        return values.get("context")
-    return results.get("context") if hasattr(results, "get") else None
+    return results.typed("context", ContextResult)
 
 
-def withhold_on_capture(results: Mapping[str, Any], what: str) -> None:
+def withhold_on_capture(results: Results, what: str) -> None:
     """Raise NotApplicable on a capture-only trace: a rule that judges ``what`` of the steady
     state has nothing to judge there (the report lists it as not run, with the reason)."""
     note = capture_only_note(context_of(results))
@@ -50,7 +67,7 @@ def withhold_on_capture(results: Mapping[str, Any], what: str) -> None:
         raise NotApplicable(f"{what} is a steady-state judgement, withheld: {note}")
 
 
-def for_engine(results: Mapping[str, Any], finding: Any) -> Any:
+def for_engine(results: Results, finding: Finding) -> Finding:
     """A host-blocking finding as it reads inside an inference engine: the syncs are the engine's
     own step (its settings move them), and the generic fix applies only to code of the user's own
     in that step. Unchanged outside an engine."""

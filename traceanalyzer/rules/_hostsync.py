@@ -29,14 +29,18 @@ evidence (``cpu_wait_ms_per_step``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
 from traceanalyzer.analyses._copysync import COPY_OPS
 from traceanalyzer.analyses._intervals import covered_before
-from traceanalyzer.rules._util import implied_sync, steady
+from traceanalyzer.analyses.copies import CopiesResult
+from traceanalyzer.analyses.gpu_time import GpuTimeResult
+from traceanalyzer.analyses.idle_gaps import IdleGapsResult
+from traceanalyzer.analyses.syncs import SyncsResult
+from traceanalyzer.rules._util import implied_sync, steady, steps_of
 
 EXPLICIT_KINDS = ("stream", "device", "event")
 #: idle_gaps causes whose idle the host-blocking rules own.
@@ -49,11 +53,7 @@ _EVENT_SCHEMA = {
 }
 
 
-def _get(results: Mapping[str, Any], name: str) -> Any:
-    return results.get(name) if hasattr(results, "get") else None
-
-
-def sync_points(results: Mapping[str, Any]) -> pl.DataFrame:
+def sync_points(results: Results) -> pl.DataFrame:
     """Sync points of the steady steps with their owner rule.
 
     Columns: ``step, ts_ns, end_ns, pid, tid, cause, site, apis, n_calls, blocked_ns`` (all
@@ -64,7 +64,7 @@ def sync_points(results: Mapping[str, Any]) -> pl.DataFrame:
     schema = {"step": pl.Int64, "ts_ns": pl.Int64, "end_ns": pl.Int64, "pid": pl.Int64, "tid": pl.Int64,
               "cause": pl.String, "site": pl.String, "apis": pl.String, "n_calls": pl.Int64,
               "blocked_ns": pl.Int64, "explicit_blocked_ns": pl.Int64, "owner": pl.String}
-    s = _get(results, "syncs")
+    s = results.typed("syncs", SyncsResult)
     if s is None or s.calls.is_empty() or s.points.is_empty():
         return pl.DataFrame(schema=schema)
     calls = s.calls.with_columns(
@@ -79,7 +79,8 @@ def sync_points(results: Mapping[str, Any]) -> pl.DataFrame:
         first, on=["ts_ns", "cause", "site"], how="left")
     if "end_ns" in pts.columns:
         pts = pts.drop("end_ns")
-    starts = pts.filter(pl.col("pid").is_not_null()).select("pid", "tid", pl.col("ts_ns").alias("_ps"), "pt").sort("_ps")
+    starts = (pts.filter(pl.col("pid").is_not_null())
+              .select("pid", "tid", pl.col("ts_ns").alias("_ps"), "pt").sort("_ps"))
     calls = calls.join_asof(starts, left_on="ts_ns", right_on="_ps", by=["pid", "tid"], strategy="backward",
                             check_sortedness=False)
     explicit = pl.col("sync_kind").is_in(list(EXPLICIT_KINDS))
@@ -100,22 +101,27 @@ def sync_points(results: Mapping[str, Any]) -> pl.DataFrame:
     return steady(pts.select(list(schema)), results, by="step")
 
 
-def primary_device(results: Mapping[str, Any]) -> Any:
+def _device(value: Any) -> int | None:
+    """A device id read from a frame (polars gives ``Any``): an int, or None when null."""
+    return None if value is None else int(value)
+
+
+def primary_device(results: Results) -> int | None:
     """The busiest device (``gpu_time``), else the one with the most gap idle; None without GPU."""
-    gt = _get(results, "gpu_time")
+    gt = results.typed("gpu_time", GpuTimeResult)
     if gt is not None and gt.per_device.height:
-        return gt.per_device.sort(["busy_ns", "device"], descending=[True, False])["device"][0]
-    ig = _get(results, "idle_gaps")
+        return _device(gt.per_device.sort(["busy_ns", "device"], descending=[True, False])["device"][0])
+    ig = results.typed("idle_gaps", IdleGapsResult)
     if ig is not None and ig.per_device.height:
-        return ig.per_device.sort(["idle_ns", "device"], descending=[True, False])["device"][0]
+        return _device(ig.per_device.sort(["idle_ns", "device"], descending=[True, False])["device"][0])
     return None
 
 
-def _copy_events(results: Mapping[str, Any]) -> pl.DataFrame:
+def _copy_events(results: Results) -> pl.DataFrame:
     """Host-blocking memcpy/memset calls of the steady steps (one row per call) with owner
     ``pageable_memcpy`` / ``blocking_copies``; calls under an op implying a sync are left out
     (they are in ``item_sync``'s points)."""
-    c = _get(results, "copies")
+    c = results.typed("copies", CopiesResult)
     if c is None or c.transfers.is_empty() or "api_ts_ns" not in c.transfers.columns:
         return pl.DataFrame(schema={k: _EVENT_SCHEMA[k] for k in _EVENT_SCHEMA if k not in ("window", "idle_ns")})
     tr = steady(c.transfers, results, by="step").filter(
@@ -135,7 +141,7 @@ def _copy_events(results: Mapping[str, Any]) -> pl.DataFrame:
     )
 
 
-def blocking_events(results: Mapping[str, Any]) -> pl.DataFrame:
+def blocking_events(results: Results) -> pl.DataFrame:
     """Every host-blocking event of the steady steps, its owner rule and the owned GPU idle
     it covers (``idle_ns``; see the module docstring). ``blocked_ns`` is what the owner counts
     as the CPU wait: every call of an ``item_sync`` point, the synchronize calls of an
@@ -147,14 +153,14 @@ def blocking_events(results: Mapping[str, Any]) -> pl.DataFrame:
         .otherwise(pl.col("explicit_blocked_ns")).fill_null(0).cast(pl.Int64).alias("blocked_ns"),
     )
     ev = pl.concat([syncs, _copy_events(results)], how="vertical_relaxed")
-    sr = results["steps"]
+    sr = steps_of(results)
     w = sr.windows().select("window", "step", pl.col("start_ns").alias("_ws"), pl.col("end_ns").alias("_we"))
     if ev.is_empty():
         return pl.DataFrame(schema=_EVENT_SCHEMA)
     # The window of each event (from its start): ``step`` is null in a trace without steps.
     ev = ev.with_row_index("_r").sort("ts_ns").join_asof(
         w.drop("step").sort("_ws"), left_on="ts_ns", right_on="_ws", strategy="backward", check_sortedness=False)
-    ig, dev = _get(results, "idle_gaps"), primary_device(results)
+    ig, dev = results.typed("idle_gaps", IdleGapsResult), primary_device(results)
     if ig is None or dev is None or ig.device_gaps.is_empty():
         return ev.sort("_r").with_columns(idle_ns=pl.lit(0, pl.Int64)).select(list(_EVENT_SCHEMA))
     gaps = ig.device_gaps.filter(pl.col("device") == dev).select("start_ns", "end_ns", "cause").sort("start_ns")
@@ -204,14 +210,14 @@ def priced(events: pl.DataFrame, owner: str) -> pl.DataFrame:
     return p.sort("_i").drop("_i", "_seg", "_B", "_D", "_C")
 
 
-def owned(results: Mapping[str, Any], owner: str) -> pl.DataFrame:
+def owned(results: Results, owner: str) -> pl.DataFrame:
     """:func:`priced` events of ``owner`` (steady steps)."""
     return priced(blocking_events(results), owner)
 
 
-def implied_correlations(results: Mapping[str, Any]) -> list[int]:
+def implied_correlations(results: Results) -> list[int]:
     """Correlation ids of runtime calls under an op implying a sync: ``item_sync`` owns them."""
-    s = _get(results, "syncs")
+    s = results.typed("syncs", SyncsResult)
     if s is None or s.calls.is_empty():
         return []
     return s.calls.filter(implied_sync(pl.col("cause")))["correlation"].drop_nulls().to_list()

@@ -13,19 +13,24 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.gpu_time import GpuTimeResult
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Severity
 
 NS_PER_MS = 1_000_000.0
 
 
-def steps_of(results: Mapping[str, Any]) -> Any:
-    if "steps" not in results:
+def steps_of(results: Results) -> StepsResult:
+    """The ``steps`` result; NotApplicable without it (the rule is listed as not run)."""
+    sr = results.typed("steps", StepsResult)
+    if sr is None:
         raise NotApplicable("no step windows (the steps analysis did not run)")
-    return results["steps"]
+    return sr
 
 
-def median_step_ns(results: Mapping[str, Any]) -> float:
+def median_step_ns(results: Results) -> float:
     """Median steady step window (ns); the whole trace without steps."""
     sr = steps_of(results)
     med = (sr.stats or {}).get("median")
@@ -34,18 +39,18 @@ def median_step_ns(results: Mapping[str, Any]) -> float:
     return float(sr.window_ns or 0)
 
 
-def steady_windows(results: Mapping[str, Any]) -> list[int]:
+def steady_windows(results: Results) -> list[int]:
     return list(steps_of(results).steady_windows())
 
 
-def steady_steps(results: Mapping[str, Any]) -> list[Any]:
+def steady_steps(results: Results) -> list[int | None]:
     """Step labels of the steady windows (``[None]`` for a trace without steps)."""
     sr = steps_of(results)
     t = sr.table.filter(pl.col("window").is_in(sr.steady_windows()))
     return t["step"].to_list()
 
 
-def steady(df: pl.DataFrame, results: Mapping[str, Any], by: str = "window") -> pl.DataFrame:
+def steady(df: pl.DataFrame, results: Results, by: str = "window") -> pl.DataFrame:
     """Rows of a per-window (``by="window"``) or per-step (``by="step"``) table that belong to
     steady steps. Per-step tables of a trace without steps (step null) are returned as is."""
     if df.is_empty() or by not in df.columns:
@@ -58,28 +63,28 @@ def steady(df: pl.DataFrame, results: Mapping[str, Any], by: str = "window") -> 
     return df.filter(pl.col("step").is_in(labels))
 
 
-def n_steady(results: Mapping[str, Any]) -> int:
+def n_steady(results: Results) -> int:
     return max(len(steady_windows(results)), 1)
 
 
-def per_step_ns(df: pl.DataFrame, col: str, results: Mapping[str, Any], by: str = "window") -> float:
+def per_step_ns(df: pl.DataFrame, col: str, results: Results, by: str = "window") -> float:
     """Mean over steady steps of ``col`` (missing steps count as 0)."""
     s = steady(df, results, by)
     total = float(s[col].fill_null(0).sum()) if s.height and col in s.columns else 0.0
     return total / n_steady(results)
 
 
-def gpu_idle_per_step_ns(results: Mapping[str, Any]) -> float | None:
+def gpu_idle_per_step_ns(results: Results) -> float | None:
     """Mean idle per steady step of the busiest device (``gpu_time``); None without it. A CPU-side
     saving can give the GPU back at most this (plus the GPU work it removes)."""
-    gt = results.get("gpu_time") if hasattr(results, "get") else None
+    gt = results.typed("gpu_time", GpuTimeResult)
     if gt is None or gt.per_device.is_empty():
         return None
     dev = gt.per_device.sort(["busy_ns", "device"], descending=[True, False])["device"][0]
     return per_step_ns(gt.per_step.filter(pl.col("device") == dev), "idle_ns", results)
 
 
-def pct_of_step(ns: float, results: Mapping[str, Any]) -> float | None:
+def pct_of_step(ns: float, results: Results) -> float | None:
     med = median_step_ns(results)
     return round(ns * 100.0 / med, 2) if med > 0 else None
 
@@ -108,7 +113,7 @@ def time_finding(
     fix: str,
     code_hint: str,
     cost_ns_per_step: float | None,
-    results: Mapping[str, Any],
+    results: Results,
     confidence: float = 1.0,
 ) -> Finding:
     """A finding whose cost is time per step (ms and % of the median steady step)."""

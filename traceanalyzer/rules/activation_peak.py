@@ -6,11 +6,13 @@ which ``traceanalyzer rules activation_peak`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.export_timeline import ExportTimelineResult
+from traceanalyzer.analyses.memory_peak import MemoryPeakResult
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
@@ -22,7 +24,7 @@ _UNINFORMED = ("unknown", "pre_recording")
 
 @rule("activation_peak", needs_any=("export_timeline", "memory_peak"), severity=Severity.INFO,
       params={"min_pct_of_peak": 50.0})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Activations dominate the memory peak: checkpointing or a smaller micro-batch would lower it.
 
     Signal
@@ -46,11 +48,11 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         gradient accumulation, bf16 autocast, fused attention (SDPA/FlashAttention) which
         stores no attention matrix.
     """
-    if "export_timeline" in results:
-        et = results["export_timeline"]
+    et = results.typed("export_timeline", ExportTimelineResult)
+    if et is not None:
         cats, peak, conf, src = et.at_peak, et.peak_total_bytes, 0.9, "export_memory_timeline"
     else:
-        mp = results["memory_peak"]
+        mp = results.need("memory_peak", MemoryPeakResult)
         cats, peak, conf, src = mp.categories, mp.peak_allocated_bytes, 0.6, "snapshot (inferred categories)"
         if cats.filter(~pl.col("category").is_in(_UNINFORMED) & (pl.col("bytes") > 0)).is_empty():
             raise NotApplicable("the memory live at the snapshot's peak has no stacks to infer categories from: "

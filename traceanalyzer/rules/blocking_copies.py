@@ -6,11 +6,12 @@ which ``traceanalyzer rules blocking_copies`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.copies import CopiesResult
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._advice import for_engine
@@ -30,7 +31,7 @@ from traceanalyzer.rules._util import (
 
 @rule("blocking_copies", needs=("steps", "copies", "idle_gaps"), severity=Severity.WARNING,
       params={"min_ms_per_step": 0.05, "critical_pct": 10.0})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Synchronous memcpy/memset API calls in the step (cudaMemcpy, hipMemcpy, cudaMemset …).
 
     Signal
@@ -55,14 +56,13 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         Use asynchronous copies on a stream with pinned buffers (``non_blocking=True``); avoid
         ``.cpu()``/``.numpy()``/``.tolist()`` of device tensors inside the loop.
     """
-    c = results["copies"]
+    c = results.need("copies", CopiesResult)
     tr = steady(c.transfers, results, by="step").filter(
         (pl.col("api_mode") == "sync") & (pl.col("host_memory") != "pageable"))
     tr = tr.filter(~pl.col("correlation").is_in(implied_correlations(results)).fill_null(False))
     ev = owned(results, "blocking_copies")
     # copy calls come from ``copies`` (no call site), copy-op waits from ``syncs`` (with one)
-    is_call = pl.col("site").is_null()
-    calls_ev, waits_ev = ev.filter(is_call), ev.filter(~is_call)
+    waits_ev = ev.filter(pl.col("site").is_not_null())
     if tr.is_empty() and waits_ev.is_empty():
         return
     n = n_steady(results)

@@ -6,9 +6,11 @@ which ``traceanalyzer rules comm_exposed`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.communication import CommunicationResult
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._util import ms, severity_for, time_finding, top_rows
@@ -16,7 +18,7 @@ from traceanalyzer.rules._util import ms, severity_for, time_finding, top_rows
 
 @rule("comm_exposed", needs=("steps", "gpu_time"), severity=Severity.WARNING,
       params={"max_exposed_pct": 5.0, "max_comm_pct": 10.0, "critical_pct": 30.0})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Communication not hidden behind compute, or dominating the step.
 
     Signal
@@ -42,7 +44,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         accumulation, expert-parallel dispatch/combine overlapped with expert compute (DeepEP
         async/hook mode); reduce volume: bf16 gradients / compression hooks, larger batch.
     """
-    c = results.get("communication")
+    c = results.typed("communication", CommunicationResult)
     if c is None:  # no communication kernel in the trace
         return
     t = c.totals

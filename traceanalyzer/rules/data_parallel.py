@@ -6,15 +6,17 @@ which ``traceanalyzer rules data_parallel`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.gpu_time import GpuTimeResult
+from traceanalyzer.analyses.ops import OpsResult
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 
 
 @rule("data_parallel", needs=("ops",), severity=Severity.WARNING, params={"min_devices": 2})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """``nn.DataParallel`` on several GPUs: use DistributedDataParallel.
 
     Signal
@@ -31,10 +33,10 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     Fix
         One process per GPU with ``DistributedDataParallel`` (``torchrun``).
     """
-    o = results["ops"]
+    o = results.need("ops", OpsResult)
     used = [d for d in o.devices if d.get("used")]
     n_used = len(used)
-    gt = results.get("gpu_time")
+    gt = results.typed("gpu_time", GpuTimeResult)
     if gt is not None:
         n_used = max(n_used, gt.per_device.height)
     if not o.data_parallel or n_used < params.min_devices:

@@ -6,11 +6,14 @@ which ``traceanalyzer rules dataloader_bottleneck`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.gpu_time import GpuTimeResult
+from traceanalyzer.analyses.idle_gaps import IdleGapsResult
+from traceanalyzer.analyses.ops import OpsResult
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
@@ -20,7 +23,7 @@ from traceanalyzer.rules._util import ms, pct_of_step, per_step_ns, severity_for
 
 @rule("dataloader_bottleneck", needs=("steps", "ops"), severity=Severity.WARNING,
       params={"min_pct_of_step": 5.0, "warning_pct": 10.0, "critical_pct": 30.0})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """The step waits for input data (DataLoader), including a single-process loader.
 
     Signal
@@ -45,7 +48,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         ``DataLoader(num_workers=N, persistent_workers=True, prefetch_factor=…)`` (and
         ``pin_memory=True`` when training on a GPU); cheaper decoding/augmentation or on the GPU.
     """
-    o = results["ops"]
+    o = results.need("ops", OpsResult)
     if not o.dataloader_iters:
         raise NotApplicable("no DataLoader ranges (enumerate(DataLoader)#… / enumerate(DataPipe)#…) in this trace")
     dl = per_step_ns(o.dataloader, "dataloader_ns", results)
@@ -54,9 +57,9 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         return
     single = any("SingleProcess" in n for n in o.dataloader_iters)
     cost, conf = dl, 0.7
-    gt = results.get("gpu_time")
+    gt = results.typed("gpu_time", GpuTimeResult)
     on_gpu = gt is not None
-    ig = results.get("idle_gaps")
+    ig = results.typed("idle_gaps", IdleGapsResult)
     dev = primary_device(results)
     if on_gpu and ig is not None and dev is not None and "data_loader_ns" in ig.per_step.columns:
         # per step, capped by the time in the DataLoader: a gap the loader overlaps can be longer
@@ -65,7 +68,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
             o.dataloader.select("window", "dataloader_ns"), on="window", how="left").select(
             "window", pl.min_horizontal("data_loader_ns", pl.col("dataloader_ns").fill_null(0)).alias("owned_ns"))
         cost, conf = per_step_ns(rows, "owned_ns", results), 0.9
-    elif on_gpu and gt.tb_breakdown.height and "dataloader_ns" in gt.tb_breakdown.columns:
+    elif gt is not None and gt.tb_breakdown.height and "dataloader_ns" in gt.tb_breakdown.columns:
         cost, conf = per_step_ns(gt.tb_breakdown, "dataloader_ns", results), 0.9
     by_step = steady(o.dataloader, results).sort("window")
     worst = by_step.sort(["dataloader_ns", "window"], descending=[True, False]).row(0, named=True)

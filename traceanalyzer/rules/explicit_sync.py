@@ -6,11 +6,12 @@ which ``traceanalyzer rules explicit_sync`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.syncs import SyncsResult
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._advice import for_engine
@@ -20,7 +21,7 @@ from traceanalyzer.rules._util import fmt_count, ms, n_steady, pct_of_step, plur
 
 @rule("explicit_sync", needs=("steps", "syncs", "idle_gaps"), severity=Severity.WARNING,
       params={"min_ms_per_step": 0.02, "critical_pct": 10.0})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Explicit synchronize calls inside the step (torch.cuda.synchronize, stream/event syncs).
 
     Signal
@@ -66,7 +67,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         f"{plural(per, 'costs', 'cost')} {ms(cost)} ms/step of GPU idle",
         {"syncs_per_step": round(per, 2), "cpu_wait_ms_per_step": ms(blocked),
          "gpu_idle_owned_ms_per_step": ms(idle), "cost_ms_per_step": ms(cost), "top_call_sites": top,
-         "stack_hint": results["syncs"].stack_hint},
+         "stack_hint": results.need("syncs", SyncsResult).stack_hint},
         "Remove torch.cuda.synchronize()/stream.synchronize() from the training loop: time with CUDA events "
         "(elapsed_time after the loop), order work across streams with stream.wait_event(), and let copies "
         "run non_blocking.",

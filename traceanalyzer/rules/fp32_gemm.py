@@ -6,11 +6,12 @@ which ``traceanalyzer rules fp32_gemm`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.ops import OpsResult
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
@@ -20,7 +21,7 @@ from traceanalyzer.rules._util import ms, n_steady, time_finding, top_rows
 
 @rule("fp32_gemm", needs=("steps", "ops", "kernels"), severity=Severity.WARNING,
       params={"min_pct_of_kernel_time": 10.0, "expected_speedup": 2.0})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """FP32 matmuls/convolutions not using tensor (matrix) cores: mixed precision would speed them up.
 
     Signal (vendor-aware; from the ``ops`` analysis, kernels of the steady steps)
@@ -54,7 +55,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         ``computeMajor`` < 8) neither bf16 nor TF32 exists: the fix is fp16 autocast with a
         GradScaler, and says why.
     """
-    o = results["ops"]
+    o = results.need("ops", OpsResult)
     kc = o.kernel_classes
     total = float(kc["steady_ns"].sum() or 0)
     gemm = kc.filter((pl.col("klass") == "gemm") & (pl.col("steady_ns") > 0))
@@ -62,7 +63,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         return
     n = n_steady(results)
     used = [d for d in o.devices if d.get("used")] or list(o.devices)
-    majors = sorted({d.get("compute_major") for d in used if d.get("compute_major") is not None})
+    majors = sorted({d["compute_major"] for d in used if d.get("compute_major") is not None})
     has_tc = o.vendor != "nvidia" or not majors or max(majors) >= 7
     by_name = pl.col("name_precision")
     silent_name = by_name.is_null() | (by_name == "unknown")
@@ -74,12 +75,12 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     speed = max(float(params.expected_speedup), 1.0)
     cols = ("name", "name_precision", "op_dtype", "steady_count", "steady_ns")
     ctx = context_of(results)
-    arch = getattr(ctx, "device_arch", None)
+    arch = ctx.device_arch if ctx is not None else None
     # No bf16 and no TF32 on pre-Ampere NVIDIA tensor cores (Volta, Turing: fp16 only).
     old_nv = o.vendor == "nvidia" and (arch in ("volta", "turing", "pascal", "older") or (
         arch is None and bool(majors) and max(majors) < 8))
     if old_nv:
-        dev = (getattr(ctx, "device_name", None) or "this device") + (f" ({arch})" if arch else "")
+        dev = ((ctx.device_name if ctx is not None else None) or "this device") + (f" ({arch})" if arch else "")
         fix = (f"Run matmuls/convolutions in fp16 with autocast and a GradScaler: the tensor cores of {dev} take "
                "fp16 only (bf16 and TF32 need Ampere or newer, so neither applies here); keep GEMM dimensions "
                "multiples of 8.")

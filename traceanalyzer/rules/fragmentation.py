@@ -6,9 +6,11 @@ which ``traceanalyzer rules fragmentation`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.memory_fragmentation import MemoryFragmentationResult
+from traceanalyzer.analyses.trace_memory import TraceMemoryResult
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 
@@ -24,7 +26,7 @@ def _gib(n: int) -> str:
 
 @rule("fragmentation", needs_any=("memory_fragmentation", "trace_memory"), severity=Severity.WARNING,
       params={"min_unused_bytes": 1 << 30, "min_unused_pct": 33.0, "min_churn": 10})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Reserved memory far above what tensors use: fragmentation or allocator caching waste.
 
     Signal
@@ -48,7 +50,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``; no ``torch.cuda.empty_cache()``
         in the loop; pad variable shapes to a few sizes; run the largest shape first.
     """
-    fr = results.get("memory_fragmentation")
+    fr = results.typed("memory_fragmentation", MemoryFragmentationResult)
     if fr is not None:
         # The analysis' shares (one figure per fact in the report), never recomputed here.
         unused, pct, source = fr.free_bytes, fr.free_pct_of_reserved or 0.0, "at dump"
@@ -82,7 +84,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
             cost_bytes=int(unused) if big else None, confidence=0.8 if big else 0.7,
         )
         return
-    tm = results["trace_memory"]
+    tm = results.need("trace_memory", TraceMemoryResult)
     for r in tm.per_device.iter_rows(named=True):
         if str(r["device"]) == "cpu":
             continue

@@ -6,11 +6,12 @@ which ``traceanalyzer rules host_bound_gaps`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.idle_gaps import IdleGapsResult
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._advice import context_of, fewer_launches, fewer_launches_hint, vendor_of, withhold_on_capture
@@ -21,7 +22,7 @@ _NO_CPU = "<no CPU activity on the launching thread>"
 
 @rule("host_bound_gaps", needs=("steps", "idle_gaps"), severity=Severity.WARNING,
       params={"min_pct_of_step": 5.0, "min_ms_per_step": 0.1, "warning_pct": 10.0, "critical_pct": 30.0})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """GPU idle because the CPU launched the next work too late (host-bound gaps).
 
     Signal
@@ -51,7 +52,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         Not run on a capture-only trace (no steady state to judge).
     """
     withhold_on_capture(results, "host-bound idle")
-    ig = results["idle_gaps"]
+    ig = results.need("idle_gaps", IdleGapsResult)
     per = steady(ig.per_step, results)
     if per.is_empty():
         return

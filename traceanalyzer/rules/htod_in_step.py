@@ -6,11 +6,13 @@ which ``traceanalyzer rules htod_in_step`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.copies import CopiesResult
+from traceanalyzer.analyses.gpu_time import GpuTimeResult
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._util import fmt_count, ms, n_steady, pct_of_step, per_step_ns, steady, time_finding
@@ -18,7 +20,7 @@ from traceanalyzer.rules._util import fmt_count, ms, n_steady, pct_of_step, per_
 
 @rule("htod_in_step", needs=("steps", "copies"), severity=Severity.INFO,
       params={"max_per_step": 10.0, "max_pct_of_step": 5.0, "min_count_for_time": 3.0})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Many host-to-device copies inside every step: data created on the CPU, moved each step.
 
     Signal
@@ -42,7 +44,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         Create tensors directly on the device (``torch.zeros(..., device="cuda")``), cache
         constants/masks/tables on the GPU once, move the whole batch in one call.
     """
-    c = results["copies"]
+    c = results.need("copies", CopiesResult)
     cp = steady(c.copies, results, by="step").filter(pl.col("direction").str.contains("HtoD").fill_null(False))
     if cp.is_empty():
         return
@@ -52,7 +54,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     gpu = float(free["gpu_ns"].fill_null(0).sum()) / n
     cpu = float(free["cpu_ns"].fill_null(0).sum()) / n
     cost = gpu
-    gt = results.get("gpu_time")
+    gt = results.typed("gpu_time", GpuTimeResult)
     if gt is not None and gt.per_device.height:
         dev = gt.per_device.sort(["busy_ns", "device"], descending=[True, False])["device"][0]
         cost = min(gpu, per_step_ns(gt.per_step.filter(pl.col("device") == dev), "memcpy_ns", results))

@@ -6,11 +6,12 @@ which ``traceanalyzer rules item_sync`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.syncs import SyncsResult
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._advice import for_engine
@@ -20,7 +21,7 @@ from traceanalyzer.rules._util import fmt_count, ms, n_steady, pct_of_step, plur
 
 @rule("item_sync", needs=("steps", "syncs", "idle_gaps"), severity=Severity.WARNING,
       params={"min_ms_per_step": 0.02, "critical_pct": 10.0})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """``.item()`` / ``nonzero`` / boolean-mask syncs: data-dependent reads stall the GPU queue.
 
     Signal
@@ -76,7 +77,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         f"{plural(per, 'stalls', 'stall')} the GPU queue: {ms(cost)} ms/step of GPU idle",
         {"sync_points_per_step": round(per, 2), "cpu_wait_ms_per_step": ms(blocked),
          "gpu_idle_owned_ms_per_step": ms(idle), "cost_ms_per_step": ms(cost), "by_cause": by_cause,
-         "top_call_sites": top, "stack_hint": results["syncs"].stack_hint},
+         "top_call_sites": top, "stack_hint": results.need("syncs", SyncsResult).stack_hint},
         fix, "running += loss.detach()\nif step % 100 == 0: print(running.item() / 100)",
         cost, results, confidence=0.7,
     ))

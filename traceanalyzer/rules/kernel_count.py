@@ -6,11 +6,14 @@ which ``traceanalyzer rules kernel_count`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.gpu_time import GpuTimeResult
+from traceanalyzer.analyses.kernels import KernelsResult
+from traceanalyzer.analyses.launches import LaunchesResult
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._advice import context_of, fewer_launches, fewer_launches_hint, vendor_of, withhold_on_capture
@@ -19,7 +22,7 @@ from traceanalyzer.rules._util import n_steady, per_step_ns, steady, time_findin
 
 @rule("kernel_count", needs=("steps", "kernels"), severity=Severity.INFO,
       params={"max_kernels_per_step": 1000, "min_short_pct": 50.0})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Too many kernels per step: per-launch overhead adds up, fusion would cut it.
 
     Signal
@@ -44,13 +47,13 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         still lacks instead (``context``). Not run on a capture-only trace.
     """
     withhold_on_capture(results, "kernels per step")
-    k = results["kernels"]
+    k = results.need("kernels", KernelsResult)
     per = steady(k.per_step, results)
     if per.is_empty():
         return
     steps = n_steady(results)
     total = float(per["n_kernels"].sum() or 0)
-    la = results.get("launches") if hasattr(results, "get") else None
+    la = results.typed("launches", LaunchesResult)
     graph_k = 0.0
     eager_calls = None
     if la is not None:
@@ -64,10 +67,10 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     cost = None
     launch_us = None
     if eager_calls is not None and eager_calls.height:
-        med = float(eager_calls["cpu_dur_ns"].median() or 0)
+        med = float(eager_calls.select(pl.col("cpu_dur_ns").median()).item() or 0)
         launch_us = round(med / 1e3, 2)
         cost = n * med
-        gt = results.get("gpu_time")
+        gt = results.typed("gpu_time", GpuTimeResult)
         if gt is not None:
             idle = steady(gt.per_step, results).group_by("window").agg(pl.col("idle_ns").max())
             cost = min(cost, per_step_ns(idle, "idle_ns", results))
@@ -82,8 +85,8 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
                                                    ("name", "count", "mean_ns", "pct_of_kernel_time")),
          "top_launching_ops_in_trace": top_rows(k.by_cpu_op.sort(["n_kernels", "cpu_op"], descending=[True, False]),
                                                 5, ("cpu_op", "n_kernels", "mean_ns"))},
-        f"Launch fewer, larger kernels: {fewer_launches(vendor, context_of(results))}; use foreach/fused optimizers and fused layers "
-        "(SDPA, fused norms).",
+        f"Launch fewer, larger kernels: {fewer_launches(vendor, context_of(results))}; use foreach/fused optimizers "
+        "and fused layers (SDPA, fused norms).",
         fewer_launches_hint(vendor, context_of(results)),
         cost, results, confidence=0.3,
     )

@@ -6,11 +6,14 @@ which ``traceanalyzer rules launch_bound_kernels`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.gpu_time import GpuTimeResult
+from traceanalyzer.analyses.launches import LaunchesResult
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._advice import (
@@ -29,7 +32,7 @@ from traceanalyzer.rules._util import ms, n_steady, pct_of_step, steady, time_fi
 
 @rule("launch_bound_kernels", needs=("steps", "launches", "gpu_time"), severity=Severity.WARNING,
       params={"min_steps_pct": 50.0, "min_pct_of_step": 5.0, "critical_pct": 30.0})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Launch-bound: kernels shorter than their launch, the CPU cannot keep the GPU fed.
 
     Signal
@@ -61,7 +64,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         Not run on a capture-only trace (kernels under capture are recorded, not run).
     """
     withhold_on_capture(results, "launch-boundness")
-    la = results["launches"]
+    la = results.need("launches", LaunchesResult)
     per = steady(la.per_step, results)
     if per.is_empty():
         return
@@ -69,7 +72,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     share = bound.height * 100.0 / per.height
     if share < params.min_steps_pct:
         return
-    gt = steady(results["gpu_time"].per_step, results)
+    gt = steady(results.need("gpu_time", GpuTimeResult).per_step, results)
     idle = gt.filter(pl.col("window").is_in(bound["window"].to_list())).group_by("window").agg(
         pl.col("idle_ns").max())
     saved = bound.select("window", "launch_cpu_ns").join(idle, on="window", how="left").select(
@@ -100,7 +103,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     hint = fewer_launches_hint(vendor, ctx)
     yield time_finding(
         "launch_bound_kernels", Severity.CRITICAL if (pct or 0.0) >= params.critical_pct else Severity.WARNING,
-        (f"Launch-bound: in {bound.height} of {per.height} steady steps" if results["steps"].has_steps
+        (f"Launch-bound: in {bound.height} of {per.height} steady steps" if results.need("steps", StepsResult).has_steps
          else "Launch-bound over the whole trace (no ProfilerStep#):")
         + f" the CPU spends longer in launch calls than the GPU runs their work ({n_short:,} of {n_k:,} kernels "
         "shorter than their launch)",

@@ -6,11 +6,12 @@ which ``traceanalyzer rules layout_transposes`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.ops import OpsResult
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._util import ms, n_steady, time_finding, top_rows
@@ -20,7 +21,7 @@ CONV_KERNEL_RE = r"(?i)conv|fprop|dgrad|wgrad|igemm|implicit|winograd|scudnn"
 
 @rule("layout_transposes", needs=("steps", "ops", "kernels"), severity=Severity.INFO,
       params={"min_pct_of_conv": 5.0, "warning_pct": 10.0})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """NCHW↔NHWC layout transposes around convolutions: use channels_last.
 
     Signal
@@ -38,7 +39,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         ``model = model.to(memory_format=torch.channels_last)`` and the same for inputs,
         ideally with AMP.
     """
-    kc = results["ops"].kernel_classes
+    kc = results.need("ops", OpsResult).kernel_classes
     tr = kc.filter((pl.col("klass") == "layout_transpose") & (pl.col("steady_ns") > 0))
     conv = kc.filter((pl.col("klass") == "gemm") & pl.col("name").str.contains(CONV_KERNEL_RE)
                      & (pl.col("steady_ns") > 0))
@@ -56,7 +57,8 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         "the network runs NCHW",
         {"transpose_ms_per_step": ms(t_ns / n), "conv_ms_per_step": ms(c_ns / n),
          "pct_of_conv_time": round(share, 1), "transposes_per_step": round(float(tr["steady_count"].sum()) / n, 2),
-         "transpose_kernels": top_rows(tr.sort("steady_ns", descending=True), 5, ("name", "steady_count", "steady_ns"))},
+         "transpose_kernels": top_rows(tr.sort("steady_ns", descending=True), 5,
+                                       ("name", "steady_count", "steady_ns"))},
         "Convert the model and its inputs to channels_last so cuDNN/MIOpen run NHWC convolutions without "
         "transposing around each of them (best with AMP).",
         "model = model.to(memory_format=torch.channels_last)\nx = x.to(memory_format=torch.channels_last)",

@@ -6,9 +6,11 @@ which ``traceanalyzer rules legacy_arch_kernels`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.context import ContextResult
+from traceanalyzer.analyses.kernels import KernelsResult
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
@@ -31,7 +33,7 @@ def legacy(family_cc: float, device_cc: float) -> bool:
 
 @rule("legacy_arch_kernels", needs=("steps", "context"), severity=Severity.INFO,
       params={"min_pct_of_kernel_time": 1.0, "warning_pct": 10.0, "expected_savings": 0.5})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Kernels built for an older GPU generation run on a newer device: an old library or a fallback path.
 
     Signal
@@ -60,7 +62,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         architecture (``TORCH_CUDA_ARCH_LIST`` includes it), keep GEMM dimensions multiples
         of 8/16 so the library's fast kernels apply.
     """
-    ctx = results["context"]
+    ctx = results.need("context", ContextResult)
     if ctx.vendor != "nvidia":
         raise NotApplicable(f"architecture families are read from NVIDIA kernel names; this trace is {ctx.vendor}")
     if ctx.arch_source not in ("device_properties", "device_name") or ctx.device_arch not in _DEVICE_CC:
@@ -72,8 +74,8 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     if not old:
         return
     old_ns = float(sum(f["gpu_ns"] for f in old))
-    k = results.get("kernels") if hasattr(results, "get") else None
-    trace_ns = float(getattr(k, "total_ns", 0) or 0) or float(sum(f["gpu_ns"] for f in fams))
+    k = results.typed("kernels", KernelsResult)
+    trace_ns = float((k.total_ns if k is not None else 0) or 0) or float(sum(f["gpu_ns"] for f in fams))
     pct = old_ns * 100.0 / trace_ns if trace_ns else 0.0
     if pct < params.min_pct_of_kernel_time:
         return
@@ -87,7 +89,8 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         f"{pct:.1f} % of kernel time runs {'/'.join(f['family'] for f in old)}-generation kernels on a "
         f"{ctx.device_arch} device ({ctx.device_name or 'unnamed'})",
         {"device_name": ctx.device_name, "device_arch": ctx.device_arch, "compute_capability": ctx.compute_capability,
-         "legacy_families": old, "legacy_ms_per_step": ms(per_step), "legacy_ms_in_trace": ms(old_ns), "pct_of_kernel_time": round(pct, 2),
+         "legacy_families": old, "legacy_ms_per_step": ms(per_step), "legacy_ms_in_trace": ms(old_ns),
+         "pct_of_kernel_time": round(pct, 2),
          "all_families": fams, "expected_savings": params.expected_savings},
         f"Kernels of an older generation ({names}) run on this {ctx.device_arch} GPU: an old PyTorch/CUDA/cuBLAS/"
         "cuDNN build, an extension compiled without this architecture, or a fallback path for odd shapes or "

@@ -6,11 +6,15 @@ which ``traceanalyzer rules low_gpu_utilization`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.gpu_time import GpuTimeResult
+from traceanalyzer.analyses.idle_gaps import IdleGapsResult
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._advice import context_of, fewer_launches, fewer_launches_hint, vendor_of, withhold_on_capture
@@ -32,7 +36,7 @@ _CAUSE_WORDS = {
 
 @rule("low_gpu_utilization", needs=("steps", "gpu_time"), severity=Severity.WARNING,
       params={"min_busy_pct": 50.0, "critical_busy_pct": 20.0})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """GPU busy less than half of the step: the device waits for something.
 
     Signal
@@ -58,13 +62,13 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         run compiled or replaying graphs, what it still lacks. Not run on a capture-only trace.
     """
     withhold_on_capture(results, "GPU utilisation")
-    gt = results["gpu_time"]
+    gt = results.need("gpu_time", GpuTimeResult)
     per = steady(gt.per_step, results)
-    ig = results.get("idle_gaps") if hasattr(results, "get") else None
+    ig = results.typed("idle_gaps", IdleGapsResult)
     gaps = steady(ig.per_step, results) if ig is not None else None
     vendor = vendor_of(results)
     # Without ProfilerStep# the one window is the whole trace (setup and teardown included).
-    has_steps = results["steps"].has_steps
+    has_steps = results.need("steps", StepsResult).has_steps
     of = "of the step" if has_steps else "of the whole trace (no ProfilerStep#)"
     unit = "/step" if has_steps else ""
     for device, busy in sorted(gt.steady_busy_pct.items()):

@@ -6,11 +6,13 @@ which ``traceanalyzer rules memory_capacity`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.ops import OpsResult
+from traceanalyzer.analyses.trace_memory import TraceMemoryResult
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
@@ -37,7 +39,7 @@ def _device_id(device: str) -> int | None:
 
 @rule("memory_capacity", needs=("trace_memory", "ops"), severity=Severity.WARNING,
       params={"max_pct": 90.0, "critical_pct": 97.0})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Peak device memory close to the device's capacity: one larger batch away from OOM.
 
     Signal
@@ -63,12 +65,12 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         Lower the peak: activation checkpointing, bf16 autocast, a smaller micro-batch with
         gradient accumulation, FSDP/ZeRO sharding of parameters and optimizer state.
     """
-    tm, o = results["trace_memory"], results["ops"]
+    tm, o = results.need("trace_memory", TraceMemoryResult), results.need("ops", OpsResult)
     devices = [d for d in tm.per_device["device"].to_list() if _device_id(str(d)) is not None]
     if not devices:
         raise NotApplicable("only host (cpu) [memory] events: no device memory to compare with a capacity")
     ctx = context_of(results)
-    engine = getattr(ctx, "inference_engine", None)
+    engine = ctx.inference_engine if ctx is not None else None
     known = False
     for r in tm.per_device.filter(pl.col("device").is_in(devices)).iter_rows(named=True):
         dev = o.device(_device_id(str(r["device"])))
@@ -99,7 +101,8 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         yield Finding(
             rule_id="memory_capacity", severity=sev,
             title=title,
-            evidence={"inference_engine": engine, "device": r["device"], "device_name": (dev or {}).get("name"), "capacity_bytes": cap,
+            evidence={"inference_engine": engine, "device": r["device"], "device_name": (dev or {}).get("name"),
+                      "capacity_bytes": cap,
                       "peak_allocated_bytes": peak, "peak_reserved_bytes": r["peak_reserved_bytes"],
                       "peak_op": r.get("peak_op"), "pct_of_capacity": round(pct, 2),
                       "top_allocating_ops": tm.top_ops.filter(pl.col("device") == r["device"]).head(5).to_dicts(),

@@ -6,14 +6,20 @@ which ``traceanalyzer rules memory_growth`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.memory_leaks import MemoryLeaksResult
+from traceanalyzer.analyses.memory_peak import MemoryPeakResult
+from traceanalyzer.analyses.steps import StepsResult
+from traceanalyzer.analyses.trace_memory import TraceMemoryResult
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
+from traceanalyzer.rules._util import steady_steps
 
 _FIX = ("Find what keeps tensors alive across iterations: accumulating graph-attached tensors "
         "(losses.append(loss) instead of loss.item()/loss.detach()), caches or lists that grow per step, "
@@ -27,7 +33,7 @@ def _mib(n: float) -> str:
 
 @rule("memory_growth", needs_any=("memory_leaks", "trace_memory"), severity=Severity.WARNING,
       params={"min_growth_bytes": 16 << 20, "min_growth_pct": 5.0, "min_steps": 3})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Allocated memory grows step over step: a leak (tensors kept alive across iterations).
 
     Signal
@@ -56,7 +62,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         Do not keep graph-attached tensors across steps (``losses.append(loss)`` →
         ``loss.item()`` or ``loss.detach()``); clear caches/lists that grow per step.
     """
-    ml = results.get("memory_leaks")
+    ml = results.typed("memory_leaks", MemoryLeaksResult)
     if ml is not None:
         if ml.verdict_note:
             raise NotApplicable(ml.verdict_note)
@@ -64,7 +70,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
             return
         # The analysis' figures (one value per fact in the report), never recomputed here.
         growth, pct = int(ml.growth_bytes), ml.growth_pct_of_peak
-        mp = results.get("memory_peak")
+        mp = results.typed("memory_peak", MemoryPeakResult)
         peak = int(mp.peak_allocated_bytes) if mp is not None else 0
         if growth < params.min_growth_bytes or (pct is not None and pct < params.min_growth_pct):
             return
@@ -83,14 +89,12 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
             confidence={"steps": 0.8, "iterations": 0.7}.get(ml.window_kind, 0.6),
         )
         return
-    tm = results["trace_memory"]
+    tm = results.need("trace_memory", TraceMemoryResult)
     if tm.per_step.is_empty():
         raise NotApplicable("no ProfilerStep# windows holding [memory] events: growth across steps cannot be "
                             "measured")
     steady: list[Any] = []
-    if "steps" in results:
-        from traceanalyzer.rules._util import steady_steps
-
+    if results.typed("steps", StepsResult) is not None:
         steady = [s for s in steady_steps(results) if s is not None]
     per_step = tm.per_step.filter(pl.col("step").is_in(steady)) if steady else tm.per_step
     measured = 0

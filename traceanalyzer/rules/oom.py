@@ -6,11 +6,14 @@ which ``traceanalyzer rules oom`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.memory_oom import MemoryOOMResult
+from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult
+from traceanalyzer.analyses.trace_memory import TraceMemoryResult
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
@@ -34,7 +37,7 @@ def _mib(n: int | None) -> str:
 
 
 @rule("oom", needs_any=("memory_oom", "memory_timeline", "trace_memory"), severity=Severity.CRITICAL)
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """An out-of-memory error happened: what was requested, what filled the device, and why.
 
     Signal
@@ -61,7 +64,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         ``torch.cuda.empty_cache()`` in the loop; capacity: activation checkpointing, AMP, a
         smaller micro-batch, sharding; record a snapshot to see what filled the device.
     """
-    mo = results.get("memory_oom")
+    mo = results.typed("memory_oom", MemoryOOMResult)
     if mo is not None:
         free = mo.device_free_bytes
         short = mo.requested_bytes - free if free is not None else 0
@@ -80,10 +83,10 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
             confidence=1.0,
         )
         return
-    failed = getattr(results, "failed", {})
+    failed = results.failed
     if "memory_oom" in failed:
         raise NotApplicable(f"memory_oom failed: {failed['memory_oom']}")
-    tm = results.get("trace_memory")
+    tm = results.typed("trace_memory", TraceMemoryResult)
     if tm is not None:
         if tm.n_ooms == 0:
             return
@@ -105,7 +108,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
             cost_bytes=int(worst.get("bytes") or 0) or None, confidence=0.9,
         )
         return
-    tl = results["memory_timeline"]
+    tl = results.need("memory_timeline", MemoryTimelineResult)
     if not tl.history:
         raise NotApplicable("the snapshot has no allocation history, so an OOM would leave no trace in it: record "
                             "with torch.cuda.memory._record_memory_history() before dumping")

@@ -6,9 +6,10 @@ which ``traceanalyzer rules optimizer_not_fused`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.ops import OpsResult
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
@@ -19,7 +20,7 @@ from traceanalyzer.rules._util import fmt_count, gpu_idle_per_step_ns, ms, pct_o
 @rule("optimizer_not_fused", needs=("steps", "ops"), severity=Severity.WARNING,
       params={"min_kernels_per_step": 10.0, "warning_pct": 5.0, "foreach_min_pct": 10.0,
               "for_loop_savings": 0.7, "foreach_savings": 0.3})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Optimizer step not fused: a for-loop (or foreach) implementation launches many small kernels.
 
     Signal
@@ -43,7 +44,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     Fix
         ``torch.optim.AdamW(params, fused=True)`` (Adam/AdamW/SGD/Adagrad), else ``foreach=True``.
     """
-    o = results["ops"]
+    o = results.need("ops", OpsResult)
     if o.optimizer_impl == "unknown":
         raise NotApplicable("no Optimizer.step ranges in the trace (no optimizer ran, or it was not "
                             "profiled): the optimizer implementation cannot be judged")

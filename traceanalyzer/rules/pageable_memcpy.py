@@ -6,11 +6,12 @@ which ``traceanalyzer rules pageable_memcpy`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.copies import CopiesResult
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
@@ -31,7 +32,7 @@ from traceanalyzer.rules._util import (
 
 @rule("pageable_memcpy", needs=("steps", "copies", "idle_gaps"), severity=Severity.WARNING,
       params={"min_count_per_step": 1.0, "min_ms_per_step": 0.02, "critical_pct": 10.0})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Copies from/to pageable host memory: an "async" copy that blocks the CPU.
 
     Signal
@@ -56,7 +57,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         ``DataLoader(pin_memory=True)`` / ``tensor.pin_memory()`` and
         ``.to(device, non_blocking=True)``; for DtoH, copy into a pinned buffer.
     """
-    c = results["copies"]
+    c = results.need("copies", CopiesResult)
     t = c.totals
     if not t["pageable_count"] and not t["pinned_count"] and t["unknown_memory_count"]:
         raise NotApplicable("the trace does not say whether host memory was pinned or pageable "
@@ -88,7 +89,8 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         f"host memory: the GPU idles {ms(cost)} ms/step while the CPU stages {plural(count, 'it', 'them')}",
         {"copies_per_step": round(count, 2), "bytes_per_step": int(float(tr["bytes"].sum() or 0) / n),
          "cpu_wait_ms_per_step": ms(cpu), "gpu_idle_owned_ms_per_step": ms(idle),
-         "copy_gpu_ms_per_step": ms(float(tr["gpu_ns"].fill_null(0).sum()) / n), "by_kind": by_kind, "top_call_sites": top,
+         "copy_gpu_ms_per_step": ms(float(tr["gpu_ns"].fill_null(0).sum()) / n), "by_kind": by_kind,
+         "top_call_sites": top,
          "stack_hint": c.stack_hint},
         "Pin the host memory so the copy is truly asynchronous: DataLoader(pin_memory=True) or "
         "tensor.pin_memory(), then .to(device, non_blocking=True); for device-to-host results, copy into "

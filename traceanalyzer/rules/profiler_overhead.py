@@ -6,16 +6,18 @@ which ``traceanalyzer rules profiler_overhead`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.ops import OpsResult
+from traceanalyzer.analyses.overview import OverviewResult
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 
 
 @rule("profiler_overhead", needs=("ops", "overview"), severity=Severity.INFO,
       params={"max_python_pct": 50.0, "max_overhead_pct": 1.0})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Timings inflated by the profiler itself (with_stack, record_shapes, overhead events).
 
     Signal
@@ -35,11 +37,11 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         Profile timing runs without ``with_stack``/``record_shapes``/``profile_memory`` and
         with a short ``active`` window; use a separate run for stacks and shapes.
     """
-    o = results["ops"]
+    o = results.need("ops", OpsResult)
     c = o.event_counts
     total = max(int(c.get("total", 0)), 1)
     py_pct = round(c.get("python_frames", 0) * 100.0 / total, 1)
-    span = max(int(results["overview"].span_ns or 0), 1)
+    span = max(int(results.need("overview", OverviewResult).span_ns or 0), 1)
     ov_pct = round(c.get("overhead_ns", 0) * 100.0 / span, 2)
     reasons = []
     if py_pct >= params.max_python_pct:

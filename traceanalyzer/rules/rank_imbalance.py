@@ -7,9 +7,9 @@ which ``traceanalyzer rules rank_imbalance`` prints.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
+from traceanalyzer.analyses import Results
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
@@ -34,7 +34,7 @@ PARAMS = {"min_imbalance_pct": 5.0, "min_imbalance_ms": 0.05, "critical_pct": 20
 
 
 @rule("rank_imbalance", needs=(), severity=Severity.WARNING, params=PARAMS)
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """One rank (a straggler) does more work per step than the others: the whole job waits for it.
 
     Signal
@@ -56,9 +56,8 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         Depends on where the straggler spends its extra time (data loading, kernels, CPU,
         runtime, copies): the largest category is named with a fix for it.
     """
-    mr = results.get("multirank") if hasattr(results, "get") else None
-    if mr is not None and not isinstance(mr, Mapping):
-        mr = mr.to_json() if hasattr(mr, "to_json") else None
+    # Not an analysis: the summary ``batch`` builds (a dict) and runs this rule on.
+    mr = results.typed("multirank", dict)
     if not mr or (mr.get("n_ranks") or 0) < 2:
         raise NotApplicable("needs the traces of several ranks of one run: use `traceanalyzer batch`")
     ranks = [r for r in mr.get("ranks", []) if r.get("work_ms") is not None]

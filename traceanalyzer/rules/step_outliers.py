@@ -7,11 +7,13 @@ which ``traceanalyzer rules step_outliers`` prints.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.gpu_time import GpuTimeResult
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
@@ -25,10 +27,10 @@ _CATEGORIES = {
 }
 
 
-def _gpu_excess(results: Mapping[str, Any], out: pl.DataFrame, ok_windows: list[int], med: float) -> float | None:
+def _gpu_excess(results: Results, out: pl.DataFrame, ok_windows: list[int], med: float) -> float | None:
     """GPU idle the outlier steps add on the primary device, per steady step (see the Cost);
     None without ``gpu_time``."""
-    gt = results.get("gpu_time") if hasattr(results, "get") else None
+    gt = results.typed("gpu_time", GpuTimeResult)
     if gt is None or gt.per_step.is_empty() or gt.per_device.is_empty() or not ok_windows:
         return None
     dev = gt.per_device.sort(["busy_ns", "device"], descending=[True, False])["device"][0]
@@ -41,10 +43,10 @@ def _gpu_excess(results: Mapping[str, Any], out: pl.DataFrame, ok_windows: list[
     return extra / n_steady(results)
 
 
-def _excess_by_category(results: Mapping[str, Any], out_windows: list[int], ok_windows: list[int]) -> dict[str, float]:
+def _excess_by_category(results: Results, out_windows: list[int], ok_windows: list[int]) -> dict[str, float]:
     """Per tb_plugin category: Σ over the outlier steps of (their time − the median of the other
     steady steps), ns. Empty without the ``gpu_time`` breakdown."""
-    gt = results.get("gpu_time") if hasattr(results, "get") else None
+    gt = results.typed("gpu_time", GpuTimeResult)
     if gt is None or gt.tb_breakdown.is_empty() or not ok_windows:
         return {}
     tb = gt.tb_breakdown
@@ -60,7 +62,7 @@ def _excess_by_category(results: Mapping[str, Any], out_windows: list[int], ok_w
 
 @rule("step_outliers", needs=("steps",), severity=Severity.INFO,
       params={"outlier_factor": 1.5, "min_steps": 3, "warning_pct": 10.0})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Step-time outliers, and warm-up steps inside the profiled window.
 
     Signal
@@ -92,7 +94,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         Look at the slow steps' timelines (GC pauses, recompilation, data stalls, allocator
         growth, checkpointing); for warm-up, profile with a schedule that skips it.
     """
-    sr = results["steps"]
+    sr = results.need("steps", StepsResult)
     if not sr.has_steps:
         raise NotApplicable("no ProfilerStep# ranges: step times are unknown (profile with a schedule / prof.step())")
     med = median_step_ns(results)

@@ -6,9 +6,10 @@ which ``traceanalyzer rules unfused_attention`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.context import ContextResult
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._util import ms, n_steady, time_finding
@@ -16,7 +17,7 @@ from traceanalyzer.rules._util import ms, n_steady, time_finding
 
 @rule("unfused_attention", needs=("steps", "context"), severity=Severity.WARNING,
       params={"min_pct_of_kernel_time": 10.0, "warning_pct": 20.0, "fusion_savings": 0.5})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Attention computed unfused (bmm → masked_fill → softmax → bmm) takes a large share of kernel time: SDPA pays.
 
     Signal
@@ -41,7 +42,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         is_causal=…)`` (dispatches to FlashAttention / memory-efficient kernels), or
         ``attn_implementation="sdpa"``/``"flash_attention_2"`` in Hugging Face models.
     """
-    ctx = results["context"]
+    ctx = results.need("context", ContextResult)
     p = ctx.attention_pattern or {}
     if ctx.fused_attention or not p.get("present"):
         return

@@ -6,11 +6,12 @@ which ``traceanalyzer rules unfused_elementwise`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.ops import OpsResult
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._advice import context_of, is_compiled, withhold_on_capture
@@ -20,7 +21,7 @@ from traceanalyzer.rules._util import fmt_count, ms, n_steady, time_finding, top
 @rule("unfused_elementwise", needs=("steps", "ops", "kernels"), severity=Severity.INFO,
       params={"min_pct_of_kernel_time": 30.0, "min_pct_of_count": 50.0, "min_kernels_per_step": 100.0,
               "warning_pct": 50.0, "fusion_savings": 0.5})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Unfused elementwise kernels take a large share of GPU time: fusion (torch.compile) pays.
 
     Signal
@@ -42,7 +43,8 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         compiled regions (graph breaks, fallbacks). Not run on a capture-only trace.
     """
     withhold_on_capture(results, "the steady kernel mix")
-    kc = results["ops"].kernel_classes
+    o = results.need("ops", OpsResult)
+    kc = o.kernel_classes
     total, count = float(kc["steady_ns"].sum() or 0), float(kc["steady_count"].sum() or 0)
     if total <= 0:
         return
@@ -73,7 +75,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
         f"({fmt_count(e_n / n)} per step): fuse them",
         {"elementwise_ms_per_step": ms(e_ns / n), "pct_of_kernel_time": round(t_pct, 1),
          "pct_of_kernels": round(c_pct, 1), "kernels_per_step": round(e_n / n, 1),
-         "compiled": results["ops"].compiled if ctx is None else bool(ctx.compiled),
+         "compiled": o.compiled if ctx is None else bool(ctx.compiled),
          "top_kernels": top_rows(ew.sort("steady_ns", descending=True), 5, ("name", "steady_count", "steady_ns"))},
         fix, hint,
         params.fusion_savings * e_ns / n, results, confidence=0.4,

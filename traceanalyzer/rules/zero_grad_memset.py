@@ -6,11 +6,12 @@ which ``traceanalyzer rules zero_grad_memset`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import polars as pl
 
+from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.ops import OpsResult
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
@@ -18,7 +19,7 @@ from traceanalyzer.rules._util import fmt_count, gpu_idle_per_step_ns, ms, per_s
 
 
 @rule("zero_grad_memset", needs=("steps", "ops"), severity=Severity.INFO, params={"min_fills_per_step": 1.0})
-def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterator[Finding]:
+def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """``zero_grad()`` writes zeros into every gradient: set them to None instead.
 
     Signal
@@ -36,7 +37,7 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     Fix
         ``optimizer.zero_grad(set_to_none=True)`` (the default since PyTorch 2.0).
     """
-    o = results["ops"]
+    o = results.need("ops", OpsResult)
     if not o.op_counts.filter(pl.col("name").str.starts_with("Optimizer.zero_grad#")).height:
         raise NotApplicable("no Optimizer.zero_grad ranges in the trace: zeroing cannot be seen "
                             "(model.zero_grad() and set_to_none=True leave no range with fills)")
@@ -50,7 +51,8 @@ def check(results: Mapping[str, Any], config: Config, params: Params) -> Iterato
     cost = max(cpu, gpu) if idle is None else max(gpu, min(cpu, gpu + idle))
     yield time_finding(
         "zero_grad_memset", Severity.INFO,
-        f"zero_grad() launches {fmt_count(fills)} memset/fill {plural(fills, 'kernel', 'kernels')} per step ({ms(cost)} ms/step)",
+        f"zero_grad() launches {fmt_count(fills)} memset/fill {plural(fills, 'kernel', 'kernels')} per step "
+        f"({ms(cost)} ms/step)",
         {"fills_per_step": round(fills, 1), "zero_grad_cpu_ms_per_step": ms(cpu),
          "zero_grad_gpu_ms_per_step": ms(gpu), "optimizer": list(o.optimizer_names)},
         "Set gradients to None instead of zeroing them: optimizer.zero_grad(set_to_none=True) "

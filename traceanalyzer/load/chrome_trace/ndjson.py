@@ -1,0 +1,416 @@
+"""The columnar decoder: a region of whole events, rewritten as newline-delimited JSON,
+read by polars' reader into typed columns of only the fields the model needs, then
+split into raw tables by polars expressions. No Python object per event.
+
+The reader blurs some JSON types (``1.0`` read into a string column gives "1", a
+string where a list is expected gives the list's text, …), so each region is screened
+for such values first (``_SUSPECT_ARGS``, ``_SUSPECT_TOP``, ``_SUSPECT_IDS``); a region
+it cannot take exactly raises :class:`_NotFast` and goes to the exact decoder
+(:mod:`.exact`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer.load.chrome_trace.raw import (
+    _OUT_OF_RANGE_FLOW,
+    _OUT_OF_RANGE_MEM,
+    _OUT_OF_RANGE_X,
+    _RAW_SCHEMAS,
+    MAX_ABS_US,
+    _Stats,
+)
+from traceanalyzer.load.chrome_trace.vocabulary import (
+    _KNOWN_PH,
+    CAT_TABLE,
+    FLOW_KIND,
+    KNOWN_OTHER_CATS,
+    MTIA_CCP_CAT,
+    MTIA_DIRECTION,
+    MTIA_DMA,
+    MTIA_NOT_BUSY,
+)
+
+# LF/CR → TAB: both are whitespace between tokens, so the text keeps its meaning, and
+# a raw LF inside a string (not strict JSON) becomes a raw TAB, which the strict
+# reader refuses: that chunk then takes the slow path and gets the simple path's
+# "not strict JSON" treatment.
+_NL_TO_TAB = bytes.maketrans(b"\n\r", b"\t\t")
+
+
+# args fields read as integers (``_int``/``_num`` in the simple path).
+_INT_ARGS = (
+    "External id", "external id", "Sequence number", "Fwd thread id", "Ev Idx", "Profiler Event Index",
+    "In msg nelems", "Out msg nelems", "Group size", "Python id", "Python parent id", "correlation",
+    "cbid", "cid", "device", "stream", "registers per thread", "shared memory", "queued", "graph id",
+    "bytes", "Device Type", "Device Id", "Addr", "Bytes", "Total Allocated", "Total Reserved", "size",
+)
+# ``direction`` (MTIA DMA) is only looked up in MTIA_DIRECTION: a non-string value that
+# the reader turns into text matches no key, as in the simple path, so it needs no screen.
+_STR_ARGS = ("Collective name", "dtype", "name", "Process Group Name", "Process Group Description", "direction")
+_DIMS_ARGS = ("Input Dims", "grid", "block")  # JSON text; lists of ints
+_ARG_NAMES = (*_INT_ARGS, *_STR_ARGS, *_DIMS_ARGS, "Input type")
+_INT_TEXT = r"(?s)^(?:.* )?(-?[0-9]+)$"  # ``_int`` on a string: the number, or the last word's
+_FLOAT_TEXT = r"^-?(?:[0-9]+\.[0-9]*|\.[0-9]+)$"
+_DIMS_TEXT = r"^[\[\]0-9, \-]*$"
+
+
+# Values the reader would turn into the same text as a different JSON value, so that
+# the simple path's result depends on a type the columnar frame no longer knows:
+# a non-string where a string is read (``1.0`` → "1" where ``str`` gives "1.0",
+# ``true`` → "true" where ``str`` gives "True"), a string where a list of ints is read
+# (``"[1,1,1]"`` is text, ``_json_text`` quotes it), a float in a list of ints
+# (``[1.0]`` → "[1]"), a non-string in "Input type", a string ``args`` (its text could
+# read as an object). Any match sends the chunk to the slow path; a false match (the
+# pattern inside a string) costs only speed. The patterns run as one alternation in
+# polars' (Rust) regex engine over the chunk's text: one scan with a literal prefilter
+# and no per-match cost, where Python's ``re`` would scan once per key, and the pid/tid
+# pattern starts at every event. ``\s`` is Unicode-aware there, which only matters
+# outside JSON's own whitespace, where the reader refuses the chunk anyway.
+_SUSPECT_ARGS = (
+    # A string args: its text (unescaped) could read as an object.
+    r'"args"\s*:\s*"',
+    r'"Collective name"\s*:\s*[^"n\s]',
+    r'"dtype"\s*:\s*[^"n\s]',
+    r'"Process Group (?:Name|Description)"\s*:\s*[^"n\s]',
+    r'"grid"\s*:\s*(?:[^\[n\s]|\[[\[\]0-9,\s-]*[.eE])',
+    r'"block"\s*:\s*(?:[^\[n\s]|\[[\[\]0-9,\s-]*[.eE])',
+    r'"Input Dims"\s*:\s*(?:[^\[n\s]|\[[\[\]0-9,\s-]*[.eE])',
+    r'"Input type"\s*:\s*(?:[^\[n\s]|\[(?:\s*"(?:[^"\\]|\\.)*"\s*,)*\s*[^"\s\]])',
+)
+# Keys in every event: their columns are screened first (a value that *could* have
+# been a non-string: starts with a digit, ``-``, ``[``, ``{``, or is true/false), and
+# only a chunk the screen flags pays for the raw scan.
+_SUSPECT_TOP = (
+    r'"name"\s*:\s*[^"n\s]',
+    r'"cat"\s*:\s*[^"n\s]',
+    r'"ph"\s*:\s*[^"n\s]',
+)
+# A float or non-scalar pid/tid: ``other_events`` keeps ``str(pid)`` ("1.0", "True"),
+# which the reader's text ("1", "true") does not give back (elsewhere ``_int`` reads
+# "1" and 1.0 alike, but the screen does not tell the rows apart: see _fast_chunk).
+_SUSPECT_IDS = (
+    r'"pid"\s*:\s*(?:[^"n\s0-9-]|-?[0-9]+[.eE])',
+    r'"tid"\s*:\s*(?:[^"n\s0-9-]|-?[0-9]+[.eE])',
+)
+
+
+def _any_of(patterns: tuple[str, ...]) -> str:
+    return "|".join(f"(?:{p})" for p in patterns)
+
+
+_RX_ARGS_IDS = _any_of(_SUSPECT_ARGS + _SUSPECT_IDS)
+_RX_TOP = _any_of(_SUSPECT_TOP)
+_NON_STRING_TEXT = r"^(?:[-0-9\[{]|true$|false$)"
+
+
+class _NotFast(Exception):
+    """A chunk the columnar reader cannot take exactly."""
+
+
+def _args_schema(ints_as_text: bool) -> dict[str, Any]:
+    it: Any = pl.String if ints_as_text else pl.Int64
+    args: dict[str, Any] = {k: it for k in _INT_ARGS}
+    args.update({k: pl.String for k in (*_STR_ARGS, *_DIMS_ARGS)})
+    args["Input type"] = pl.List(pl.String)
+    return args
+
+
+def _nd_schema(args: Any) -> dict[str, Any]:
+    return {
+        "ph": pl.String, "cat": pl.String, "name": pl.String, "ts": pl.Float64, "dur": pl.Float64,
+        "pid": pl.String, "tid": pl.String, "id": pl.String, "args": args,
+    }
+
+
+_ARGS_SCHEMAS = (_args_schema(False), _args_schema(True))
+# One pass: ``args`` as a struct of the fields the model reads.
+_ND_SCHEMAS = tuple(_nd_schema(pl.Struct(a)) for a in _ARGS_SCHEMAS)
+# Two passes: ``args`` as the reader's JSON text, then those texts as NDJSON of their own.
+_ND_TOP_SCHEMA = _nd_schema(pl.String)
+_ARG_COLS = ["a." + k for k in _ARG_NAMES]
+
+
+def _int_text(e: pl.Expr) -> pl.Expr:
+    """``_int`` of a value the reader gave as text (a JSON number or string)."""
+    return e.str.strip_chars().str.extract(_INT_TEXT, 1).cast(pl.Int64, strict=False)
+
+
+def _int_column(s: pl.Series) -> pl.Series:
+    """``_int_text`` of a column: a plain cast, and the regex only on the rows the cast
+    does not take (the common case has none, and the regex on every row is costly).
+    ``cast`` alone would also read ``"+7"`` (``_int`` gives None) and refuses
+    ``"stream 7"``. A fractional number as text could have been a JSON float (``_int``
+    truncates it) or a string (``_int`` gives None): only the slow path can tell, and
+    such text never casts, so only those rows need the check."""
+    c = s.cast(pl.Int64, strict=False)
+    odd = (c.is_null() & s.is_not_null()) | s.str.starts_with("+")
+    if not odd.any():
+        return c
+    idx = odd.arg_true()
+    rows = s.gather(idx)
+    if rows.str.strip_chars().str.contains(_FLOAT_TEXT).any():
+        raise _NotFast("fractional number as an id")
+    fixed = rows.to_frame().select(_int_text(pl.col(s.name))).to_series()
+    return c.scatter(idx, fixed)
+
+
+def _matches(nd: bytes, pattern: str) -> bool:
+    """Whether ``pattern`` occurs in the chunk's text (invalid UTF-8: the slow path words
+    it, as the reader would refuse the chunk anyway)."""
+    try:
+        text = pl.Series([nd]).cast(pl.String)
+    except Exception:  # noqa: BLE001
+        raise _NotFast("not UTF-8") from None
+    return bool(text.str.contains(pattern).item())
+
+
+def _A(k: str) -> pl.Expr:
+    return pl.col("a." + k)
+
+
+def _fast_chunk(nd: bytes, autograd_array: bool) -> tuple[dict[str, pl.DataFrame], _Stats]:
+    """Newline-delimited events → raw table frames and counts, or :class:`_NotFast`."""
+    # Screened before the read: after it, the frames would be alive during the scan,
+    # raising the peak. The pid/tid patterns matter only for
+    # other_events rows, but a float pid is rare enough that it may cost the chunk
+    # the slow path wherever it occurs.
+    if _matches(nd, _RX_ARGS_IDS):
+        raise _NotFast("a value of a type the reader would blur")
+    df, ints_as_text = _read_two_passes(nd)
+    try:
+        return _fast_tables(df, ints_as_text, autograd_array)
+    except _NotFast:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise _NotFast(str(exc)) from None
+
+
+def _read_one_pass(nd: bytes) -> tuple[pl.DataFrame, bool]:
+    """The events with ``args`` read as a struct, flattened to ``a.<key>`` columns."""
+    for ints_as_text, schema in enumerate(_ND_SCHEMAS):
+        try:
+            df = pl.read_ndjson(nd, schema=schema)
+        except Exception:  # noqa: BLE001 - any refusal sends the chunk to the slow path
+            continue
+        return df.with_columns(pl.col("args").struct.rename_fields(_ARG_COLS)).unnest("args"), bool(ints_as_text)
+    raise _NotFast("reader refused the chunk")
+
+
+def _read_two_passes(nd: bytes) -> tuple[pl.DataFrame, bool]:
+    r"""As :func:`_read_one_pass`, faster: the reader looks each struct field up
+    in every object (cost ∝ fields × keys), but reads a flat row quickly, so ``args``
+    is first read as text (the reader re-serialises the object) and those texts are
+    then read as NDJSON rows of their own. The re-serialisation does not escape
+    backslashes or control characters, so a chunk whose ``args`` text has a ``\``
+    takes one pass."""
+    try:
+        top = pl.read_ndjson(nd, schema=_ND_TOP_SCHEMA)
+    except Exception:  # noqa: BLE001
+        raise _NotFast("reader refused the chunk") from None
+    args = top.get_column("args")
+    if args.str.contains("\\", literal=True).any():
+        del top, args
+        return _read_one_pass(nd)
+    name = pl.col("name")
+    flagged = top.select(
+        (name.str.contains(_NON_STRING_TEXT) & ~name.is_in(["[memory]", "[OutOfMemory]"])).any()
+        | pl.col("cat").str.contains(_NON_STRING_TEXT).any()
+        | pl.col("ph").str.contains(_NON_STRING_TEXT).any()
+    ).item()
+    if flagged and _matches(nd, _RX_TOP):
+        raise _NotFast("a value of a type the reader would blur")
+    # Non-object args (null, a list, a number) read as {} in the simple path too.
+    lines = pl.when(pl.col("args").str.starts_with("{")).then(pl.col("args")).otherwise(pl.lit("{}"))
+    nd2 = top.select(lines.str.join("\n")).item().encode()
+    top = top.drop("args")
+    del args
+    for ints_as_text, schema in enumerate(_ARGS_SCHEMAS):
+        try:
+            a = pl.read_ndjson(nd2, schema=schema)
+        except Exception:  # noqa: BLE001
+            continue
+        if a.height != top.height:
+            break
+        return top.hstack([c.alias(new) for c, new in zip(a.get_columns(), _ARG_COLS)]), bool(ints_as_text)
+    del nd2
+    return _read_one_pass(nd)
+
+
+def _fast_tables(
+    df: pl.DataFrame, ints_as_text: bool, autograd_array: bool
+) -> tuple[dict[str, pl.DataFrame], _Stats]:
+    stats = _Stats(n_events=df.height)
+    int_cols = ["pid", "tid", "id"] + (["a." + k for k in _INT_ARGS] if ints_as_text else [])
+    df = df.with_columns(pid_s=pl.col("pid"), tid_s=pl.col("tid"))
+    df = df.with_columns(_int_column(df.get_column(c)) for c in int_cols)
+    ph_counts = dict(df.group_by("ph", maintain_order=True).len().iter_rows())
+    n_null = ph_counts.pop(None, 0)
+    if n_null:
+        stats.skipped["events without a phase (ph)"] += n_null
+    stats.no_ph_head = bool(df["ph"].head(100).is_null().all())
+    for ph, n in ph_counts.items():
+        if ph not in _KNOWN_PH:
+            stats.skipped[f"events of phase {ph!r}"] += n
+    stats.counters = ph_counts.get("C", 0)
+    frames: dict[str, pl.DataFrame] = {}
+    ph = pl.col("ph")
+    ts, dur = pl.col("ts"), pl.col("dur")
+
+    # Duration events.
+    x = df.filter(ph == "X")
+    if x.height:
+        no_ts = x["ts"].null_count()
+        no_dur = x.filter(ts.is_not_null() & dur.is_null()).height
+        neg = x.filter(ts.is_not_null() & (dur < 0)).height
+        in_range = (ts.abs() <= MAX_ABS_US) & (dur <= MAX_ABS_US)
+        far = x.filter(ts.is_not_null() & (dur >= 0) & ~in_range).height
+        for what, n in (("duration events without a numeric ts", no_ts), ("duration events without dur", no_dur),
+                        ("duration events with negative dur", neg), (_OUT_OF_RANGE_X, far)):
+            if n:
+                stats.skipped[what] += n
+        table = pl.col("cat").replace_strict(CAT_TABLE, default=None, return_dtype=pl.String)
+        cat = pl.col("cat")
+        if autograd_array:
+            bare = table.is_null() & cat.is_null()
+            cuda = pl.col("pid_s").str.starts_with("CUDA").fill_null(False)
+            table = (pl.when(bare).then(pl.when(cuda).then(pl.lit("kernels")).otherwise(pl.lit("cpu_ops")))
+                     .otherwise(table))
+            cat = pl.when(bare).then(pl.when(cuda).then(pl.lit("Kernel")).otherwise(pl.lit("Operator"))).otherwise(cat)
+        xname = pl.col("name").fill_null("")
+        table = (
+            pl.when(pl.col("cat") == MTIA_CCP_CAT)
+            .then(
+                pl.when(xname == MTIA_DMA).then(pl.lit("memcpy"))
+                .when(xname.is_in(MTIA_NOT_BUSY)).then(pl.lit(None, pl.String))
+                .otherwise(pl.lit("kernels"))
+            )
+            .otherwise(table)
+        )
+        x = x.filter(ts.is_not_null() & dur.is_not_null() & (dur >= 0) & in_range).with_columns(
+            _table=table, cat=cat, name=pl.col("name").fill_null("")
+        )
+        parts = x.partition_by("_table", as_dict=True, include_key=False)
+        for (t,), part in parts.items():
+            if t is None:
+                frames["other_events"] = _other_frame(part, stats)
+            else:
+                frames[t] = _x_frame(t, part)
+    # Flow endpoints.
+    fl = df.filter(ph.is_in(["s", "f", "t"]))
+    if fl.height:
+        n = fl["ts"].null_count()
+        if n:
+            stats.skipped["flow events without a numeric ts"] += n
+        fl = fl.filter(ts.is_not_null())
+        far = fl.filter(~(ts.abs() <= MAX_ABS_US)).height
+        if far:
+            stats.skipped[_OUT_OF_RANGE_FLOW] += far
+            fl = fl.filter(ts.abs() <= MAX_ABS_US)
+        kind = pl.col("cat").replace_strict(FLOW_KIND, default=pl.col("cat"), return_dtype=pl.String).fill_null("None")
+        frames["flows"] = _typed("flows", fl.select(kind.alias("kind"), "ph", "id", "ts", "pid", "tid"))
+    # Allocator instant events.
+    mem = df.filter(ph.is_in(["i", "I"]) & pl.col("name").is_in(["[memory]", "[OutOfMemory]"]))
+    if mem.height:
+        n = mem["ts"].null_count()
+        if n:
+            stats.skipped["[memory] events without ts or args"] += n
+        mem = mem.filter(ts.is_not_null())
+        far = mem.filter(~(ts.abs() <= MAX_ABS_US)).height
+        if far:
+            stats.skipped[_OUT_OF_RANGE_MEM] += far
+            mem = mem.filter(ts.abs() <= MAX_ABS_US)
+        frames["memory_events"] = _typed("memory_events", mem.select(
+            "ts", "pid", "tid", _A("Device Type"), _A("Device Id"), _A("Addr"), _A("Bytes"),
+            _A("Total Allocated"), _A("Total Reserved"), (pl.col("name") == "[OutOfMemory]").alias("oom"),
+        ))
+    th = df.filter((ph == "M") & (pl.col("name") == "thread_name"))
+    if th.height:
+        frames["threads"] = _typed("threads", th.select("pid", "tid", _A("name").fill_null("None").alias("name")))
+    return frames, stats
+
+
+def _typed(table: str, df: pl.DataFrame) -> pl.DataFrame:
+    """Rename a selection positionally to the raw columns of ``table`` and cast."""
+    schema = _RAW_SCHEMAS[table]
+    return df.select(pl.col(old).cast(dtype).alias(new) for old, (new, dtype) in zip(df.columns, schema.items()))
+
+
+def _json_dims(k: str, part: pl.DataFrame) -> pl.Expr:
+    """``_json_text`` of a list of ints the reader gave as text (``[[2, 3], [4]]``)."""
+    col = part["a." + k]
+    if not col.is_null().all() and not col.drop_nulls().str.contains(_DIMS_TEXT).all():
+        raise _NotFast(f"{k} is not a list of ints")
+    return _A(k).str.replace_all(" ", "", literal=True)
+
+
+def _json_strings(k: str) -> pl.Expr:
+    """``_json_text`` of a list of strings (compact, escaped as orjson does)."""
+    enc = pl.struct(_A(k).alias("x")).struct.json_encode().str.slice(5).str.head(-1)
+    return pl.when(_A(k).is_null()).then(pl.lit(None, pl.String)).otherwise(enc)
+
+
+def _x_frame(t: str, p: pl.DataFrame) -> pl.DataFrame:
+    ext = pl.coalesce(_A("External id"), _A("external id"))
+    comm_dtype = pl.when(_A("Collective name").is_not_null()).then(_A("dtype"))
+    device = pl.coalesce(_A("device"), pl.col("pid"))
+    stream = pl.coalesce(_A("stream"), pl.col("tid"))
+    base = ["name", "ts", "dur"]
+    cols: list[Any]
+    if t == "cpu_ops":
+        cols = [*base, "pid", "tid", "cat", ext, _A("Sequence number"), _A("Fwd thread id"),
+                pl.coalesce(_A("Ev Idx"), _A("Profiler Event Index")), _json_dims("Input Dims", p),
+                _json_strings("Input type"), _A("Collective name"), comm_dtype, _A("In msg nelems"),
+                _A("Out msg nelems"), _A("Group size"), _A("Process Group Name"),
+                _A("Process Group Description")]
+    elif t == "python_frames":
+        cols = [*base, "pid", "tid", _A("Python id"), _A("Python parent id")]
+    elif t == "runtime":
+        cols = [*base, "pid", "tid", "cat", _A("correlation"), ext, pl.coalesce(_A("cbid"), _A("cid"))]
+    elif t == "kernels":
+        cols = [*base, device, stream, _A("correlation"), ext, _json_dims("grid", p), _json_dims("block", p),
+                _A("registers per thread"), _A("shared memory"), _A("queued"), _A("graph id"),
+                _A("Collective name"), comm_dtype, _A("In msg nelems"), _A("Group size")]
+    elif t == "memcpy":
+        mtia = pl.col("cat") == MTIA_CCP_CAT
+        kind = pl.when(mtia).then(_A("direction").replace_strict(MTIA_DIRECTION, default=None, return_dtype=pl.String))
+        size = pl.when(mtia).then(_A("size")).otherwise(_A("bytes"))
+        cols = [*base, device, stream, _A("correlation"), ext, size, kind]
+    elif t == "memset":
+        cols = [*base, device, stream, _A("correlation"), ext, _A("bytes")]
+    elif t == "annotations":
+        cols = [*base, "pid", "tid", ext]
+    elif t == "gpu_annotations":
+        cols = [*base, device, stream]
+    else:  # pragma: no cover - CAT_TABLE names only the tables above
+        raise _NotFast(f"table {t}")
+    schema = _RAW_SCHEMAS[t]
+    exprs = [(pl.col(c) if isinstance(c, str) else c).cast(dtype).alias(new)
+             for c, (new, dtype) in zip(cols, schema.items())]
+    return p.select(exprs)
+
+
+def _other_frame(p: pl.DataFrame, stats: _Stats) -> pl.DataFrame:
+    scat = pl.col("cat").fill_null("<no category>")
+    p = p.with_columns(scat=scat)
+    unknown = p.filter(~pl.col("scat").is_in(list(KNOWN_OTHER_CATS)))
+    if unknown.height:
+        for c, n in unknown.group_by("scat", maintain_order=True).len().iter_rows():
+            stats.unknown_cats[c] += n
+    return _typed("other_events", p.select(
+        "scat", "name", "ts", "dur", pl.col("pid_s").fill_null("None"), pl.col("tid_s").fill_null("None"),
+    ))
+
+
+def _decode_region(region: bytes, sep_nd: bytes, sep_nl: bytes,
+                   autograd: bool) -> tuple[dict[str, pl.DataFrame], _Stats] | None:
+    """A region of whole events (cut at separators) → raw frames and counts, or None when
+    the columnar reader cannot take it exactly (the caller frames it exactly)."""
+    try:
+        nd = region.translate(_NL_TO_TAB).replace(sep_nd, sep_nl)
+        return _fast_chunk(nd, autograd)
+    except _NotFast:
+        return None
