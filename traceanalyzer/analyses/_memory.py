@@ -68,7 +68,7 @@ def stack_sites(frames: pl.DataFrame) -> pl.DataFrame:
     The site is the innermost frame of the best kind present (:data:`SITE_KINDS`):
 
     * ``python``: user code, by the tool's one frame filter
-      (:func:`~traceanalyzer.analyses.callsites.user_path_expr`): not torch/site-packages,
+      (:func:`~traceanalyzer.analyses._callsites.user_path_expr`): not torch/site-packages,
       not the standard library, not a C++ frame. Jupyter cells count as user code.
     * ``library``: no user frame; the innermost Python frame of a library (``torch/optim/…``).
     * ``runtime``: only Python runtime wrappers (``threading.py``, ``runpy.py``, ``<frozen …>``,

@@ -20,7 +20,7 @@ Definitions (``docs/copies_and_syncs.md`` has the long form)
   (DataLoader pinning, NCCL, library code …).
 * Copies are attributed to the **CPU op** (the copy op itself; for a loose memcpy the
   outermost CPU op around its runtime call) and to the **call site**
-  (:mod:`traceanalyzer.analyses.callsites`: innermost user Python frame with
+  (:mod:`traceanalyzer.analyses._callsites`: innermost user Python frame with
   ``with_stack=True``, else the record_function/op chain).
 * Per **step** (the ``steps`` analysis' windows; one whole-trace window without steps)
   each copy counts in the window holding its CPU start (a loose memcpy: its call's start,

@@ -34,7 +34,7 @@ Definitions (``docs/copies_and_syncs.md`` has the long form)
 * A **sync point** is one cause instance: an ``aten::item`` (or a ``.cpu()``'s ``aten::to``)
   that issued a DtoH copy and a stream sync is one point with two calls. Hotspot counts
   are sync points.
-* Points are attributed to a call site like copies (:mod:`~traceanalyzer.analyses.callsites`)
+* Points are attributed to a call site like copies (:mod:`~traceanalyzer.analyses._callsites`)
   and counted per step window (by the point's first call).
 
 Settings: ``syncs.top_n`` (15), ``syncs.max_events`` (5000),

@@ -14,7 +14,7 @@ Each ``[memory]`` instant event carries the allocator's running totals after it:
 * ``top_ops``: CPU ops (innermost enclosing op of each allocation) by bytes allocated.
 * ``top_sites`` (traces with Python stacks, ``with_stack=True``): the same by call site,
   the innermost covering Python frame in the user's code (the tool's one frame filter,
-  :func:`~traceanalyzer.analyses.callsites.user_path_expr`: runtime, notebook and torch
+  :func:`~traceanalyzer.analyses._callsites.user_path_expr`: runtime, notebook and torch
   frames skipped); ``site_kind`` ``python``, or ``library`` when no user frame covers the
   allocation and the innermost library frame stands in; ``via``: that library frame below
   the user's line.
