@@ -159,3 +159,27 @@ def test_context_gives_declared_params_and_only_declared_results(fake_registry: 
     res = run_analyses(FakeModel(), Config({"reader.ratio": "0.25"}), strict=True, workers=1)  # type: ignore[arg-type]
     assert res.values["reader"] == "ok"
     assert seen == {"top_n": 20, "ratio": 0.25, "base": "base-result", "opt": None}
+
+
+def test_analyses_import_from_each_other_only_the_result_classes_they_declare() -> None:
+    """Shared helpers live in the private modules (``analyses/_*.py``); an analysis imports from
+    another analysis only its result class, and only of one it declares (depends_on/after)."""
+    import ast
+    from pathlib import Path
+
+    specs = analyses_mod.registry()
+    by_module = {s.func.__module__.rsplit(".", 1)[-1]: s for s in specs.values()}
+    root = Path(analyses_mod.__file__).parent
+    bad = []
+    for path in sorted(root.glob("[a-z]*.py")):
+        spec = by_module.get(path.stem)
+        declared = set(spec.depends_on) | set(spec.after) if spec else set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("traceanalyzer.analyses."):
+                other = node.module.rsplit(".", 1)[-1]
+                if other.startswith("_"):
+                    continue
+                names = [a.name for a in node.names]
+                if not all(n.endswith("Result") for n in names) or specs[other].name not in declared:
+                    bad.append(f"{path.stem} imports {names} from {other}")
+    assert bad == []
