@@ -34,6 +34,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from traceanalyzer.units import fmt_cost
+
 #: Columns of the per-file index, in order (see docs/batch.md).
 METRIC_KEYS = (
     "n_steps",
@@ -208,5 +210,5 @@ def top_finding_text(metrics: Mapping[str, Any]) -> str:
     if not isinstance(f, Mapping):
         return ""
     cost = f.get("cost_ms_per_step")
-    tail = f" ({cost:.2f} ms/step)" if isinstance(cost, (int, float)) else ""
+    tail = f" ({fmt_cost(cost, grouped=False)})" if isinstance(cost, (int, float)) else ""
     return f"[{f.get('severity')}] {f.get('title')}{tail}"

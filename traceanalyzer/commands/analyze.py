@@ -12,8 +12,9 @@ from traceanalyzer.pipeline import build_report, load, resolve_formats, write_ou
 from traceanalyzer.progress import progress
 from traceanalyzer.report import registry as renderer_registry
 from traceanalyzer.report.document import Report
-from traceanalyzer.report.text import clean_text, fmt_bytes, shorten
+from traceanalyzer.report.text import clean_text, shorten
 from traceanalyzer.rules import Severity
+from traceanalyzer.units import fmt_cost
 
 
 def default_outdir(path: str) -> Path:
@@ -53,12 +54,7 @@ def terminal_summary(report: Report, top_findings: int = 5) -> str:
     if report.findings:
         lines.append(f"  Findings ({len(report.findings)})")
         for f in report.findings[:top_findings]:
-            if f.cost_ms_per_step is not None:
-                cost = f"{f.cost_ms_per_step:.2f} ms/step"
-            elif f.cost_bytes is not None:
-                cost = fmt_bytes(f.cost_bytes)
-            else:
-                cost = ""
+            cost = fmt_cost(f.cost_ms_per_step, None, f.cost_bytes, grouped=False, missing="")
             lines.append(f"    [{f.severity}] {shorten(f.title, 80)}  {cost}")
     if report.below_floor:
         lines.append(f"  {len(report.below_floor)} more finding(s) under the reporting floor (rules.min_cost_pct): "

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from traceanalyzer.units import fmt_bytes_short, fmt_ns_short
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -251,17 +253,6 @@ def _ms(ns: Any) -> float:
     return float(ns or 0) / 1e6
 
 
-def _fmt_dur(ns: float) -> str:
-    a = abs(ns)
-    if a >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if a >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    if a >= 1e3:
-        return f"{ns / 1e3:.0f} µs"
-    return f"{ns:.0f} ns"
-
-
 def _legend_below(fig: Figure, ax: Axes, ncol: int = 6) -> None:
     handles, labels = ax.get_legend_handles_labels()
     if handles:
@@ -437,7 +428,7 @@ def timeline_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
                 overlap = min(r["end_ns"], we) - max(r["start_ns"], ws)
                 mid = _ms((max(r["start_ns"], ws) + min(r["end_ns"], we)) / 2 - ws)
                 if key not in marks or overlap > marks[key][0]:
-                    marks[key] = (overlap, mid, y, _fmt_dur(r["dur_ns"]))
+                    marks[key] = (overlap, mid, y, fmt_ns_short(r["dur_ns"]))
     for _, mid, y, text in marks.values():
         edge = mid / max_len if max_len else 0.5
         ha = "left" if edge < 0.08 else ("right" if edge > 0.92 else "center")
@@ -644,14 +635,6 @@ def launches_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _fmt_bytes(n: Any) -> str:
-    n = float(n or 0)
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n:.0f} B"
-
-
 def _hotspot_figure(title: str, per_step: Any, step_bars: list[tuple[str, str, str]], sites: Any,
                     site_value: str, site_label: Callable[[dict[str, Any]], str], site_xlabel: str) -> Figure | None:
     """Left: per-step bars of ``step_bars`` (column, legend, colour), in ms. Right: the top
@@ -708,7 +691,7 @@ def copies_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
     """Per step: GPU time of copies and host time spent in copy ops; top call sites by
     host time (label: directions, bytes, count)."""
     def label(r: dict[str, Any]) -> str:
-        bits = [str(r.get("directions") or ""), _fmt_bytes(r.get("bytes")), f"{r.get('count', 0):,}×"]
+        bits = [str(r.get("directions") or ""), fmt_bytes_short(r.get("bytes")), f"{r.get('count', 0):,}×"]
         if r.get("blocking"):
             bits.append(f"{r['blocking']:,} blocking")
         return " · ".join(b for b in bits if b)
@@ -787,7 +770,7 @@ def trace_memory_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
         if pk and peak:
             k = max(range(len(peak)), key=lambda i: peak[i])
             op = pk.get("peak_op")
-            text = f"peak {_fmt_bytes(pk.get('peak_allocated_bytes'))}" + (f"\n{_short(op, 30)}" if op else "")
+            text = f"peak {fmt_bytes_short(pk.get('peak_allocated_bytes'))}" + (f"\n{_short(op, 30)}" if op else "")
             ax.annotate(text, (xs[k], peak[k]), xytext=(0, 6), textcoords="offset points", ha="center",
                         va="bottom", fontsize=9, fontweight="bold", color="#222222")
     ax.set_ylim(0, top * 1.3 if top > 0 else 1)
@@ -845,7 +828,7 @@ def memory_timeline_chart(res: Any, results: Mapping[str, Any]) -> Figure | None
         if alloc:
             k = max(range(len(alloc)), key=lambda i: alloc[i])
             ax.plot([xs[k]], [alloc[k]], marker="v", color=RED, markersize=9, zorder=5)
-            ax.annotate(f"peak {_fmt_bytes(alloc[k] * scale)}", (xs[k], alloc[k]), xytext=(6, 6),
+            ax.annotate(f"peak {fmt_bytes_short(alloc[k] * scale)}", (xs[k], alloc[k]), xytext=(6, 6),
                         textcoords="offset points", fontsize=9.5, fontweight="bold", color=RED)
     ax.set_ylim(bottom=0)
     ax.set_xlabel("Time since first event (s)" if by_time else "Allocator event #")
@@ -910,7 +893,7 @@ def export_timeline_chart(res: Any, results: Mapping[str, Any]) -> Figure | None
     ax.set_ylim(max(len(rows), 3) - 0.5, -0.5)
     ax.set_xlim(0, hi / scale * 1.2 if hi > 0 else 1)
     peak = getattr(res, "peak_total_bytes", None)
-    ax.set_xlabel(f"Memory ({unit})" + (f"  ·  peak total {_fmt_bytes(peak)}" if peak else ""))
+    ax.set_xlabel(f"Memory ({unit})" + (f"  ·  peak total {fmt_bytes_short(peak)}" if peak else ""))
     ax.legend(loc="lower right")
     return fig
 
