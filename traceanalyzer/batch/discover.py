@@ -361,3 +361,13 @@ def read_bytes(path: str) -> bytes:
     with open_binary(path) as f:
         return f.read()
 
+
+def discover_some(specs: Iterable[str], exclude: str | Path | None = None) -> Discovery:
+    """:func:`discover`, raising :class:`InputError` when it finds no input at all (what
+    ``batch`` needs: an empty batch is a usage mistake, not a success)."""
+    specs = list(specs)
+    found = discover(specs, exclude=exclude)
+    if not found.inputs:
+        extra = f" ({len(found.ignored)} JSON files are not traces)" if found.ignored else ""
+        raise InputError(", ".join(specs), f"no traces or snapshots found (*.json, *.pickle, *.pkl, also .gz){extra}")
+    return found

@@ -520,6 +520,28 @@ class DaskBackend:
 # ---------------------------------------------------------------------------------------------
 
 
+def make_backend(*, jobs: int = 0, scheduler: str | None = None, use_dask: bool = False, in_process: bool = False,
+                 timeout_s: float | None = 1800.0, memory_gib: float | None = None) -> LocalBackend | DaskBackend:
+    """The backend the ``batch`` options select: a Dask cluster (``scheduler``, or a local one
+    with ``use_dask``), else local worker processes under :class:`Limits` (``timeout_s`` 0 or
+    ``None``: no time limit; ``memory_gib`` ``None``: the default budget, 0: none), or this
+    process with ``in_process``."""
+    if scheduler or use_dask:
+        return DaskBackend(address=scheduler, jobs=jobs)
+    memory = -1 if memory_gib is None else (int(memory_gib * (1 << 30)) or None)
+    limits = Limits.default(memory_bytes=memory, timeout_s=timeout_s or None)
+    return LocalBackend(jobs=1 if in_process else jobs, limits=limits, in_process=in_process)
+
+
+def backend_text(backend: LocalBackend | DaskBackend) -> str:
+    """Where the files are analysed, as the ``batch`` start line says it."""
+    if isinstance(backend, DaskBackend):
+        return backend.address or "local Dask cluster"
+    if backend.in_process:
+        return "this process"
+    return f"{backend.jobs} worker process{'es' if backend.jobs > 1 else ''}"
+
+
 @dataclass
 class BatchResult:
     """Rows (one per input, in discovery order), the runs, what was ignored, totals."""

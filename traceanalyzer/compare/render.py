@@ -247,6 +247,23 @@ def terminal_summary(cmp: Comparison, top: int = 10) -> str:
     return "\n".join(lines)
 
 
+def gate_verdict(cmp: Comparison, fail_pct: float, allow_mismatch: bool = False) -> tuple[int, str | None]:
+    """The ``--fail-if-slower fail_pct`` gate: its exit code (0 passed, 1 regression, 2 refused:
+    different hardware without ``allow_mismatch``) and the line it prints on stderr (``None``:
+    nothing to say)."""
+    refusal = cmp.gate_refusal(allow_mismatch)
+    if refusal:  # a usage-like refusal: the gate cannot judge code across hardware
+        return 2, f"error: {refusal}"
+    st = cmp.step_time
+    if cmp.slower_than(fail_pct):
+        across = "" if cmp.comparability.comparable else " (across different hardware: --allow-mismatch)"
+        caution = f"; caution: {st.power_sentence()}" if st.low_power else ""
+        return 1, f"regression: median step time {st.diff_pct:+.1f} % (limit {fail_pct:g} %){across}{caution}"
+    if st.low_power:
+        return 0, f"gate passed, but {st.power_sentence()}"
+    return 0, None
+
+
 def resolve(formats: Iterable[str] | None) -> list[str]:
     out: list[str] = []
     for f in formats or ():

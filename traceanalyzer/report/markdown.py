@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from traceanalyzer import __version__
 from traceanalyzer.analyses import summary_of, tables_of
