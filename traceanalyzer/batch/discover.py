@@ -100,7 +100,7 @@ def open_binary(path: str) -> IO[bytes]:
     """Open a local path or fsspec URL for reading bytes."""
     if is_url(path):
         try:
-            import fsspec  # type: ignore[import-untyped]
+            import fsspec
         except ImportError:
             raise InputError(path, "reading URLs needs fsspec: pip install 'traceanalyzer[dask]'") from None
         return fsspec.open(path, "rb").open()  # type: ignore[no-any-return]
@@ -219,7 +219,10 @@ def _expand(spec: str, exclude: Path | None) -> tuple[list[str], str]:
             elif is_candidate(p) or not any(c in spec for c in "*?["):
                 found.append(p)
         root = paths[0] if paths and fs.isdir(paths[0]) else os.path.dirname(paths[0]) if paths else ""
-        unstrip = (lambda p: p if is_url(p) else f"{proto}://{p}")
+
+        def unstrip(p: str) -> str:
+            return p if is_url(p) else f"{proto}://{p}"
+
         return sorted(unstrip(f) for f in set(found)), unstrip(root)
     p = Path(spec)
     if any(c in spec for c in "*?["):

@@ -359,8 +359,9 @@ class LocalBackend:
                     return
                 ready = mp_wait([s.conn for s in busy] + [s.proc.sentinel for s in busy], timeout=self.poll_s)
                 now = time.monotonic()
-                for i, slot in enumerate(slots):
-                    if slot.task is None:
+                for slot in slots:
+                    task = slot.task
+                    if task is None:
                         continue
                     failure = None
                     if slot.conn in ready or slot.proc.sentinel in ready:
@@ -384,7 +385,6 @@ class LocalBackend:
                                        f"{_gib(lim.memory_bytes)} (--file-memory)")
                     if failure is None:
                         continue
-                    task = slot.task
                     _kill(slot)  # the slot is idle now; a fresh worker is started when needed
                     yield failed_answer(task, failure)
         finally:
@@ -570,7 +570,8 @@ def make_tasks(inputs: Iterable[Input], known: Mapping[str, str], fingerprint: s
                folders: Mapping[str, str] | None = None) -> list[Task]:
     folders = folders or {}
     return [
-        {"path": i.path, "rel": i.rel, "folder": folders.get(i.rel) or slug(i.rel), "run": i.run, "kind": i.kind, "rank": i.rank, "world_size": i.world_size,
+        {"path": i.path, "rel": i.rel, "folder": folders.get(i.rel) or slug(i.rel), "run": i.run, "kind": i.kind,
+         "rank": i.rank, "world_size": i.world_size,
          "size": i.size, "known_key": known.get(i.rel), "fingerprint": fingerprint, "overrides": dict(overrides),
          "formats": list(formats), "outdir": str(outdir) if outdir is not None else None}
         for i in inputs
@@ -770,7 +771,7 @@ def _run_backend(backend: Backend, tasks: list[Task], stop: StopFlag) -> Iterato
         takes_stop = "stop" in inspect.signature(backend.run).parameters
     except (TypeError, ValueError):
         takes_stop = False
-    return backend.run(tasks, stop=stop) if takes_stop else backend.run(tasks)  # type: ignore[call-arg]
+    return backend.run(tasks, stop=stop) if takes_stop else backend.run(tasks)
 
 
 def _write_folder(out: Path, sub: str, files: Mapping[str, bytes]) -> None:

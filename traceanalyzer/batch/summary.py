@@ -78,7 +78,8 @@ def _steady_steps(steps: Mapping[str, Any]) -> list[dict[str, Any]]:
     return steady or rows
 
 
-def metrics_from_analyses(analyses: Mapping[str, Any], findings: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+def metrics_from_analyses(analyses: Mapping[str, Any],
+                          findings: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Compact metrics from ``{analysis name: to_json() dict}`` (see the module docstring).
 
     Works on a live report (``{n: r.to_json()}``) and on a ``summary.json``'s

@@ -102,8 +102,11 @@ def _run(found: Discovery, out: Path, backend: LocalBackend | DaskBackend, overr
     from traceanalyzer.batch.runner import run_batch
 
     if show:
+        def current(row: dict[str, Any] | None) -> str:
+            return os.path.basename(str(row["file"])) if row else ""
+
         with click.progressbar(length=n, label="Analysing", file=sys.stderr, show_pos=True,
-                               item_show_func=lambda r: os.path.basename(str(r["file"])) if r else "") as bar:
+                               item_show_func=current) as bar:
             def step(row: dict[str, Any]) -> None:
                 bar.update(1, row)
 

@@ -174,7 +174,8 @@ def _html_deltas(df: pl.DataFrame, n: int) -> str:
             f"<tr><td class=num>{i}</td><td><code title=\"{_e(r['name'])}\">{_e(shorten(r['name'], 120))}</code></td>"
             f"<td>{_e(r['status'])}</td><td class=num>{r['base_count']:g}</td><td class=num>{r['cand_count']:g}</td>"
             f"<td class=num>{r['base_ms']:.3f}</td><td class=num>{r['cand_ms']:.3f}</td>"
-            f"<td class='num {cls}'>{r['delta_ms']:+.3f}</td><td class=num>{_e(fmt_pct(r['delta_pct'], signed=True))}</td></tr>")
+            f"<td class='num {cls}'>{r['delta_ms']:+.3f}</td>"
+            f"<td class=num>{_e(fmt_pct(r['delta_pct'], signed=True))}</td></tr>")
     out.append("</tbody></table>")
     return "".join(out)
 
@@ -197,7 +198,8 @@ def to_html(cmp: Comparison, top: int = 50) -> str:
          "short an input, so kernels and steps it lost show up as new, vanished or changed below.<ul>"
          + "".join(f"<li>{_e(w)}</li>" for w in cmp.input_warnings()[:MAX_WARNINGS_SHOWN]) + "</ul></div>"
          if cmp.input_warnings() else ""),
-        f"<div class='verdict {_e(st.verdict.split()[0])}'><b>Verdict: {_e(st.verdict)}</b><br>{_e(st.sentence())}</div>",
+        f"<div class='verdict {_e(st.verdict.split()[0])}'><b>Verdict: {_e(st.verdict)}</b>"
+        f"<br>{_e(st.sentence())}</div>",
         f"<h2>Comparability: {_e(cmp.comparability.status)}</h2><table><thead><tr><th>Fact</th><th>Baseline</th>"
         "<th>Candidate</th><th>Status</th></tr></thead><tbody>",
         *(f"<tr><td>{_e(f.label)}</td><td>{_e(f.baseline or '–')}</td><td>{_e(f.candidate or '–')}</td>"
@@ -210,7 +212,8 @@ def to_html(cmp: Comparison, top: int = 50) -> str:
     for m in cmp.metrics:
         parts.append(f"<tr><td>{_e(m['metric'])}</td><td class=num>{_e(_v(m['baseline'], m['unit']))}</td>"
                      f"<td class=num>{_e(_v(m['candidate'], m['unit']))}</td>"
-                     f"<td class=num>{_e(_d(m['delta'], m['unit']))}</td><td class=num>{_e(fmt_pct(m['delta_pct'], signed=True))}</td></tr>")
+                     f"<td class=num>{_e(_d(m['delta'], m['unit']))}</td>"
+                     f"<td class=num>{_e(fmt_pct(m['delta_pct'], signed=True))}</td></tr>")
     parts.append("</tbody></table>")
     parts.append(f"<h2>Kernels: biggest changes ({_e(per)})</h2>" + _html_deltas(cmp.kernels, top))
     parts.append(f"<h2>CPU ops: biggest changes (inclusive time, {_e(per)})</h2>" + _html_deltas(cmp.ops, top))

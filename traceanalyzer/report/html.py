@@ -130,8 +130,8 @@ footer{color:var(--muted);font-size:12px;text-align:center;padding:8px 0 30px}
 section.card{break-inside:avoid-page;border:none;padding:0}header.top{background:#fff;color:#000}}
 """
 
-# The page's only script (in <head>; the table code runs on DOMContentLoaded). Its SHA-256 is whitelisted in the Content-Security-Policy,
-# so nothing else (e.g. a <script> planted in a kernel name) could ever run.
+# The page's only script (in <head>; the table code runs on DOMContentLoaded). Its SHA-256 is whitelisted
+# in the Content-Security-Policy, so nothing else (e.g. a <script> planted in a kernel name) could ever run.
 JS = """
 (function () {
   "use strict";
