@@ -225,8 +225,7 @@ class Limits:
     * ``address_space_bytes``: ``RLIMIT_AS`` set in the worker (an allocation beyond it
       fails at once: ``MemoryError`` in Python, an abort in native code). Default: 4 ×
       ``memory_bytes`` + 2 GiB, because allocators and thread stacks reserve much more
-      address space than they touch (about 1.4 GiB reserved for 0.2 GiB resident on a
-      small trace).
+      address space than they touch.
     * ``timeout_s``: wall-clock seconds per file; the parent kills a worker past it.
       Default 1800 s.
 
@@ -244,6 +243,8 @@ class Limits:
         if memory_bytes == -1:
             phys = _physical_memory()
             memory_bytes = int(phys * 0.8) if phys else None
+        # Reserved address space runs several times the resident memory (polars' allocator and
+        # thread stacks): 4x plus 2 GiB leaves a small trace's workers room.
         space = 4 * memory_bytes + (2 << 30) if memory_bytes else None
         return cls(memory_bytes=memory_bytes, address_space_bytes=space, timeout_s=timeout_s)
 

@@ -813,7 +813,7 @@ def trace_memory_chart(res: TraceMemoryResult, results: Mapping[str, object]) ->
 
 
 # A line of more points than this is drawn from bucket maxima (a snapshot has one point
-# per allocator event: 17 M for 1 GB, which as Python lists alone took gigabytes).
+# per allocator event, millions for a large one: as Python lists they alone would take gigabytes).
 _MAX_LINE_POINTS = 20_000
 
 
