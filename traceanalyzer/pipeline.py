@@ -9,33 +9,39 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
-from traceanalyzer.analyses import run_analyses
+from traceanalyzer.analyses import Results, run_analyses
 from traceanalyzer.config import Config
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.load import load as _load
+from traceanalyzer.model.memory import MemoryTimelineModel, SnapshotModel
+from traceanalyzer.model.trace import TraceModel
 from traceanalyzer.report import registry as renderer_registry
 from traceanalyzer.report.document import Report
 from traceanalyzer.rules import Finding, Severity, run_rules
 from traceanalyzer.rules import registry as rule_registry
 
+#: What :func:`load` returns: one model per input kind (``model.kind``).
+Model = TraceModel | SnapshotModel | MemoryTimelineModel
+
 #: Of a chrome trace, ``memory`` runs only the memory analyses; snapshots and timelines run all theirs.
 TRACE_MEMORY_ANALYSES = ("trace_memory",)
 
 
-def load(path: str | Path) -> Any:
+def load(path: str | Path) -> Model:
     """Load any supported input (trace, snapshot, memory timeline), sniffed by content."""
-    return _load(path)
+    model: Model = _load(path)
+    return model
 
 
-def build_report(model: Any, config: Config | None = None, source: str | None = None) -> Report:
+def build_report(model: Model, config: Config | None = None, source: str | None = None) -> Report:
     """Run every applicable analysis and rule on a loaded model."""
     config = config or Config()
     return report_from_results(model, run_analyses(model, config), config, source)
 
 
-def report_from_results(model: Any, results: Any, config: Config | None = None, source: str | None = None) -> Report:
+def report_from_results(model: Model, results: Results, config: Config | None = None,
+                        source: str | None = None) -> Report:
     """The report of a loaded model whose analyses already ran: the rules, then the document."""
     config = config or Config()
     outcome = run_rules(results, config)
@@ -53,7 +59,7 @@ def report_from_results(model: Any, results: Any, config: Config | None = None, 
     )
 
 
-def build_memory_report(model: Any, config: Config | None = None, source: str | None = None) -> Report:
+def build_memory_report(model: Model, config: Config | None = None, source: str | None = None) -> Report:
     """The memory report of a loaded model (``traceanalyzer memory``): of a chrome trace only
     :data:`TRACE_MEMORY_ANALYSES` and the rules that read them; of a snapshot or memory
     timeline every analysis and rule of its kind."""
