@@ -93,6 +93,16 @@ def fmt_cost(ms_per_step: float | None, pct_of_step: float | None = None, cost_b
     return missing
 
 
+def fmt_param(v: object) -> str:
+    """A parameter value (threshold) as ``traceanalyzer rules`` and docs/rules.md show it:
+    whole floats without ``.0``, sizes that are whole MiB also in MiB (``1048576 (1 MiB)``)."""
+    if isinstance(v, float) and v.is_integer():
+        return f"{v:g}"
+    if isinstance(v, int) and v >= 1 << 20 and v % (1 << 20) == 0:
+        return f"{v} ({v >> 20} MiB)"
+    return str(v)
+
+
 #: Column-name suffixes and names that hold points in time rather than durations.
 _TS_SUFFIXES = ("ts_ns", "start_ns", "end_ns")
 _TS_NAMES = {"first_ns", "last_ns", "t_ns", "time_ns"}

@@ -21,7 +21,7 @@ from traceanalyzer.config import Config, Params
 from traceanalyzer.report.document import Report
 from traceanalyzer.report.text import clean_text, shorten
 from traceanalyzer.rules import Finding, RuleSpec
-from traceanalyzer.units import fmt_cost
+from traceanalyzer.units import fmt_cost, fmt_param
 
 if TYPE_CHECKING:  # batch runs above the report layer: its result type is only named here
     from traceanalyzer.batch.discover import Discovery
@@ -119,15 +119,6 @@ def fail_on_line(fail_on: str, tripped: Sequence[Finding]) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _param(v: object) -> str:
-    """A parameter value: whole floats without ``.0``, whole MiB sizes also in MiB."""
-    if isinstance(v, float) and v.is_integer():
-        return f"{v:g}"
-    if isinstance(v, int) and v >= 1 << 20 and v % (1 << 20) == 0:
-        return f"{v} ({v >> 20} MiB)"
-    return str(v)
-
-
 def rule_docs(rule_ids: Sequence[str], rules: Mapping[str, RuleSpec], config: Config) -> str:
     """The full documentation of each rule in ``rule_ids`` (known ids), with its parameters:
     default, and the value in effect where ``config`` overrides it."""
@@ -140,8 +131,8 @@ def rule_docs(rule_ids: Sequence[str], rules: Mapping[str, RuleSpec], config: Co
             lines += ["", "Parameters (default → in effect):"]
             for k, v in spec.params.items():
                 now = values[k]
-                mark = "" if now == v else f" → {_param(now)}"
-                lines.append(f"  {rid}.{k} = {_param(v)}{mark}")
+                mark = "" if now == v else f" → {fmt_param(now)}"
+                lines.append(f"  {rid}.{k} = {fmt_param(v)}{mark}")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
@@ -155,7 +146,7 @@ def rules_listing(rules: Mapping[str, RuleSpec], config: Config) -> str:
         values = Params(rid, spec.params, config).as_dict()
         extra = [f"needs: {spec.needs_text}" if spec.needs or spec.needs_any else "needs: (decides itself)"]
         if values:
-            extra.append("params: " + ", ".join(f"{k}={_param(v)}" for k, v in values.items()))
+            extra.append("params: " + ", ".join(f"{k}={fmt_param(v)}" for k, v in values.items()))
         lines += [" " * (width + 2) + line for line in extra]
     lines.append(f"\n{len(rules)} rules. `traceanalyzer rules RULE_ID` prints one rule's documentation; "
                  "override a threshold with --set RULE_ID.PARAM=VALUE.")
