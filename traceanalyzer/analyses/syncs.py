@@ -65,7 +65,7 @@ from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import gpu_activity, launches
-from traceanalyzer.report.text import fmt_ns
+from traceanalyzer.units import fmt_ns
 
 #: Explicit host-device synchronisation APIs → kind.
 SYNC_APIS: dict[str, str] = {
