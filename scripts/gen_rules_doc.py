@@ -112,8 +112,8 @@ def _md_doc(doc: str) -> str:
 def render() -> str:
     """The whole of docs/rules.md."""
     from traceanalyzer.analyses import registry as analysis_registry
-    from traceanalyzer.commands.rules import _fmt
     from traceanalyzer.rules import registry
+    from traceanalyzer.units import fmt_param as _fmt
 
     rules = registry()
     analyses = analysis_registry()

@@ -32,7 +32,7 @@ def run_batch(outdir: Path) -> None:
         sys.exit(f"batch failed (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
 
 
-def same(before: Path, after: Path, before_repo: str) -> bool:
+def identical(before: Path, after: Path, before_repo: str) -> bool:
     """Byte-identical once the repository's own path is the same: summaries name their input
     by absolute path, and a worktree elsewhere names sample_traces/ differently."""
     a, b = before.read_bytes(), after.read_bytes()
@@ -61,7 +61,7 @@ def main() -> int:
         marker = args.against / "repo.txt"
         before_repo = marker.read_text() if marker.exists() else str(REPO)
         missing = sorted(set(before) ^ set(after))
-        changed = [n for n in sorted(set(before) & set(after)) if not same(before[n], after[n], before_repo)]
+        changed = [n for n in sorted(set(before) & set(after)) if not identical(before[n], after[n], before_repo)]
         for name in missing:
             print(f"only in {'before' if name in before else 'after'}: {name}")
         for name in changed:

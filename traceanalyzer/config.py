@@ -115,12 +115,12 @@ def convert(key: str, value: Any, default: T) -> T:
     kind = "an integer" if name == "int" else f"a {name}"
     if isinstance(default, bool):
         if isinstance(value, bool):
-            return value  # type: ignore[return-value]
+            return value
         text = str(value).strip().lower()
         if text in _TRUE:
-            return True  # type: ignore[return-value]
+            return True
         if text in _FALSE:
-            return False  # type: ignore[return-value]
+            return False
         raise ConfigError(f"{key}: expected true or false, got {value!r}")
     if isinstance(default, (int, float)):
         if isinstance(value, bool):
@@ -136,8 +136,8 @@ def convert(key: str, value: Any, default: T) -> T:
         if isinstance(default, int):
             if isinstance(number, float) and not number.is_integer():
                 raise ConfigError(f"{key}: expected an integer, got {value!r}")
-            return int(number)  # type: ignore[return-value]
-        return float(number)  # type: ignore[return-value]
+            return int(number)
+        return float(number)
     try:
         return type(default)(value)
     except (TypeError, ValueError):

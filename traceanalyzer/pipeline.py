@@ -1,35 +1,47 @@
 """load → model → analyses → rules → report → outputs, for one input.
 
-``batch`` and ``compare`` reuse these functions; the CLI only parses options.
+``batch`` and ``compare`` reuse these functions; the CLI (:mod:`traceanalyzer.commands`) only
+parses options, calls these and prints the terminal summaries of :mod:`traceanalyzer.report.terminal`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
-from traceanalyzer.analyses import run_analyses
+from traceanalyzer.analyses import Results, run_analyses
 from traceanalyzer.config import Config
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.load import load as _load
+from traceanalyzer.model.memory import MemoryTimelineModel, SnapshotModel
+from traceanalyzer.model.trace import TraceModel
 from traceanalyzer.report import registry as renderer_registry
 from traceanalyzer.report.document import Report
-from traceanalyzer.rules import run_rules
+from traceanalyzer.rules import Finding, Severity, run_rules
+from traceanalyzer.rules import registry as rule_registry
+
+#: What :func:`load` returns: one model per input kind (``model.kind``).
+Model = TraceModel | SnapshotModel | MemoryTimelineModel
+
+#: Of a chrome trace, ``memory`` runs only the memory analyses; snapshots and timelines run all theirs.
+TRACE_MEMORY_ANALYSES = ("trace_memory",)
 
 
-def load(path: str | Path) -> Any:
+def load(path: str | Path) -> Model:
     """Load any supported input (trace, snapshot, memory timeline), sniffed by content."""
-    return _load(path)
+    model: Model = _load(path)
+    return model
 
 
-def build_report(model: Any, config: Config | None = None, source: str | None = None) -> Report:
+def build_report(model: Model, config: Config | None = None, source: str | None = None) -> Report:
     """Run every applicable analysis and rule on a loaded model."""
     config = config or Config()
     return report_from_results(model, run_analyses(model, config), config, source)
 
 
-def report_from_results(model: Any, results: Any, config: Config | None = None, source: str | None = None) -> Report:
+def report_from_results(model: Model, results: Results, config: Config | None = None,
+                        source: str | None = None) -> Report:
     """The report of a loaded model whose analyses already ran: the rules, then the document."""
     config = config or Config()
     outcome = run_rules(results, config)
@@ -45,6 +57,39 @@ def report_from_results(model: Any, results: Any, config: Config | None = None, 
         rule_failures=outcome.failed,
         warnings=tuple(getattr(model, "warnings", ())),
     )
+
+
+def build_memory_report(model: Model, config: Config | None = None, source: str | None = None) -> Report:
+    """The memory report of a loaded model (``traceanalyzer memory``): of a chrome trace only
+    :data:`TRACE_MEMORY_ANALYSES` and the rules that read them; of a snapshot or memory
+    timeline every analysis and rule of its kind."""
+    config = config or Config()
+    only = TRACE_MEMORY_ANALYSES if model.kind == "trace" else None
+    report = report_from_results(model, run_analyses(model, config, only=only), config, source)
+    if model.kind != "trace":
+        return report
+    # Rules about other signals (kernels, steps …) would only say "could not run" here.
+    specs = rule_registry()
+    not_run = {k: v for k, v in report.not_run.items()
+               if k in specs and set(specs[k].needs + specs[k].needs_any) & set(TRACE_MEMORY_ANALYSES)}
+    return dataclasses.replace(report, not_run=not_run)
+
+
+def findings_at_or_above(report: Report, severity: str) -> list[Finding]:
+    """The findings of ``severity`` (``info``, ``warning``, ``critical``) or worse: what trips
+    ``--fail-on``."""
+    threshold = Severity.parse(severity)
+    return [f for f in report.findings if f.severity >= threshold]
+
+
+def default_outdir(path: str | Path) -> Path:
+    """``./<file name without .json/.gz/.pickle/.pkl>.traceanalyzer`` in the current directory
+    (the input's own directory may be read-only, e.g. a shared mount)."""
+    name = Path(path).name
+    for suffix in (".gz", ".json", ".pickle", ".pkl"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return Path.cwd() / f"{name}.traceanalyzer"
 
 
 def analyze(path: str | Path, config: Config | None = None) -> Report:

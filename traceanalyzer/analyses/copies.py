@@ -57,7 +57,7 @@ from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import launches
-from traceanalyzer.report.text import fmt_bytes, fmt_ns
+from traceanalyzer.units import fmt_bytes, fmt_ns
 
 
 @dataclass(frozen=True)

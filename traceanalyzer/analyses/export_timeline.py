@@ -38,7 +38,7 @@ class ExportTimelineResult:
         return out
 
     def summary(self) -> list[tuple[str, str]]:
-        from traceanalyzer.report.text import fmt_bytes
+        from traceanalyzer.units import fmt_bytes
 
         out = [("Peak (all categories)", fmt_bytes(self.peak_total_bytes)),
                ("At end / growth", f"{fmt_bytes(self.final_total_bytes)} / {fmt_bytes(self.growth_bytes)}")]

@@ -83,7 +83,7 @@ class MemoryFragmentationResult:
         return out
 
     def summary(self) -> list[tuple[str, str]]:
-        from traceanalyzer.report.text import fmt_bytes
+        from traceanalyzer.units import fmt_bytes
 
         frag = "n/a" if self.fragmentation_pct is None else f"{self.fragmentation_pct:.1f} %"
         out = [

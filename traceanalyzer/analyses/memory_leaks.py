@@ -122,7 +122,7 @@ class MemoryLeaksResult:
         }
 
     def summary(self) -> list[tuple[str, str]]:
-        from traceanalyzer.report.text import fmt_bytes
+        from traceanalyzer.units import fmt_bytes
 
         out = [("Allocated in history, alive at end",
                 f"{fmt_bytes(self.live_at_end_bytes)} ({self.live_at_end_count:,})"),

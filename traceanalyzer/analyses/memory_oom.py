@@ -61,7 +61,7 @@ class MemoryOOMResult:
         return out
 
     def summary(self) -> list[tuple[str, str]]:
-        from traceanalyzer.report.text import fmt_bytes
+        from traceanalyzer.units import fmt_bytes
 
         free = "?" if self.device_free_bytes is None else fmt_bytes(self.device_free_bytes)
         out = [("OOM", f"cuda:{self.device} asked {fmt_bytes(self.requested_bytes)}, device free {free}"),

@@ -65,7 +65,7 @@ class MemoryPeakResult:
         }
 
     def summary(self) -> list[tuple[str, str]]:
-        from traceanalyzer.report.text import fmt_bytes
+        from traceanalyzer.units import fmt_bytes
 
         where = "at dump (no history)" if self.source == "dump" else (
             "before the history starts" if self.peak_event_idx < 0 else f"event #{self.peak_event_idx:,}")

@@ -396,7 +396,7 @@ class MemoryTimelineResult:
         }
 
     def summary(self) -> list[tuple[str, str]]:
-        from traceanalyzer.report.text import fmt_bytes
+        from traceanalyzer.units import fmt_bytes
 
         out: list[tuple[str, str]] = []
         for d in self.devices:

@@ -64,7 +64,7 @@ from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, gpu_activity, launches
-from traceanalyzer.report.text import fmt_ns
+from traceanalyzer.units import fmt_ns
 
 #: Explicit host-device synchronisation APIs → kind.
 SYNC_APIS: dict[str, str] = {

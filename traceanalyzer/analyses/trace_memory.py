@@ -87,7 +87,7 @@ class TraceMemoryResult:
                 "top_sites": self.top_sites.to_dicts()}
 
     def summary(self) -> list[tuple[str, str]]:
-        from traceanalyzer.report.text import fmt_bytes
+        from traceanalyzer.units import fmt_bytes
 
         out = []
         for r in self.per_device.iter_rows(named=True):

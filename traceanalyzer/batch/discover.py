@@ -100,7 +100,7 @@ def open_binary(path: str) -> IO[bytes]:
     """Open a local path or fsspec URL for reading bytes."""
     if is_url(path):
         try:
-            import fsspec  # type: ignore[import-untyped]
+            import fsspec
         except ImportError:
             raise InputError(path, "reading URLs needs fsspec: pip install 'traceanalyzer[dask]'") from None
         return fsspec.open(path, "rb").open()  # type: ignore[no-any-return]
@@ -219,7 +219,10 @@ def _expand(spec: str, exclude: Path | None) -> tuple[list[str], str]:
             elif is_candidate(p) or not any(c in spec for c in "*?["):
                 found.append(p)
         root = paths[0] if paths and fs.isdir(paths[0]) else os.path.dirname(paths[0]) if paths else ""
-        unstrip = (lambda p: p if is_url(p) else f"{proto}://{p}")
+
+        def unstrip(p: str) -> str:
+            return p if is_url(p) else f"{proto}://{p}"
+
         return sorted(unstrip(f) for f in set(found)), unstrip(root)
     p = Path(spec)
     if any(c in spec for c in "*?["):
@@ -361,3 +364,13 @@ def read_bytes(path: str) -> bytes:
     with open_binary(path) as f:
         return f.read()
 
+
+def discover_some(specs: Iterable[str], exclude: str | Path | None = None) -> Discovery:
+    """:func:`discover`, raising :class:`InputError` when it finds no input at all (what
+    ``batch`` needs: an empty batch is a usage mistake, not a success)."""
+    specs = list(specs)
+    found = discover(specs, exclude=exclude)
+    if not found.inputs:
+        extra = f" ({len(found.ignored)} JSON files are not traces)" if found.ignored else ""
+        raise InputError(", ".join(specs), f"no traces or snapshots found (*.json, *.pickle, *.pkl, also .gz){extra}")
+    return found

@@ -105,7 +105,7 @@ def _ranks_text(ranks: Sequence[int]) -> str:
         return ""
     parts: list[str] = []
     start = prev = ranks[0]
-    for r in list(ranks[1:]) + [None]:  # type: ignore[list-item]
+    for r in [*ranks[1:], None]:
         if r is not None and r == prev + 1:
             prev = r
             continue
@@ -206,7 +206,8 @@ def _files_table(rows: Sequence[Mapping[str, Any]]) -> str:
         out.append(f'<tr class="{"error" if bad else "ok"}">')
         link = rec["report"]
         name = _e(rec["file"])
-        out.append(f'<td><a href="{_e(link)}"><code>{name}</code></a></td>' if link else f"<td><code>{name}</code></td>")
+        out.append(f'<td><a href="{_e(link)}"><code>{name}</code></a></td>' if link
+                   else f"<td><code>{name}</code></td>")
         out.append(f"<td>{_e(rec['run'])}</td><td>{_e(rec['kind'])}</td><td class=num>{_num(rec['rank'])}</td>")
         if bad:
             out.append(f'<td class="err">error</td><td class="err" colspan="{len(heads) - 5}">{_e(rec["error"])}</td>')

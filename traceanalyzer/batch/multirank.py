@@ -52,7 +52,7 @@ def _mean(xs: Sequence[float | None]) -> float | None:
 
 def per_rank_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One entry per rank (rows with ``status == "ok"`` and a rank), sorted by rank."""
-    out = []
+    out: list[dict[str, Any]] = []
     for r in rows:
         if r.get("status") != "ok" or r.get("rank") is None or r.get("kind") != "trace":
             continue
@@ -118,7 +118,7 @@ def multirank(rows: Sequence[Mapping[str, Any]], params: Mapping[str, float] | N
     ranks = per_rank_table(rows)
     if len(ranks) < 2:
         return None
-    world = {r.get("world_size") for r in rows if r.get("world_size") is not None}
+    world = {r["world_size"] for r in rows if r.get("world_size") is not None}
     steps = [e["step_ms"] for e in ranks if e["step_ms"] is not None]
     res: dict[str, Any] = {
         "n_ranks": len(ranks),
@@ -161,7 +161,8 @@ def multirank(rows: Sequence[Mapping[str, Any]], params: Mapping[str, float] | N
     return res
 
 
-def summarize_runs(rows: Sequence[Mapping[str, Any]], params: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
+def summarize_runs(rows: Sequence[Mapping[str, Any]],
+                   params: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
     """One summary per run (rows grouped by their ``run``), in first-seen order.
 
     The run's step time is its slowest rank's (a synchronous job runs at that pace);
@@ -189,7 +190,7 @@ def summarize_runs(rows: Sequence[Mapping[str, Any]], params: Mapping[str, float
             )
             top = top_finding_text(best[0]) if best else ""
         ranks = sorted(int(r["rank"]) for r in rs if r.get("rank") is not None)
-        worlds = [r.get("world_size") for r in rs if r.get("world_size") is not None]
+        worlds = [r["world_size"] for r in rs if r.get("world_size") is not None]
         out.append({
             "run": name,
             "n_files": len(rs),

@@ -225,8 +225,7 @@ class Limits:
     * ``address_space_bytes``: ``RLIMIT_AS`` set in the worker (an allocation beyond it
       fails at once: ``MemoryError`` in Python, an abort in native code). Default: 4 ×
       ``memory_bytes`` + 2 GiB, because allocators and thread stacks reserve much more
-      address space than they touch (about 1.4 GiB reserved for 0.2 GiB resident on a
-      small trace).
+      address space than they touch.
     * ``timeout_s``: wall-clock seconds per file; the parent kills a worker past it.
       Default 1800 s.
 
@@ -244,6 +243,8 @@ class Limits:
         if memory_bytes == -1:
             phys = _physical_memory()
             memory_bytes = int(phys * 0.8) if phys else None
+        # Reserved address space runs several times the resident memory (polars' allocator and
+        # thread stacks): 4x plus 2 GiB leaves a small trace's workers room.
         space = 4 * memory_bytes + (2 << 30) if memory_bytes else None
         return cls(memory_bytes=memory_bytes, address_space_bytes=space, timeout_s=timeout_s)
 
@@ -359,8 +360,9 @@ class LocalBackend:
                     return
                 ready = mp_wait([s.conn for s in busy] + [s.proc.sentinel for s in busy], timeout=self.poll_s)
                 now = time.monotonic()
-                for i, slot in enumerate(slots):
-                    if slot.task is None:
+                for slot in slots:
+                    task = slot.task
+                    if task is None:
                         continue
                     failure = None
                     if slot.conn in ready or slot.proc.sentinel in ready:
@@ -384,7 +386,6 @@ class LocalBackend:
                                        f"{_gib(lim.memory_bytes)} (--file-memory)")
                     if failure is None:
                         continue
-                    task = slot.task
                     _kill(slot)  # the slot is idle now; a fresh worker is started when needed
                     yield failed_answer(task, failure)
         finally:
@@ -520,6 +521,28 @@ class DaskBackend:
 # ---------------------------------------------------------------------------------------------
 
 
+def make_backend(*, jobs: int = 0, scheduler: str | None = None, use_dask: bool = False, in_process: bool = False,
+                 timeout_s: float | None = 1800.0, memory_gib: float | None = None) -> LocalBackend | DaskBackend:
+    """The backend the ``batch`` options select: a Dask cluster (``scheduler``, or a local one
+    with ``use_dask``), else local worker processes under :class:`Limits` (``timeout_s`` 0 or
+    ``None``: no time limit; ``memory_gib`` ``None``: the default budget, 0: none), or this
+    process with ``in_process``."""
+    if scheduler or use_dask:
+        return DaskBackend(address=scheduler, jobs=jobs)
+    memory = -1 if memory_gib is None else (int(memory_gib * (1 << 30)) or None)
+    limits = Limits.default(memory_bytes=memory, timeout_s=timeout_s or None)
+    return LocalBackend(jobs=1 if in_process else jobs, limits=limits, in_process=in_process)
+
+
+def backend_text(backend: LocalBackend | DaskBackend) -> str:
+    """Where the files are analysed, as the ``batch`` start line says it."""
+    if isinstance(backend, DaskBackend):
+        return backend.address or "local Dask cluster"
+    if backend.in_process:
+        return "this process"
+    return f"{backend.jobs} worker process{'es' if backend.jobs > 1 else ''}"
+
+
 @dataclass
 class BatchResult:
     """Rows (one per input, in discovery order), the runs, what was ignored, totals."""
@@ -548,7 +571,8 @@ def make_tasks(inputs: Iterable[Input], known: Mapping[str, str], fingerprint: s
                folders: Mapping[str, str] | None = None) -> list[Task]:
     folders = folders or {}
     return [
-        {"path": i.path, "rel": i.rel, "folder": folders.get(i.rel) or slug(i.rel), "run": i.run, "kind": i.kind, "rank": i.rank, "world_size": i.world_size,
+        {"path": i.path, "rel": i.rel, "folder": folders.get(i.rel) or slug(i.rel), "run": i.run, "kind": i.kind,
+         "rank": i.rank, "world_size": i.world_size,
          "size": i.size, "known_key": known.get(i.rel), "fingerprint": fingerprint, "overrides": dict(overrides),
          "formats": list(formats), "outdir": str(outdir) if outdir is not None else None}
         for i in inputs
@@ -748,7 +772,7 @@ def _run_backend(backend: Backend, tasks: list[Task], stop: StopFlag) -> Iterato
         takes_stop = "stop" in inspect.signature(backend.run).parameters
     except (TypeError, ValueError):
         takes_stop = False
-    return backend.run(tasks, stop=stop) if takes_stop else backend.run(tasks)  # type: ignore[call-arg]
+    return backend.run(tasks, stop=stop) if takes_stop else backend.run(tasks)
 
 
 def _write_folder(out: Path, sub: str, files: Mapping[str, bytes]) -> None:

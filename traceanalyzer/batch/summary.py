@@ -34,6 +34,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from traceanalyzer.units import fmt_cost
+
 #: Columns of the per-file index, in order (see docs/batch.md).
 METRIC_KEYS = (
     "n_steps",
@@ -76,7 +78,8 @@ def _steady_steps(steps: Mapping[str, Any]) -> list[dict[str, Any]]:
     return steady or rows
 
 
-def metrics_from_analyses(analyses: Mapping[str, Any], findings: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+def metrics_from_analyses(analyses: Mapping[str, Any],
+                          findings: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Compact metrics from ``{analysis name: to_json() dict}`` (see the module docstring).
 
     Works on a live report (``{n: r.to_json()}``) and on a ``summary.json``'s
@@ -208,5 +211,5 @@ def top_finding_text(metrics: Mapping[str, Any]) -> str:
     if not isinstance(f, Mapping):
         return ""
     cost = f.get("cost_ms_per_step")
-    tail = f" ({cost:.2f} ms/step)" if isinstance(cost, (int, float)) else ""
+    tail = f" ({fmt_cost(cost, grouped=False)})" if isinstance(cost, (int, float)) else ""
     return f"[{f.get('severity')}] {f.get('title')}{tail}"

@@ -5,13 +5,24 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from traceanalyzer.commands.options import FiniteFloat, config_options, make_config
-from traceanalyzer.errors import ConfigError, InputError
-from traceanalyzer.report.text import clean_text
+from traceanalyzer.commands.options import (
+    FiniteFloat,
+    config_options,
+    formats_option,
+    make_config,
+    outdir_option,
+    quiet_option,
+)
+from traceanalyzer.errors import ConfigError
+from traceanalyzer.report.terminal import batch_failure_lines, batch_interrupted_line, batch_start_line, batch_summary
+
+if TYPE_CHECKING:
+    from traceanalyzer.batch.discover import Discovery
+    from traceanalyzer.batch.runner import BatchResult, DaskBackend, LocalBackend
 
 
 @click.command("batch", epilog="""\b
@@ -21,12 +32,11 @@ Examples:
   traceanalyzer batch s3://bucket/traces/ -o out/ --scheduler tcp://scheduler:8786
 """)
 @click.argument("inputs", nargs=-1, required=True, metavar="DIR_OR_GLOB...")
-@click.option("-o", "--outdir", required=True, type=click.Path(file_okay=False),
-              help="Directory for the per-file reports and the index (index.html, index.csv, runs.csv, index.json).")
+@outdir_option("Directory for the per-file reports and the index (index.html, index.csv, runs.csv, index.json).",
+               required=True)
 @click.option("-j", "--jobs", type=click.IntRange(min=0, max=4096), default=0, show_default="all cores",
               help="Worker processes (0: one per core; 1: no subprocesses).")
-@click.option("-f", "--format", "formats", multiple=True, metavar="FMT[,FMT…]",
-              help="Per-file report formats [default: json,md]; html and png are slower.")
+@formats_option("Per-file report formats [default: json,md]; html and png are slower.")
 @click.option("--no-cache", is_flag=True, help="Re-analyse every file even when its content is unchanged.")
 @click.option("--scheduler", metavar="tcp://HOST:PORT", default=None,
               help="Run on an existing Dask distributed cluster (needs traceanalyzer[dask]).")
@@ -40,7 +50,7 @@ Examples:
                    "A file past it fails, the batch goes on. 0: none.")
 @click.option("--in-process", is_flag=True,
               help="Analyse in this process, one file at a time, without per-file limits (debugging).")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@quiet_option()
 @config_options
 def command(inputs: tuple[str, ...], outdir: str, jobs: int, formats: tuple[str, ...], no_cache: bool,
             scheduler: str | None, use_dask: bool, file_timeout: float, file_memory: float | None, in_process: bool,
@@ -58,8 +68,8 @@ def command(inputs: tuple[str, ...], outdir: str, jobs: int, formats: tuple[str,
     progress finish, writes the index and exits 130; the same command resumes.
     One batch at a time per OUTDIR (a second one refuses, exit 2).
     """
-    from traceanalyzer.batch.discover import discover
-    from traceanalyzer.batch.runner import BatchInterrupted, DaskBackend, Limits, LocalBackend
+    from traceanalyzer.batch.discover import discover_some
+    from traceanalyzer.batch.runner import BatchInterrupted, backend_text, make_backend
     from traceanalyzer.pipeline import resolve_formats
 
     config = make_config(config_path, assignments)
@@ -67,58 +77,36 @@ def command(inputs: tuple[str, ...], outdir: str, jobs: int, formats: tuple[str,
     if scheduler and not scheduler.strip():
         raise ConfigError("--scheduler: expected an address like tcp://host:8786")
     out = Path(outdir)
-    found = discover(inputs, exclude=out)
-    if not found.inputs:
-        where = ", ".join(inputs)
-        extra = f" ({len(found.ignored)} JSON files are not traces)" if found.ignored else ""
-        raise InputError(where, f"no traces or snapshots found (*.json, *.pickle, *.pkl, also .gz){extra}")
-    backend: Any
-    if scheduler or use_dask:
-        backend = DaskBackend(address=scheduler, jobs=jobs)
-    else:
-        memory = -1 if file_memory is None else (int(file_memory * (1 << 30)) or None)
-        limits = Limits.default(memory_bytes=memory, timeout_s=file_timeout or None)
-        backend = LocalBackend(jobs=1 if in_process else jobs, limits=limits, in_process=in_process)
+    found = discover_some(inputs, exclude=out)
+    backend = make_backend(jobs=jobs, scheduler=scheduler, use_dask=use_dask, in_process=in_process,
+                           timeout_s=file_timeout, memory_gib=file_memory)
     n = len(found.inputs)
-    show = not quiet and sys.stderr.isatty()
     if not quiet:
-        runs = len({i.run for i in found.inputs})
-        where = scheduler or ("local Dask cluster" if use_dask else "this process" if in_process
-                              else f"{backend.jobs} worker process{'es' if backend.jobs > 1 else ''}")
-        click.echo(f"{n} files in {runs} runs ({len(found.ignored)} ignored); analysing on {where}", err=True)
+        click.echo(batch_start_line(found, backend_text(backend)), err=True)
     try:
-        result = _run(found, out, backend, config.overrides, fmts, not no_cache, show, n)
+        result = _run(found, out, backend, config.overrides, fmts, not no_cache, not quiet and sys.stderr.isatty(), n)
     except BatchInterrupted as exc:
-        done = exc.result
-        resume = ("run the same command again to resume: finished files are taken from the cache" if not no_cache
-                  else "run the same command without --no-cache to resume from the finished files")
-        click.echo(f"interrupted: {len(done.rows)} of {n} files finished and kept ({done.n_failed} failed), "
-                   f"index written to {out / 'index.html'}; {resume}", err=True)
+        click.echo(batch_interrupted_line(exc.result, n, out, use_cache=not no_cache), err=True)
         raise click.exceptions.Exit(130) from None
     if not quiet:
-        failed = [r for r in result.rows if r.get("status") != "ok"]
-        for r in failed:
-            click.echo(click.style(clean_text(f"  failed: {r['file']}: {r['error']}", keep_newlines=False), fg="red"),
-                       err=True)
-        for run in result.runs:
-            mr = run.get("multirank") or {}
-            if mr.get("finding"):
-                click.echo(clean_text(f"  {run['run']}: {mr['finding']['title']}", keep_newlines=False))
-        click.echo(f"{len(result.rows)} files ({result.n_cached} from cache), {result.n_failed} failed, "
-                   f"{len(result.runs)} runs, {result.wall_s:.1f} s")
-        click.echo(f"  index: {out / 'index.html'}")
+        for line in batch_failure_lines(result):
+            click.echo(line, err=True)
+        click.echo(batch_summary(result, out))
     if result.n_failed:
         raise click.exceptions.Exit(1)
 
 
-def _run(found: Any, out: Path, backend: Any, overrides: dict[str, Any], fmts: list[str], use_cache: bool,
-         show: bool, n: int) -> Any:
+def _run(found: Discovery, out: Path, backend: LocalBackend | DaskBackend, overrides: dict[str, Any],
+         fmts: list[str], use_cache: bool, show: bool, n: int) -> BatchResult:
     """:func:`run_batch`, with a progress bar on a terminal."""
     from traceanalyzer.batch.runner import run_batch
 
     if show:
+        def current(row: dict[str, Any] | None) -> str:
+            return os.path.basename(str(row["file"])) if row else ""
+
         with click.progressbar(length=n, label="Analysing", file=sys.stderr, show_pos=True,
-                               item_show_func=lambda r: os.path.basename(str(r["file"])) if r else "") as bar:
+                               item_show_func=current) as bar:
             def step(row: dict[str, Any]) -> None:
                 bar.update(1, row)
 

@@ -6,7 +6,16 @@ from pathlib import Path
 
 import click
 
-from traceanalyzer.commands.options import FiniteFloat, config_options, make_config
+from traceanalyzer.commands.options import (
+    FiniteFloat,
+    config_options,
+    formats_option,
+    make_config,
+    outdir_option,
+    quiet_option,
+    top_option,
+)
+from traceanalyzer.report.terminal import written_line
 from traceanalyzer.report.text import clean_text
 
 
@@ -19,19 +28,16 @@ Examples:
 """)
 @click.argument("baseline", type=click.Path(exists=True, path_type=str))
 @click.argument("candidate", type=click.Path(exists=True, path_type=str))
-@click.option("-o", "--outdir", type=click.Path(file_okay=False), default=None,
-              help="Directory for compare.md/.json/.html [default: ./compare.traceanalyzer].")
-@click.option("-f", "--format", "formats", multiple=True, metavar="FMT[,FMT…]",
-              help="md, json, html (comma-separated or repeated) [default: all three].")
+@outdir_option("Directory for compare.md/.json/.html [default: ./compare.traceanalyzer].")
+@formats_option("md, json, html (comma-separated or repeated) [default: all three].")
 @click.option("--fail-if-slower", "fail_pct", type=FiniteFloat(min=0), default=None, metavar="PCT",
               help="Exit 1 when the candidate's median step time is more than PCT % slower and the 95 % "
                    "confidence interval excludes no change.")
 @click.option("--allow-mismatch", is_flag=True,
               help="Let --fail-if-slower gate across different hardware (device model or count, vendor, "
                    "world size). Without it such a gate exits 2; the mismatch is stated either way.")
-@click.option("--top", type=click.IntRange(min=1, max=1_000_000, clamp=True), default=10, show_default=True,
-              help="Kernel changes printed on the terminal.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors and the gate's verdict.")
+@top_option(10, "Kernel changes printed on the terminal.")
+@quiet_option("Print nothing but errors and the gate's verdict.")
 @config_options
 def command(baseline: str, candidate: str, outdir: str | None, formats: tuple[str, ...], fail_pct: float | None,
             allow_mismatch: bool, top: int, quiet: bool, config_path: str | None, assignments: tuple[str, ...]) -> None:
@@ -47,7 +53,7 @@ def command(baseline: str, candidate: str, outdir: str | None, formats: tuple[st
     pools all its traces (e.g. the ranks of a run).
     """
     from traceanalyzer.compare.diff import compare_paths
-    from traceanalyzer.compare.render import resolve, terminal_summary, write
+    from traceanalyzer.compare.render import gate_verdict, resolve, terminal_summary, write
     from traceanalyzer.progress import progress
 
     config = make_config(config_path, assignments)
@@ -58,20 +64,13 @@ def command(baseline: str, candidate: str, outdir: str | None, formats: tuple[st
     written = write(cmp, out, fmts)
     if not quiet:
         click.echo(clean_text(terminal_summary(cmp, top)))
-        click.echo("  wrote: " + ", ".join(str(p) for p in written))
+        click.echo(written_line(written))
     elif cmp.comparability.headline():  # -q still states a mismatch (on stderr, with the errors)
         click.echo(cmp.comparability.headline(), err=True)
     if fail_pct is None:
         return
-    refusal = cmp.gate_refusal(allow_mismatch)
-    if refusal:  # a usage-like refusal (exit 2): the gate cannot judge code across hardware
-        click.echo(f"error: {refusal}", err=True)
-        raise click.exceptions.Exit(2)
-    if cmp.slower_than(fail_pct):
-        across = "" if cmp.comparability.comparable else " (across different hardware: --allow-mismatch)"
-        caution = f"; caution: {cmp.step_time.power_sentence()}" if cmp.step_time.low_power else ""
-        click.echo(f"regression: median step time {cmp.step_time.diff_pct:+.1f} % (limit {fail_pct:g} %){across}"
-                   f"{caution}", err=True)
-        raise click.exceptions.Exit(1)
-    if cmp.step_time.low_power:
-        click.echo(f"gate passed, but {cmp.step_time.power_sentence()}", err=True)
+    code, line = gate_verdict(cmp, fail_pct, allow_mismatch)
+    if line:
+        click.echo(line, err=True)
+    if code:
+        raise click.exceptions.Exit(code)

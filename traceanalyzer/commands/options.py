@@ -29,6 +29,43 @@ class FiniteFloat(click.FloatRange):
         return rv
 
 
+# ---------------------------------------------------------------------------------------------
+# Click options shared by several sub-commands: flags, types and metavars defined once; each
+# sub-command words its own help (what its output directory holds, its default formats …).
+# ---------------------------------------------------------------------------------------------
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def outdir_option(help: str, required: bool = False) -> Decorator:
+    """``-o/--outdir DIR``: where the sub-command writes its files (``outdir``)."""
+    return click.option("-o", "--outdir", required=required, type=click.Path(file_okay=False),
+                        default=None, help=help)
+
+
+def formats_option(help: str) -> Decorator:
+    """``-f/--format FMT[,FMT…]``, comma-separated or repeated (``formats``)."""
+    return click.option("-f", "--format", "formats", multiple=True, metavar="FMT[,FMT…]", help=help)
+
+
+def quiet_option(help: str = "Print nothing but errors.") -> Decorator:
+    """``-q/--quiet`` (``quiet``)."""
+    return click.option("-q", "--quiet", is_flag=True, help=help)
+
+
+def fail_on_option() -> Decorator:
+    """``--fail-on SEVERITY`` (``fail_on``): exit 1 when a finding of that severity or worse exists."""
+    return click.option("--fail-on", "fail_on", type=click.Choice(["info", "warning", "critical"]), default=None,
+                        help="Exit 1 (after writing the reports) when a finding of this severity or worse exists: "
+                             "a CI gate on performance.")
+
+
+def top_option(default: int, help: str) -> Decorator:
+    """``--top N`` (``top``), clamped to 1 … 10^6."""
+    return click.option("--top", type=click.IntRange(min=1, max=1_000_000, clamp=True), default=default,
+                        show_default=True, help=help)
+
+
 def config_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """``--config FILE`` and repeatable ``--set OWNER.PARAM=VALUE``."""
     func = click.option(

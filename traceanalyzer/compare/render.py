@@ -22,7 +22,8 @@ from traceanalyzer import __version__
 from traceanalyzer.compare.diff import Comparison
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.report.fsutil import atomic_write_bytes, atomic_write_text
-from traceanalyzer.report.text import clean_text, fmt_bytes, md_escape, shorten
+from traceanalyzer.report.text import clean_text, md_escape, shorten
+from traceanalyzer.units import fmt_bytes, fmt_pct
 
 FORMATS = ("md", "json", "html")
 
@@ -49,10 +50,6 @@ def _d(value: Any, unit: str) -> str:
     if unit == "count":
         return f"{value:+,.0f}"
     return f"{value:+,.3f} {unit}"
-
-
-def _pct(x: Any) -> str:
-    return "–" if x is None else f"{x:+.1f} %"
 
 
 #: Input warnings listed in the Markdown/HTML/terminal outputs (all are in compare.json).
@@ -111,7 +108,7 @@ def to_markdown(cmp: Comparison, top: int = 20) -> str:
     ]
     for m in cmp.metrics:
         lines.append(f"| {m['metric']} | {_v(m['baseline'], m['unit'])} | {_v(m['candidate'], m['unit'])} | "
-                     f"{_d(m['delta'], m['unit'])} | {_pct(m['delta_pct'])} |")
+                     f"{_d(m['delta'], m['unit'])} | {fmt_pct(m['delta_pct'], signed=True)} |")
     lines.append("")
     for title, df in ((f"Kernels: biggest changes ({per})", cmp.kernels),
                       (f"CPU ops: biggest changes (inclusive time, {per})", cmp.ops)):
@@ -126,7 +123,7 @@ def to_markdown(cmp: Comparison, top: int = 20) -> str:
             lines.append(
                 f"| {i} | `{md_escape(shorten(r['name'], 90))}` | {r['status']} | {r['base_count']:g} → "
                 f"{r['cand_count']:g} | {r['base_ms']:.3f} → {r['cand_ms']:.3f} | {r['delta_ms']:+.3f} | "
-                f"{_pct(r['delta_pct'])} |")
+                f"{fmt_pct(r['delta_pct'], signed=True)} |")
         lines.append("")
     new, gone = cmp.new_kernels()["name"].to_list(), cmp.vanished_kernels()["name"].to_list()
     lines += ["## New and vanished kernels", ""]
@@ -177,7 +174,8 @@ def _html_deltas(df: pl.DataFrame, n: int) -> str:
             f"<tr><td class=num>{i}</td><td><code title=\"{_e(r['name'])}\">{_e(shorten(r['name'], 120))}</code></td>"
             f"<td>{_e(r['status'])}</td><td class=num>{r['base_count']:g}</td><td class=num>{r['cand_count']:g}</td>"
             f"<td class=num>{r['base_ms']:.3f}</td><td class=num>{r['cand_ms']:.3f}</td>"
-            f"<td class='num {cls}'>{r['delta_ms']:+.3f}</td><td class=num>{_e(_pct(r['delta_pct']))}</td></tr>")
+            f"<td class='num {cls}'>{r['delta_ms']:+.3f}</td>"
+            f"<td class=num>{_e(fmt_pct(r['delta_pct'], signed=True))}</td></tr>")
     out.append("</tbody></table>")
     return "".join(out)
 
@@ -200,7 +198,8 @@ def to_html(cmp: Comparison, top: int = 50) -> str:
          "short an input, so kernels and steps it lost show up as new, vanished or changed below.<ul>"
          + "".join(f"<li>{_e(w)}</li>" for w in cmp.input_warnings()[:MAX_WARNINGS_SHOWN]) + "</ul></div>"
          if cmp.input_warnings() else ""),
-        f"<div class='verdict {_e(st.verdict.split()[0])}'><b>Verdict: {_e(st.verdict)}</b><br>{_e(st.sentence())}</div>",
+        f"<div class='verdict {_e(st.verdict.split()[0])}'><b>Verdict: {_e(st.verdict)}</b>"
+        f"<br>{_e(st.sentence())}</div>",
         f"<h2>Comparability: {_e(cmp.comparability.status)}</h2><table><thead><tr><th>Fact</th><th>Baseline</th>"
         "<th>Candidate</th><th>Status</th></tr></thead><tbody>",
         *(f"<tr><td>{_e(f.label)}</td><td>{_e(f.baseline or '–')}</td><td>{_e(f.candidate or '–')}</td>"
@@ -213,7 +212,8 @@ def to_html(cmp: Comparison, top: int = 50) -> str:
     for m in cmp.metrics:
         parts.append(f"<tr><td>{_e(m['metric'])}</td><td class=num>{_e(_v(m['baseline'], m['unit']))}</td>"
                      f"<td class=num>{_e(_v(m['candidate'], m['unit']))}</td>"
-                     f"<td class=num>{_e(_d(m['delta'], m['unit']))}</td><td class=num>{_e(_pct(m['delta_pct']))}</td></tr>")
+                     f"<td class=num>{_e(_d(m['delta'], m['unit']))}</td>"
+                     f"<td class=num>{_e(fmt_pct(m['delta_pct'], signed=True))}</td></tr>")
     parts.append("</tbody></table>")
     parts.append(f"<h2>Kernels: biggest changes ({_e(per)})</h2>" + _html_deltas(cmp.kernels, top))
     parts.append(f"<h2>CPU ops: biggest changes (inclusive time, {_e(per)})</h2>" + _html_deltas(cmp.ops, top))
@@ -248,6 +248,23 @@ def terminal_summary(cmp: Comparison, top: int = 10) -> str:
         for r in rows:
             lines.append(f"    {r['delta_ms']:+9.3f}  {r['status']:<9} {shorten(r['name'], 80)}")
     return "\n".join(lines)
+
+
+def gate_verdict(cmp: Comparison, fail_pct: float, allow_mismatch: bool = False) -> tuple[int, str | None]:
+    """The ``--fail-if-slower fail_pct`` gate: its exit code (0 passed, 1 regression, 2 refused:
+    different hardware without ``allow_mismatch``) and the line it prints on stderr (``None``:
+    nothing to say)."""
+    refusal = cmp.gate_refusal(allow_mismatch)
+    if refusal:  # a usage-like refusal: the gate cannot judge code across hardware
+        return 2, f"error: {refusal}"
+    st = cmp.step_time
+    if cmp.slower_than(fail_pct):
+        across = "" if cmp.comparability.comparable else " (across different hardware: --allow-mismatch)"
+        caution = f"; caution: {st.power_sentence()}" if st.low_power else ""
+        return 1, f"regression: median step time {st.diff_pct:+.1f} % (limit {fail_pct:g} %){across}{caution}"
+    if st.low_power:
+        return 0, f"gate passed, but {st.power_sentence()}"
+    return 0, None
 
 
 def resolve(formats: Iterable[str] | None) -> list[str]:

@@ -212,7 +212,10 @@ def step_time_change(base: Sequence[float], cand: Sequence[float], *, conf: floa
     bm = float(np.median(np.asarray(base, dtype=np.float64)))
     cm = float(np.median(np.asarray(cand, dtype=np.float64)))
     diff = cm - bm
-    pct = (lambda v: None if bm <= 0 or v is None else round(100.0 * v / bm, 4))
+
+    def pct(v: float | None) -> float | None:
+        return None if bm <= 0 or v is None else round(100.0 * v / bm, 4)
+
     if nb < 2 or nc < 2:
         return StepTimeChange(nb, nc, bm, cm, diff, None, None, pct(diff), None, None, conf, None, None, "none",
                               "not enough steps")

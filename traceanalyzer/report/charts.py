@@ -5,11 +5,13 @@ Contract
 A chart is registered with :func:`chart`::
 
     @chart("kernels", section="kernels", title="Top kernels by total GPU time")
-    def kernels_chart(result: KernelsResult, results: Mapping[str, Any]) -> Figure | None: ...
+    def kernels_chart(res: KernelsResult, results: Mapping[str, object]) -> Figure | None: ...
 
 * ``section`` names the analysis result it draws (the HTML places it in that
   analysis' section); ``also`` names other results it reads when present
-  (``results.get(name)``). A chart whose ``section`` result is absent is not drawn.
+  (:func:`_also`, typed by its result class). A chart whose ``section`` result is absent
+  is not drawn; the registry passes it that result, so the function's first parameter is
+  typed by the result class it draws.
 * It only draws what the results hold (no recomputation beyond geometry: clipping a
   gap to its step window, converting ns to ms). It returns ``None`` when there is
   nothing worth drawing (e.g. one step).
@@ -27,15 +29,31 @@ import sys
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import polars as pl
+
+from traceanalyzer.analyses.copies import CopiesResult
+from traceanalyzer.analyses.export_timeline import ExportTimelineResult
+from traceanalyzer.analyses.gpu_time import GpuTimeResult
+from traceanalyzer.analyses.idle_gaps import IdleGapsResult
+from traceanalyzer.analyses.kernels import KernelsResult
+from traceanalyzer.analyses.launches import LaunchesResult
+from traceanalyzer.analyses.memory_peak import MemoryPeakResult
+from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult
+from traceanalyzer.analyses.steps import StepsResult
+from traceanalyzer.analyses.syncs import SyncsResult
+from traceanalyzer.analyses.trace_memory import TraceMemoryResult
+from traceanalyzer.units import fmt_bytes_short, fmt_ns_short
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-ChartFunc = Callable[[Any, Mapping[str, Any]], "Figure | None"]
+R = TypeVar("R")
+#: A chart as the registry holds it: the result class of its first parameter is erased here
+#: (:func:`draw` passes the ``section`` result by name); each chart function names it.
+ChartFunc = Callable[[Any, Mapping[str, object]], "Figure | None"]
 
 #: Figure geometry: 1056×528 px at the default dpi; fonts sized to stay legible when a
 #: ticket shows the PNG as a ~400 px thumbnail.
@@ -86,10 +104,11 @@ _REGISTRY: dict[str, ChartSpec] = {}
 
 def chart(
     name: str, *, section: str, title: str, also: tuple[str, ...] = (), order: int = 100
-) -> Callable[[ChartFunc], ChartFunc]:
+) -> Callable[[Callable[[R, Mapping[str, object]], Figure | None]], Callable[[R, Mapping[str, object]], Figure | None]]:
     """Register a chart; ``name`` is also the PNG file stem (``<name>.png``)."""
 
-    def deco(func: ChartFunc) -> ChartFunc:
+    def deco(func: Callable[[R, Mapping[str, object]], Figure | None]) -> Callable[[R, Mapping[str, object]],
+                                                                                    Figure | None]:
         _REGISTRY[name] = ChartSpec(name, section, title, also, order, func)
         return func
 
@@ -100,7 +119,13 @@ def registry() -> dict[str, ChartSpec]:
     return dict(_REGISTRY)
 
 
-def charts_for(results: Mapping[str, Any]) -> list[ChartSpec]:
+def _also(results: Mapping[str, object], name: str, kind: type[R]) -> R | None:
+    """The result ``name`` a chart also reads, or ``None`` when it is absent."""
+    value = results.get(name)
+    return value if isinstance(value, kind) else None
+
+
+def charts_for(results: Mapping[str, object]) -> list[ChartSpec]:
     """The charts whose ``section`` result is present, in drawing order."""
     return sorted(
         (s for s in _REGISTRY.values() if s.section in results),
@@ -117,7 +142,7 @@ class Drawn:
     error: str | None = None
 
 
-def draw(spec: ChartSpec, results: Mapping[str, Any], dpi: int = DPI) -> bytes | None:
+def draw(spec: ChartSpec, results: Mapping[str, object], dpi: int = DPI) -> bytes | None:
     """Render one chart to PNG bytes (``None`` when it has nothing to show)."""
     mpl = _mpl()
     with mpl.rc_context(_STYLE):
@@ -130,7 +155,7 @@ def draw(spec: ChartSpec, results: Mapping[str, Any], dpi: int = DPI) -> bytes |
 _last: tuple[Any, int, list[Drawn]] | None = None  # (weakref to results, dpi, charts)
 
 
-def draw_all(results: Mapping[str, Any], dpi: int = DPI, strict: bool = False) -> list[Drawn]:
+def draw_all(results: Mapping[str, object], dpi: int = DPI, strict: bool = False) -> list[Drawn]:
     """Every applicable chart as PNG bytes. A chart that fails is reported, never fatal
     (``strict`` re-raises: tests use it).
 
@@ -172,13 +197,15 @@ def figure_png(fig: Figure, dpi: int = DPI) -> bytes:
 # matplotlib plumbing
 # ---------------------------------------------------------------------------------------------
 
-_STYLE = {
+#: Font sizes (points) the report's charts use, also applied to axes made outside the rc context.
+_TITLE_SIZE, _LABEL_SIZE, _TICK_SIZE = 14, 12, 10.5
+_STYLE: dict[str, object] = {
     "font.size": 11,
-    "axes.titlesize": 14,
+    "axes.titlesize": _TITLE_SIZE,
     "axes.titleweight": "bold",
-    "axes.labelsize": 12,
-    "xtick.labelsize": 10.5,
-    "ytick.labelsize": 10.5,
+    "axes.labelsize": _LABEL_SIZE,
+    "xtick.labelsize": _TICK_SIZE,
+    "ytick.labelsize": _TICK_SIZE,
     "legend.fontsize": 10,
     "legend.frameon": False,
     "axes.spines.top": False,
@@ -213,7 +240,7 @@ def new_figure(title: str, ncols: int = 1, nrows: int = 1, figsize: tuple[float,
     axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
     for ax in axes.flat:
         _style_axes(ax)
-    fig.suptitle(title, fontsize=_STYLE["axes.titlesize"], fontweight="bold", x=0.01, ha="left")
+    fig.suptitle(title, fontsize=_TITLE_SIZE, fontweight="bold", x=0.01, ha="left")
     return fig, axes
 
 
@@ -222,9 +249,9 @@ def _style_axes(ax: Axes) -> None:
         ax.spines[k].set_visible(v)
     ax.set_axisbelow(True)
     ax.grid(True, axis="y", color="#E6E6E6", linewidth=0.8)
-    ax.tick_params(labelsize=_STYLE["xtick.labelsize"])
-    ax.xaxis.label.set_size(_STYLE["axes.labelsize"])
-    ax.yaxis.label.set_size(_STYLE["axes.labelsize"])
+    ax.tick_params(labelsize=_TICK_SIZE)
+    ax.xaxis.label.set_fontsize(_LABEL_SIZE)
+    ax.yaxis.label.set_fontsize(_LABEL_SIZE)
 
 
 def _short(text: Any, width: int = 48) -> str:
@@ -247,19 +274,14 @@ def _thin_ticks(ax: Axes, labels: list[str], max_labels: int = 24) -> None:
     ax.set_xticklabels(labels[::stride], rotation=0 if n <= 12 else 45, ha="center" if n <= 12 else "right")
 
 
+def _max(column: pl.Series) -> float:
+    """The largest value of a numeric column as a float (0 when empty or all null)."""
+    value = column.max()
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
 def _ms(ns: Any) -> float:
     return float(ns or 0) / 1e6
-
-
-def _fmt_dur(ns: float) -> str:
-    a = abs(ns)
-    if a >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if a >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    if a >= 1e3:
-        return f"{ns / 1e3:.0f} µs"
-    return f"{ns:.0f} ns"
 
 
 def _legend_below(fig: Figure, ax: Axes, ncol: int = 6) -> None:
@@ -274,9 +296,9 @@ def _legend_below(fig: Figure, ax: Axes, ncol: int = 6) -> None:
 
 
 @chart("steps", section="steps", title="Step time per step", order=10)
-def steps_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
+def steps_chart(res: StepsResult, results: Mapping[str, object]) -> Figure | None:
     """Bars of each step window's duration; warm-up and truncated steps coloured apart."""
-    if not getattr(res, "has_steps", False) or res.table.height < 1:
+    if not res.has_steps or res.table.height < 1:
         return None
     t = res.table
     durs = [_ms(v) for v in t["dur_ns"].to_list()]
@@ -316,11 +338,11 @@ _GPU_CATS = ("compute", "communication", "memcpy", "memset", "idle")
 
 
 @chart("gpu_time", section="gpu_time", title="GPU time per step: busy by category vs idle", order=20)
-def gpu_time_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
+def gpu_time_chart(res: GpuTimeResult, results: Mapping[str, object]) -> Figure | None:
     """Stacked bars per step window (one panel per device, up to 4): compute,
     exposed communication, memcpy, memset and idle time, in ms."""
-    ps = getattr(res, "per_step", None)
-    if ps is None or ps.height == 0:
+    ps = res.per_step
+    if ps.height == 0:
         return None
     devices = sorted(d for d in set(ps["device"].to_list()) if d is not None)[:4]
     if not devices:
@@ -365,17 +387,18 @@ _MAX_ROWS = 40
 
 @chart("timeline", section="idle_gaps", also=("steps", "gpu_time"), order=25,
        title="GPU timeline per step: busy vs idle, longest gaps marked")
-def timeline_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
+def timeline_chart(res: IdleGapsResult, results: Mapping[str, object]) -> Figure | None:
     """One row per step window (and device): busy time, idle gaps coloured by cause,
     no activity before the first / after the last kernel; the five longest gaps marked."""
-    steps = results.get("steps")
-    gaps = getattr(res, "device_gaps", None)
-    if steps is None or gaps is None:
+    steps = _also(results, "steps", StepsResult)
+    if steps is None:
         return None
+    gaps = res.device_gaps
     win = steps.table.sort("start_ns")
-    per_dev = getattr(res, "per_device", None)
-    devices = sorted(set(per_dev["device"].to_list())) if per_dev is not None and per_dev.height else []
-    span = getattr(results.get("gpu_time"), "gpu_span", None)
+    per_dev = res.per_device
+    devices = sorted(set(per_dev["device"].to_list())) if per_dev.height else []
+    gpu_time = _also(results, "gpu_time", GpuTimeResult)
+    span = gpu_time.gpu_span if gpu_time is not None else None
     first_last: dict[Any, tuple[int, int]] = {}
     if span is not None and span.height:
         for r in span.iter_rows(named=True):
@@ -437,7 +460,7 @@ def timeline_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
                 overlap = min(r["end_ns"], we) - max(r["start_ns"], ws)
                 mid = _ms((max(r["start_ns"], ws) + min(r["end_ns"], we)) / 2 - ws)
                 if key not in marks or overlap > marks[key][0]:
-                    marks[key] = (overlap, mid, y, _fmt_dur(r["dur_ns"]))
+                    marks[key] = (overlap, mid, y, fmt_ns_short(r["dur_ns"]))
     for _, mid, y, text in marks.values():
         edge = mid / max_len if max_len else 0.5
         ha = "left" if edge < 0.08 else ("right" if edge > 0.92 else "center")
@@ -450,7 +473,7 @@ def timeline_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
     ax.set_yticklabels(labels)
     ax.set_ylim(nrow - 0.5, -1.3)
     ax.set_xlim(0, max_len * 1.01 if max_len > 0 else 1)
-    ax.set_xlabel("Time since step start (ms)" + ("  ·  first %d rows" % _MAX_ROWS if truncated_rows else ""))
+    ax.set_xlabel("Time since step start (ms)" + (f"  ·  first {_MAX_ROWS} rows" if truncated_rows else ""))
     handles = [Patch(color=GREEN, label="busy"), Patch(color=IDLE, label="no GPU work")]
     handles += [Patch(color=CAUSE_COLORS[c], label=f"gap: {CAUSE_LABELS[c]}") for c in CAUSE_COLORS
                 if c in used_causes]
@@ -464,17 +487,16 @@ def timeline_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
 
 
 @chart("idle_gaps", section="idle_gaps", title="GPU idle time by cause", order=30)
-def idle_causes_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
+def idle_causes_chart(res: IdleGapsResult, results: Mapping[str, object]) -> Figure | None:
     """Left: idle time per step stacked by cause (ms), plus the window time before the first /
     after the last activity (``outside_gaps_ns``): as ``idle_gaps.per_step`` gives it (each gap
     split across the steps it spans), so a step's bar is ``gpu_time``'s idle of that step (summed
     over devices). Right: where the idle time lies by gap length (total idle per length bin,
     gap counts on the bars)."""
-    ps = getattr(res, "per_step", None)
-    hist = getattr(res, "histogram", None)
-    if ps is None or ps.height == 0:
+    ps, hist = res.per_step, res.histogram
+    if ps.height == 0:
         return None
-    has_hist = hist is not None and hist.height > 0 and "total_ns" in hist.columns
+    has_hist = hist.height > 0 and "total_ns" in hist.columns
     fig, axes = new_figure("GPU idle time by cause", ncols=2 if has_hist else 1,
                            figsize=(FIGSIZE[0] + (2.4 if has_hist else 0), FIGSIZE[1]),
                            gridspec_kw={"width_ratios": [3, 2]} if has_hist else {})
@@ -530,11 +552,11 @@ def idle_causes_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
 
 
 @chart("kernels", section="kernels", title="Top kernels by total GPU time", order=40)
-def kernels_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
+def kernels_chart(res: KernelsResult, results: Mapping[str, object]) -> Figure | None:
     """Horizontal bars of the top 12 kernels (normalised names) by total time, with
     their share of kernel time and call count; collectives in purple."""
-    by = getattr(res, "by_name", None)
-    if by is None or by.height == 0:
+    by = res.by_name
+    if by.height == 0:
         return None
     top = by.head(12)
     names = [_short(n, 56) for n in top["name"].to_list()]
@@ -572,17 +594,16 @@ def kernels_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
 
 
 @chart("launches", section="launches", title="Kernel launch statistics", order=50)
-def launches_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
+def launches_chart(res: LaunchesResult, results: Mapping[str, object]) -> Figure | None:
     """Left: CPU time in launch calls vs GPU time of the work they launched, per step
     (launch-bound steps marked). Right: median launch-call time and launch delay per API."""
-    ps = getattr(res, "per_step", None)
-    by_api = getattr(res, "by_api", None)
-    if (ps is None or ps.height == 0) and (by_api is None or by_api.height == 0):
+    ps, by_api = res.per_step, res.by_api
+    if ps.height == 0 and by_api.height == 0:
         return None
-    panels = int(ps is not None and ps.height > 0) + int(by_api is not None and by_api.height > 0)
+    panels = int(ps.height > 0) + int(by_api.height > 0)
     fig, axes = new_figure("Kernel launch statistics", ncols=panels, figsize=(FIGSIZE[0] + 2.2, FIGSIZE[1]))
     i = 0
-    if ps is not None and ps.height > 0:
+    if ps.height > 0:
         ax = axes[0][i]
         i += 1
         d = ps.sort("window")
@@ -605,7 +626,7 @@ def launches_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
         ax.set_xlabel("Step")
         ax.set_ylabel("Time (ms)")
         ax.legend(loc="upper left", bbox_to_anchor=(0, -0.18), ncol=1)
-    if by_api is not None and by_api.height > 0:
+    if by_api.height > 0:
         ax = axes[0][i]
         b = by_api.head(8)
         names = [_short(n, 28) for n in b["api"].to_list()]
@@ -644,20 +665,12 @@ def launches_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _fmt_bytes(n: Any) -> str:
-    n = float(n or 0)
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n:.0f} B"
-
-
-def _hotspot_figure(title: str, per_step: Any, step_bars: list[tuple[str, str, str]], sites: Any,
+def _hotspot_figure(title: str, per_step: pl.DataFrame, step_bars: list[tuple[str, str, str]], sites: pl.DataFrame,
                     site_value: str, site_label: Callable[[dict[str, Any]], str], site_xlabel: str) -> Figure | None:
     """Left: per-step bars of ``step_bars`` (column, legend, colour), in ms. Right: the top
     call sites by ``site_value`` (ns), labelled by ``site_label(row)``."""
-    has_steps = per_step is not None and per_step.height > 0 and all(c in per_step.columns for c, _, _ in step_bars)
-    has_sites = sites is not None and sites.height > 0 and site_value in sites.columns
+    has_steps = per_step.height > 0 and all(c in per_step.columns for c, _, _ in step_bars)
+    has_sites = sites.height > 0 and site_value in sites.columns
     if not has_steps and not has_sites:
         return None
     ncols = int(has_steps) + int(has_sites)
@@ -704,25 +717,25 @@ def _hotspot_figure(title: str, per_step: Any, step_bars: list[tuple[str, str, s
 
 
 @chart("copies", section="copies", title="Copies: time per step and hotspots by call site", order=60)
-def copies_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
+def copies_chart(res: CopiesResult, results: Mapping[str, object]) -> Figure | None:
     """Per step: GPU time of copies and host time spent in copy ops; top call sites by
     host time (label: directions, bytes, count)."""
     def label(r: dict[str, Any]) -> str:
-        bits = [str(r.get("directions") or ""), _fmt_bytes(r.get("bytes")), f"{r.get('count', 0):,}×"]
+        bits = [str(r.get("directions") or ""), fmt_bytes_short(r.get("bytes")), f"{r.get('count', 0):,}×"]
         if r.get("blocking"):
             bits.append(f"{r['blocking']:,} blocking")
         return " · ".join(b for b in bits if b)
 
     return _hotspot_figure(
         "Copies: time per step and hotspots by call site",
-        getattr(res, "per_step", None),
+        res.per_step,
         [("gpu_ns", "GPU copy time", ORANGE), ("cpu_ns", "CPU time in copy ops", BLUE)],
-        getattr(res, "by_site", None), "cpu_ns", label, "CPU time in copy ops (ms)",
+        res.by_site, "cpu_ns", label, "CPU time in copy ops (ms)",
     )
 
 
 @chart("syncs", section="syncs", title="Host-device syncs: cost per step and hotspots by call site", order=61)
-def syncs_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
+def syncs_chart(res: SyncsResult, results: Mapping[str, object]) -> Figure | None:
     """Per step: CPU time blocked in syncs and GPU idle right after them; top call sites
     by blocked time (label: cause, count)."""
     def label(r: dict[str, Any]) -> str:
@@ -733,9 +746,9 @@ def syncs_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
 
     return _hotspot_figure(
         "Host-device syncs: cost per step and hotspots by call site",
-        getattr(res, "per_step", None),
+        res.per_step,
         [("blocked_ns", "CPU blocked", RED), ("idle_after_ns", "GPU idle after", IDLE_DARK)],
-        getattr(res, "by_site", None), "blocked_ns", label, "CPU blocked (ms)",
+        res.by_site, "blocked_ns", label, "CPU blocked (ms)",
     )
 
 
@@ -756,11 +769,11 @@ def _byte_unit(max_bytes: float) -> tuple[float, str]:
 
 
 @chart("memory_steps", section="trace_memory", title="GPU memory per step (profiler events)", order=70)
-def trace_memory_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
+def trace_memory_chart(res: TraceMemoryResult, results: Mapping[str, object]) -> Figure | None:
     """Peak allocated memory per step and device, with the allocated level at step start
     and end; the overall peak is annotated with the op that reached it."""
-    ps = getattr(res, "per_step", None)
-    if ps is None or ps.height == 0 or "peak_allocated_bytes" not in ps.columns:
+    ps = res.per_step
+    if ps.height == 0 or "peak_allocated_bytes" not in ps.columns:
         return None
     devices = sorted({d for d in ps["device"].to_list() if d is not None}, key=str)[:4]
     fig, axes = new_figure("GPU memory per step (profiler [memory] events)")
@@ -768,9 +781,9 @@ def trace_memory_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
     width = 0.8 / max(1, len(devices))
     colors = [BLUE, PURPLE, GREEN, CYAN]
     top = 0.0
-    peaks = {r["device"]: r for r in res.per_device.iter_rows(named=True)} if getattr(res, "per_device", None) is not None else {}
+    peaks = {r["device"]: r for r in res.per_device.iter_rows(named=True)}
     labels: list[str] = []
-    scale, unit = _byte_unit(float(ps["peak_allocated_bytes"].max() or 0))  # type: ignore[arg-type]
+    scale, unit = _byte_unit(_max(ps["peak_allocated_bytes"]))
     for j, dev in enumerate(devices):
         d = ps.filter(pl.col("device") == dev)
         labels = _step_labels(d["step"].to_list())
@@ -779,7 +792,8 @@ def trace_memory_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
         peak = [float(v or 0) / scale for v in d["peak_allocated_bytes"].to_list()]
         top = max([top, *peak])
         ax.bar(xs, peak, width=width * 0.9, color=colors[j % len(colors)], label=f"{dev} peak allocated")
-        for col, marker, name in (("start_allocated_bytes", "_", "at step start"), ("end_allocated_bytes", "x", "at step end")):
+        for col, marker, name in (("start_allocated_bytes", "_", "at step start"),
+                                  ("end_allocated_bytes", "x", "at step end")):
             if col in d.columns:
                 ax.plot(xs, [float(v or 0) / scale for v in d[col].to_list()], linestyle="none", marker=marker,
                         markersize=10, color="#222222", label=f"{name}" if j == 0 else None)
@@ -787,7 +801,7 @@ def trace_memory_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
         if pk and peak:
             k = max(range(len(peak)), key=lambda i: peak[i])
             op = pk.get("peak_op")
-            text = f"peak {_fmt_bytes(pk.get('peak_allocated_bytes'))}" + (f"\n{_short(op, 30)}" if op else "")
+            text = f"peak {fmt_bytes_short(pk.get('peak_allocated_bytes'))}" + (f"\n{_short(op, 30)}" if op else "")
             ax.annotate(text, (xs[k], peak[k]), xytext=(0, 6), textcoords="offset points", ha="center",
                         va="bottom", fontsize=9, fontweight="bold", color="#222222")
     ax.set_ylim(0, top * 1.3 if top > 0 else 1)
@@ -799,31 +813,32 @@ def trace_memory_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
 
 
 # A line of more points than this is drawn from bucket maxima (a snapshot has one point
-# per allocator event: 17 M for 1 GB, which as Python lists alone took gigabytes).
+# per allocator event, millions for a large one: as Python lists they alone would take gigabytes).
 _MAX_LINE_POINTS = 20_000
 
 
 @chart("memory_timeline", section="memory_timeline", also=("memory_peak",), order=10,
        title="GPU memory over time, peak annotated")
-def memory_timeline_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
+def memory_timeline_chart(res: MemoryTimelineResult, results: Mapping[str, object]) -> Figure | None:
     """Allocated and reserved bytes after each allocator event (per device, up to 4); the
     peak is marked, and the right panel shows what was live at it by category and site."""
-    series = getattr(res, "series", None)
-    if series is None or series.height == 0:
+    series = res.series
+    if series.height == 0:
         return None
-    peak = results.get("memory_peak")
-    sites = getattr(peak, "top_sites", None)
-    has_live = sites is not None and sites.height > 0 and "bytes" in sites.columns
-    by_time = getattr(res, "x_axis", "") == "time" and series["ts_ns"].null_count() < series.height
+    peak = _also(results, "memory_peak", MemoryPeakResult)
+    sites = peak.top_sites if peak is not None else pl.DataFrame()
+    has_live = sites.height > 0 and "bytes" in sites.columns
+    by_time = res.x_axis == "time" and series["ts_ns"].null_count() < series.height
     fig, axes = new_figure("GPU memory over time, peak annotated", ncols=2 if has_live else 1,
                            figsize=(FIGSIZE[0] + (3.0 if has_live else 0), FIGSIZE[1]),
                            gridspec_kw={"width_ratios": [3, 2]} if has_live else {})
     ax = axes[0][0]
     devices = sorted(d for d in series["device"].unique().to_list() if d is not None)[:4]
     colors = [BLUE, PURPLE, GREEN, CYAN]
-    t0 = series["ts_ns"].min() if by_time else None
-    hi = max(float(series["allocated_bytes"].max() or 0), float(series["reserved_bytes"].max() or 0)  # type: ignore[arg-type]
-             if "reserved_bytes" in series.columns else 0.0)
+    first = series["ts_ns"].min() if by_time else None
+    t0 = first if isinstance(first, int) else 0
+    hi = max(_max(series["allocated_bytes"]),
+             _max(series["reserved_bytes"]) if "reserved_bytes" in series.columns else 0.0)
     scale, unit = _byte_unit(hi)
     for j, dev in enumerate(devices):
         d = series.filter(pl.col("device") == dev)
@@ -833,7 +848,7 @@ def memory_timeline_chart(res: Any, results: Mapping[str, Any]) -> Figure | None
             from traceanalyzer.analyses._memory import decimate
             d = decimate(d, _MAX_LINE_POINTS)
         if by_time:
-            xs = [(t - t0) / 1e9 if t is not None else None for t in d["ts_ns"].to_list()]  # type: ignore[operator]
+            xs = [(t - t0) / 1e9 if t is not None else None for t in d["ts_ns"].to_list()]
         else:
             xs = d["event_idx"].to_list()
         alloc = [float(v or 0) / scale for v in d["allocated_bytes"].to_list()]
@@ -845,7 +860,7 @@ def memory_timeline_chart(res: Any, results: Mapping[str, Any]) -> Figure | None
         if alloc:
             k = max(range(len(alloc)), key=lambda i: alloc[i])
             ax.plot([xs[k]], [alloc[k]], marker="v", color=RED, markersize=9, zorder=5)
-            ax.annotate(f"peak {_fmt_bytes(alloc[k] * scale)}", (xs[k], alloc[k]), xytext=(6, 6),
+            ax.annotate(f"peak {fmt_bytes_short(alloc[k] * scale)}", (xs[k], alloc[k]), xytext=(6, 6),
                         textcoords="offset points", fontsize=9.5, fontweight="bold", color=RED)
     ax.set_ylim(bottom=0)
     ax.set_xlabel("Time since first event (s)" if by_time else "Allocator event #")
@@ -855,7 +870,7 @@ def memory_timeline_chart(res: Any, results: Mapping[str, Any]) -> Figure | None
         ax2 = axes[0][1]
         top = sites.head(8)
         y = list(range(top.height))
-        lscale, lunit = _byte_unit(float(top["bytes"].max() or 0))  # type: ignore[arg-type]
+        lscale, lunit = _byte_unit(_max(top["bytes"]))
         vals = [float(v or 0) / lscale for v in top["bytes"].to_list()]
         cats = top["category"].to_list() if "category" in top.columns else [None] * top.height
         palette = {"activation": ORANGE, "parameter": BLUE, "gradient": GREEN, "optimizer_state": PURPLE,
@@ -878,14 +893,14 @@ def memory_timeline_chart(res: Any, results: Mapping[str, Any]) -> Figure | None
 
 @chart("export_timeline", section="export_timeline", order=10,
        title="Memory by category at the peak (export_memory_timeline)")
-def export_timeline_chart(res: Any, results: Mapping[str, Any]) -> Figure | None:
+def export_timeline_chart(res: ExportTimelineResult, results: Mapping[str, object]) -> Figure | None:
     """What the memory held at its peak, by category (bars), with each category's own
     maximum over the run (markers)."""
-    at_peak = getattr(res, "at_peak", None)
-    if at_peak is None or at_peak.height == 0:
+    at_peak = res.at_peak
+    if at_peak.height == 0:
         return None
     rows = list(at_peak.sort("bytes", descending=True).iter_rows(named=True))
-    maxima = getattr(res, "max_per_category", None) or {}
+    maxima = res.max_per_category or {}
     hi = max([float(r["bytes"] or 0) for r in rows] + [float(v or 0) for v in maxima.values()])
     scale, unit = _byte_unit(hi)
     fig, axes = new_figure("Memory by category at the peak", figsize=(FIGSIZE[0], max(3.0, 1.6 + 0.42 * len(rows))))
@@ -909,8 +924,8 @@ def export_timeline_chart(res: Any, results: Mapping[str, Any]) -> Figure | None
     ax.set_yticklabels([str(r["category"]) for r in rows])
     ax.set_ylim(max(len(rows), 3) - 0.5, -0.5)
     ax.set_xlim(0, hi / scale * 1.2 if hi > 0 else 1)
-    peak = getattr(res, "peak_total_bytes", None)
-    ax.set_xlabel(f"Memory ({unit})" + (f"  ·  peak total {_fmt_bytes(peak)}" if peak else ""))
+    peak = res.peak_total_bytes
+    ax.set_xlabel(f"Memory ({unit})" + (f"  ·  peak total {fmt_bytes_short(peak)}" if peak else ""))
     ax.legend(loc="lower right")
     return fig
 

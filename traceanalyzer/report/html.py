@@ -34,7 +34,8 @@ from traceanalyzer.analyses import summary_of, tables_of
 from traceanalyzer.report import renderer
 from traceanalyzer.report.document import JSON_SCHEMA_VERSION, Report
 from traceanalyzer.report.fsutil import atomic_write_text
-from traceanalyzer.report.text import column_label, fmt_bytes, fmt_cell, fmt_ns, shorten
+from traceanalyzer.report.text import column_label, shorten
+from traceanalyzer.units import fmt_cell, fmt_cost, fmt_ns
 
 #: Rows shown before a table collapses behind a "show all" button.
 COLLAPSE_AFTER = 12
@@ -129,8 +130,8 @@ footer{color:var(--muted);font-size:12px;text-align:center;padding:8px 0 30px}
 section.card{break-inside:avoid-page;border:none;padding:0}header.top{background:#fff;color:#000}}
 """
 
-# The page's only script (in <head>; the table code runs on DOMContentLoaded). Its SHA-256 is whitelisted in the Content-Security-Policy,
-# so nothing else (e.g. a <script> planted in a kernel name) could ever run.
+# The page's only script (in <head>; the table code runs on DOMContentLoaded). Its SHA-256 is whitelisted
+# in the Content-Security-Policy, so nothing else (e.g. a <script> planted in a kernel name) could ever run.
 JS = """
 (function () {
   "use strict";
@@ -399,17 +400,6 @@ def _tiles(report: Report, facts: list[tuple[str, str]]) -> str:
     return f'<div class="tiles">{items}</div>'
 
 
-def _cost(f: Any) -> str:
-    if f.cost_ms_per_step is not None:
-        s = f"{f.cost_ms_per_step:,.2f} ms/step"
-        if f.cost_pct_of_step is not None:
-            s += f" ({f.cost_pct_of_step:.1f} % of median step)"
-        return s
-    if f.cost_bytes is not None:
-        return fmt_bytes(f.cost_bytes)
-    return ""
-
-
 def _evidence(ev: Mapping[str, Any], ids: _Ids, t0: int | None) -> str:
     scalars: list[tuple[str, str]] = []
     blocks: list[str] = []
@@ -445,9 +435,10 @@ def _findings(report: Report, ids: _Ids, t0: int | None) -> str:
     for i, f in enumerate(report.findings, 1):
         sev = str(f.severity)
         conf = f" · confidence {f.confidence:.0%}" if f.confidence < 1 else ""
+        cost = fmt_cost(f.cost_ms_per_step, f.cost_pct_of_step, f.cost_bytes, missing="")
         out.append(
             f'<div class="finding sev-{esc(sev)}-b"><div class="head"><span class="badge sev-{esc(sev)}">{esc(sev)}'
-            f'</span><span class="title">{i}. {esc(f.title)}</span><span class="cost">{esc(_cost(f))}</span></div>'
+            f'</span><span class="title">{i}. {esc(f.title)}</span><span class="cost">{esc(cost)}</span></div>'
             f'<div class="meta">rule <code>{esc(f.rule_id)}</code>{esc(conf)}</div>'
             f'<div class="fix"><b>Fix:</b> {esc(f.fix)}</div>'
         )

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from traceanalyzer import __version__
 from traceanalyzer.analyses import summary_of, tables_of
 from traceanalyzer.report import renderer
 from traceanalyzer.report.document import JSON_SCHEMA_VERSION, Report
 from traceanalyzer.report.fsutil import atomic_write_text
-from traceanalyzer.report.text import clean_text, fmt_bytes, fmt_ns, md_escape, md_table, shorten
+from traceanalyzer.report.text import clean_text, md_escape, md_table, shorten
+from traceanalyzer.units import fmt_cost, fmt_ns
 
 #: Rows per "top offenders" table.
 TOP_ROWS = 5
@@ -58,17 +58,6 @@ OVERLAP_NOTE = ("Ranked by estimated cost. A time cost is GPU time lost per step
                 "what fixing that finding alone could buy; the host-sync, copy, data-loader and host-bound "
                 "findings price disjoint idle, the others may price the same time from another angle, so the "
                 "costs do not add up (docs/costs.md).")
-
-
-def _cost(f: Any) -> str:
-    if f.cost_ms_per_step is not None:
-        cost = f"{f.cost_ms_per_step:,.2f} ms"
-        if f.cost_pct_of_step is not None:
-            cost += f" ({f.cost_pct_of_step:.1f} % of median step)"
-        return cost
-    if f.cost_bytes is not None:
-        return fmt_bytes(f.cost_bytes)
-    return "–"
 
 
 def _facts(report: Report) -> list[tuple[str, str]]:
@@ -113,9 +102,10 @@ def to_markdown(report: Report, top_rows: int = TOP_ROWS) -> str:
             lines += [OVERLAP_NOTE, ""]
         lines += ["| # | Severity | Finding | Cost / step | Fix |", "|---|---|---|---|---|"]
         for i, f in enumerate(report.findings, 1):
+            cost = fmt_cost(f.cost_ms_per_step, f.cost_pct_of_step, f.cost_bytes, unit="ms")
             lines.append(
                 f"| {i} | {f.severity} | {md_escape(shorten(f.title, 120))} (`{md_escape(f.rule_id)}`) | "
-                f"{_cost(f)} | {md_escape(shorten(f.fix, 160))} |"
+                f"{cost} | {md_escape(shorten(f.fix, 160))} |"
             )
     else:
         lines.append("No findings: none of the checks that could run found a problem.")

@@ -1,12 +1,13 @@
-"""Text helpers shared by the text renderers (Markdown, terminal): formatting of
-numbers by column unit and safe cell text. Pure formatting, no computation."""
+"""Text helpers shared by the text renderers (Markdown, terminal): sanitising of trace-provided
+text, shortening, Markdown escaping and tables. Numbers are formatted by :mod:`traceanalyzer.units`."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import polars as pl
+
+from traceanalyzer.units import fmt_cell
 
 # Terminal escape sequences a trace could carry in a name (kernel names are free text):
 # CSI (``ESC [ … final``: colours, cursor moves, screen clears), OSC (``ESC ] … BEL/ST``:
@@ -36,75 +37,6 @@ def clean_text(text: str, keep_newlines: bool = True) -> str:
         return text
     out = _CONTROL.sub("", _ESCAPE_SEQUENCE.sub("", text))
     return out if keep_newlines else out.replace("\n", " ")
-
-
-def fmt_ns(ns: float | int | None) -> str:
-    """A duration in the most readable unit (ns/µs/ms/s)."""
-    if ns is None:
-        return "–"
-    a = abs(ns)
-    if a >= 1e9:
-        return f"{ns / 1e9:,.3f} s"
-    if a >= 1e6:
-        return f"{ns / 1e6:,.3f} ms"
-    if a >= 1e3:
-        return f"{ns / 1e3:,.1f} µs"
-    return f"{ns:,.0f} ns"
-
-
-def fmt_bytes(n: float | int | None) -> str:
-    if n is None:
-        return "–"
-    a = abs(n)
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if a >= scale:
-            return f"{n / scale:,.2f} {unit}"
-    return f"{n:,.0f} B"
-
-
-_TS_SUFFIXES = ("ts_ns", "start_ns", "end_ns")
-_TS_NAMES = {"first_ns", "last_ns", "t_ns", "time_ns"}
-
-
-def is_timestamp_column(column: str) -> bool:
-    """True for columns holding points in time (``ts_ns``, ``start_ns``, ``gpu_end_ns`` …)
-    rather than durations: they are shown relative to the trace start."""
-    return column.endswith(_TS_SUFFIXES) or column in _TS_NAMES
-
-
-def fmt_offset(ns: float | int, t0: int) -> str:
-    """A timestamp as an offset from the trace start ``t0``: ``+1,234.567 ms``."""
-    d = ns - t0
-    return ("+" if d >= 0 else "−") + f"{abs(d) / 1e6:,.3f} ms"
-
-
-def fmt_cell(column: str, value: Any, t0: int | None = None) -> str:
-    """Format one table cell using the unit in its column name (``_ns``, ``bytes``, ``pct``).
-
-    With ``t0`` (the trace start, ns), timestamp columns are shown as offsets from it,
-    which reads better than 19-digit epoch nanoseconds and does not vary between runs
-    of the same workload.
-    """
-    if value is None:
-        return "–"
-    if isinstance(value, float) and value != value:
-        return "–"
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if t0 is not None and is_timestamp_column(column):
-            return fmt_offset(value, t0)
-        tokens = column.split("_")
-        if "ns" in tokens[1:]:  # dur_ns, gpu_ns_per_step
-            return fmt_ns(value)
-        if "bytes" in tokens:  # bytes, peak_bytes, bytes_per_step
-            return fmt_bytes(value)
-        if "pct" in column:
-            return f"{value:.1f} %"
-        if isinstance(value, float):
-            return f"{value:,.3f}"
-        return f"{value:,}"
-    if isinstance(value, (list, tuple)):
-        return ", ".join(str(v) for v in value)
-    return str(value)
 
 
 def shorten(text: str, width: int = 90) -> str:
