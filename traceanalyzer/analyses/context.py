@@ -278,7 +278,9 @@ def _engine(ops: pl.DataFrame, anns: pl.DataFrame, frames: pl.DataFrame, threads
     score = {e: _hits(strong, rx) for e, rx in ENGINE_RE.items()}
     best = max(score.items(), key=lambda kv: (kv[1], kv[0]))
     if best[1] > 0:
-        ex = strong.filter(pl.col("name").str.contains(ENGINE_RE[best[0]])).sort("n", descending=True)
+        # Ties on the count broken by name: the example is the same on every run.
+        ex = strong.filter(pl.col("name").str.contains(ENGINE_RE[best[0]])).sort(
+            ["n", "name"], descending=[True, False])
         return best[0], [f"{best[1]:,} op/annotation/thread/Python-frame name(s) of {best[0]}, e.g. "
                          f"`{ex['name'][0][:80]}`"]
     if kn.height:
