@@ -8,7 +8,7 @@ import polars as pl
 from test_relations import _brute_nest, _random_nested
 from timeline_trace import Trace
 
-from traceanalyzer.analyses.callsites import build_cpu_tree, cpu_chain
+from traceanalyzer.analyses._callsites import build_cpu_tree, cpu_chain
 
 
 def test_cpu_chain_matches_the_covering_intervals_outermost_first() -> None:

@@ -482,3 +482,6 @@ class _Res:
 
         self.values = {"communication": SimpleNamespace(by_type=by_type, totals={"families": families}),
                        "context": ctx}
+
+    def typed(self, name: str, kind: type) -> object:
+        return self.values.get(name)

@@ -10,7 +10,7 @@ import orjson
 import pytest
 from conftest import SHARED_TRACES, needs_shared
 
-from traceanalyzer.analyses.kernels import normalize_kernel_name
+from traceanalyzer.analyses._kernels import normalize_kernel_name
 from traceanalyzer.cli import main
 from traceanalyzer.compare.comparability import _cuda_version, _hip_version, check_comparability
 from traceanalyzer.compare.diff import compare_paths, delta_table

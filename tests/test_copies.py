@@ -13,7 +13,7 @@ import pytest
 from conftest import shared_model, shared_results
 
 from traceanalyzer.analyses import run_analyses
-from traceanalyzer.analyses.callsites import is_user_frame
+from traceanalyzer.analyses._callsites import is_user_frame
 from traceanalyzer.config import Config
 from traceanalyzer.errors import InputError, NotApplicable
 from traceanalyzer.load.chrome_trace import build_model

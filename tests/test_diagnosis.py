@@ -12,8 +12,9 @@ from timeline_trace import Trace, ns
 
 from traceanalyzer.analyses import registry, run_analyses
 from traceanalyzer.analyses.baseline import step_stats
-from traceanalyzer.analyses.diagnosis import VERDICTS, kernel_class
-from traceanalyzer.analyses.phases import PHASES
+from traceanalyzer.analyses._kernels import kernel_class
+from traceanalyzer.analyses.diagnosis import VERDICTS
+from traceanalyzer.analyses._phases import PHASES
 from traceanalyzer.config import Config
 from traceanalyzer.load import load
 from traceanalyzer.load.chrome_trace import build_model

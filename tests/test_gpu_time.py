@@ -87,7 +87,7 @@ def test_exclusive_breakdown_sweep_and_unions_agree_with_hand_truth():
     unions for overlapping windows: the same hand-computed numbers."""
     import polars as pl
 
-    from traceanalyzer.analyses.gpu_time import exclusive_breakdown
+    from traceanalyzer.analyses._gputime import exclusive_breakdown
 
     a = pl.DataFrame({"device": [0, 0, 1], "ts_ns": [0, 12, 3], "end_ns": [10, 12, 4]})  # [0,10), zero-length, [3,4)
     b = pl.DataFrame({"device": [0, 0], "ts_ns": [5, 16], "end_ns": [15, 18]})  # under a until 10
@@ -190,8 +190,8 @@ def test_exclusive_breakdown_sweep_and_unions_match_a_brute_force_count():
 
     import polars as pl
 
-    from traceanalyzer.analyses import gpu_time
-    from traceanalyzer.analyses.gpu_time import exclusive_breakdown
+    from traceanalyzer.analyses import _gputime
+    from traceanalyzer.analyses._gputime import exclusive_breakdown
 
     rng = random.Random(5)
     for _ in range(15):
@@ -215,7 +215,7 @@ def test_exclusive_breakdown_sweep_and_unions_match_a_brute_force_count():
                 want.append({"device": d, "window": w, **{f"{k}_ns": v for k, v in counts.items()}})
         got = exclusive_breakdown(levels, windows, ["device"], "rest").to_dicts()
         assert got == want
-        unions = gpu_time._exclusive_by_unions  # the general path, forced
+        unions = _gputime._exclusive_by_unions  # the general path, forced
         grid = pl.DataFrame({"device": devices}).join(windows, how="cross")
         forced = unions(levels, ["device"], grid).with_columns(
             rest_ns=pl.col("end_ns") - pl.col("start_ns") - pl.col("a_ns") - pl.col("b_ns") - pl.col("c_ns")
@@ -231,7 +231,7 @@ def test_assign_steps_and_window_union_lengths_match_brute_force():
     import polars as pl
 
     from traceanalyzer.analyses._intervals import window_union_lengths
-    from traceanalyzer.analyses.steps import assign_steps
+    from traceanalyzer.analyses._steps import assign_steps
 
     rng = random.Random(21)
     for _ in range(20):

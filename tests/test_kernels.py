@@ -6,7 +6,7 @@ import pytest
 from timeline_trace import Trace, ns
 
 from traceanalyzer.analyses import run_analyses
-from traceanalyzer.analyses.kernels import normalize_kernel_name
+from traceanalyzer.analyses._kernels import normalize_kernel_name
 
 EW = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)"
 EW2 = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)"
@@ -68,7 +68,7 @@ def test_kernel_stats_per_name_step_and_op():
 def test_on_distinct_equals_row_by_row_and_skips_all_null_keys():
     import polars as pl
 
-    from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
+    from traceanalyzer.analyses._kernels import normalize_kernel_names, on_distinct
 
     df = pl.DataFrame({"name": ["void k<1>(int)", "void k<2>(float)", "gemm", "void k<1>(int)", None],
                        "comm_name": [None, None, None, None, None], "x": [1, 2, 3, 4, 5]},

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from traceanalyzer.analyses import run_analyses
-from traceanalyzer.analyses.memory_timeline import live_at
+from traceanalyzer.analyses._memory import live_at
 from traceanalyzer.load.snapshot import load_snapshot
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"

@@ -12,8 +12,8 @@ import polars as pl
 import pytest
 
 from traceanalyzer.analyses import run_analyses
-from traceanalyzer.analyses.callsites import is_user_frame
-from traceanalyzer.analyses.memory_timeline import stack_sites
+from traceanalyzer.analyses._callsites import is_user_frame
+from traceanalyzer.analyses._memory import stack_sites
 from traceanalyzer.config import Config
 from traceanalyzer.load import load
 from traceanalyzer.rules import run_rules

@@ -115,10 +115,11 @@ def test_nest_with_index_links_equal_nest() -> None:
 
 
 def test_op_index_and_top_level_of_a_model_shared_and_forgotten() -> None:
-    """op_index/op_top_level are memoised per model; forget() drops them."""
+    """op_index/op_top_level are built once per DerivedTables; clear() drops them; a bare
+    model gets a fresh build each call."""
     from timeline_trace import Trace, ns
 
-    from traceanalyzer.model import derived
+    from traceanalyzer.model.derived import DerivedTables
     from traceanalyzer.model.relations import op_index, op_top_level
 
     t = Trace()
@@ -127,16 +128,19 @@ def test_op_index_and_top_level_of_a_model_shared_and_forgotten() -> None:
     t.op("aten::empty", 50, 0)  # zero length: inside outer, never covers anything
     t.op("aten::zero_at_end", 100, 0)  # starts where outer ends: top level
     model = t.model()
+    tables = DerivedTables(model)
     names = model.cpu_ops["name"].to_list()
     pts = pl.DataFrame({"pid": model.cpu_ops["pid"][:1], "tid": model.cpu_ops["tid"][:1], "ts_ns": [ns(15)]})
-    got = op_index(model).lookup(pts).to_list()
+    got = op_index(tables).lookup(pts).to_list()
     assert [names[i] for i in got] == ["aten::inner"]
-    assert op_index(model) is op_index(model)  # built once
-    top = dict(zip(names, op_top_level(model).to_list()))
+    assert op_index(model).lookup(pts).to_list() == got  # a bare model: the same answer
+    assert op_index(tables) is op_index(tables)  # built once
+    assert op_index(model) is not op_index(model)  # not shared without tables
+    top = dict(zip(names, op_top_level(tables).to_list()))
     assert top == {"aten::outer": True, "aten::inner": False, "aten::empty": False, "aten::zero_at_end": True}
-    first = op_index(model)
-    derived.forget(model)
-    assert op_index(model) is not first  # rebuilt after forget()
+    first = op_index(tables)
+    tables.clear()
+    assert op_index(tables) is not first  # rebuilt after clear()
 
 
 def test_op_top_level_is_depth_one_of_the_nesting() -> None:
@@ -145,7 +149,7 @@ def test_op_top_level_is_depth_one_of_the_nesting() -> None:
     op_index's nesting (built first, as phases does)."""
     from timeline_trace import Trace
 
-    from traceanalyzer.model import derived
+    from traceanalyzer.model.derived import DerivedTables
     from traceanalyzer.model.relations import nest_depth, op_index, op_top_level
 
     handed_over = 0
@@ -161,68 +165,58 @@ def test_op_top_level_is_depth_one_of_the_nesting() -> None:
             pl.col("id").cast(pl.Int64))
         want = (nest_depth(ops).sort("id")["depth"] == 1).to_list()
         assert op_top_level(model).to_list() == want, seed
-        derived.forget(model)
-        op_index(model)
-        handed_over += _memo_has(model, "op_top_level")  # forgotten above: only op_index can have put it there
-        assert op_top_level(model).to_list() == want, seed
+        tables = DerivedTables(model)
+        op_index(tables)
+        handed_over += "op_top_level" in tables.held()  # fresh tables: only op_index can have put it there
+        assert op_top_level(tables).to_list() == want, seed
     assert handed_over == 6  # the positive-length cases took the nesting's depths
 
 
-def test_derived_memo_is_per_model_and_weak() -> None:
-    import gc
-
-    from traceanalyzer.model.derived import _MEMO, derived, forget
-
-    class M:  # any weak-referenceable object stands for a model
-        pass
+def test_derived_tables_build_once_per_key_and_per_object() -> None:
+    from traceanalyzer.model.derived import DerivedTables
 
     calls: list[int] = []
-    a, b = M(), M()
-    assert derived(a, "k", lambda: calls.append(1) or "A") == "A"
-    assert derived(a, "k", lambda: calls.append(2) or "X") == "A"  # memoised
-    assert derived(b, "k", lambda: calls.append(3) or "B") == "B"  # another model, its own table
+    a, b = DerivedTables("model a"), DerivedTables("model b")
+    assert a.get("k", lambda: calls.append(1) or "A") == "A"
+    assert a.get("k", lambda: calls.append(2) or "X") == "A"  # built once
+    assert b.get("k", lambda: calls.append(3) or "B") == "B"  # another run, its own table
     assert calls == [1, 3]
-    forget(a)
-    assert derived(a, "k", lambda: "A2") == "A2"
-    key = id(b)
-    del b
-    gc.collect()
-    assert key not in _MEMO  # the memo does not keep a dead model's tables
+    a.clear()
+    assert a.held() == frozenset()
+    assert a.get("k", lambda: "A2") == "A2"
 
 
 def test_release_drops_a_table_and_counts_a_rebuild() -> None:
-    from traceanalyzer.model.derived import derived, rebuilds, release
+    from traceanalyzer.model.derived import DerivedTables, rebuilds
 
-    class M:
-        pass
-
-    m = M()
-    assert derived(m, "t", lambda: "first") == "first"
+    m = DerivedTables("model", readers={"t": 1})
+    assert m.get("t", lambda: "first") == "first"
     before = rebuilds().get("t", 0)
-    release(m, ["t"])
-    assert derived(m, "t", lambda: "again") == "again"  # built anew, not the dropped one
+    m.done(["t"])  # its only declared reader finished: dropped
+    assert "t" not in m.held()
+    assert m.get("t", lambda: "again") == "again"  # built anew, not the dropped one
     assert rebuilds().get("t", 0) == before + 1
-    assert derived(m, "t", lambda: "third") == "again"  # and memoised again
+    assert m.get("t", lambda: "third") == "again"  # and kept again
 
 
 def test_run_analyses_declares_every_shared_table(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Every derived table an analysis reads is named in its ``shared=``: none is built
-    again after its early release, and none is left for the final forget() (an undeclared
+    again after its early release, and none is left for the final clear() (an undeclared
     one would be held to the end), on traces with and without Python stacks."""
     from pathlib import Path
 
     import traceanalyzer.analyses as analyses
     from traceanalyzer.load import load
-    from traceanalyzer.model.derived import _MEMO, forget, rebuilds
+    from traceanalyzer.model.derived import DerivedTables, rebuilds
 
     left: dict[str, list[str]] = {}
+    clear = DerivedTables.clear
 
-    def spy(model: object) -> None:
-        hit = _MEMO.get(id(model))
-        left[name] = sorted(hit[1]) if hit else []
-        forget(model)
+    def spy(self: DerivedTables[object]) -> None:
+        left[name] = sorted(self.held())
+        clear(self)
 
-    monkeypatch.setattr(analyses, "forget", spy)
+    monkeypatch.setattr(DerivedTables, "clear", spy)
     root = Path(__file__).resolve().parent.parent / "sample_traces"
     for name, workers in [(n, w) for n in ("legacy_pt18.json", "pt113_sync_bound.json.gz",
                                            "amd_mi300_inference.json.gz") for w in (1, 2)]:
@@ -232,14 +226,6 @@ def test_run_analyses_declares_every_shared_table(monkeypatch) -> None:  # type:
         assert {"idle_gaps", "syncs", "copies", "phases", "ops"} <= set(res.values), (name, res.skipped)
         assert rebuilds() == before, name
         assert left[name] == [], name
-        assert id(model) not in _MEMO
-
-
-def _memo_has(model: object, key: str) -> bool:
-    from traceanalyzer.model.derived import _MEMO
-
-    hit = _MEMO.get(id(model))
-    return hit is not None and key in hit[1]
 
 
 def _random_nested(seed: int) -> pl.DataFrame:

@@ -279,8 +279,8 @@ def test_bad_config_file_key_names_the_file(tmp_path: Path, capsys: pytest.Captu
 def test_analysis_thresholds_are_accepted() -> None:
     from traceanalyzer.commands.options import make_config
 
-    cfg = make_config(None, ("idle_gaps.long_gap_us=200", "diagnosis.batch_size=32", "steps.warmup_factor=3"))
-    assert cfg.overrides == {"idle_gaps.long_gap_us": 200, "diagnosis.batch_size": 32, "steps.warmup_factor": 3}
+    cfg = make_config(None, ("idle_gaps.long_gap_us=200", "baseline.batch_size=32", "steps.warmup_factor=3"))
+    assert cfg.overrides == {"idle_gaps.long_gap_us": 200, "baseline.batch_size": 32, "steps.warmup_factor": 3}
 
 
 # --------------------------------------------------------------------------------------

@@ -9,10 +9,9 @@ from typing import Any
 import pytest
 
 import traceanalyzer.analyses as analyses_mod
-from traceanalyzer.analyses import AnalysisSpec, Results, run_analyses
+from traceanalyzer.analyses import AnalysisContext, AnalysisSpec, run_analyses
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
-from traceanalyzer.model.derived import derived
 
 
 class FakeModel:
@@ -39,16 +38,16 @@ def test_parallel_run_respects_dependencies_and_keeps_dependency_order(fake_regi
     running = {"now": 0, "max": 0}
 
     def make(name: str, pause: float, reads: tuple[str, ...] = ()) -> Any:
-        def run(model: Any, results: Results, config: Config) -> str:
+        def run(ctx: AnalysisContext[Any]) -> str:
             with lock:
                 log.append(("start", name))
                 running["now"] += 1
                 running["max"] = max(running["max"], running["now"])
             for dep in reads:
-                assert dep in results.values, f"{name} started before {dep} finished"
+                assert dep in ctx.results.values, f"{name} started before {dep} finished"
             # Both slow analyses ask for one shared table: it is built once.
             if name in ("slow_a", "slow_b"):
-                derived(model, "table", lambda: (builds.append(name), time.sleep(0.05), 42)[-1])
+                ctx.tables.get("table", lambda: (builds.append(name), time.sleep(0.05), 42)[-1])
             time.sleep(pause)
             with lock:
                 running["now"] -= 1
@@ -56,7 +55,7 @@ def test_parallel_run_respects_dependencies_and_keeps_dependency_order(fake_regi
             return f"{name}-result"
         return run
 
-    def skipped(model: Any, results: Results, config: Config) -> str:
+    def skipped(ctx: AnalysisContext[Any]) -> str:
         raise NotApplicable("nothing to see")
 
     fake_registry.update({
@@ -82,10 +81,10 @@ def test_parallel_run_respects_dependencies_and_keeps_dependency_order(fake_regi
 
 
 def test_parallel_run_records_or_raises_failures(fake_registry: dict[str, AnalysisSpec]) -> None:
-    def boom(model: Any, results: Results, config: Config) -> str:
+    def boom(ctx: AnalysisContext[Any]) -> str:
         raise ValueError("bug")
 
-    def fine(model: Any, results: Results, config: Config) -> str:
+    def fine(ctx: AnalysisContext[Any]) -> str:
         time.sleep(0.02)
         return "ok"
 
@@ -102,7 +101,7 @@ def test_parallel_run_records_or_raises_failures(fake_registry: dict[str, Analys
 def test_workers_default_follows_config(fake_registry: dict[str, AnalysisSpec]) -> None:
     threads: set[str] = set()
 
-    def who(model: Any, results: Results, config: Config) -> str:
+    def who(ctx: AnalysisContext[Any]) -> str:
         threads.add(threading.current_thread().name)
         return "x"
 
@@ -118,7 +117,7 @@ def test_big_models_run_one_analysis_at_a_time_by_default(
 
     threads: set[str] = set()
 
-    def who(model: Any, results: Results, config: Config) -> str:
+    def who(ctx: AnalysisContext[Any]) -> str:
         threads.add(threading.current_thread().name)
         return "x"
 
@@ -133,3 +132,54 @@ def test_big_models_run_one_analysis_at_a_time_by_default(
         threads.clear()
         run_analyses(model, Config())
         assert threads and threading.main_thread().name not in threads
+
+
+def test_context_gives_declared_params_and_only_declared_results(fake_registry: dict[str, AnalysisSpec]) -> None:
+    seen: dict[str, Any] = {}
+
+    def base(ctx: AnalysisContext[Any]) -> str:
+        return "base-result"
+
+    def reader(ctx: AnalysisContext[Any]) -> str:
+        seen["top_n"], seen["ratio"] = ctx.params.top_n, ctx.params.ratio
+        seen["base"] = ctx.need("base", str)
+        seen["opt"] = ctx.typed("missing", str)  # declared in after, not registered: None
+        with pytest.raises(AttributeError, match="no parameter 'typo'"):
+            ctx.params.typo  # noqa: B018 - the read is the test
+        with pytest.raises(KeyError, match="without declaring"):
+            ctx.typed("other", str)
+        return "ok"
+
+    fake_registry.update({
+        "base": _spec("base", base),
+        "other": _spec("other", base),
+        "reader": AnalysisSpec(name="reader", func=reader, input="fake", depends_on=("base",), title="r", order=9,
+                               doc="", after=("missing",), params={"top_n": 20, "ratio": 0.5}),
+    })
+    res = run_analyses(FakeModel(), Config({"reader.ratio": "0.25"}), strict=True, workers=1)  # type: ignore[arg-type]
+    assert res.values["reader"] == "ok"
+    assert seen == {"top_n": 20, "ratio": 0.25, "base": "base-result", "opt": None}
+
+
+def test_analyses_import_from_each_other_only_the_result_classes_they_declare() -> None:
+    """Shared helpers live in the private modules (``analyses/_*.py``); an analysis imports from
+    another analysis only its result class, and only of one it declares (depends_on/after)."""
+    import ast
+    from pathlib import Path
+
+    specs = analyses_mod.registry()
+    by_module = {s.func.__module__.rsplit(".", 1)[-1]: s for s in specs.values()}
+    root = Path(analyses_mod.__file__).parent
+    bad = []
+    for path in sorted(root.glob("[a-z]*.py")):
+        spec = by_module.get(path.stem)
+        declared = set(spec.depends_on) | set(spec.after) if spec else set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("traceanalyzer.analyses."):
+                other = node.module.rsplit(".", 1)[-1]
+                if other.startswith("_"):
+                    continue
+                names = [a.name for a in node.names]
+                if not all(n.endswith("Result") for n in names) or specs[other].name not in declared:
+                    bad.append(f"{path.stem} imports {names} from {other}")
+    assert bad == []

@@ -7,7 +7,7 @@ import pytest
 from timeline_trace import Trace, ns
 
 from traceanalyzer.analyses import run_analyses
-from traceanalyzer.analyses.steps import assign_steps
+from traceanalyzer.analyses._steps import assign_steps
 
 
 def _steps(t: Trace):

@@ -1,15 +1,24 @@
-"""Analyses: pure functions from a model (and earlier results) to a frozen result.
+"""Analyses: pure functions from one :class:`AnalysisContext` to a frozen result.
 
 Contract
 --------
 An analysis is registered with :func:`analysis`::
 
-    @analysis("kernels", input="trace", depends_on=("steps",), title="Kernels")
-    def kernels(model: TraceModel, results: Results, config: Config) -> KernelsResult: ...
+    @analysis("kernels", input="trace", depends_on=("steps",), title="Kernels",
+              params={"top_n": 20, "short_kernel_us": 10.0}, shared=("op_nesting",))
+    def kernels(ctx: AnalysisContext[TraceModel]) -> KernelsResult: ...
 
 * It is pure: no I/O, no plotting, no printing, no logging-as-error-handling.
-* It reads ``model`` tables, the results named in ``depends_on`` (``results[name]``)
-  and thresholds from ``config.get(f"{name}.{param}", default)``.
+* Everything it reads comes from its context: ``ctx.model`` (the model of kind ``input``),
+  the results it declares (``ctx.need(name, Cls)`` for one in ``depends_on``,
+  ``ctx.typed(name, Cls)`` for one in ``after``, None when it did not run), its declared
+  parameters (``ctx.params.top_n``: the default of ``params=`` unless the config key
+  ``<name>.<param>`` overrides it) and the run's shared derived tables (``ctx.tables``,
+  :class:`~traceanalyzer.model.derived.DerivedTables`, passed to the helpers that build
+  them; ``shared=`` names those it reads, so each is dropped after its last reader).
+* It imports helpers from the private modules of this package (``_steps``, ``_kernels`` …),
+  never from another analysis; it may import the result class of an analysis it declares,
+  for typing.
 * When the signal it needs is absent it raises
   :class:`~traceanalyzer.errors.NotApplicable` with a reason users can act on; the
   pipeline records it and the report lists the check as "could not run".
@@ -17,22 +26,32 @@ An analysis is registered with :func:`analysis`::
   number, JSON-safe) plus optional ``summary()`` (label, value) pairs and
   ``tables()`` (title → polars frame) that generic renderers show.
 
-Modules in this package are discovered automatically: adding an analysis is one new
-module plus its test.
+The declared parameters are also what ``--set``/``--config`` validation reads
+(:mod:`traceanalyzer.params`). Modules in this package are discovered automatically: adding
+an analysis is one new module plus its test.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Protocol, TypeAlias, TypeVar, cast, runtime_checkable
 
 import polars as pl
 
-from traceanalyzer.config import Config
+from traceanalyzer.config import Config, Params
 from traceanalyzer.errors import NotApplicable
-from traceanalyzer.model.derived import forget, release
+from traceanalyzer.model import Model
+from traceanalyzer.model.derived import DerivedTables
 from traceanalyzer.plugins import import_submodules
+
+M = TypeVar("M", bound=Model)
+M_co = TypeVar("M_co", bound=Model, covariant=True)
+
+#: The analysis runner's own settings (config owner ``analyses``), declared like an analysis's
+#: parameters: ``workers``, how many analyses run at once (its default is chosen per model,
+#: see :func:`run_analyses`; this value only gives its type).
+RUNNER_PARAMS: dict[str, Any] = {"workers": 1}
 
 
 @runtime_checkable
@@ -57,8 +76,11 @@ def tables_of(result: Any) -> dict[str, pl.DataFrame]:
 
 
 R = TypeVar("R")
+Res = TypeVar("Res", bound=Result)
 
-AnalysisFunc = Callable[[Any, "Results", Config], Any]
+#: What the registry stores: the runner passes each analysis a context whose model is of the
+#: kind its ``input`` names (:func:`analysis` accepts the narrower signature).
+AnalysisFunc: TypeAlias = Callable[["AnalysisContext[Model]"], Result]
 
 
 @dataclass(frozen=True)
@@ -71,7 +93,8 @@ class AnalysisSpec:
     order: int
     doc: str
     after: tuple[str, ...] = ()  # optional inputs: run first when present, never required
-    shared: tuple[str, ...] = ()  # traceanalyzer.model.derived keys it reads (directly or not)
+    shared: tuple[str, ...] = ()  # DerivedTables keys it reads (directly or through a helper)
+    params: Mapping[str, Any] = field(default_factory=dict)  # parameter -> default
 
 
 _REGISTRY: dict[str, AnalysisSpec] = {}
@@ -86,22 +109,26 @@ def analysis(
     order: int = 100,
     after: tuple[str, ...] = (),
     shared: tuple[str, ...] = (),
-) -> Callable[[AnalysisFunc], AnalysisFunc]:
+    params: Mapping[str, Any] | None = None,
+) -> Callable[[Callable[[AnalysisContext[M]], Res]], Callable[[AnalysisContext[M]], Res]]:
     """Register an analysis. ``input`` is the model ``kind`` it applies to;
-    ``order`` sorts report sections (lower first). ``after`` names optional inputs: they
-    run first when registered, but their absence does not skip this analysis (it reads
-    them with ``results.values.get(name)``). ``shared`` names the
-    :mod:`traceanalyzer.model.derived` tables it may read, directly or through a helper
-    that builds them (``launches`` reads ``gpu_activity``): ``run_analyses`` drops each
-    table once the last analysis naming it has run. A missing name costs a rebuild, not
-    a wrong number."""
+    ``order`` sorts report sections (lower first). ``depends_on`` names the results it
+    needs (it is skipped, with their reason, when one is missing); ``after`` names optional
+    inputs: they run first when registered, but their absence does not skip this analysis
+    (it reads them with ``ctx.typed``). ``params`` declares its parameters with their
+    defaults (``ctx.params.x``; config key ``<name>.x``, converted to the default's type).
+    ``shared`` names the :class:`~traceanalyzer.model.derived.DerivedTables` keys it may
+    read, directly or through a helper that builds them (``launches`` reads
+    ``gpu_activity``): :func:`run_analyses` drops each table once the last analysis naming
+    it has run. A missing name costs a rebuild, not a wrong number."""
 
-    def deco(func: AnalysisFunc) -> AnalysisFunc:
+    def deco(func: Callable[[AnalysisContext[M]], Res]) -> Callable[[AnalysisContext[M]], Res]:
         if name in _REGISTRY and _REGISTRY[name].func is not func:
             raise ValueError(f"analysis {name!r} registered twice")
         _REGISTRY[name] = AnalysisSpec(
             name=name,
-            func=func,
+            # The runner passes only models of kind ``input``: the narrower signature is safe.
+            func=cast(AnalysisFunc, func),
             input=input,
             depends_on=depends_on,
             title=title or name.replace("_", " ").capitalize(),
@@ -109,6 +136,7 @@ def analysis(
             doc=(func.__doc__ or "").strip(),
             after=after,
             shared=shared,
+            params=dict(params or {}),
         )
         return func
 
@@ -126,7 +154,7 @@ def registry() -> dict[str, AnalysisSpec]:
 
 
 @dataclass
-class Results(Mapping[str, Any]):
+class Results(Mapping[str, Result]):
     """Results of one run: name → result, plus the analyses that could not run.
 
     ``skipped`` maps an analysis name to the reason it could not run (its own
@@ -134,11 +162,12 @@ class Results(Mapping[str, Any]):
     an internal error message (a bug: reported, never silently dropped).
     """
 
-    values: dict[str, Any] = field(default_factory=dict)
+    # ``values`` shadows Mapping.values(): every reader (rules, report, tests) uses the dict.
+    values: dict[str, Result] = field(default_factory=dict)  # type: ignore[assignment]
     skipped: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> Result:
         return self.values[key]
 
     def typed(self, name: str, kind: type[R]) -> R | None:
@@ -166,6 +195,43 @@ class Results(Mapping[str, Any]):
         return len(self.values)
 
 
+@dataclass(frozen=True)
+class AnalysisContext(Generic[M_co]):
+    """Everything one analysis reads (see the module docstring): its ``model``, its declared
+    ``params``, the run's shared derived ``tables`` and, through :meth:`need` and
+    :meth:`typed`, the results it declares (``depends_on``, ``after``)."""
+
+    name: str
+    model: M_co
+    params: Params
+    tables: DerivedTables[M_co]
+    results: Results = field(repr=False)
+    depends_on: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+
+    def need(self, name: str, kind: type[R]) -> R:
+        """The result of ``name``, one of ``depends_on`` (the runner ran it first)."""
+        if name not in self.depends_on:
+            raise KeyError(f"analysis {self.name!r} reads {name!r} without declaring it in depends_on")
+        return self.results.need(name, kind)
+
+    def typed(self, name: str, kind: type[R]) -> R | None:
+        """The result of ``name``, one of ``depends_on`` or ``after``; None when it did not run."""
+        if name not in self.depends_on and name not in self.after:
+            raise KeyError(f"analysis {self.name!r} reads {name!r} without declaring it in depends_on or after")
+        return self.results.typed(name, kind)
+
+
+def context_for(spec: AnalysisSpec, model: M, config: Config, results: Results,
+                tables: DerivedTables[M] | None = None) -> AnalysisContext[M]:
+    """The context :func:`run_analyses` gives ``spec`` (tests call analyses with it too)."""
+    return AnalysisContext(
+        name=spec.name, model=model, params=Params(spec.name, spec.params, config),
+        tables=tables if tables is not None else DerivedTables(model), results=results,
+        depends_on=spec.depends_on, after=spec.after,
+    )
+
+
 def _toposort(specs: dict[str, AnalysisSpec]) -> list[AnalysisSpec]:
     done: list[AnalysisSpec] = []
     seen: set[str] = set()
@@ -187,7 +253,7 @@ def _toposort(specs: dict[str, AnalysisSpec]) -> list[AnalysisSpec]:
 
 
 def run_analyses(
-    model: Any,
+    model: Model,
     config: Config | None = None,
     only: tuple[str, ...] | None = None,
     strict: bool = False,
@@ -199,15 +265,16 @@ def run_analyses(
     an internal error propagates (tests use it); otherwise it is recorded in
     ``Results.failed`` and the run goes on.
 
-    ``workers`` analyses run at once, each as soon as its inputs are done; the results
-    are the same (analyses are pure, shared tables are built once) and kept in dependency
-    order whatever order they finish in. Polars leaves the GIL while it computes, and one
-    analysis alone kept two cores ~70 % busy: two at once cut the analyses' wall time by a
-    third at 1x df_index_resolver and a fifth at 16x, on two cores. The second analysis's
-    working set costs memory, though (+135 MB at 16x, +256 MB at 40x: over the 1.5× file
-    size the 2 GB trace must stay under), so the default (config ``analyses.workers``
-    overrides it) is 2 for models under :data:`PARALLEL_MAX_MODEL_BYTES` when polars has
-    two threads or more, else 1.
+    Each analysis gets its :class:`AnalysisContext`; they share one
+    :class:`~traceanalyzer.model.derived.DerivedTables` of the model, whose tables are
+    dropped after their last declared reader and all at the end.
+
+    ``workers`` analyses run at once (threads; polars leaves the GIL while it computes),
+    each as soon as its inputs are done; the results are the same (analyses are pure,
+    shared tables are built once) and kept in dependency order whatever order they finish
+    in. The second analysis's working set costs memory, so the default (config
+    ``analyses.workers`` overrides it) is 2 for models under
+    :data:`PARALLEL_MAX_MODEL_BYTES` when polars has two threads or more, else 1.
     """
     config = config or Config()
     specs = {n: s for n, s in registry().items() if s.input == model.kind}
@@ -223,37 +290,32 @@ def run_analyses(
     order = _toposort(specs)
     if workers is None:
         small = _model_bytes(model) < PARALLEL_MAX_MODEL_BYTES
-        workers = config.get("analyses.workers", min(2, pl.thread_pool_size()) if small else 1)
+        auto = min(2, pl.thread_pool_size()) if small else 1
+        workers = config.get("analyses.workers", auto)  # declared in RUNNER_PARAMS
     results = Results()
     # Each shared table is dropped as soon as every analysis that names it has run.
     readers: dict[str, int] = {}
     for spec in order:
         for key in spec.shared:
             readers[key] = readers.get(key, 0) + 1
+    tables: DerivedTables[Model] = DerivedTables(model, readers)
 
     def finished(spec: AnalysisSpec) -> None:
-        done = []
-        for key in spec.shared:
-            readers[key] -= 1
-            if readers[key] == 0:
-                done.append(key)
-        release(model, done)
+        tables.done(spec.shared)
 
     try:
         if workers <= 1 or len(order) <= 1:
             for spec in order:
-                _run_one(spec, model, config, results, strict)
+                _run_one(spec, model, tables, config, results, strict)
                 finished(spec)
         else:
-            _run_parallel(order, specs, model, config, results, strict, workers, finished)
+            _run_parallel(order, specs, model, tables, config, results, strict, workers, finished)
     finally:
-        # Tables the analyses shared (traceanalyzer.model.derived) are not needed any more.
-        forget(model)
+        tables.clear()
     rank = {spec.name: i for i, spec in enumerate(order)}
-    for table in (results.values, results.skipped, results.failed):
-        items = sorted(table.items(), key=lambda kv: rank[kv[0]])
-        table.clear()
-        table.update(items)
+    results.values = dict(sorted(results.values.items(), key=lambda kv: rank[kv[0]]))
+    results.skipped = dict(sorted(results.skipped.items(), key=lambda kv: rank[kv[0]]))
+    results.failed = dict(sorted(results.failed.items(), key=lambda kv: rank[kv[0]]))
     return results
 
 
@@ -262,7 +324,7 @@ def run_analyses(
 PARALLEL_MAX_MODEL_BYTES = 512 * 2**20
 
 
-def _model_bytes(model: Any) -> int:
+def _model_bytes(model: object) -> int:
     """The estimated size of the model's tables."""
     attrs = getattr(model, "__dict__", {})
     return sum(int(v.estimated_size()) for v in attrs.values() if isinstance(v, pl.DataFrame))
@@ -271,7 +333,8 @@ def _model_bytes(model: Any) -> int:
 def _run_parallel(
     order: list[AnalysisSpec],
     specs: dict[str, AnalysisSpec],
-    model: Any,
+    model: Model,
+    tables: DerivedTables[Model],
     config: Config,
     results: Results,
     strict: bool,
@@ -294,7 +357,8 @@ def _run_parallel(
                         break
                     if all(d in done for d in (*spec.depends_on, *spec.after) if d in specs):
                         todo.remove(spec)
-                        running[pool.submit(_run_one, spec, model, config, results, strict)] = spec
+                        fut = pool.submit(_run_one, spec, model, tables, config, results, strict)
+                        running[fut] = spec
                 if not running:  # cannot happen with an acyclic order; never spin on it
                     raise RuntimeError(f"no analysis can start: {[s.name for s in todo]}")
                 over, _ = wait(list(running), return_when=FIRST_COMPLETED)
@@ -309,7 +373,8 @@ def _run_parallel(
             raise
 
 
-def _run_one(spec: AnalysisSpec, model: Any, config: Config, results: Results, strict: bool) -> None:
+def _run_one(spec: AnalysisSpec, model: Model, tables: DerivedTables[Model], config: Config, results: Results,
+             strict: bool) -> None:
     """Run one analysis into ``results`` (value, skip reason or failure)."""
     missing = [d for d in spec.depends_on if d not in results.values]
     if missing:
@@ -317,7 +382,7 @@ def _run_one(spec: AnalysisSpec, model: Any, config: Config, results: Results, s
         results.skipped[spec.name] = f"needs {', '.join(missing)}: {why}"
         return
     try:
-        results.values[spec.name] = spec.func(model, results, config)
+        results.values[spec.name] = spec.func(context_for(spec, model, config, results, tables))
     except NotApplicable as na:
         results.skipped[spec.name] = na.reason
     except Exception as exc:  # noqa: BLE001 - one broken analysis must not sink the report
@@ -327,10 +392,14 @@ def _run_one(spec: AnalysisSpec, model: Any, config: Config, results: Results, s
 
 
 __all__ = [
+    "RUNNER_PARAMS",
+    "AnalysisContext",
     "AnalysisSpec",
+    "Model",
     "Result",
     "Results",
     "analysis",
+    "context_for",
     "discover",
     "registry",
     "run_analyses",

@@ -27,9 +27,10 @@ communication analysis and the ``comm_exposed`` rule report it.
 from __future__ import annotations
 
 import polars as pl
+from polars.expr.whenthen import ChainedThen, Then
 
-from traceanalyzer.model.derived import derived
-from traceanalyzer.model.relations import op_index
+from traceanalyzer.model import TraceModel
+from traceanalyzer.model.relations import TraceTables, op_index, trace_tables
 
 #: Communication kernel families by name: (family, regex searched in the demangled name).
 #: NCCL and RCCL share the ``nccl*Kernel`` names; sources in ``docs/communication.md``.
@@ -40,9 +41,11 @@ COMM_FAMILIES: tuple[tuple[str, str], ...] = (
     ("hccl", r"(?i)^hccl"),
     ("nvshmem", r"(?i)nvshmem|_on_stream_kernel\b|\ballToAllV(_2d)?\b|\bexchangeSplitAndOffset\b"),
     # DeepEP's communication namespaces (deep_ep::layout::get_dispatch_layout is compute).
-    ("deepep", r"deep_ep::(legacy::)?(intranode|internode|internode_ll|elastic)::|\b(cached_)?notify_(dispatch|combine)\b"
+    ("deepep", r"deep_ep::(legacy::)?(intranode|internode|internode_ll|elastic)::"
+               r"|\b(cached_)?notify_(dispatch|combine)\b"
                r"|\bcached_notify\b|\bclean_low_latency_buffer\b"),
-    ("custom_all_reduce", r"cross_device_reduce|(?i:one|two)Shot\w*AllReduceKernel|allreduce_1shotLL|(?i)quick_?reduce"),
+    ("custom_all_reduce",
+     r"cross_device_reduce|(?i:one|two)Shot\w*AllReduceKernel|allreduce_1shotLL|(?i)quick_?reduce"),
     ("symm_mem", r"\b(one|two)_shot_all_reduce|\bmultimem_(all_reduce|one_shot_reduce|all_gather)"),
     ("userbuffers", r"\bk?userbuffers_"),
     ("oneccl", r"(?i)oneccl|\bccl::"),
@@ -100,7 +103,7 @@ DTYPE_BYTES: dict[str, int] = {
 
 def family_of(name: pl.Expr) -> pl.Expr:
     """The communication family a kernel name belongs to, null for none."""
-    e = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
+    e: Then | ChainedThen = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
     for fam, rx in COMM_FAMILIES:
         e = e.when(name.str.contains(rx)).then(pl.lit(fam))
     return e.otherwise(pl.lit(None, pl.String))
@@ -110,7 +113,7 @@ def collective_type(text: pl.Expr) -> pl.Expr:
     """Collective type named by ``text`` (``all_reduce``, ``all_gather``, ``reduce_scatter``,
     ``all_to_all``, ``dispatch``, ``combine``, ``broadcast``, ``send_recv``, ``barrier`` …),
     null when it names none."""
-    e = pl.when(text.is_null()).then(pl.lit(None, pl.String))
+    e: Then | ChainedThen = pl.when(text.is_null()).then(pl.lit(None, pl.String))
     for t, rx in _TYPE_PATTERNS:
         e = e.when(text.str.contains(rx)).then(pl.lit(t))
     return e.otherwise(pl.lit(None, pl.String))
@@ -128,20 +131,21 @@ def busbw_factor(ctype: pl.Expr, n: pl.Expr) -> pl.Expr:
     )
 
 
-def comm_classes(model: object) -> pl.DataFrame:
+def comm_classes(src: TraceModel | TraceTables) -> pl.DataFrame:
     """Row-aligned with ``model.kernels``: ``is_comm`` (bool), ``comm_signal`` (``metadata`` /
     ``cpu_op`` / ``name`` / null), ``comm_family`` (by name, null for none), ``comm_weak``
     (one weak signal only), ``comm_op`` (the linked communication CPU op or annotation),
     ``comm_op_ext`` (its External id: the kernels of one collective share it) and the
     linked op's metadata ``op_comm_name, op_dtype, op_in_nelems, op_out_nelems,
-    op_group_size, op_pg_name, op_pg_desc``. Built once per model (read-only)."""
-    return derived(model, "comm_classes", lambda: _comm_classes(model))
+    op_group_size, op_pg_name, op_pg_desc``. Built once per run (read-only)."""
+    t = trace_tables(src)
+    return t.get("comm_classes", lambda: _comm_classes(t))
 
 
-def _contexts(model: object) -> pl.DataFrame:
+def _contexts(model: TraceModel) -> pl.DataFrame:
     """Communication CPU ops and annotations: ``external_id, name`` and their metadata."""
-    ops = model.cpu_ops  # type: ignore[attr-defined]
-    ann = model.annotations  # type: ignore[attr-defined]
+    ops = model.cpu_ops
+    ann = model.annotations
     o = ops.filter(pl.col("name").str.contains(COMM_OP_RE)).select(
         "external_id", "name", *[pl.col(c).alias(a) for c, a in _OP_META.items()])
     a = ann.filter(pl.col("name").str.contains(COMM_OP_RE)).select(
@@ -155,7 +159,7 @@ _OP_META = {"comm_name": "op_comm_name", "comm_dtype": "op_dtype", "comm_in_nele
             "comm_pg_desc": "op_pg_desc"}
 
 
-def _linked_ops(model: object, k: pl.DataFrame, ctx: pl.DataFrame) -> pl.DataFrame:
+def _linked_ops(t: TraceTables, k: pl.DataFrame, ctx: pl.DataFrame) -> pl.DataFrame:
     """For each kernel row, the communication op it is linked to (null columns where none)."""
     cols = ctx.columns
     by_ext = ctx.filter(pl.col("external_id").is_not_null()).unique("external_id", keep="first", maintain_order=True)
@@ -164,23 +168,26 @@ def _linked_ops(model: object, k: pl.DataFrame, ctx: pl.DataFrame) -> pl.DataFra
         "external_id")
     # Kernels whose External id names no CPU op (none recorded, or older Kineto files where it
     # repeats the correlation id): the deepest CPU op around the launch call instead.
-    known = pl.concat([model.cpu_ops["external_id"], model.annotations["external_id"]]).drop_nulls()  # type: ignore[attr-defined]
+    model = t.model
+    known = pl.concat([model.cpu_ops["external_id"], model.annotations["external_id"]]).drop_nulls()
     need = ~k["external_id"].is_in(known.implode()).fill_null(False) & k["correlation"].is_not_null()
     if need.any():
-        ops = model.cpu_ops  # type: ignore[attr-defined]
+        ops = model.cpu_ops
         idx = need.arg_true()
-        rt = model.runtime.filter(pl.col("correlation").is_not_null()).unique(  # type: ignore[attr-defined]
+        rt = model.runtime.filter(pl.col("correlation").is_not_null()).unique(
             "correlation", keep="first", maintain_order=True)
         pts = k[idx].select("correlation").join(rt.select("correlation", "pid", "tid", "ts_ns"), on="correlation",
                                                 how="left", maintain_order="left")
-        op_id = op_index(model).lookup(pts.select("pid", "tid", "ts_ns"))  # type: ignore[arg-type]
-        found = ops.select("external_id", "name", *[pl.col(c).alias(a) for c, a in _OP_META.items()]).with_row_index("_r")
+        op_id = op_index(t).lookup(pts.select("pid", "tid", "ts_ns"))
+        found = ops.select(
+            "external_id", "name", *[pl.col(c).alias(a) for c, a in _OP_META.items()]).with_row_index("_r")
         got = op_id.to_frame("_r").with_columns(pl.col("_r").cast(pl.UInt32)).join(
             found, on="_r", how="left", maintain_order="left")
         got = got.with_columns(
             pl.when(pl.col("name").str.contains(COMM_OP_RE)).then(pl.col("name")).alias("name"))
         # The op's row number stands in for its External id (negative: never a real one).
-        got = got.with_columns(pl.when(pl.col("name").is_not_null()).then(-1 - pl.col("_r").cast(pl.Int64)).alias("_ext"))
+        got = got.with_columns(
+            pl.when(pl.col("name").is_not_null()).then(-1 - pl.col("_r").cast(pl.Int64)).alias("_ext"))
         for c in cols:
             if c not in ("external_id", "name"):
                 got = got.with_columns(pl.when(pl.col("name").is_not_null()).then(pl.col(c)).alias(c))
@@ -189,8 +196,9 @@ def _linked_ops(model: object, k: pl.DataFrame, ctx: pl.DataFrame) -> pl.DataFra
     return j
 
 
-def _comm_classes(model: object) -> pl.DataFrame:
-    k = model.kernels  # type: ignore[attr-defined]
+def _comm_classes(t: TraceTables) -> pl.DataFrame:
+    model = t.model
+    k = model.kernels
     schema = {"is_comm": pl.Boolean, "comm_signal": pl.String, "comm_family": pl.String, "comm_weak": pl.Boolean,
               "comm_op": pl.String, "comm_op_ext": pl.Int64, "op_comm_name": pl.String, "op_dtype": pl.String,
               "op_in_nelems": pl.Int64, "op_out_nelems": pl.Int64, "op_group_size": pl.Int64,
@@ -203,7 +211,7 @@ def _comm_classes(model: object) -> pl.DataFrame:
     f = k.select("name", "comm_name").join(names, on="name", how="left", maintain_order="left")
     ctx = _contexts(model)
     if ctx.height:
-        linked = _linked_ops(model, k, ctx)
+        linked = _linked_ops(t, k, ctx)
     else:
         linked = pl.DataFrame({c: pl.Series([None] * k.height, dtype=ctx.schema[c]) for c in ctx.columns if
                                c != "external_id"}).with_columns(_ext=pl.lit(None, pl.Int64))

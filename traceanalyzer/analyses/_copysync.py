@@ -8,16 +8,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import polars as pl
 
-from traceanalyzer.analyses._intervals import pct  # noqa: F401 - re-exported for copies/syncs
-from traceanalyzer.analyses.steps import assign_steps as assign_window  # noqa: F401 - re-exported
+from traceanalyzer.analyses._steps import StepWindows
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.derived import derived
-from traceanalyzer.model.relations import gpu_activity
+from traceanalyzer.model.relations import TraceTables, gpu_activity, trace_tables
 
 #: CPU ops that copy tensors (outermost one of a nest counts once: aten::to > _to_copy > copy_).
 COPY_OPS: tuple[str, ...] = ("aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone")
@@ -96,18 +91,19 @@ def host_memory(name: pl.Expr, kind: pl.Expr, src: pl.Expr, dst: pl.Expr, vendor
     )
 
 
-def runtime_by_correlation(model: TraceModel) -> pl.DataFrame:
+def runtime_by_correlation(src: TraceModel | TraceTables) -> pl.DataFrame:
     """One runtime row per correlation id (the first), renamed ``api*`` for joining to GPU rows
-    (built once per model, read-only). Only correlation ids that some GPU activity carries
+    (built once per run, read-only). Only correlation ids that some GPU activity carries
     are kept: every reader joins it to GPU rows, and the calls without GPU work (syncs,
     event records …) are about half of a trace's runtime rows."""
-    return derived(model, "runtime_by_correlation", lambda: _runtime_by_correlation(model))
+    t = trace_tables(src)
+    return t.get("runtime_by_correlation", lambda: _runtime_by_correlation(t))
 
 
-def _runtime_by_correlation(model: TraceModel) -> pl.DataFrame:
-    on_gpu = gpu_activity(model)["correlation"].drop_nulls().unique()
+def _runtime_by_correlation(t: TraceTables) -> pl.DataFrame:
+    on_gpu = gpu_activity(t)["correlation"].drop_nulls().unique()
     return (
-        model.runtime.select("correlation", "name", "ts_ns", "dur_ns", "end_ns", "pid", "tid")
+        t.model.runtime.select("correlation", "name", "ts_ns", "dur_ns", "end_ns", "pid", "tid")
         # Filtered before the sort (the filter keeps or drops every row of a correlation
         # alike): half the rows to sort. A stable sort: among calls of one correlation at
         # one instant, the first in the file.
@@ -126,7 +122,7 @@ def _runtime_by_correlation(model: TraceModel) -> pl.DataFrame:
     )
 
 
-def transfers(model: TraceModel) -> pl.DataFrame:
+def transfers(src: TraceModel | TraceTables) -> pl.DataFrame:
     """Every GPU memcpy and memset with its issuing runtime call and classification.
 
     Columns: ``activity`` (memcpy/memset), ``name, kind`` (HtoD/DtoH/DtoD/PtoP/HtoH/
@@ -136,12 +132,14 @@ def transfers(model: TraceModel) -> pl.DataFrame:
     ``host_blocking`` (sync API, or pageable host memory: an async copy from/to pageable
     memory is staged synchronously) and ``t_ns`` (the call's start, or the GPU start
     when no call is known: the time used to assign the transfer to a step). Built once per
-    model (read-only).
+    run (read-only).
     """
-    return derived(model, "transfers", lambda: _transfers(model))
+    t = trace_tables(src)
+    return t.get("transfers", lambda: _transfers(t))
 
 
-def _transfers(model: TraceModel) -> pl.DataFrame:
+def _transfers(t: TraceTables) -> pl.DataFrame:
+    model = t.model
     vendor = model.meta.vendor
     mc = model.memcpy.with_columns(
         activity=pl.lit("memcpy"),
@@ -154,7 +152,7 @@ def _transfers(model: TraceModel) -> pl.DataFrame:
     cols = ["activity", "name", "kind", "src", "dst", "host_memory", "bytes", "ts_ns", "dur_ns", "end_ns",
             "device", "stream", "correlation"]
     gpu = pl.concat([mc.select(cols), ms.select(cols)])
-    rt = runtime_by_correlation(model)
+    rt = runtime_by_correlation(t)
     out = gpu.join(rt, on="correlation", how="left", maintain_order="left")
     return out.with_columns(
         api_mode=api_mode(pl.col("api")),
@@ -202,10 +200,9 @@ def containing(df: pl.DataFrame, outer: pl.DataFrame, ts_col: str, id_col: str =
 # Step windows
 # ---------------------------------------------------------------------------------------------
 
-def step_windows(model: TraceModel, results: Mapping[str, Any]) -> tuple[pl.DataFrame, bool]:
+def step_windows(res: StepWindows) -> tuple[pl.DataFrame, bool]:
     """``(windows, has_steps)``: ``window, step, start_ns, end_ns, dur_ns`` of the ``steps``
     result (CPU step extended to its GPU tail; one whole-trace window without steps)."""
-    res = results["steps"]
     w = res.windows()
     return w.with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns")), bool(res.has_steps)
 

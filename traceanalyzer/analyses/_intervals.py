@@ -19,8 +19,8 @@ import polars as pl
 
 from traceanalyzer.analyses._comm import COMM_KERNEL_RE as _COMM_KERNEL_RE
 from traceanalyzer.analyses._comm import comm_classes
-from traceanalyzer.model.derived import derived
-from traceanalyzer.model.relations import gpu_activity
+from traceanalyzer.model import TraceModel
+from traceanalyzer.model.relations import TraceTables, gpu_activity, trace_tables
 from traceanalyzer.timeutil import merge_intervals
 
 # Kernel names of communication libraries (NCCL, RCCL, MSCCL/MSCCL++, HCCL, NVSHMEM, DeepEP,
@@ -117,7 +117,8 @@ def covered_within(merged: pl.DataFrame, spans: pl.DataFrame, by: Sequence[str] 
     ``spans``: one :func:`covered_before` pass over both ends."""
     by = list(by)
     n = spans.height
-    pts = pl.concat([spans.select([*by, pl.col("start_ns").alias("t")]), spans.select([*by, pl.col("end_ns").alias("t")])])
+    pts = pl.concat([spans.select([*by, pl.col("start_ns").alias("t")]),
+                     spans.select([*by, pl.col("end_ns").alias("t")])])
     c = covered_before(merged, pts, by, presorted=True)
     return (c.slice(n, n) - c.slice(0, n)).alias("covered")
 
@@ -161,30 +162,31 @@ def is_comm_kernel(name: pl.Expr, comm_name: pl.Expr | None = None) -> pl.Expr:
     return expr.fill_null(False)
 
 
-def gpu_activity_classes(model: object) -> pl.DataFrame:
+def gpu_activity_classes(src: TraceModel | TraceTables) -> pl.DataFrame:
     """All device activity with a ``category`` column: compute / communication / memcpy / memset
     (communication: :func:`~traceanalyzer.analyses._comm.comm_classes`).
 
     Columns: ``name, ts_ns, dur_ns, end_ns, device, stream, correlation, external_id,
-    activity, category``. Built once per model (read-only).
+    activity, category``. Built once per run (read-only).
     """
-    return derived(model, "gpu_activity_classes", lambda: _gpu_activity_classes(model))
+    t = trace_tables(src)
+    return t.get("gpu_activity_classes", lambda: _gpu_activity_classes(t))
 
 
-def device_union(model: object) -> pl.DataFrame:
+def device_union(src: TraceModel | TraceTables) -> pl.DataFrame:
     """:func:`~traceanalyzer.timeutil.merge_intervals` of every GPU activity with a device,
-    per ``device`` (built once per model; gpu_time, idle_gaps and syncs need it)."""
-    return derived(
-        model,
+    per ``device`` (built once per run; gpu_time, idle_gaps and syncs need it)."""
+    t = trace_tables(src)
+    return t.get(
         "device_union",
-        lambda: merge_intervals(gpu_activity(model).filter(pl.col("device").is_not_null()), by=["device"]),  # type: ignore[arg-type]
+        lambda: merge_intervals(gpu_activity(t).filter(pl.col("device").is_not_null()), by=["device"]),
     )
 
 
-def _gpu_activity_classes(model: object) -> pl.DataFrame:
-    k = model.kernels  # type: ignore[attr-defined]
-    gpu = gpu_activity(model)  # type: ignore[arg-type]
-    comm = comm_classes(model)["is_comm"] if k.height else pl.Series("c", [], dtype=pl.Boolean)
+def _gpu_activity_classes(t: TraceTables) -> pl.DataFrame:
+    k = t.model.kernels
+    gpu = gpu_activity(t)
+    comm = comm_classes(t)["is_comm"] if k.height else pl.Series("c", [], dtype=pl.Boolean)
     # gpu_activity() concatenates kernels first, in their order: align the flag.
     flag = pl.concat([comm, pl.Series([False] * (gpu.height - k.height), dtype=pl.Boolean)])
     return gpu.with_columns(
@@ -194,6 +196,12 @@ def _gpu_activity_classes(model: object) -> pl.DataFrame:
         .then(pl.lit("communication"))
         .otherwise(pl.lit("compute"))
     )
+
+
+def mean_of(s: pl.Series) -> float | None:
+    """The mean of a numeric series as a float (None when it has no non-null value)."""
+    m = s.mean()
+    return float(m) if isinstance(m, (int, float)) else None
 
 
 def pct(part: float | int | None, whole: float | int | None) -> float | None:

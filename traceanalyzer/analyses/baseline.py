@@ -16,7 +16,7 @@ Definitions
   model-entry op of each steady step — the first ``aten::conv*``/``aten::convolution``,
   ``aten::linear`` or ``aten::embedding`` (its index tensor) on any thread — as the
   leading dimension; the most common value over the steps wins. It is a heuristic and
-  says where it came from; ``diagnosis.batch_size`` (default 0 = infer) overrides it.
+  says where it came from; ``baseline.batch_size`` (default 0 = infer) overrides it.
   **Samples/s** = batch size / mean steady step time. Not for an inference engine (``context``):
   its throughput is tokens/s, from the engine-step annotations when the trace records them.
 * **Conditions**: devices (``deviceProperties`` names and memory; devices that ran
@@ -36,26 +36,17 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._intervals import ms
-from traceanalyzer.analyses.steps import StepsResult, assign_steps
-from traceanalyzer.config import Config
+from traceanalyzer.analyses._kernels import GEMM_KERNEL_RE, GEMM_OPS_RE
+from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.context import ContextResult
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import gpu_activity
+from traceanalyzer.model.relations import TraceTables, gpu_activity
 
 #: Ops whose first input carries the batch dimension (``embedding``: its second input).
 BATCH_OPS_RE = r"^aten::(conv\d?d|convolution|conv_transpose\dd|linear|embedding)$"
-#: CPU ops that run GEMM/conv/attention work (their input dtypes are the compute dtypes).
-GEMM_OPS_RE = (
-    r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|conv\d?d|convolution|_convolution|cudnn_convolution"
-    r"|miopen_convolution|conv_transpose\dd|_scaled_mm|scaled_dot_product_\w+|_scaled_dot_product_\w+"
-    r"|_flash_attention_\w+|_efficient_attention_\w+)$"
-)
-#: GEMM/conv kernels by name (vendor libraries, CUTLASS, Triton matmuls, Tensile, CK, MIOpen).
-GEMM_KERNEL_RE = (
-    r"(?i)gemm|matmul|bmm|cutlass|cublas|nvjet|xmma|^Cijk_|_ZN2ck|wgmma|convolution|convolve|conv\dd|_conv_"
-    r"|^conv|fprop|dgrad|wgrad|winograd|s16816|h16816|s1688|h1688|s884|h884|tensorop"
-)
 _TYPE_MAP = {
     "float": "fp32", "double": "fp64", "c10::Half": "fp16", "c10::BFloat16": "bf16",
     "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8",
@@ -169,9 +160,10 @@ class BaselineResult:
                         if self.tokens_per_s else f"{self.inference_engine} inference: tokens/s not recorded "
                         "in the trace (samples/s does not apply)"))
         elif self.samples_per_s is not None:
-            out.append(("Throughput", f"{self.samples_per_s:,.1f} samples/s (batch {self.batch_size}, {self.batch_source})"))
+            out.append(("Throughput",
+                        f"{self.samples_per_s:,.1f} samples/s (batch {self.batch_size}, {self.batch_source})"))
         else:
-            out.append(("Throughput", "batch size unknown (no input shapes recorded): set diagnosis.batch_size"))
+            out.append(("Throughput", "batch size unknown (no input shapes recorded): set baseline.batch_size"))
         out.append(("Conditions", self.conditions_line()))
         return out
 
@@ -207,8 +199,8 @@ def _batch_size(model: TraceModel, sr: StepsResult) -> tuple[int | None, str | N
     ).filter(pl.col("batch").is_not_null() & (pl.col("batch") > 0))
     if first.is_empty():
         return None, None
-    best = first.group_by("batch").agg(n=pl.len(), name=pl.col("name").first(), dims=pl.col("input_dims").first())
-    best = best.sort(["n", "batch"], descending=[True, True]).row(0, named=True)
+    counts = first.group_by("batch").agg(n=pl.len(), name=pl.col("name").first(), dims=pl.col("input_dims").first())
+    best = counts.sort(["n", "batch"], descending=[True, True]).row(0, named=True)
     src = f"leading dim of the first {best['name']} input {best['dims']} in {best['n']} of {first.height} step(s)"
     return int(best["batch"]), src
 
@@ -250,8 +242,9 @@ def _dtypes(model: TraceModel) -> dict[str, Any]:
     return {"ops": op_types, "kernels": kern, "ops_unit": "input count", "kernels_unit": "kernel ns"}
 
 
-def _devices(model: TraceModel) -> list[dict[str, Any]]:
-    used = set(gpu_activity(model)["device"].drop_nulls().unique().to_list()) if model.has_gpu else set()
+def _devices(t: TraceTables) -> list[dict[str, Any]]:
+    model = t.model
+    used = set(gpu_activity(t)["device"].drop_nulls().unique().to_list()) if model.has_gpu else set()
     props = [d for d in model.meta.device_properties if isinstance(d, dict)]
     groups: dict[tuple[str, int], dict[str, Any]] = {}
     for i, d in enumerate(props):  # a handful of devices: metadata, not events
@@ -269,37 +262,43 @@ def _devices(model: TraceModel) -> list[dict[str, Any]]:
     return list(groups.values())
 
 
-@analysis("baseline", depends_on=("steps",), after=("context",), title="Baseline", order=2, shared=("gpu_activity",))
-def baseline(model: TraceModel, results: Results, config: Config) -> BaselineResult:
+@analysis("baseline", depends_on=("steps",), after=("context",), title="Baseline", order=2, shared=("gpu_activity",),
+          params={"batch_size": 0})
+def baseline(ctx: AnalysisContext[TraceModel]) -> BaselineResult:
     """Steady step-time statistics (warm-up apart), samples/s, and the measurement conditions."""
-    sr: StepsResult = results["steps"]
+    model = ctx.model
+    sr = ctx.need("steps", StepsResult)
     t = sr.table
     steady = t.filter(pl.col("window").is_in(sr.steady_windows()))
     stats = step_stats(steady["dur_ns"])
     warm = t.filter(pl.col("is_warmup")).select("step", "dur_ns")
     trunc = t.filter(pl.col("is_truncated") & ~pl.col("is_warmup")).select("step", "dur_ns")
-    override = config.get("diagnosis.batch_size", 0)
+    override = ctx.params.batch_size
+    batch: int | None
+    src: str | None
     if override > 0:
-        batch, src = int(override), "diagnosis.batch_size setting"
+        batch, src = int(override), "baseline.batch_size setting"
     else:
         batch, src = _batch_size(model, sr)
     sps = round(batch * 1e9 / stats["mean"], 2) if batch and stats["mean"] else None
     # An inference engine's throughput is tokens, not samples: never claim samples/s for it.
-    ctx = results.values.get("context")
-    engine = getattr(ctx, "inference_engine", None)
-    tps = ((getattr(ctx, "inference", None) or {}).get("tokens_per_s")) if engine else None
+    run_ctx = ctx.typed("context", ContextResult)
+    engine = getattr(run_ctx, "inference_engine", None)
+    tps = ((getattr(run_ctx, "inference", None) or {}).get("tokens_per_s")) if engine else None
     if engine:
         sps = None
-    first = t["step"].drop_nulls().min() if sr.has_steps else None
+    lowest = t["step"].drop_nulls().min() if sr.has_steps else None
+    first = int(lowest) if isinstance(lowest, int) else None
     if first is None:
         schedule = "no ProfilerStep# ranges (no schedule recorded)"
-    elif int(first) > 0:  # type: ignore[arg-type]
+    elif first > 0:
         schedule = f"recording starts at ProfilerStep#{first}: {first} step(s) ran before it (schedule wait + warm-up)"
     else:
-        schedule = "recording starts at ProfilerStep#0: no warm-up in the schedule (the first step carries one-time costs)"
+        schedule = ("recording starts at ProfilerStep#0: no warm-up in the schedule "
+                    "(the first step carries one-time costs)")
     m = model.meta
     conditions = {
-        "devices": _devices(model),
+        "devices": _devices(ctx.tables),
         "vendor": m.vendor,
         "versions": dict(m.versions),
         "world_size": m.world_size,
@@ -307,7 +306,7 @@ def baseline(model: TraceModel, results: Results, config: Config) -> BaselineRes
         "profiler_flags": dict(m.profiler_flags),
         "dtypes": _dtypes(model),
         "n_steps": t.height if sr.has_steps else 0,
-        "first_step": int(first) if first is not None else None,  # type: ignore[arg-type]
+        "first_step": first,
         "warmup_detected": [int(s) for s in sr.warmup_steps],
         "schedule": schedule,
     }

@@ -36,14 +36,15 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._comm import DTYPE_BYTES, busbw_factor, collective_type, comm_classes
 from traceanalyzer.analyses._intervals import gpu_activity_classes, ms, window_union_lengths
-from traceanalyzer.analyses.kernels import normalize_kernel_names
-from traceanalyzer.analyses.steps import StepsResult, assign_steps
-from traceanalyzer.config import Config
+from traceanalyzer.analyses._kernels import normalize_kernel_names
+from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
+from traceanalyzer.model.relations import TraceTables
 
 SIGNALS = ("metadata", "cpu_op", "name")  # strongest first
 SIGNAL_LABELS = {"metadata": "collective metadata", "cpu_op": "launching communication op",
@@ -130,11 +131,12 @@ class CommunicationResult:
         }
 
 
-def comm_kernels(model: TraceModel) -> pl.DataFrame:
+def comm_kernels(t: TraceTables) -> pl.DataFrame:
     """The communication kernels with their collective: ``name, ts_ns, dur_ns, end_ns, device,
     stream, comm_signal, comm_family, comm_weak, comm_op, coll_key, coll_name, type, dtype,
     group_size, pg, bytes`` (bytes null where sizes are not recorded)."""
-    cc = comm_classes(model)
+    model = t.model
+    cc = comm_classes(t)
     k = pl.concat([model.kernels.select("name", "ts_ns", "dur_ns", "end_ns", "device", "stream", "comm_name",
                                         "comm_dtype", "comm_in_nelems", "comm_group_size"), cc], how="horizontal")
     k = k.with_row_index("_row").filter(pl.col("is_comm"))
@@ -167,7 +169,8 @@ def _gpu_annotation(model: TraceModel, k: pl.DataFrame) -> pl.Series:
     (ProcessGroupNCCL's work span: it names the collective of kernels without metadata, such as
     RCCL's ``ncclDevKernel_Generic`` launched before the trace began)."""
     ga = model.gpu_annotations.filter(pl.col("name").str.contains(r"^(nccl|rccl|xccl|hccl):")).select(
-        "device", "stream", pl.col("ts_ns").alias("_a_ts"), pl.col("end_ns").alias("_a_end"), pl.col("name").alias("_a"))
+        "device", "stream", pl.col("ts_ns").alias("_a_ts"), pl.col("end_ns").alias("_a_end"),
+        pl.col("name").alias("_a"))
     if ga.is_empty():
         return pl.Series("_ann", [None] * k.height, dtype=pl.String)
     j = (k.select("device", "stream", "ts_ns").with_row_index("_i").drop_nulls(["device", "stream"]).sort("ts_ns")
@@ -194,19 +197,21 @@ def _bw_aggs() -> list[pl.Expr]:
 
 
 @analysis("communication", depends_on=("steps",), title="Communication", order=25,
-          shared=("comm_classes", "gpu_activity", "gpu_activity_classes", "op_nesting"))
-def communication(model: TraceModel, results: Results, config: Config) -> CommunicationResult:
+          shared=("comm_classes", "gpu_activity", "gpu_activity_classes", "op_nesting"),
+          params={"exposed_pct": 5.0, "large_pct": 10.0})
+def communication(ctx: AnalysisContext[TraceModel]) -> CommunicationResult:
     """Collectives per type, process group and stream (count, time, bytes, algbw/busbw) and the
     share of communication hidden under compute, per device and steady step."""
-    exposed_pct = float(config.get("communication.exposed_pct", 5.0))
-    large_pct = float(config.get("communication.large_pct", 10.0))
+    model = ctx.model
+    exposed_pct = float(ctx.params.exposed_pct)
+    large_pct = float(ctx.params.large_pct)
     if model.kernels.is_empty():
         raise NotApplicable("no GPU kernels in this trace")
-    k = comm_kernels(model)
+    k = comm_kernels(ctx.tables)
     if k.is_empty():
         raise NotApplicable("no communication kernels (no collective metadata, no kernel launched by a "
                             "communication op, no kernel of a communication library)")
-    sr: StepsResult = results["steps"]
+    sr = ctx.need("steps", StepsResult)
     windows = sr.windows()
     steady = sr.steady_windows()
     n_steady = max(len(steady), 1)
@@ -239,7 +244,7 @@ def communication(model: TraceModel, results: Results, config: Config) -> Commun
                 if coll["pg"].is_not_null().any() else pl.DataFrame())
 
     # Overlap with compute, per device and window.
-    act = gpu_activity_classes(model).filter(pl.col("device").is_not_null())
+    act = gpu_activity_classes(ctx.tables).filter(pl.col("device").is_not_null())
     comp = act.filter(pl.col("category") == "compute").select("device", "ts_ns", "end_ns")
     cm = k.filter(pl.col("device").is_not_null()).select("device", "stream", "ts_ns", "end_ns")
     if cm.is_empty():
@@ -308,7 +313,8 @@ def communication(model: TraceModel, results: Results, config: Config) -> Commun
         ["_o", "total_ns"], descending=[False, True]).drop("_o")
     top_kernels = (k.with_columns(kernel=normalize_kernel_names(pl.col("name")))
                    .group_by("kernel").agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur_ns").sum(),
-                                           family=pl.col("comm_family").first(), type=pl.col("type").mode().sort().first(),
+                                           family=pl.col("comm_family").first(),
+                                           type=pl.col("type").mode().sort().first(),
                                            signal=pl.col("comm_signal").mode().sort().first())
                    .sort(["total_ns", "kernel"], descending=[True, False]).head(20))
 

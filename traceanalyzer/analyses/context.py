@@ -2,8 +2,8 @@
 
 A recommendation that says "use torch.compile" to a compiled run, or "capture the step in CUDA
 graphs" to a run that replays them, costs the reader's trust. Every rule and the diagnosis read
-this result (``results.values.get("context")``; when absent they behave as without it) before
-they advise. ``docs/context.md`` lists each check, its signals and the advice it changes.
+this result (``ctx.typed("context", ContextResult)`` in an analysis; when absent they behave as
+without it) before they advise. ``docs/context.md`` lists each check, its signals and the advice it changes.
 
 Checks (all vectorised over the distinct names of each table, never per event)
 ----------------------------------------------------------------------------
@@ -55,13 +55,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
+from polars.expr.whenthen import ChainedThen, Then
 
-from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._copysync import runtime_by_correlation
-from traceanalyzer.analyses.steps import StepsResult, assign_steps
-from traceanalyzer.config import Config
+from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import deepest_at
+from traceanalyzer.model.relations import TraceTables, deepest_at
 
 COMPILED_REGION_RE = r"^Torch-Compiled Region"
 COMPILED_FUNCTION_RE = r"CompiledFunction"
@@ -277,7 +278,9 @@ def _engine(ops: pl.DataFrame, anns: pl.DataFrame, frames: pl.DataFrame, threads
     score = {e: _hits(strong, rx) for e, rx in ENGINE_RE.items()}
     best = max(score.items(), key=lambda kv: (kv[1], kv[0]))
     if best[1] > 0:
-        ex = strong.filter(pl.col("name").str.contains(ENGINE_RE[best[0]])).sort("n", descending=True)
+        # Ties on the count broken by name: the example is the same on every run.
+        ex = strong.filter(pl.col("name").str.contains(ENGINE_RE[best[0]])).sort(
+            ["n", "name"], descending=[True, False])
         return best[0], [f"{best[1]:,} op/annotation/thread/Python-frame name(s) of {best[0]}, e.g. "
                          f"`{ex['name'][0][:80]}`"]
     if kn.height:
@@ -347,16 +350,16 @@ def _arch_from_props(props: dict[str, Any], vendor: str) -> tuple[str | None, st
             if re.search(rx, name):
                 return arch, "device_name", cc
         if major == 9 and minor is not None:  # HIP reports gfx9xx as 9.x: 9.4 → gfx94x
-            arch = {4: "cdna3", 5: "cdna4"}.get(int(minor))
-            if arch:
-                return arch, "device_properties", cc
+            found = {4: "cdna3", 5: "cdna4"}.get(int(minor))
+            if found:
+                return found, "device_properties", cc
             # 9.0 covers every gfx90x (Vega 20, MI100, MI200), and ROCm builds that name the
             # device "AMD Radeon Graphics" leave only the compute-unit count to tell them apart:
             # 104/110 CUs are the MI200 series (gfx90a: MI210, one MI250/MI250X die), 120 the
             # MI100 (gfx908); Vega 20 has 60/64.
-            arch = {104: "cdna2", 110: "cdna2", 120: "cdna1"}.get(int(props.get("numSms") or 0))
-            if int(minor) == 0 and arch:
-                return arch, "device_properties", cc
+            found = {104: "cdna2", 110: "cdna2", 120: "cdna1"}.get(int(props.get("numSms") or 0))
+            if int(minor) == 0 and found:
+                return found, "device_properties", cc
         return None, None, cc
     if vendor == "nvidia" or "NVIDIA" in name or "Tesla" in name:
         if major is not None:
@@ -377,8 +380,8 @@ def _families(kn: pl.DataFrame) -> pl.DataFrame:
               "distinct_names": pl.Int64, "example": pl.String}
     if kn.is_empty():
         return pl.DataFrame(schema={**schema, "compute_capability": pl.String})
-    fam = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
-    cc = pl.when(pl.lit(False)).then(pl.lit(None, pl.Float64))
+    fam: Then | ChainedThen = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
+    cc: Then | ChainedThen = pl.when(pl.lit(False)).then(pl.lit(None, pl.Float64))
     for rx, f, c in KERNEL_FAMILIES:
         fam = fam.when(pl.col("name").str.contains(rx)).then(pl.lit(f))
         cc = cc.when(pl.col("name").str.contains(rx)).then(pl.lit(c))
@@ -420,12 +423,14 @@ def _device(model: TraceModel, fams: pl.DataFrame) -> dict[str, Any]:
             "vendor": vendor}
 
 
-def _attention(model: TraceModel, kn: pl.DataFrame, sr: StepsResult) -> tuple[bool, list[str], dict[str, Any]]:
+def _attention(t: TraceTables, kn: pl.DataFrame, sr: StepsResult) -> tuple[bool, list[str], dict[str, Any]]:
+    model = t.model
     ops = model.cpu_ops
     ev: list[str] = []
     fk = kn.filter(pl.col("name").str.contains(FUSED_ATTENTION_KERNEL_RE)) if kn.height else kn
     if fk.height:
-        ev.append(f"{int(fk['n'].sum()):,} fused attention kernel(s), e.g. `{fk.sort('ns', descending=True)['name'][0][:60]}`")
+        example = fk.sort("ns", descending=True)["name"][0][:60]
+        ev.append(f"{int(fk['n'].sum()):,} fused attention kernel(s), e.g. `{example}`")
     fo = _names(ops.select("name")).filter(pl.col("name").str.contains(FUSED_ATTENTION_OP_RE))
     if fo.height:
         ev.append(f"{int(fo['n'].sum()):,} fused attention op call(s) ({', '.join(sorted(fo['name'].to_list())[:3])})")
@@ -445,7 +450,7 @@ def _attention(model: TraceModel, kn: pl.DataFrame, sr: StepsResult) -> tuple[bo
     if att.height and k.height:
         iv = att.select("name", "pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(
             pl.col("id").cast(pl.Int64))
-        rt = runtime_by_correlation(model).select("correlation", "pid", "tid", pl.col("api_ts_ns").alias("ts_ns"))
+        rt = runtime_by_correlation(t).select("correlation", "pid", "tid", pl.col("api_ts_ns").alias("ts_ns"))
         rt = rt.filter(pl.col("correlation").is_in(k["correlation"].drop_nulls().implode()))
         rt = rt.with_columns(id=deepest_at(iv, rt))
         rt = rt.join(iv.select("id", pl.col("name").alias("op")), on="id", how="left").select("correlation", "op")
@@ -474,10 +479,11 @@ def _attention(model: TraceModel, kn: pl.DataFrame, sr: StepsResult) -> tuple[bo
 
 @analysis("context", depends_on=("steps",), title="Run context", order=2,
           shared=("runtime_by_correlation", "gpu_activity"))
-def context(model: TraceModel, results: Results, config: Config) -> ContextResult:
+def context(ctx: AnalysisContext[TraceModel]) -> ContextResult:
     """What the run already does — compiled, CUDA/HIP graphs (replay or capture), inference engine,
     device architecture, fused attention — so that no advice repeats it."""
-    sr: StepsResult = results["steps"]
+    model = ctx.model
+    sr = ctx.need("steps", StepsResult)
     ops = _names(model.cpu_ops.select("name"))
     anns = _names(model.annotations.select("name"))
     frames = _names(model.python_frames.select("name"))
@@ -508,7 +514,7 @@ def context(model: TraceModel, results: Results, config: Config) -> ContextResul
     fams = _families(kn)
     dev = _device(model, fams)
     arch = dev["device_arch"]
-    fused, aev, pattern = _attention(model, kn, sr)
+    fused, aev, pattern = _attention(ctx.tables, kn, sr)
     return ContextResult(
         compiled=compiled,
         compiled_evidence=tuple(cev),

@@ -20,7 +20,7 @@ Definitions (``docs/copies_and_syncs.md`` has the long form)
   (DataLoader pinning, NCCL, library code …).
 * Copies are attributed to the **CPU op** (the copy op itself; for a loose memcpy the
   outermost CPU op around its runtime call) and to the **call site**
-  (:mod:`traceanalyzer.analyses.callsites`: innermost user Python frame with
+  (:mod:`traceanalyzer.analyses._callsites`: innermost user Python frame with
   ``with_stack=True``, else the record_function/op chain).
 * Per **step** (the ``steps`` analysis' windows; one whole-trace window without steps)
   each copy counts in the window holding its CPU start (a loose memcpy: its call's start,
@@ -39,21 +39,21 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses import AnalysisContext, analysis
+from traceanalyzer.analyses._callsites import STACK_HINT, attribute, cpu_tree, has_stacks
 from traceanalyzer.analyses._copysync import (
     COPY_OPS,
     api_mode,
-    assign_window,
     containing,
     csv_setting,
     kind_from_api,
     outermost,
-    pct,
     step_windows,
     transfers,
 )
-from traceanalyzer.analyses.callsites import STACK_HINT, attribute, cpu_tree, has_stacks
-from traceanalyzer.config import Config
+from traceanalyzer.analyses._intervals import mean_of, pct
+from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import launches
@@ -134,9 +134,9 @@ class CopiesResult:
             out.append(
                 (
                     "Per step (mean)",
-                    f"{ps['copies'].mean():,.1f} copies, {fmt_bytes(ps['bytes'].mean())}, "
-                    f"GPU {fmt_ns(ps['gpu_ns'].mean())} ({(ps['pct_gpu'].mean() or 0):.2f} % of step), "
-                    f"CPU {fmt_ns(ps['cpu_ns'].mean())} ({(ps['pct_cpu'].mean() or 0):.2f} % of step)",
+                    f"{mean_of(ps['copies']):,.1f} copies, {fmt_bytes(mean_of(ps['bytes']))}, "
+                    f"GPU {fmt_ns(mean_of(ps['gpu_ns']))} ({(mean_of(ps['pct_gpu']) or 0):.2f} % of step), "
+                    f"CPU {fmt_ns(mean_of(ps['cpu_ns']))} ({(mean_of(ps['pct_cpu']) or 0):.2f} % of step)",
                 )
             )
         if self.by_site.height:
@@ -163,9 +163,9 @@ def _hotspots(copies: pl.DataFrame, keys: list[str], n_steps: int | None, extra:
     return (
         copies.group_by(keys)
         .agg(
+            *extra,
             count=pl.len().cast(pl.Int64),
             per_step=per_step,
-            *extra,
             bytes=pl.col("bytes").sum(),
             gpu_ns=pl.col("gpu_ns").sum(),
             cpu_ns=pl.col("cpu_ns").sum(),
@@ -180,22 +180,24 @@ def _hotspots(copies: pl.DataFrame, keys: list[str], n_steps: int | None, extra:
 @analysis(
     "copies", title="Copies and transfers", order=60, depends_on=("steps",),
     shared=("cpu_tree", "gpu_activity", "launches", "runtime_by_correlation", "transfers"),
+    params={"top_n": 15, "max_events": 5000, "library_modules": "", "user_modules": ""},
 )
-def copies(model: TraceModel, results: Results, config: Config) -> CopiesResult:
+def copies(ctx: AnalysisContext[TraceModel]) -> CopiesResult:
     """Every copy op and GPU memcpy/memset: direction, bytes, bandwidth, pinned/pageable, sync/async,
     GPU and CPU time, grouped by CPU op, by call site and per step."""
-    top_n = config.get("copies.top_n", 15)
-    max_events = config.get("copies.max_events", 5000)
-    libs = csv_setting(config.get("copies.library_modules", ""))
-    users = csv_setting(config.get("copies.user_modules", ""))
+    model = ctx.model
+    top_n = ctx.params.top_n
+    max_events = ctx.params.max_events
+    libs = csv_setting(ctx.params.library_modules)
+    users = csv_setting(ctx.params.user_modules)
 
-    tr = transfers(model)
+    tr = transfers(ctx.tables)
     ops = model.cpu_ops.filter(pl.col("name").is_in(list(COPY_OPS)))
     if tr.is_empty() and ops.is_empty():
         raise NotApplicable(
             "no GPU memcpy/memset events and no aten::copy_/to/_to_copy/contiguous/clone ops in this trace"
         )
-    windows, has_steps = step_windows(model, results)
+    windows, has_steps = step_windows(ctx.need("steps", StepsResult))
     n_steps = windows.height if has_steps else None
 
     # Outermost copy ops and everything launched from inside them.
@@ -214,7 +216,7 @@ def copies(model: TraceModel, results: Results, config: Config) -> CopiesResult:
     rt = model.runtime.select("name", "ts_ns", "pid", "tid", "correlation")
     rt = rt.with_columns(copy_id=containing(rt, outer, "ts_ns")).filter(pl.col("copy_id").is_not_null())
     # The columns read below, then the rows: a filter copies every column it is given.
-    lk = launches(model).select("activity", "pid", "tid", "cpu_ts_ns", "gpu_dur_ns").filter(
+    lk = launches(ctx.tables).select("activity", "pid", "tid", "cpu_ts_ns", "gpu_dur_ns").filter(
         pl.col("activity") == "kernel"
     )
     lk = lk.with_columns(copy_id=containing(lk, outer, "cpu_ts_ns")).filter(pl.col("copy_id").is_not_null())
@@ -294,9 +296,9 @@ def copies(model: TraceModel, results: Results, config: Config) -> CopiesResult:
     allc = pl.concat([copy_rows, loose_rows], how="vertical_relaxed").with_row_index("_i")
 
     # Attribution: one call for every copy with a CPU thread.
-    tree = cpu_tree(model)
+    tree = cpu_tree(ctx.tables)
     pts = allc.filter(pl.col("pid").is_not_null() & pl.col("tid").is_not_null())
-    att = attribute(model, pts.select("pid", "tid", "t_ns"), "t_ns", libs, users, tree=tree)
+    att = attribute(ctx.tables, pts.select("pid", "tid", "t_ns"), "t_ns", libs, users, tree=tree)
     att = pl.concat(
         [pts.select("_i"), att.select("site", "via", "site_kind", "outermost_op", "chain")], how="horizontal"
     )
@@ -315,8 +317,8 @@ def copies(model: TraceModel, results: Results, config: Config) -> CopiesResult:
         .drop("_i", "outermost_op")
         .sort("t_ns")
     )
-    allc = assign_window(allc, windows, "t_ns")
-    tr = assign_window(tr, windows, "t_ns")
+    allc = assign_steps(allc, windows, "t_ns")
+    tr = assign_steps(tr, windows, "t_ns")
 
     by_op = _hotspots(allc, ["op", "direction"], n_steps, [])
     by_site = _hotspots(
@@ -328,7 +330,8 @@ def copies(model: TraceModel, results: Results, config: Config) -> CopiesResult:
             pl.col("op").unique().sort().str.join(", ").alias("ops"),
             pl.col("direction").unique().sort().str.join(", ").alias("directions"),
         ],
-    ).select("site", "via", "site_kind", "ops", "directions", "count", "per_step", "bytes", "gpu_ns", "cpu_ns", "blocking")
+    ).select("site", "via", "site_kind", "ops", "directions", "count", "per_step", "bytes", "gpu_ns", "cpu_ns",
+             "blocking")
 
     by_kind = (
         tr.group_by("activity", "kind", "host_memory", "api_mode")

@@ -57,30 +57,48 @@ verdicts), with kernel count, mean GPU time per call, input shapes and module/an
 Settings: ``diagnosis.gpu_bound_pct`` (90), ``diagnosis.mostly_busy_pct`` (85),
 ``diagnosis.cause_min_pct`` (15), ``diagnosis.dominant_pct`` (50),
 ``diagnosis.minor_pct`` (5: secondary causes listed), ``diagnosis.top_ops`` (10),
-``diagnosis.batch_size`` (0 = infer; read by ``baseline``).
+``baseline.batch_size`` (0 = infer) belongs to ``baseline``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import polars as pl
+from polars.expr.whenthen import ChainedThen, Then
 
-from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._advice import capture_only_note, engine_sync_move, fewer_launches
 from traceanalyzer.analyses._comm import comm_classes
 from traceanalyzer.analyses._copysync import runtime_by_correlation
-from traceanalyzer.analyses._intervals import DATALOADER_RE, is_comm_kernel, ms, window_union_lengths
-from traceanalyzer.analyses.baseline import GEMM_KERNEL_RE, BaselineResult
-from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
-from traceanalyzer.analyses.phases import PHASES, USER_DATA_RE, PhasesResult
-from traceanalyzer.analyses.steps import StepsResult, assign_steps
-from traceanalyzer.config import Config
+from traceanalyzer.analyses._intervals import DATALOADER_RE, ms, window_union_lengths
+from traceanalyzer.analyses._kernels import kernel_class, normalize_kernel_names, on_distinct
+from traceanalyzer.analyses._phases import PHASES, USER_DATA_RE
+from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.baseline import BaselineResult
+from traceanalyzer.analyses.communication import CommunicationResult
+from traceanalyzer.analyses.context import ContextResult
+from traceanalyzer.analyses.gpu_time import GpuTimeResult
+from traceanalyzer.analyses.idle_gaps import IdleGapsResult
+from traceanalyzer.analyses.kernels import KernelsResult
+from traceanalyzer.analyses.launches import LaunchesResult
+from traceanalyzer.analyses.phases import PhasesResult
+from traceanalyzer.analyses.steps import StepsResult
+from traceanalyzer.analyses.syncs import SyncsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import gpu_activity, op_index
+from traceanalyzer.model.relations import TraceTables, gpu_activity, op_index
 from traceanalyzer.timeutil import merge_intervals
+
+R = TypeVar("R")
+
+
+class _Reads(Protocol):
+    """What the communication helpers read: the optional results of the analysis context."""
+
+    def typed(self, name: str, kind: type[R]) -> R | None: ...
+
 
 #: verdict id → label shown to users.
 VERDICTS: dict[str, str] = {
@@ -98,37 +116,10 @@ VERDICTS: dict[str, str] = {
 CAUSE_VERDICT = {"input": "input_bound", "sync": "sync_bound", "communication": "comm_bound", "host": "cpu_bound"}
 LOST_CAUSES = ("input", "sync", "communication", "host", "other")  # tie order
 
-ATTENTION_KERNEL_RE = r"(?i)flash|fmha|attention|attn|sdpa"
-NORM_REDUCE_KERNEL_RE = (
-    r"(?i)reduce|triton_red|triton_per|softmax|norm|bn_|batch_?norm|sum_|mean|argmax|topk|sort|welford|cross_entropy"
-)
-ELEMENTWISE_KERNEL_RE = (
-    r"(?i)elementwise|vectorized|unrolled|pointwise|triton_poi|functor|fill|copy|cat_|transpose|permute|index"
-    r"|scatter|gather|dropout|activation|gelu|relu|silu|tanh|sigmoid|add|mul|div|where|masked|embedding|memcpy"
-)
-
 _CAUSE_LABEL = {"input": "GPU idle in the DataLoader", "sync": "GPU idle after syncs",
                 "communication": "exposed communication", "host": "GPU idle while the CPU is busy",
                 "other": "unexplained GPU idle"}
 _CAUSE_OF_GAP = {"data_loader": "input", "sync": "sync", "memcpy": "sync", "host_bound": "host"}
-
-
-def kernel_class(name: pl.Expr, comm_name: pl.Expr | None = None) -> pl.Expr:
-    """``communication`` / ``attention`` / ``gemm`` (GEMM and conv) / ``reduction`` (incl. norms,
-    softmax) / ``elementwise`` (incl. copies, fills) / ``other``, by kernel name."""
-    return (
-        pl.when(is_comm_kernel(name, comm_name))
-        .then(pl.lit("communication"))
-        .when(name.str.contains(ATTENTION_KERNEL_RE))
-        .then(pl.lit("attention"))
-        .when(name.str.contains(GEMM_KERNEL_RE))
-        .then(pl.lit("gemm"))
-        .when(name.str.contains(NORM_REDUCE_KERNEL_RE))
-        .then(pl.lit("reduction"))
-        .when(name.str.contains(ELEMENTWISE_KERNEL_RE))
-        .then(pl.lit("elementwise"))
-        .otherwise(pl.lit("other"))
-    )
 
 
 def _pct(part: float | int | None, whole: float | int | None) -> float:
@@ -142,7 +133,7 @@ def verdict_exprs(gpu_bound_pct: float, dominant_pct: float, mostly_busy_pct: fl
     compute_kernel_ns, memory_kernel_ns``."""
     lost = pl.sum_horizontal([pl.col(f"{c}_ns") for c in LOST_CAUSES])
     top_val = pl.max_horizontal([pl.col(f"{c}_ns") for c in LOST_CAUSES])
-    top = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
+    top: Then | ChainedThen = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
     for c in LOST_CAUSES:
         top = top.when(pl.col(f"{c}_ns") == top_val).then(pl.lit(c))
     prod_pct = pl.col("productive_ns") * 100.0 / pl.col("dur_ns")
@@ -242,10 +233,11 @@ class DiagnosisResult:
     def ops_lines(self, n: int = 3) -> list[str]:
         out = []
         steps = n
-        n = max(self.n_steady, 1)  # type: ignore[assignment]
+        n = max(self.n_steady, 1)
         for r in self.top_ops.head(steps).iter_rows(named=True):
             where = f" [{r['module']}]" if r.get("module") else ""
-            shapes = (f" shapes {r['input_dims']}" + (f" (+{r['n_shapes'] - 1} other)" if r.get("n_shapes", 1) > 1 else "")
+            shapes = (f" shapes {r['input_dims']}"
+                      + (f" (+{r['n_shapes'] - 1} other)" if r.get("n_shapes", 1) > 1 else "")
                       if r.get("input_dims") else "")
             if r["kernels"]:
                 out.append(
@@ -346,16 +338,17 @@ class DiagnosisResult:
 
 def _dataloader_intervals(model: TraceModel) -> pl.DataFrame:
     parts = [
-        model.annotations.filter(pl.col("name").str.contains(DATALOADER_RE) | pl.col("name").str.contains(USER_DATA_RE)),
+        model.annotations.filter(
+            pl.col("name").str.contains(DATALOADER_RE) | pl.col("name").str.contains(USER_DATA_RE)),
         model.cpu_ops.filter(pl.col("name").str.contains(DATALOADER_RE)),
     ]
     return pl.concat([p.select("ts_ns", "end_ns") for p in parts])
 
 
-def _active_span(model: TraceModel, windows: pl.DataFrame, device: int) -> pl.DataFrame | None:
+def _active_span(t: TraceTables, windows: pl.DataFrame, device: int) -> pl.DataFrame | None:
     """The single window of a step-less trace cut to ``device``'s first-to-last activity (None when
     the device has no activity inside it)."""
-    act = gpu_activity(model).filter(pl.col("device") == device)
+    act = gpu_activity(t).filter(pl.col("device") == device)
     if act.is_empty() or windows.height != 1:
         return None
     lo, hi = int(windows["start_ns"][0]), int(windows["end_ns"][0])
@@ -371,12 +364,16 @@ def _span_edges(windows: pl.DataFrame, span: pl.DataFrame) -> tuple[int, int]:
     return (int(span["start_ns"][0] - windows["start_ns"][0]), int(windows["end_ns"][0] - span["end_ns"][0]))
 
 
-def _gpu_breakdown(model: TraceModel, results: Results, windows: pl.DataFrame, device: int,
+def _gpu_breakdown(t: TraceTables, reads: AnalysisContext[TraceModel], windows: pl.DataFrame, device: int,
                    clipped: bool = False) -> tuple[pl.DataFrame, list[str]]:
     """Per window on ``device``: dur, productive, communication, input, sync, host, other, kernel mix.
     ``clipped``: ``windows`` is the device's active span (a trace without steps), not gpu_time's."""
+    model = t.model
     notes: list[str] = []
-    gt = results["gpu_time"].per_step.filter(pl.col("device") == device)
+    gtr = reads.typed("gpu_time", GpuTimeResult)
+    if gtr is None:  # the caller checked it ran
+        raise NotApplicable("gpu_time did not run")
+    gt = gtr.per_step.filter(pl.col("device") == device)
     base = windows.select("window", "step").join(
         gt.select("window", "dur_ns", "compute_ns", "communication_ns", "memcpy_ns", "memset_ns", "idle_ns"),
         on="window", how="left",
@@ -393,7 +390,7 @@ def _gpu_breakdown(model: TraceModel, results: Results, windows: pl.DataFrame, d
 
     # Idle causes: gaps between activities (idle_gaps) and the edges before/after all activity.
     pieces: list[pl.DataFrame] = []
-    ig = results.values.get("idle_gaps")
+    ig = reads.typed("idle_gaps", IdleGapsResult)
     if ig is not None and ig.device_gaps.height:
         g = ig.device_gaps.filter(pl.col("device") == device).select(
             "start_ns", "end_ns",
@@ -402,18 +399,20 @@ def _gpu_breakdown(model: TraceModel, results: Results, windows: pl.DataFrame, d
         pieces.append(g)
     elif ig is None:
         notes.append("idle_gaps did not run: GPU idle inside steps cannot be given a cause (counted as other)")
-    act = gpu_activity(model).filter(pl.col("device") == device)
+    act = gpu_activity(t).filter(pl.col("device") == device)
     lo, hi = int(windows["start_ns"].min()), int(windows["end_ns"].max())  # type: ignore[arg-type]
     if act.height:
         first, last = int(act["ts_ns"].min()), int(act["end_ns"].max())  # type: ignore[arg-type]
-        edges = pl.DataFrame({"start_ns": [lo, last], "end_ns": [first, hi]}).filter(pl.col("end_ns") > pl.col("start_ns"))
+        edges = pl.DataFrame({"start_ns": [lo, last], "end_ns": [first, hi]}).filter(
+            pl.col("end_ns") > pl.col("start_ns"))
     else:
         edges = pl.DataFrame({"start_ns": [lo], "end_ns": [hi]})
     dl = merge_intervals(_dataloader_intervals(model))
     if edges.height and dl.height:
         inter = (
             edges.join(dl.rename({"start_ns": "ds", "end_ns": "de"}), how="cross")
-            .select(pl.max_horizontal("start_ns", "ds").alias("start_ns"), pl.min_horizontal("end_ns", "de").alias("end_ns"))
+            .select(pl.max_horizontal("start_ns", "ds").alias("start_ns"),
+                    pl.min_horizontal("end_ns", "de").alias("end_ns"))
             .filter(pl.col("end_ns") > pl.col("start_ns"))
         )
     else:
@@ -423,12 +422,13 @@ def _gpu_breakdown(model: TraceModel, results: Results, windows: pl.DataFrame, d
     iv = pl.concat([p.select(pl.col("start_ns").cast(pl.Int64).alias("ts_ns"), pl.col("end_ns").cast(pl.Int64),
                              pl.col("c").cast(pl.String)) for p in pieces])
     lens = window_union_lengths(iv, windows, ["c"])
-    wide = lens.pivot(on="c", index="window", values="length_ns") if lens.height else pl.DataFrame({"window": []},
-                                                                                                       schema={"window": pl.Int64})
+    wide = (lens.pivot(on="c", index="window", values="length_ns") if lens.height
+            else pl.DataFrame({"window": []}, schema={"window": pl.Int64}))
     for c in ("input", "sync", "host", "other", "edge", "edge_input"):
         if c not in wide.columns:
             wide = wide.with_columns(pl.lit(0, pl.Int64).alias(c))
-    wide = wide.select("window", *[pl.col(c).fill_null(0) for c in ("input", "sync", "host", "other", "edge", "edge_input")])
+    wide = wide.select(
+        "window", *[pl.col(c).fill_null(0) for c in ("input", "sync", "host", "other", "edge", "edge_input")])
     b = base.join(wide, on="window", how="left").with_columns(
         pl.col(c).fill_null(0) for c in ("input", "sync", "host", "other", "edge", "edge_input")
     )
@@ -446,14 +446,15 @@ def _gpu_breakdown(model: TraceModel, results: Results, windows: pl.DataFrame, d
     b = b.with_columns(_k=known).with_columns(
         _f=pl.when(pl.col("_k") > pl.col("idle_ns")).then(pl.col("idle_ns") / pl.col("_k")).otherwise(1.0)
     ).with_columns(
-        [(pl.col(c) * pl.col("_f")).round(0).cast(pl.Int64).alias(f"{c}_ns") for c in ("input", "sync", "host", "other")]
+        [(pl.col(c) * pl.col("_f")).round(0).cast(pl.Int64).alias(f"{c}_ns")
+         for c in ("input", "sync", "host", "other")]
     ).with_columns(
         other_ns=pl.col("other_ns") + (pl.col("idle_ns") - pl.col("input_ns") - pl.col("sync_ns") - pl.col("host_ns")
                                        - pl.col("other_ns")).clip(lower_bound=0)
     )
     # Kernel mix of the device's kernels, per window.
     # Communication as every analysis counts it (_comm.comm_classes), the rest by name.
-    k = on_distinct(model.kernels.with_columns(is_comm=comm_classes(model)["is_comm"]).filter(pl.col("device") == device),
+    k = on_distinct(model.kernels.with_columns(is_comm=comm_classes(t)["is_comm"]).filter(pl.col("device") == device),
                     ["name", "is_comm"],
                     kclass=pl.when(pl.col("is_comm")).then(pl.lit("communication")).otherwise(kernel_class(pl.col("name"))))
     k = assign_steps(k.select("ts_ns", "dur_ns", "kclass"), windows, "ts_ns").filter(pl.col("window").is_not_null())
@@ -500,10 +501,11 @@ def _throughput_line(bl: BaselineResult, ctx: Any) -> str | None:
 
 
 def _first(df: Any, n: int = 1) -> list[dict[str, Any]]:
-    return df.head(n).to_dicts() if df is not None and getattr(df, "height", 0) else []
+    return df.head(n).to_dicts() if df is not None and int(getattr(df, "height", 0) or 0) > 0 else []
 
 
-def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results: Results, bl: BaselineResult,
+def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, reads: AnalysisContext[TraceModel],
+                  bl: BaselineResult,
                   steady: list[int], device: int) -> tuple[list[str], list[str]]:
     d = tot["dur_ns"]
     p = {c: _pct(tot[f"{c}_ns"], d) for c in ("productive", "compute", "transfer", "communication", "input", "sync",
@@ -515,11 +517,11 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
         f"{p['sync']:.1f} %, host busy {p['host']:.1f} %, unexplained {p['other']:.1f} %)."
     ]
     mv: list[str] = []
-    kern = results.values.get("kernels")
-    launches = results.values.get("launches")
-    syncs = results.values.get("syncs")
-    ig = results.values.get("idle_gaps")
-    ctx = results.values.get("context")
+    kern = reads.typed("kernels", KernelsResult)
+    launches = reads.typed("launches", LaunchesResult)
+    syncs = reads.typed("syncs", SyncsResult)
+    ig = reads.typed("idle_gaps", IdleGapsResult)
+    run_ctx = reads.typed("context", ContextResult)
     ktot = tot["compute_kernel_ns"] + tot["memory_kernel_ns"] + tot["other_kernel_ns"]
     dtypes = set(bl.conditions["dtypes"]["ops"]) | set(bl.conditions["dtypes"]["kernels"])
     if verdict in ("compute_bound", "memory_bound"):
@@ -536,16 +538,17 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
             ev.append("Compute dtypes seen: " + ", ".join(sorted(dtypes)) + ".")
     if verdict == "compute_bound":
         if {"fp32", "tf32"} & dtypes and not {"bf16", "fp16", "fp8"} & dtypes:
-            if ctx is not None and ctx.vendor == "nvidia" and ctx.supports_bf16 is False:
+            if run_ctx is not None and run_ctx.vendor == "nvidia" and run_ctx.supports_bf16 is False:
                 mv.append(f"The GEMMs run in fp32: fp16 autocast with a GradScaler is the first lever (the "
-                          f"{ctx.device_arch} tensor cores take fp16 only: no bf16, no TF32 on this device).")
+                          f"{run_ctx.device_arch} tensor cores take fp16 only: no bf16, no TF32 on this device).")
             else:
                 mv.append("The GEMMs run in fp32/tf32: mixed precision (torch.autocast bf16/fp16) is the first "
                           "lever (2-8× tensor-core throughput); torch.set_float32_matmul_precision('high') at least.")
-        attn = "" if ctx is not None and ctx.fused_attention else "fused attention (SDPA/FlashAttention), "
+        attn = "" if run_ctx is not None and run_ctx.fused_attention else "fused attention (SDPA/FlashAttention), "
         low = ("lower precision (fp16 with a GradScaler: no bf16 on this device)"
-               if ctx is not None and ctx.vendor == "nvidia" and ctx.supports_bf16 is False else "lower precision (bf16/fp8)")
-        gpu_like = ctx is None or ctx.vendor in ("nvidia", "amd", "unknown", None)
+               if run_ctx is not None and run_ctx.vendor == "nvidia" and run_ctx.supports_bf16 is False
+               else "lower precision (bf16/fp8)")
+        gpu_like = run_ctx is None or run_ctx.vendor in ("nvidia", "amd", "unknown", None)
         shapes = ("tensor-core friendly shapes (multiples of 8/16)" if gpu_like
                   else "shapes that fill the accelerator's matrix units (its vendor's tiling guidance)")
         mv.append(f"Less work or faster math: {low}, {shapes}, {attn}no unneeded recomputation, a larger/faster "
@@ -553,17 +556,20 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
                   "CPU-side fixes will not help.")
     elif verdict == "memory_bound":
         fuse = ("the code is already compiled: shrink what runs outside the compiled regions (graph breaks), "
-                "fused" if ctx is not None and ctx.compiled else "torch.compile (fuses elementwise/reduction chains), fused")
+                "fused" if run_ctx is not None and run_ctx.compiled
+                else "torch.compile (fuses elementwise/reduction chains), fused")
         mv.append(f"Fuse the memory-bound kernels: {fuse} "
                   "optimizers (fused=True / foreach), fused norms and SDPA, channels_last for convs, avoid "
                   "needless .contiguous()/copies; larger GEMMs raise arithmetic intensity.")
     elif verdict == "input_bound":
-        cpu_dl = results["phases"].cpu_mean.get("data_loading_ns") if results.values.get("phases") else None
-        ev.append(f"The CPU spends {ms(cpu_dl)} per step in the DataLoader ({_pct(cpu_dl, d / max(len(steady), 1)):.1f} "
+        cpu_dl = reads.need("phases", PhasesResult).cpu_mean.get("data_loading_ns")
+        ev.append(f"The CPU spends {ms(cpu_dl)} per step in the DataLoader "
+                  f"({_pct(cpu_dl, d / max(len(steady), 1)):.1f} "
                   "% of the step).")
         single = model.annotations.filter(pl.col("name").str.contains("_SingleProcessDataLoaderIter")).height
         if single:
-            ev.append("The iterator is _SingleProcessDataLoaderIter: num_workers=0, data is loaded on the training thread.")
+            ev.append("The iterator is _SingleProcessDataLoaderIter: num_workers=0, data is loaded on the training "
+                      "thread.")
             mv.append("Set DataLoader(num_workers=N>0) (and persistent_workers=True).")
         mv.append("Feed the GPU faster: more DataLoader workers, prefetch_factor, pin_memory=True with "
                   "non_blocking copies, cheaper decoding/augmentation (or on the GPU, e.g. DALI), cached/preprocessed "
@@ -582,8 +588,8 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
                       f"{100.0 * launches.n_shorter_than_launch / max(launches.n_joined, 1):.1f} % of GPU "
                       "activities are shorter than their launch call.")
             if nb * 2 >= max(ps.height, 1):
-                if ctx is not None and (ctx.compiled or ctx.cuda_graphs or ctx.graph_capture):
-                    mv.append("Launch overhead dominates: " + fewer_launches(model.meta.vendor, ctx)
+                if run_ctx is not None and (run_ctx.compiled or run_ctx.cuda_graphs or run_ctx.graph_capture):
+                    mv.append("Launch overhead dominates: " + fewer_launches(model.meta.vendor, run_ctx)
                               + "; a larger batch per launch helps too.")
                 else:
                     mv.append("Launch overhead dominates: capture the step in CUDA graphs "
@@ -597,11 +603,11 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
         if top:
             ev.append(f"During long GPU gaps the CPU is mostly in `{top[0]['cpu_context']}` "
                       f"({top[0]['pct_of_idle']:.0f} % of idle time).")
-        if ctx is not None and ctx.inference_engine:
-            mv.append(f"Cut the CPU work between engine steps ({ctx.inference_engine}: scheduling, sampling, input "
+        if run_ctx is not None and run_ctx.inference_engine:
+            mv.append(f"Cut the CPU work between engine steps ({run_ctx.inference_engine}: scheduling, sampling, input "
                       "preparation, detokenisation run on the host between graph replays): larger decode batches, "
                       "async scheduling/output processing where the engine offers it.")
-        elif ctx is not None and ctx.compiled:
+        elif run_ctx is not None and run_ctx.compiled:
             mv.append("Cut the CPU work between launches: the code is already compiled, so remove what still runs "
                       "eagerly (graph breaks: TORCH_LOGS=graph_breaks; recompiles: TORCH_LOGS=recompiles), move "
                       "host-side bookkeeping (logging, metric math, Python loops over tensors) out of the step, "
@@ -622,9 +628,9 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
             for r in _first(syncs.by_site, 3):
                 ev.append(f"Sync site {r['site']}: {r['count']:,} point(s) ({r.get('causes') or ''}), blocked "
                           f"{ms(r['blocked_ns'])}.")
-        if ctx is not None and ctx.inference_engine:
+        if run_ctx is not None and run_ctx.inference_engine:
             # The engine's own step syncs (sampled tokens copied to the host): its settings, not user code.
-            mv.append(engine_sync_move(str(ctx.inference_engine)))
+            mv.append(engine_sync_move(str(run_ctx.inference_engine)))
         else:
             mv.append("Remove host syncs from the loop: keep metrics on the GPU and call .item()/.cpu() every N steps, "
                       "no print/if on CUDA tensors, no torch.cuda.synchronize() in the step, pinned memory with "
@@ -632,7 +638,7 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
     elif verdict == "comm_bound":
         comm_total = tot["comm_kernel_ns"]
         hidden = max(comm_total - tot["communication_ns"], 0)
-        cr = results.values.get("communication")
+        cr = reads.typed("communication", CommunicationResult)
         if cr is not None and cr.totals["device"] == device:  # one value per fact: the communication analysis'
             comm_ps, hidden_pct = cr.totals["comm_ns_per_step"], cr.totals["hidden_pct"] or 0.0
         else:
@@ -643,8 +649,8 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, results:
         if top:
             ev.append(f"Top collective kernel: {top[0]['name']} ({top[0]['count']:,} calls, "
                       f"{ms(top[0]['total_ns'])} in all).")
-        ev += _comm_evidence(results)
-        mv += _comm_moves(results)
+        ev += _comm_evidence(reads)
+        mv += _comm_moves(reads)
     else:  # mixed
         causes = sorted(((tot[f"{c}_ns"], c) for c in LOST_CAUSES), reverse=True)
         ev.append("No single cause holds the majority of the lost time: " + ", ".join(
@@ -680,12 +686,12 @@ _STRAGGLER = ("Long collectives on one rank can also mean another rank is slow (
               "(`traceanalyzer batch` over every rank's trace).")
 
 
-def _comm_moves(results: Results) -> list[str]:
+def _comm_moves(reads: _Reads) -> list[str]:
     """What would move a communication-bound step, by the collective types that take the time:
     all-to-all/dispatch/combine → expert parallelism; all-reduce in an inference engine → tensor
     parallelism; send/recv → pipeline parallelism; otherwise gradient collectives (data parallel)."""
-    c = results.values.get("communication")
-    ctx = results.values.get("context")
+    c = reads.typed("communication", CommunicationResult)
+    run_ctx = reads.typed("context", ContextResult)
     kinds: list[str] = []
     if c is not None and c.by_type.height:
         total = float(c.by_type["total_ns"].sum() or 0)
@@ -695,7 +701,7 @@ def _comm_moves(results: Results) -> list[str]:
             t = str(r["type"])
             kind = ("expert" if t in ("all_to_all", "dispatch", "combine") else
                     "pipeline" if t in ("send_recv", "send", "recv") else
-                    "tensor_parallel" if t == "all_reduce" and getattr(ctx, "inference_engine", None) else
+                    "tensor_parallel" if t == "all_reduce" and getattr(run_ctx, "inference_engine", None) else
                     "data_parallel")
             if kind not in kinds:
                 kinds.append(kind)
@@ -709,14 +715,15 @@ def _comm_moves(results: Results) -> list[str]:
             "smaller tensor-parallel degree or NVLink-local groups.")
     if "expert" in kinds and "deepep" in families:
         moves[kinds.index("expert")] = moves[kinds.index("expert")].replace(
-            "overlap it with compute (DeepEP's hook-based receive,", "overlap it with compute (the run uses DeepEP: its "
+            "overlap it with compute (DeepEP's hook-based receive,",
+            "overlap it with compute (the run uses DeepEP: its "
             "hook-based receive,")
     return moves + [_STRAGGLER]
 
 
-def _comm_evidence(results: Results) -> list[str]:
+def _comm_evidence(reads: _Reads) -> list[str]:
     """How the communication kernels were recognised and what they are (``communication``)."""
-    c = results.values.get("communication")
+    c = reads.typed("communication", CommunicationResult)
     if c is None:
         return []
     out = [f"{c.signal_line()}."]
@@ -727,9 +734,9 @@ def _comm_evidence(results: Results) -> list[str]:
     return out
 
 
-def _comm_note(results: Results, verdict: str) -> str | None:
+def _comm_note(reads: _Reads, verdict: str) -> str | None:
     """A note when communication is large but hidden under compute (not the bottleneck)."""
-    c = results.values.get("communication")
+    c = reads.typed("communication", CommunicationResult)
     if c is None or verdict == "comm_bound" or c.totals["overlap_verdict"] != "large_but_hidden":
         return None
     t = c.totals
@@ -740,26 +747,29 @@ def _comm_note(results: Results, verdict: str) -> str | None:
 def _secondary(tot: dict[str, Any], verdict: str, minor_pct: float) -> list[str]:
     d = tot["dur_ns"]
     labels = _CAUSE_LABEL
-    main = {"input_bound": "input", "sync_bound": "sync", "comm_bound": "communication", "cpu_bound": "host"}.get(verdict)
+    main = {"input_bound": "input", "sync_bound": "sync", "comm_bound": "communication",
+            "cpu_bound": "host"}.get(verdict)
     rows = sorted(((tot[f"{c}_ns"], c) for c in LOST_CAUSES if c != main), reverse=True)
     return [f"{labels[c]} {_pct(v, d):.1f} %" for v, c in rows if _pct(v, d) >= minor_pct]
 
 
-def _comm_ops(model: TraceModel, windows: pl.DataFrame, steady: list[int], device: int | None, n: int) -> pl.DataFrame:
+def _comm_ops(t: TraceTables, windows: pl.DataFrame, steady: list[int], device: int | None, n: int) -> pl.DataFrame:
     """Collective kernels of the steady steps grouped by the CPU op that launched them (the deepest
     op around the launch call: ``c10d::allreduce_``, ``record_param_comms`` …), wherever that op
     sits (DDP launches them from inside backward ops on the autograd thread)."""
-    k = model.kernels.filter(comm_classes(model)["is_comm"])
+    model = t.model
+    k = model.kernels.filter(comm_classes(t)["is_comm"])
     if device is not None:
         k = k.filter(pl.col("device") == device)
     k = assign_steps(k, windows, "ts_ns").filter(pl.col("window").is_in(steady))
     if k.is_empty():
         return pl.DataFrame()
-    rt = runtime_by_correlation(model).select("correlation", "pid", "tid", "api_ts_ns")
+    rt = runtime_by_correlation(t).select("correlation", "pid", "tid", "api_ts_ns")
     k = k.join(rt, on="correlation", how="left")
     ops = model.cpu_ops.select("name", "input_dims").with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
-    pts = k.select(pl.col("pid").fill_null(-1), pl.col("tid").fill_null(-1), pl.col("api_ts_ns").fill_null(0).alias("ts_ns"))
-    k = k.with_columns(_op=op_index(model).lookup(pts) if ops.height else None)
+    pts = k.select(pl.col("pid").fill_null(-1), pl.col("tid").fill_null(-1),
+                   pl.col("api_ts_ns").fill_null(0).alias("ts_ns"))
+    k = k.with_columns(_op=op_index(t).lookup(pts) if ops.height else None)
     k = k.join(ops.select(pl.col("id").alias("_op"), pl.col("name").alias("op"), "input_dims"), on="_op", how="left")
     steps = max(len(steady), 1)
     return (
@@ -772,7 +782,8 @@ def _comm_ops(model: TraceModel, windows: pl.DataFrame, steady: list[int], devic
              top_kernel=pl.col("_k").mode().sort().first())
         .select(pl.lit("communication").alias("phase"), pl.col("comm_name").alias("module"), pl.col("op").alias("name"),
                 "input_dims", "n_shapes", "calls", (pl.col("calls") / steps).round(2).alias("calls_per_step"),
-                pl.lit(0, pl.Int64).alias("cpu_ns"), "gpu_ns", (pl.col("gpu_ns") / steps).round(1).alias("gpu_ns_per_step"),
+                pl.lit(0, pl.Int64).alias("cpu_ns"), "gpu_ns",
+                (pl.col("gpu_ns") / steps).round(1).alias("gpu_ns_per_step"),
                 pl.col("calls").alias("kernels"), (pl.col("gpu_ns") / pl.col("calls")).round(1).alias("mean_gpu_ns"),
                 "top_kernel")
         .sort(["gpu_ns", "name"], descending=[True, False])
@@ -795,21 +806,24 @@ def _top_ops(ph: PhasesResult | None, phase: str | None, by: str, n: int) -> pl.
     title="Diagnosis",
     order=1,
     shared=("gpu_activity", "op_nesting", "runtime_by_correlation", "comm_classes"),
+    params={"gpu_bound_pct": 90.0, "mostly_busy_pct": 85.0, "cause_min_pct": 15.0, "dominant_pct": 50.0,
+            "minor_pct": 5.0, "top_ops": 10},
 )
-def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisResult:
+def diagnosis(ctx: AnalysisContext[TraceModel]) -> DiagnosisResult:
     """Baseline → bottleneck type (per step and overall, with evidence) → dominant phase → top operations."""
-    gpu_bound_pct = config.get("diagnosis.gpu_bound_pct", 90.0)
-    mostly_busy_pct = config.get("diagnosis.mostly_busy_pct", 85.0)
-    cause_min_pct = config.get("diagnosis.cause_min_pct", 15.0)
-    dominant_pct = config.get("diagnosis.dominant_pct", 50.0)
-    minor_pct = config.get("diagnosis.minor_pct", 5.0)
-    top_n = config.get("diagnosis.top_ops", 10)
+    model = ctx.model
+    gpu_bound_pct = ctx.params.gpu_bound_pct
+    mostly_busy_pct = ctx.params.mostly_busy_pct
+    cause_min_pct = ctx.params.cause_min_pct
+    dominant_pct = ctx.params.dominant_pct
+    minor_pct = ctx.params.minor_pct
+    top_n = ctx.params.top_ops
     thresholds = {"gpu_bound_pct": gpu_bound_pct, "mostly_busy_pct": mostly_busy_pct, "cause_min_pct": cause_min_pct,
                   "dominant_pct": dominant_pct, "minor_pct": minor_pct,
                   "top_ops": top_n}
-    sr: StepsResult = results["steps"]
-    bl: BaselineResult = results["baseline"]
-    ph: PhasesResult = results["phases"]
+    sr = ctx.need("steps", StepsResult)
+    bl = ctx.need("baseline", BaselineResult)
+    ph = ctx.need("phases", PhasesResult)
     windows = sr.windows()
     steady = sr.steady_windows()
     if int((windows["end_ns"] - windows["start_ns"]).sum()) <= 0:
@@ -818,10 +832,10 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
     if not sr.has_steps:
         notes.append("no ProfilerStep# ranges: the whole trace is judged as one window, start-up and tail included; "
                      "profile with torch.profiler.schedule and prof.step() for per-step numbers")
-    gt = results.values.get("gpu_time")
+    gt = ctx.typed("gpu_time", GpuTimeResult)
     use_gpu = model.has_gpu and gt is not None and ph.primary_device is not None
     if model.has_gpu and not use_gpu:
-        why = results.skipped.get("gpu_time") or results.failed.get("gpu_time") or "gpu_time did not run"
+        why = ctx.results.skipped.get("gpu_time") or ctx.results.failed.get("gpu_time") or "gpu_time did not run"
         notes.append(f"the trace has GPU activity but its GPU breakdown is unavailable ({why}): CPU-side verdict")
     if not model.has_gpu and model.cpu_ops.is_empty() and model.annotations.is_empty():
         raise NotApplicable("no CPU ops and no GPU activity in this trace: nothing to diagnose")
@@ -831,7 +845,7 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
     base_label = "the step"
     if use_gpu:
         device = int(ph.primary_device)  # type: ignore[arg-type]
-        span_windows = _active_span(model, windows, device) if not sr.has_steps else None
+        span_windows = _active_span(ctx.tables, windows, device) if not sr.has_steps else None
         if span_windows is not None:
             # Without step markers the window is the whole trace: profiler start-up before the
             # device's first activity and the tail after its last are not the workload. The GPU is
@@ -839,10 +853,11 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
             lead, tail = _span_edges(windows, span_windows)
             notes.append(f"no steps: the GPU verdict is judged over GPU {device}'s active span (first to last "
                          f"activity, {ms(int(span_windows['end_ns'][0] - span_windows['start_ns'][0]))} of the "
-                         f"{ms(int(windows['end_ns'].max() - windows['start_ns'].min()))} trace); {ms(lead)} before its "  # type: ignore[operator]
+                         f"{ms(int(windows['end_ns'].max() - windows['start_ns'].min()))} trace); "  # type: ignore[operator, arg-type]  # noqa: E501 - polars' scalar union
+                         f"{ms(lead)} before its "
                          f"first activity and {ms(tail)} after its last are left out")
             base_label = f"GPU {device}'s active span"
-        bd, more = _gpu_breakdown(model, results, span_windows if span_windows is not None else windows, device,
+        bd, more = _gpu_breakdown(ctx.tables, ctx, span_windows if span_windows is not None else windows, device,
                                   clipped=span_windows is not None)
         notes += more
         n_dev = gt.per_device.height  # type: ignore[union-attr]
@@ -853,7 +868,7 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
         tot_df = apply_verdicts(sums, gpu_bound_pct, dominant_pct, mostly_busy_pct, cause_min_pct)
         tot = tot_df.row(0, named=True)
         verdict, share = str(tot["verdict"]), float(tot["share_pct"])
-        ev, mv = _gpu_evidence(verdict, tot, model, results, bl, steady, device)
+        ev, mv = _gpu_evidence(verdict, tot, model, ctx, bl, steady, device)
         secondary = _secondary(tot, verdict, minor_pct)
         pct_cols = ("productive", "communication", "input", "sync", "host", "other")
         per_step = per.with_columns(
@@ -869,7 +884,7 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
         phase_tables[f"GPU {device} time per phase and step"] = ph.gpu.filter(pl.col("device") == device).drop("device")
         phase_tables["CPU time per phase and step"] = ph.cpu
     else:
-        device = None  # type: ignore[assignment]
+        device = None
         if model.runtime.filter(pl.col("name").str.contains("(?i)launch")).height and not model.has_gpu:
             notes.append("the trace has kernel launch calls but no GPU activity (device activity not captured): "
                          "only the CPU side can be judged; profile with ProfilerActivity.CUDA")
@@ -902,15 +917,15 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
         resource = "cpu"
         phase_tables["CPU time per phase and step"] = ph.cpu
 
-    comm_note = _comm_note(results, verdict) if use_gpu else None
+    comm_note = _comm_note(ctx, verdict) if use_gpu else None
     if comm_note:
         notes.append(comm_note)
-    ctx = results.values.get("context")
-    cap_note = capture_only_note(ctx)
-    inf = getattr(ctx, "inference", None) or {}
-    if getattr(ctx, "inference_engine", None) and inf.get("tokens_per_step") and inf.get("engine_step_ms"):
+    run_ctx = ctx.typed("context", ContextResult)
+    cap_note = capture_only_note(run_ctx)
+    inf = (run_ctx.inference if run_ctx is not None else None) or {}
+    if run_ctx is not None and run_ctx.inference_engine and inf.get("tokens_per_step") and inf.get("engine_step_ms"):
         # An engine step is judged per token and sequence, not per sample.
-        ev.append(f"{ctx.inference_engine} {inf['phase']} engine step: {inf['engine_step_ms']:,.3f} ms for "
+        ev.append(f"{run_ctx.inference_engine} {inf['phase']} engine step: {inf['engine_step_ms']:,.3f} ms for "
                   f"{inf['tokens_per_step']:,.0f} token(s) of {inf['sequences_per_step']:,.0f} sequence(s), "
                   f"{inf['engine_step_ms'] * 1000.0 / inf['tokens_per_step']:,.1f} µs per token.")
     if cap_note:
@@ -918,7 +933,8 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
         verdict, share = "capture_only", 0.0
         per = per.with_columns(verdict=pl.lit("capture_only"))
         per_step = per_step.with_columns(verdict=pl.lit("capture_only"), label=pl.lit(VERDICTS["capture_only"]))
-        ev = [f"Capture seen: {'; '.join(ctx.capture_evidence)}; no graph replay in the trace.", *ev[:1]]
+        seen = run_ctx.capture_evidence if run_ctx is not None else ()
+        ev = [f"Capture seen: {'; '.join(seen)}; no graph replay in the trace.", *ev[:1]]
         mv = ["Profile the steady state instead: the graph replays (decode/training steps after warm-up), e.g. "
               "torch.profiler with schedule(wait=…, warmup=…, active=…) started after the capture, or the "
               "engine's profiler during serving."]
@@ -927,6 +943,7 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
     agree = int(per.filter(steady_flag & (pl.col("verdict") == verdict)).height)
     n_steady = int(per.filter(steady_flag).height)
     # Phase, then operation.
+    dom: str | None
     if verdict == "comm_bound":
         dom, rank_by, res = "communication", "gpu_ns", "gpu"
     elif verdict == "input_bound":
@@ -934,7 +951,8 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
     elif verdict in ("compute_bound", "memory_bound"):
         dom, rank_by, res = ph.dominant("gpu"), "gpu_ns", "gpu"
     else:
-        dom, rank_by, res = ph.dominant("cpu"), ("cpu_ns" if resource == "cpu" or verdict != "mixed" else "gpu_ns"), "cpu"
+        dom, res = ph.dominant("cpu"), "cpu"
+        rank_by = "cpu_ns" if resource == "cpu" or verdict != "mixed" else "gpu_ns"
         if dom in (None, "other") and use_gpu and ph.dominant("gpu") not in (None, "other"):
             dom, rank_by, res = ph.dominant("gpu"), "gpu_ns", "gpu"  # no CPU ops: the GPU phases tell
     means = ph.gpu_mean if res == "gpu" and ph.gpu_mean else ph.cpu_mean
@@ -954,7 +972,7 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
                        else "; by your record_function ranges: ") + annotated + " of the step"
     top = _top_ops(ph, dom, rank_by, top_n)
     if dom == "communication" and use_gpu:
-        top = _comm_ops(model, windows, steady, device, top_n)
+        top = _comm_ops(ctx.tables, windows, steady, device, top_n)
     return DiagnosisResult(
         resource=resource,
         verdict=verdict,
@@ -973,7 +991,7 @@ def diagnosis(model: TraceModel, results: Results, config: Config) -> DiagnosisR
         top_ops=top,
         rank_by=rank_by,
         baseline_line=bl.headline(),
-        throughput_line=_throughput_line(bl, ctx),
+        throughput_line=_throughput_line(bl, run_ctx),
         conditions_line=bl.conditions_line(),
         baseline={"step_time_ns": bl.stats, "warmup_steps": bl.warmup.to_dicts(), "batch_size": bl.batch_size,
                   "samples_per_s": bl.samples_per_s},

@@ -13,8 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
-from traceanalyzer.config import Config
+from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model.memory import TIMELINE_CATEGORIES, MemoryTimelineModel
 
@@ -52,8 +51,9 @@ class ExportTimelineResult:
 
 
 @analysis("export_timeline", input="memory_timeline", title="Memory timeline (export)", order=10)
-def export_timeline(model: MemoryTimelineModel, results: Results, config: Config) -> ExportTimelineResult:
+def export_timeline(ctx: AnalysisContext[MemoryTimelineModel]) -> ExportTimelineResult:
     """Peak of the categorised timeline and what each category held then."""
+    model = ctx.model
     s = model.samples
     if s.is_empty():
         raise NotApplicable("the memory timeline has no samples")
@@ -67,7 +67,7 @@ def export_timeline(model: MemoryTimelineModel, results: Results, config: Config
         pl.col("bytes") != 0).sort(["bytes", "category"], descending=[True, False])
     return ExportTimelineResult(
         layout=model.meta.layout, n_samples=s.height,
-        span_ns=int(s["ts_ns"].max() - s["ts_ns"].min()),  # type: ignore[operator]
+        span_ns=int(s["ts_ns"].max() - s["ts_ns"].min()),  # type: ignore[operator, arg-type]  # polars scalars
         peak_total_bytes=peak, peak_ts_ns=int(row["ts_ns"]),
         final_total_bytes=int(s["total_bytes"][-1]), growth_bytes=int(s["total_bytes"][-1] - s["total_bytes"][0]),
         at_peak=at_peak,

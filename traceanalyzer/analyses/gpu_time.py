@@ -43,132 +43,22 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
-from traceanalyzer.analyses._comm import COMM_OP_RE
+from traceanalyzer.analyses import AnalysisContext, analysis
+from traceanalyzer.analyses._gputime import CPU_COMM_RE, exclusive_breakdown
 from traceanalyzer.analyses._intervals import (
     DATALOADER_RE,
-    covered_within,
     device_union,
     gpu_activity_classes,
     ms,
     pct,
 )
 from traceanalyzer.analyses.steps import StepsResult
-from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.timeutil import merge_intervals, sort_within_groups
+from traceanalyzer.timeutil import merge_intervals
 
 DEVICE_CATEGORIES = ("compute", "communication", "memcpy", "memset")
 TB_CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
-CPU_COMM_RE = COMM_OP_RE  # CPU ops/annotations of communication (_comm: c10d, nccl:*, symm_mem, DeepEP …)
-
-
-def exclusive_breakdown(
-    levels: list[tuple[str, pl.DataFrame]],
-    windows: pl.DataFrame,
-    by: list[str],
-    rest: str,
-) -> pl.DataFrame:
-    """Exclusive time per level in precedence order, per group and window.
-
-    ``levels``: (name, frame with ``*by, ts_ns, end_ns``) highest precedence first.
-    Returns ``*by, window, <name>_ns…, <rest>_ns`` where ``<rest>`` is the window not
-    covered by any level. Groups are those present in any level.
-    """
-    groups = pl.concat([df.select(by) for _, df in levels]).unique() if by else pl.DataFrame({"_g": [0]})
-    grid = groups.join(windows.select("window", "start_ns", "end_ns"), how="cross")
-    w = windows.select("start_ns", "end_ns").sort("start_ns")
-    disjoint = w.height < 2 or bool((w["start_ns"].slice(1) >= w["end_ns"].slice(0, w.height - 1)).all())
-    # Per device, one sweep over every boundary beats a union per level (window functions
-    # over the groups); without groups the unions are cheaper (nested CPU ranges merge
-    # to few rows). Both give the same numbers.
-    if disjoint and levels and by:
-        out = _exclusive_sweep(levels, windows, by, grid)
-    else:
-        out = _exclusive_by_unions(levels, by, grid)
-    out = out.with_columns(
-        ((pl.col("end_ns") - pl.col("start_ns")) - pl.sum_horizontal([pl.col(f"{n}_ns") for n, _ in levels]))
-        .cast(pl.Int64).alias(f"{rest}_ns")
-    ) if levels else out.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias(f"{rest}_ns"))
-    keep = [*by, "window", *[f"{n}_ns" for n, _ in levels], f"{rest}_ns"]
-    return out.select(keep).sort([*by, "window"])
-
-
-def _exclusive_sweep(
-    levels: list[tuple[str, pl.DataFrame]], windows: pl.DataFrame, by: list[str], grid: pl.DataFrame
-) -> pl.DataFrame:
-    """:func:`exclusive_breakdown` for disjoint windows in one sweep over all boundaries.
-
-    Every interval start (+1) and end (−1) of every level, plus the window edges of each
-    group, sorted by (group, t): the running count per level says which levels cover the
-    piece [t, next t) of the group, which goes to the first of them; window edges being
-    boundaries, a piece lies inside one window or outside all. Same numbers as growing
-    the union level by level (each piece of the window is counted once, in the first
-    level covering it), with one sort instead of a merge and two searches per level.
-    """
-    k = len(levels)
-    parts = []
-    for i, (_, df) in enumerate(levels):
-        iv = df.select([*by, "ts_ns", "end_ns"]).filter(pl.col("end_ns") > pl.col("ts_ns"))
-        # A null group never matched in the as-of searches of the union version: it counts
-        # as uncovered there, and here too.
-        iv = iv.drop_nulls(by) if by else iv
-        lvl = pl.lit(i, pl.Int32).alias("lvl")
-        parts.append(iv.select(*by, pl.col("ts_ns").alias("t"), lvl, pl.lit(1, pl.Int32).alias("d")))
-        parts.append(iv.select(*by, pl.col("end_ns").alias("t"), lvl, pl.lit(-1, pl.Int32).alias("d")))
-    # Window edges: lvl −1 (start) and −2 (end), d carrying the window index.
-    for lvl_code, col in ((-1, "start_ns"), (-2, "end_ns")):
-        parts.append(grid.select(*by, pl.col(col).alias("t"), pl.lit(lvl_code, pl.Int32).alias("lvl"),
-                                 pl.col("window").cast(pl.Int32).alias("d")))
-    schema = parts[0].schema
-    b = sort_within_groups(pl.concat([p.cast(schema) for p in parts]), by, "t")  # type: ignore[arg-type]
-    # Per-level counts: plain running sums are per group (each interval's +1 and −1 are in
-    # its group, and groups are contiguous after the sort).
-    counts = [pl.when(pl.col("lvl") == i).then(pl.col("d")).otherwise(0).cum_sum() for i in range(k)]
-    top = pl.coalesce([pl.when(c > 0).then(pl.lit(i, pl.Int32)) for i, c in enumerate(counts)])
-    same_group = pl.all_horizontal([pl.col(c).eq_missing(pl.col(c).shift(-1)) for c in by]) if by else pl.lit(True)
-    piece = pl.when(same_group).then(pl.col("t").shift(-1) - pl.col("t")).otherwise(0)
-    b = b.select(*by, "lvl", "d", top.alias("top"), piece.fill_null(0).alias("len"))
-    # Length given to each level before each row (running sums minus the row's own piece);
-    # a window's share is the difference between its end and start edges (no piece
-    # crosses an edge: edges are boundaries of their group).
-    before = [
-        (pl.when(pl.col("top") == i).then(pl.col("len")).otherwise(0).cum_sum()
-         - pl.when(pl.col("top") == i).then(pl.col("len")).otherwise(0)).alias(f"_c{i}")
-        for i in range(k)
-    ]
-    e = b.with_columns(before).filter(pl.col("lvl") < 0).select(
-        *by, pl.col("d").cast(pl.Int64).alias("window"), (pl.col("lvl") == -2).alias("_end"),
-        *[f"_c{i}" for i in range(k)],
-    )
-    keys = [*by, "window"]
-    agg = e.group_by(keys).agg(
-        (pl.col(f"_c{i}").filter("_end").first() - pl.col(f"_c{i}").filter(~pl.col("_end")).first())
-        .cast(pl.Int64).alias(f"{n}_ns")
-        for i, (n, _) in enumerate(levels)
-    )
-    cols = [f"{n}_ns" for n, _ in levels]
-    return grid.join(agg, on=keys, how="left", nulls_equal=True).with_columns(pl.col(c).fill_null(0) for c in cols)
-
-
-def _exclusive_by_unions(levels: list[tuple[str, pl.DataFrame]], by: list[str], grid: pl.DataFrame) -> pl.DataFrame:
-    """:func:`exclusive_breakdown` for any windows: the union of the levels so far, per window."""
-    merged: pl.DataFrame | None = None
-    prev = None
-    for name, df in levels:
-        # Union of the levels so far, grown one level at a time: merging the previous
-        # union (disjoint, short) with the new level gives the same intervals as merging
-        # every level again (positive lengths only, as window_union_lengths keeps).
-        iv = df.select([*by, "ts_ns", "end_ns"]).filter(pl.col("end_ns") > pl.col("ts_ns"))
-        if merged is not None:
-            iv = pl.concat([merged.select([*by, pl.col("start_ns").alias("ts_ns"), "end_ns"]), iv])
-        merged = merge_intervals(iv, by=by)
-        grid = grid.with_columns(covered_within(merged, grid, by).alias(f"_cum_{name}"))
-        excl = pl.col(f"_cum_{name}") - (pl.col(prev) if prev else 0)
-        grid = grid.with_columns(excl.alias(f"{name}_ns"))
-        prev = f"_cum_{name}"
-    return grid
 
 
 @dataclass(frozen=True)
@@ -231,13 +121,14 @@ def _with_pct(df: pl.DataFrame, total: str) -> pl.DataFrame:
     "gpu_time", depends_on=("steps",), title="GPU busy / idle", order=20,
     shared=("device_union", "gpu_activity", "gpu_activity_classes", "comm_classes", "op_nesting"),
 )
-def gpu_time(model: TraceModel, results: Results, config: Config) -> GpuTimeResult:
+def gpu_time(ctx: AnalysisContext[TraceModel]) -> GpuTimeResult:
     """Busy/idle per device and step (compute > communication > memcpy > memset), tb_plugin breakdown."""
+    model = ctx.model
     if not model.has_gpu:
         raise NotApplicable("no GPU activity in this trace (no kernels, memcpy or memset)")
-    sr: StepsResult = results["steps"]
+    sr = ctx.need("steps", StepsResult)
     windows = sr.windows()
-    act = gpu_activity_classes(model).filter(pl.col("device").is_not_null())
+    act = gpu_activity_classes(ctx.tables).filter(pl.col("device").is_not_null())
     levels = [(c, act.filter(pl.col("category") == c)) for c in DEVICE_CATEGORIES]
     ex = exclusive_breakdown(levels, windows, ["device"], "idle")
     ex = ex.join(windows.select("window", "step", (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns")), on="window")
@@ -257,7 +148,7 @@ def gpu_time(model: TraceModel, results: Results, config: Config) -> GpuTimeResu
     steady_busy = {int(d): pct(b, w) for d, b, w in steady_dev.select("device", "busy_ns", "dur_ns").iter_rows()}
 
     # HTA-comparable: per device, first to last activity.
-    all_m = device_union(model)  # = merge_intervals(act, by=["device"]): the same rows
+    all_m = device_union(ctx.tables)  # = merge_intervals(act, by=["device"]): the same rows
     comp_m = merge_intervals(act.filter(pl.col("category") == "compute"), by=["device"])
     span = (
         all_m.group_by("device")

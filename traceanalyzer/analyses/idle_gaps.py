@@ -49,7 +49,8 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses import AnalysisContext, analysis
+from traceanalyzer.analyses._callsites import cpu_tree_index
 from traceanalyzer.analyses._intervals import (
     DATALOADER_RE,
     LOG_BINS_NS,
@@ -62,12 +63,11 @@ from traceanalyzer.analyses._intervals import (
     ms,
     pct,
 )
-from traceanalyzer.analyses.callsites import cpu_tree_index
-from traceanalyzer.analyses.steps import StepsResult, assign_steps
-from traceanalyzer.config import Config
+from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import annotation_index, by_id, cpu_context, deepest_at
+from traceanalyzer.model.relations import TraceTables, annotation_index, by_id, cpu_context, deepest_at
 from traceanalyzer.timeutil import gaps_between, merge_intervals
 
 CAUSES = ("host_bound", "sync", "memcpy", "data_loader", "stream_dependency", "other")
@@ -110,7 +110,8 @@ class IdleGapsResult:
             causes = ", ".join(
                 f"{c} {pct(r[f'{c}_ns'], idle) or 0:.0f} %" for c in CAUSES if r.get(f"{c}_ns")
             )
-            out.append((f"GPU {r['device']} gaps", f"{r['n_gaps']:,} gaps, {ms(idle)} idle in gaps ({causes} of gap idle)"))
+            out.append((f"GPU {r['device']} gaps",
+                        f"{r['n_gaps']:,} gaps, {ms(idle)} idle in gaps ({causes} of gap idle)"))
         if self.attribution.height:
             top = self.attribution.row(0, named=True)
             out.append(
@@ -223,7 +224,7 @@ def _classify(
     else:
         g = g.with_columns(other_streams_busy_ns=pl.lit(0, pl.Int64))
     best = pl.max_horizontal("_sync", "_memcpy", "_dl")
-    host = (
+    host_cause = (
         pl.when(best <= 0)
         .then(pl.lit("host_bound"))
         .when(pl.col("_sync") == best)
@@ -236,7 +237,7 @@ def _classify(
         pl.when(pl.col("launch_ts_ns").is_null())
         .then(pl.lit("other"))
         .when(~pl.col("queued"))
-        .then(host)
+        .then(host_cause)
         .when(pl.col("other_streams_busy_ns") > 0)
         .then(pl.lit("stream_dependency"))
         .otherwise(pl.lit("other"))
@@ -244,7 +245,7 @@ def _classify(
     return g.with_columns(cause=cause).drop("_sync", "_memcpy", "_dl")
 
 
-def _attribution(gaps: list[pl.DataFrame], model: TraceModel) -> list[pl.DataFrame]:
+def _attribution(gaps: list[pl.DataFrame], t: TraceTables) -> list[pl.DataFrame]:
     """``cpu_context``, ``source`` and ``annotation`` of each gap of each frame (the deepest
     intervals at the gap midpoint on the launching thread), one frame aligned with each of
     ``gaps``: the points of all of them are looked up at once (the indexes are built once),
@@ -257,7 +258,7 @@ def _attribution(gaps: list[pl.DataFrame], model: TraceModel) -> list[pl.DataFra
         )
         for g in gaps
     ])
-    cols = _attribute_points(pts, model)
+    cols = _attribute_points(pts, t)
     out, at = [], 0
     for g in gaps:
         out.append(cols.slice(at, g.height))
@@ -265,22 +266,23 @@ def _attribution(gaps: list[pl.DataFrame], model: TraceModel) -> list[pl.DataFra
     return out
 
 
-def _attribute_points(pts: pl.DataFrame, model: TraceModel) -> pl.DataFrame:
+def _attribute_points(pts: pl.DataFrame, t: TraceTables) -> pl.DataFrame:
     """``cpu_context, source, annotation`` of each point (``pid, tid, ts_ns``)."""
+    model = t.model
     if pts.is_empty():
         return pl.DataFrame(schema={"cpu_context": pl.String, "source": pl.String, "annotation": pl.String})
     if model.python_frames.is_empty():
         # Then the context is the CPU tree copies and syncs use (ops and annotations but
         # ProfilerStep#, in the same order, so equal ids among ties): its index is shared.
-        ctx, index = cpu_tree_index(model)
+        ctx, index = cpu_tree_index(t)
         ids = index.lookup(pts)
     else:
         # Legacy traces record ProfilerStep#N as an op: a step is not "what the CPU was doing".
         ctx = cpu_context(model).filter(~pl.col("name").str.starts_with("ProfilerStep#"))
         ids = deepest_at(ctx, pts)
     # The annotations of ctx, in the same order (so the same innermost one among ties),
-    # indexed once per model (phases looks them up too).
-    ann_names, ann_index = annotation_index(model)
+    # indexed once per run (phases looks them up too).
+    ann_names, ann_index = annotation_index(t)
     aids = ann_index.lookup(pts)
     return pl.DataFrame([
         by_id(ids, ctx["id"], ctx["name"]).alias("cpu_context"),
@@ -348,17 +350,19 @@ def _per(gaps: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 @analysis(
     "idle_gaps", depends_on=("steps",), title="GPU idle gaps", order=30,
     shared=("annotation_index", "cpu_tree", "device_union", "gpu_activity_classes", "comm_classes", "op_nesting"),
+    params={"long_gap_us": 100.0, "sync_tolerance_us": 10.0},
 )
-def idle_gaps(model: TraceModel, results: Results, config: Config) -> IdleGapsResult:
+def idle_gaps(ctx: AnalysisContext[TraceModel]) -> IdleGapsResult:
     """Every device/stream gap with a cause and what the launching CPU thread was doing."""
+    model = ctx.model
     if not model.has_gpu:
         raise NotApplicable("no GPU activity in this trace (no kernels, memcpy or memset)")
-    long_us = config.get("idle_gaps.long_gap_us", 100.0)
-    tol_us = config.get("idle_gaps.sync_tolerance_us", 10.0)
+    long_us = ctx.params.long_gap_us
+    tol_us = ctx.params.sync_tolerance_us
     long_ns, tol_ns = int(long_us * 1000), int(tol_us * 1000)
-    sr: StepsResult = results["steps"]
+    sr = ctx.need("steps", StepsResult)
     # The columns read below, then the rows: a filter copies every column it is given.
-    act = gpu_activity_classes(model).select("name", "ts_ns", "end_ns", "device", "stream", "correlation").filter(
+    act = gpu_activity_classes(ctx.tables).select("name", "ts_ns", "end_ns", "device", "stream", "correlation").filter(
         pl.col("device").is_not_null()
     )
     n_dev = act.height
@@ -376,7 +380,7 @@ def idle_gaps(model: TraceModel, results: Results, config: Config) -> IdleGapsRe
     )
 
     # The shared union when the stream / length filters above dropped nothing.
-    dev_m = device_union(model) if act.height == n_dev else merge_intervals(act, by=["device"])
+    dev_m = device_union(ctx.tables) if act.height == n_dev else merge_intervals(act, by=["device"])
     dgaps = _next_activity(gaps_between(dev_m, ["device"]), act, ["device"])
     # first / last activity per device, for the window idle outside any gap (per_step)
     dev_gpu = dev_m.group_by("device").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
@@ -394,7 +398,7 @@ def idle_gaps(model: TraceModel, results: Results, config: Config) -> IdleGapsRe
     # One attribution pass for both tables (the as-of state is built once). dgaps stays
     # sorted by (device, start_ns); sgaps keeps the column order it has always had
     # (``stream`` after ``cause``).
-    d_attr, s_attr = _attribution([dgaps, sgaps], model)
+    d_attr, s_attr = _attribution([dgaps, sgaps], ctx.tables)
     dgaps = dgaps.hstack(d_attr)
     sgaps = sgaps.select(pl.exclude("stream"), "stream").hstack(s_attr)
     del d_attr, s_attr

@@ -29,52 +29,15 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._comm import comm_classes
 from traceanalyzer.analyses._intervals import SHORT_BINS_NS, dist_stats, histogram, ms, pct, us
-from traceanalyzer.analyses.steps import StepsResult, assign_steps
-from traceanalyzer.config import Config
+from traceanalyzer.analyses._kernels import normalize_kernel_names, on_distinct
+from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import op_index
-
-_NEST_DEPTH = 8  # nesting levels of <…> / (…) removed; real names nest ≤ 5
-
-
-def normalize_kernel_names(name: pl.Expr) -> pl.Expr:
-    """Vectorised :func:`normalize_kernel_name` over a string expression."""
-    e = name.str.replace_all(r"\(anonymous namespace\)::", "")
-    for _ in range(_NEST_DEPTH):
-        e = e.str.replace_all(r"<[^<>]*>", "")
-    for _ in range(_NEST_DEPTH):
-        e = e.str.replace_all(r"\([^()]*\)", "")
-    e = e.str.replace(r"^\s*void\s+", "").str.replace_all(r"\s+const\b", "").str.replace_all(r"\s+", " ")
-    return e.str.strip_chars()
-
-
-def on_distinct(df: pl.DataFrame, keys: list[str], **exprs: pl.Expr) -> pl.DataFrame:
-    """``df.with_columns(**exprs)``, the expressions (of ``keys`` only) evaluated once per
-    distinct ``keys`` value and joined back in row order. Kernel names repeat (a 19k-kernel
-    trace holds 49 names), and normalising or classifying them is ~20 regex passes."""
-    if df.is_empty():
-        return df.with_columns(**exprs)
-    # A key that is null on every row (comm_name, on most traces) distinguishes nothing:
-    # joining on the others only is several times cheaper.
-    live = [k for k in keys if df[k].null_count() < df.height]
-    if not live:
-        return df.with_columns(**exprs)
-    table = df.select(keys).unique(live).with_columns(**exprs).drop([k for k in keys if k not in live])
-    return df.join(table, on=live, how="left", nulls_equal=True, maintain_order="left")
-
-
-def normalize_kernel_name(name: str) -> str:
-    """Kernel name without template arguments or parameter list, for grouping.
-
-    >>> normalize_kernel_name("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float> >(at::native::ReduceOp<float>)")
-    'at::native::reduce_kernel'
-    """
-    out = pl.select(normalize_kernel_names(pl.lit(name)).alias("n"))["n"][0]
-    return str(out) if out else name
 
 
 @dataclass(frozen=True)
@@ -150,18 +113,20 @@ def _stats_aggs() -> list[pl.Expr]:
     ]
 
 
-@analysis("kernels", depends_on=("steps",), title="Kernels", order=40, shared=("op_nesting", "comm_classes"))
-def kernels(model: TraceModel, results: Results, config: Config) -> KernelsResult:
+@analysis("kernels", depends_on=("steps",), title="Kernels", order=40, shared=("op_nesting", "comm_classes"),
+          params={"top_n": 20, "short_kernel_us": 10.0})
+def kernels(ctx: AnalysisContext[TraceModel]) -> KernelsResult:
     """Kernel counts/durations per (normalised) name, step and launching CPU op; short kernels."""
+    model = ctx.model
     if model.kernels.is_empty():
         raise NotApplicable("no GPU kernels in this trace")
-    top_n = config.get("kernels.top_n", 20)
-    short_us = config.get("kernels.short_kernel_us", 10.0)
+    top_n = ctx.params.top_n
+    short_us = ctx.params.short_kernel_us
     short_ns = int(short_us * 1000)
-    sr: StepsResult = results["steps"]
+    sr = ctx.need("steps", StepsResult)
     # Communication kernels as every analysis counts them (metadata, launching op, name: _comm).
     k = on_distinct(model.kernels, ["name"], norm=normalize_kernel_names(pl.col("name"))).with_columns(
-        is_comm=comm_classes(model)["is_comm"])
+        is_comm=comm_classes(ctx.tables)["is_comm"])
     total = int(k["dur_ns"].sum())
 
     by_name = (
@@ -200,7 +165,7 @@ def kernels(model: TraceModel, results: Results, config: Config) -> KernelsResul
     launch = k.select("correlation").join(
         rt.select("correlation", "pid", "tid", "ts_ns"), on="correlation", how="left", maintain_order="left"
     )
-    op_id = op_index(model).lookup(launch.select("pid", "tid", "ts_ns"))
+    op_id = op_index(ctx.tables).lookup(launch.select("pid", "tid", "ts_ns"))
     kk = k.with_columns(cpu_op=model.cpu_ops["name"].gather(op_id))
     by_op = (
         kk.with_columns(pl.col("cpu_op").fill_null("<no launching CPU op>"))

@@ -45,10 +45,11 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._intervals import dist_stats, pct, us
-from traceanalyzer.analyses.steps import StepsResult, assign_steps
-from traceanalyzer.config import Config
+from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.gpu_time import GpuTimeResult
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import launches as join_launches
@@ -97,13 +98,17 @@ class LaunchesResult:
     def summary(self) -> list[tuple[str, str]]:
         out = [
             ("Launches", f"{self.n_calls:,} calls → {self.n_joined:,} GPU activities"
-                         + (f" ({self.n_unjoined_calls:,} calls without captured GPU work)" if self.n_unjoined_calls else "")),
+                         + (f" ({self.n_unjoined_calls:,} calls without captured GPU work)"
+                            if self.n_unjoined_calls else "")),
             ("Launch call (CPU)", f"median {us(self.cpu_dur_ns['median'])}, p95 {us(self.cpu_dur_ns['p95'])}"),
             ("Launch delay", f"median {us(self.launch_delay_ns['median'])}, p95 {us(self.launch_delay_ns['p95'])}"),
-            ("Shorter than their launch", f"{self.n_shorter_than_launch:,} ({pct(self.n_shorter_than_launch, self.n_joined) or 0:.1f} % of launched kernels)"),
+            ("Shorter than their launch",
+             f"{self.n_shorter_than_launch:,} "
+             f"({pct(self.n_shorter_than_launch, self.n_joined) or 0:.1f} % of launched kernels)"),
         ]
         if self.n_graph_launches:
-            out.append(("CUDA-graph launches", f"{self.n_graph_launches:,} replaying {self.n_graph_kernels:,} GPU activities "
+            out.append(("CUDA-graph launches",
+                        f"{self.n_graph_launches:,} replaying {self.n_graph_kernels:,} GPU activities "
                                                   "(kernels, copies and memsets)"))
         bound = self.per_step.filter(pl.col("launch_bound"))
         out.append(("Launch-bound steps", f"{bound.height} of {self.per_step.height}"))
@@ -116,13 +121,14 @@ class LaunchesResult:
 @analysis(
     "launches", depends_on=("steps", "gpu_time"), title="Kernel launches", order=50,
     shared=("gpu_activity", "launches"),
+    params={"min_cpu_to_gpu_ratio": 1.0, "max_busy_pct": 80.0},
 )
-def launches(model: TraceModel, results: Results, config: Config) -> LaunchesResult:
+def launches(ctx: AnalysisContext[TraceModel]) -> LaunchesResult:
     """Launch calls joined to GPU work: CPU/GPU durations, launch delay, launch-bound steps."""
-    min_ratio = config.get("launches.min_cpu_to_gpu_ratio", 1.0)
-    max_busy = config.get("launches.max_busy_pct", 80.0)
-    sr: StepsResult = results["steps"]
-    all_calls = join_launches(model).filter(pl.col("is_launch"))
+    min_ratio = ctx.params.min_cpu_to_gpu_ratio
+    max_busy = ctx.params.max_busy_pct
+    sr = ctx.need("steps", StepsResult)
+    all_calls = join_launches(ctx.tables).filter(pl.col("is_launch"))
     if all_calls.is_empty():
         raise NotApplicable("no kernel/copy launch calls in this trace (no CUDA/HIP/XPU/MTIA runtime events)")
     j = all_calls.filter(pl.col("gpu_ts_ns").is_not_null())
@@ -181,7 +187,7 @@ def launches(model: TraceModel, results: Results, config: Config) -> LaunchesRes
         )
         .sort(["gpu_activities", "api"], descending=[True, False])
     )
-    gt = results["gpu_time"].per_step
+    gt = ctx.need("gpu_time", GpuTimeResult).per_step
     busy = gt.group_by("window").agg(busy_pct=pl.col("busy_pct").min())  # least busy device decides
     kern = pl.col("activity") == "kernel"
     per_step = (

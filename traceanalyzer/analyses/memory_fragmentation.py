@@ -33,9 +33,8 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult
-from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model.memory import SnapshotModel
 
@@ -89,15 +88,19 @@ class MemoryFragmentationResult:
         frag = "n/a" if self.fragmentation_pct is None else f"{self.fragmentation_pct:.1f} %"
         out = [
             ("Reserved / allocated at dump", f"{fmt_bytes(self.reserved_bytes)} / {fmt_bytes(self.allocated_bytes)}"),
-            ("Cached free / largest free block", f"{fmt_bytes(self.free_bytes)} / {fmt_bytes(self.largest_free_block_bytes)}"),
+            ("Cached free / largest free block",
+             f"{fmt_bytes(self.free_bytes)} / {fmt_bytes(self.largest_free_block_bytes)}"),
             ("Fragmentation of free memory", frag),
-            ("Free blocks in split segments", f"{self.inactive_split_blocks:,} ({fmt_bytes(self.inactive_split_bytes)})"),
+            ("Free blocks in split segments",
+             f"{self.inactive_split_blocks:,} ({fmt_bytes(self.inactive_split_bytes)})"),
         ]
         if self.max_unused_reserved_bytes is not None:
-            pct = "" if self.max_unused_pct_of_reserved is None else f" ({self.max_unused_pct_of_reserved:.1f} % of reserved)"
+            pct = ("" if self.max_unused_pct_of_reserved is None
+                   else f" ({self.max_unused_pct_of_reserved:.1f} % of reserved)")
             out.append(("Max reserved − allocated", fmt_bytes(self.max_unused_reserved_bytes) + pct))
         if self.churn_reallocs:
-            out.append(("cudaMalloc after a segment free", f"{self.churn_reallocs:,} ({fmt_bytes(self.churn_realloc_bytes)})"))
+            out.append(("cudaMalloc after a segment free",
+                        f"{self.churn_reallocs:,} ({fmt_bytes(self.churn_realloc_bytes)})"))
         if self.non_default_settings:
             out.append(("Allocator settings", ", ".join(f"{k}={v}" for k, v in self.non_default_settings.items())))
         return out
@@ -108,8 +111,9 @@ class MemoryFragmentationResult:
 
 @analysis("memory_fragmentation", input="snapshot", depends_on=("memory_timeline",),
           title="Memory fragmentation and waste", order=12)
-def memory_fragmentation(model: SnapshotModel, results: Results, config: Config) -> MemoryFragmentationResult:
+def memory_fragmentation(ctx: AnalysisContext[SnapshotModel]) -> MemoryFragmentationResult:
     """Reserved vs allocated, free-block sizes, split segments, empty_cache churn, settings."""
+    model = ctx.model
     if model.segments.is_empty():
         raise NotApplicable("the snapshot holds no segments (nothing reserved at dump time)")
     b = model.blocks.with_columns(
@@ -133,7 +137,8 @@ def memory_fragmentation(model: SnapshotModel, results: Results, config: Config)
     )
     reserved = int(seg["total_bytes"].sum())
     free = int(seg["free_bytes"].sum())
-    largest = int(seg["largest_free_bytes"].max() or 0)
+    top = seg["largest_free_bytes"].max()
+    largest = int(top) if isinstance(top, (int, float)) else 0
     split = seg.filter((pl.col("live_blocks") > 0) & (pl.col("free_blocks") > 0))
     empty = seg.filter(pl.col("live_blocks") == 0)
     per_device = seg.group_by("device").agg(
@@ -142,7 +147,7 @@ def memory_fragmentation(model: SnapshotModel, results: Results, config: Config)
         segments=pl.len(),
     ).sort("device")
 
-    tl: MemoryTimelineResult = results["memory_timeline"]
+    tl = ctx.need("memory_timeline", MemoryTimelineResult)
     max_unused = reserved_at_max = None
     if not tl.series.is_empty():
         unused = tl.series["reserved_bytes"] - tl.series["allocated_bytes"]

@@ -44,9 +44,9 @@ import polars as pl
 if TYPE_CHECKING:
     import numpy as np
 
-from traceanalyzer.analyses import Results, analysis
-from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult, attach_stacks
-from traceanalyzer.config import Config
+from traceanalyzer.analyses import AnalysisContext, analysis
+from traceanalyzer.analyses._memory import attach_stacks
+from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model.memory import SnapshotModel
 
@@ -124,7 +124,8 @@ class MemoryLeaksResult:
     def summary(self) -> list[tuple[str, str]]:
         from traceanalyzer.units import fmt_bytes
 
-        out = [("Allocated in history, alive at end", f"{fmt_bytes(self.live_at_end_bytes)} ({self.live_at_end_count:,})"),
+        out = [("Allocated in history, alive at end",
+                f"{fmt_bytes(self.live_at_end_bytes)} ({self.live_at_end_count:,})"),
                ("Iterations found", f"{self.n_windows} ({self.window_kind})")]
         if self.verdict_note:
             out.append(("Leak verdict", self.verdict_note))
@@ -140,13 +141,15 @@ class MemoryLeaksResult:
                 "Allocated during the history and alive at the end": self.live_at_end_by_site.head(15)}
 
 
-@analysis("memory_leaks", input="snapshot", depends_on=("memory_timeline",), title="Memory leaks", order=13)
-def memory_leaks(model: SnapshotModel, results: Results, config: Config) -> MemoryLeaksResult:
+@analysis("memory_leaks", input="snapshot", depends_on=("memory_timeline",), title="Memory leaks", order=13,
+          params={"min_iterations": 3, "min_bytes": 1 << 20})
+def memory_leaks(ctx: AnalysisContext[SnapshotModel]) -> MemoryLeaksResult:
     """Sites whose live allocations grow iteration over iteration and survive to the end."""
+    model = ctx.model
     import numpy as np  # lazy: a trace run never needs numpy (0.14 s import)
-    min_iter = max(2, int(config.get("memory_leaks.min_iterations", 3)))
-    min_bytes = config.get("memory_leaks.min_bytes", 1 << 20)
-    tl: MemoryTimelineResult = results["memory_timeline"]
+    min_iter = max(2, int(ctx.params.min_iterations))
+    min_bytes = ctx.params.min_bytes
+    tl = ctx.need("memory_timeline", MemoryTimelineResult)
     if not tl.history:
         raise NotApplicable("no allocation history: record with torch.cuda.memory._record_memory_history()")
     dev = tl.primary.device

@@ -23,10 +23,9 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
-from traceanalyzer.analyses.memory_peak import breakdown
-from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult, live_at
-from traceanalyzer.config import Config
+from traceanalyzer.analyses import AnalysisContext, analysis
+from traceanalyzer.analyses._memory import breakdown, live_at
+from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model.memory import SnapshotModel
 
@@ -66,7 +65,8 @@ class MemoryOOMResult:
 
         free = "?" if self.device_free_bytes is None else fmt_bytes(self.device_free_bytes)
         out = [("OOM", f"cuda:{self.device} asked {fmt_bytes(self.requested_bytes)}, device free {free}"),
-               ("State at OOM", f"allocated {fmt_bytes(self.allocated_bytes)}, reserved {fmt_bytes(self.reserved_bytes)}, "
+               ("State at OOM",
+                f"allocated {fmt_bytes(self.allocated_bytes)}, reserved {fmt_bytes(self.reserved_bytes)}, "
                                 f"cached free {fmt_bytes(self.cached_free_bytes)}"),
                ("Verdict", self.verdict)]
         if self.failing_site:
@@ -81,17 +81,19 @@ class MemoryOOMResult:
                 "Live at OOM by category": self.categories}
 
 
-@analysis("memory_oom", input="snapshot", depends_on=("memory_timeline",), title="Out of memory", order=14)
-def memory_oom(model: SnapshotModel, results: Results, config: Config) -> MemoryOOMResult:
+@analysis("memory_oom", input="snapshot", depends_on=("memory_timeline",), title="Out of memory", order=14,
+          params={"top_n": 10})
+def memory_oom(ctx: AnalysisContext[SnapshotModel]) -> MemoryOOMResult:
     """The OOM event: requested size, free device memory, state then, what filled it."""
-    top_n = config.get("memory_oom.top_n", 10)
+    model = ctx.model
+    top_n = ctx.params.top_n
     ooms = model.trace.filter(pl.col("action") == "oom").sort("device", "event_idx")
     if ooms.is_empty():
         raise NotApplicable("no OOM event in the history (the allocator records one when cudaMalloc fails "
                             "while history recording is on)")
     o = ooms.row(0, named=True)
     dev, idx = int(o["device"]), int(o["event_idx"])
-    tl: MemoryTimelineResult = results["memory_timeline"]
+    tl = ctx.need("memory_timeline", MemoryTimelineResult)
     state = tl.series.filter((pl.col("device") == dev) & (pl.col("event_idx") == idx)).row(0, named=True)
     live = live_at(tl.allocations, dev, idx)
     top, sites, cats = breakdown(live, int(state["allocated_bytes"]), top_n, tl.stacks, pct="pct_of_allocated")

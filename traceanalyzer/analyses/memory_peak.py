@@ -21,42 +21,10 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
-from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult, attach_stacks, live_at
-from traceanalyzer.config import Config
+from traceanalyzer.analyses import AnalysisContext, analysis
+from traceanalyzer.analyses._memory import breakdown, live_at
+from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult
 from traceanalyzer.model.memory import SnapshotModel
-
-
-def breakdown(live: pl.DataFrame, total: int, top_n: int, stacks: pl.DataFrame | None = None,
-              pct: str = "pct_of_peak") -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """(top allocations, top sites, categories) of a set of live allocations; each share of
-    ``total`` is in the column named ``pct`` (its base in its name).
-
-    Sites and allocations carry ``site_kind`` (``python`` when the site is a frame of the
-    user's code, see :func:`~traceanalyzer.analyses.memory_timeline.stack_sites`) and the raw
-    ``stack`` behind it (for a site: the stack of its largest live allocation)."""
-    denom = max(total, 1)
-    # Address breaks ties: allocations made before recording all have alloc_idx −1.
-    top = live.sort(["bytes", "alloc_idx", "device", "addr"], descending=[True, False, False, False]).head(top_n).select(
-        "device", "bytes", "site", "category", "alloc_idx", "alloc_ts_ns", "stream", "addr", "stack_id",
-    ).with_columns((pl.col("bytes") * 100.0 / denom).round(2).alias(pct))
-    top = attach_stacks(top, stacks)
-    sites = (
-        live.group_by("site").agg(bytes=pl.col("bytes").sum(), count=pl.len(),
-                                  category=pl.col("category").mode().sort().first(),
-                                  stack_id=pl.col("stack_id").sort_by("bytes", "alloc_idx", descending=[True, False])
-                                  .first())
-        .with_columns((pl.col("bytes") * 100.0 / denom).round(2).alias(pct))
-        .sort(["bytes", "site"], descending=[True, False]).head(top_n)
-        .select("site", "category", "count", "bytes", pct, "stack_id")
-    )
-    sites = attach_stacks(sites, stacks)
-    cats = (
-        live.group_by("category").agg(bytes=pl.col("bytes").sum(), count=pl.len())
-        .with_columns((pl.col("bytes") * 100.0 / denom).round(2).alias(pct))
-        .sort(["bytes", "category"], descending=[True, False])
-    )
-    return top, sites, cats
 
 
 @dataclass(frozen=True)
@@ -116,11 +84,13 @@ class MemoryPeakResult:
         }
 
 
-@analysis("memory_peak", input="snapshot", depends_on=("memory_timeline",), title="Memory peak", order=11)
-def memory_peak(model: SnapshotModel, results: Results, config: Config) -> MemoryPeakResult:
+@analysis("memory_peak", input="snapshot", depends_on=("memory_timeline",), title="Memory peak", order=11,
+          params={"top_n": 15})
+def memory_peak(ctx: AnalysisContext[SnapshotModel]) -> MemoryPeakResult:
     """Peak allocated memory and what is live then: top allocations, call sites, categories."""
-    top_n = config.get("memory_peak.top_n", 15)
-    tl: MemoryTimelineResult = results["memory_timeline"]
+    model = ctx.model
+    top_n = ctx.params.top_n
+    tl = ctx.need("memory_timeline", MemoryTimelineResult)
     per_device = []
     for d in tl.devices:
         per_device.append({"device": d.device, "peak_allocated_bytes": d.peak_allocated,

@@ -42,7 +42,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._comm import comm_classes
 from traceanalyzer.analyses._copysync import containing, outermost
 from traceanalyzer.analyses._intervals import (
@@ -53,13 +53,12 @@ from traceanalyzer.analyses._intervals import (
     OPTIMIZER_ZERO_RE,
     window_union_lengths,
 )
-from traceanalyzer.analyses.baseline import GEMM_OPS_RE
-from traceanalyzer.analyses.diagnosis import kernel_class
-from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
-from traceanalyzer.analyses.steps import StepsResult, assign_steps
-from traceanalyzer.config import Config
+from traceanalyzer.analyses._kernels import GEMM_OPS_RE, kernel_class, normalize_kernel_names, on_distinct
+from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.context import ContextResult
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import deepest_at, gpu_activity, launches
+from traceanalyzer.model.relations import TraceTables, deepest_at, gpu_activity, launches
 
 #: cuDNN / MIOpen layout conversion kernels (NCHW <-> NHWC around convolutions).
 LAYOUT_TRANSPOSE_RE = r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|batched_transpose|transpose_nchw|transpose_nhwc"
@@ -115,7 +114,8 @@ class OpsResult:
     dataloader: pl.DataFrame  # window, step, dataloader_ns, dur_ns
     dataloader_iters: tuple[str, ...]
     kernel_classes: pl.DataFrame  # name, klass, name_precision, op_dtype, count, total_ns
-    optimizer: pl.DataFrame  # window, step, opt_ns, opt_kernels, opt_gpu_ns, zero_grad_ns, zero_grad_fills, zero_grad_gpu_ns
+    # window, step, opt_ns, opt_kernels, opt_gpu_ns, zero_grad_ns, zero_grad_fills, zero_grad_gpu_ns
+    optimizer: pl.DataFrame
     optimizer_impl: str
     optimizer_names: tuple[str, ...]
     compiled: bool
@@ -177,7 +177,8 @@ def _dtype_of(types: pl.Expr) -> pl.Expr:
     return first.replace_strict(_TYPE_MAP, default=first, return_dtype=pl.String)
 
 
-def _kernel_classes(model: TraceModel, windows: pl.DataFrame, steady: list[int]) -> pl.DataFrame:
+def _kernel_classes(t: TraceTables, windows: pl.DataFrame, steady: list[int]) -> pl.DataFrame:
+    model = t.model
     k = model.kernels
     schema = {"name": pl.String, "klass": pl.String, "name_precision": pl.String, "op_dtype": pl.String,
               "count": pl.Int64, "total_ns": pl.Int64, "steady_count": pl.Int64, "steady_ns": pl.Int64}
@@ -190,7 +191,7 @@ def _kernel_classes(model: TraceModel, windows: pl.DataFrame, steady: list[int])
         .otherwise(kernel_class(pl.col("name")))
     )
     k = on_distinct(
-        k.select("name", "ts_ns", "dur_ns", "correlation").with_columns(is_comm=comm_classes(model)["is_comm"]),
+        k.select("name", "ts_ns", "dur_ns", "correlation").with_columns(is_comm=comm_classes(t)["is_comm"]),
         ["name", "is_comm"],
         norm=normalize_kernel_names(pl.col("name")),
         klass=klass,
@@ -255,11 +256,12 @@ def _optimizer_impl(model: TraceModel) -> str:
     return "for-loop"
 
 
-def _optimizer(model: TraceModel, windows: pl.DataFrame) -> pl.DataFrame:
+def _optimizer(t: TraceTables, windows: pl.DataFrame) -> pl.DataFrame:
+    model = t.model
     w = windows.select("window", "step", "start_ns", "end_ns")
     out = w.select("window", "step")
     # The columns read below, then the rows: a filter copies every column it is given.
-    lj = launches(model).select("pid", "tid", "cpu_ts_ns", "gpu_ts_ns", "gpu_dur_ns", "gpu_name", "activity").filter(
+    lj = launches(t).select("pid", "tid", "cpu_ts_ns", "gpu_ts_ns", "gpu_dur_ns", "gpu_name", "activity").filter(
         pl.col("gpu_ts_ns").is_not_null()
     )
     for key, pattern in (("opt", OPTIMIZER_STEP_RE), ("zero_grad", OPTIMIZER_ZERO_RE)):
@@ -283,7 +285,8 @@ def _optimizer(model: TraceModel, windows: pl.DataFrame) -> pl.DataFrame:
             )
             out = out.join(agg, on="window", how="left")
         else:
-            out = out.with_columns(pl.lit(0, pl.Int64).alias(f"{key}_kernels"), pl.lit(0, pl.Int64).alias(f"{key}_gpu_ns"),
+            out = out.with_columns(pl.lit(0, pl.Int64).alias(f"{key}_kernels"),
+                                   pl.lit(0, pl.Int64).alias(f"{key}_gpu_ns"),
                                    pl.lit(0, pl.Int64).alias(f"{key}_fills"))
     out = out.with_columns(pl.exclude("window", "step").fill_null(0).cast(pl.Int64))
     return out.select(
@@ -296,12 +299,13 @@ def _optimizer(model: TraceModel, windows: pl.DataFrame) -> pl.DataFrame:
     "ops", depends_on=("steps",), after=("context",), title="Ops, kernel classes and run facts", order=90,
     shared=("gpu_activity", "launches", "comm_classes", "op_nesting"),
 )
-def ops(model: TraceModel, results: Results, config: Config) -> OpsResult:
+def ops(ctx: AnalysisContext[TraceModel]) -> OpsResult:
     """Run facts (vendor, devices, profiler flags), op counts, data loading, kernel classes and
     GEMM precision, optimizer work per step: the inputs of the recommendation rules."""
-    sr: StepsResult = results["steps"]
+    model = ctx.model
+    sr = ctx.need("steps", StepsResult)
     windows = sr.table.select("window", "step", "start_ns", "end_ns", "dur_ns")
-    gpu = gpu_activity(model)
+    gpu = gpu_activity(ctx.tables)
     used = {int(d) for d in gpu["device"].drop_nulls().unique().to_list()}
     devices = []
     for i, p in enumerate(model.meta.device_properties):
@@ -321,7 +325,8 @@ def ops(model: TraceModel, results: Results, config: Config) -> OpsResult:
         model.cpu_ops.select("name", "dur_ns").with_columns(source=pl.lit("cpu_op")),
         model.annotations.select("name", "dur_ns").with_columns(source=pl.lit("annotation")),
     ])
-    op_counts = both.group_by("name", "source").agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur_ns").sum()).sort(
+    op_counts = both.group_by("name", "source").agg(
+        count=pl.len().cast(pl.Int64), total_ns=pl.col("dur_ns").sum()).sort(
         ["count", "name"], descending=[True, False])
     dp = int(both.filter(pl.col("name") == "DataParallel.forward").height) + int(
         model.python_frames.filter(pl.col("name").str.starts_with("nn.Module: DataParallel_")).height)
@@ -344,9 +349,9 @@ def ops(model: TraceModel, results: Results, config: Config) -> OpsResult:
         or model.kernels.filter(pl.col("name").str.starts_with("triton_")).height
     )
     graph_launches = int(model.runtime.filter(pl.col("name").str.contains("GraphLaunch")).height)
-    ctx = results.values.get("context")
-    if ctx is not None:  # one fact, one value: the context analysis decides what "compiled" means
-        compiled = bool(ctx.compiled)
+    run_ctx = ctx.typed("context", ContextResult)
+    if run_ctx is not None:  # one fact, one value: the context analysis decides what "compiled" means
+        compiled = bool(run_ctx.compiled)
     return OpsResult(
         vendor=model.meta.vendor,
         devices=tuple(devices),
@@ -356,8 +361,8 @@ def ops(model: TraceModel, results: Results, config: Config) -> OpsResult:
         data_parallel=dp,
         dataloader=dataloader,
         dataloader_iters=iters,
-        kernel_classes=_kernel_classes(model, windows, sr.steady_windows()),
-        optimizer=_optimizer(model, windows),
+        kernel_classes=_kernel_classes(ctx.tables, windows, sr.steady_windows()),
+        optimizer=_optimizer(ctx.tables, windows),
         optimizer_impl=impl,
         optimizer_names=opt_names,
         compiled=compiled,

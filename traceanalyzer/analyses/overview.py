@@ -12,8 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
-from traceanalyzer.config import Config
+from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import gpu_activity
 from traceanalyzer.timeutil import union_length_ns
@@ -85,13 +84,15 @@ _COUNTED = (
 )
 
 
-@analysis("overview", title="Overview", order=5, shared=("gpu_activity",))
-def overview(model: TraceModel, results: Results, config: Config) -> OverviewResult:
+@analysis("overview", title="Overview", order=5, shared=("gpu_activity",),
+          params={"top_kernels": 10})
+def overview(ctx: AnalysisContext[TraceModel]) -> OverviewResult:
     """Whole-trace totals: span, steps, GPU busy %, event counts, top kernels."""
-    top_n = config.get("overview.top_kernels", 10)
-    gpu = gpu_activity(model)
+    model = ctx.model
+    top_n = ctx.params.top_kernels
+    gpu = gpu_activity(ctx.tables)
     busy = union_length_ns(gpu["ts_ns"], gpu["end_ns"]) if gpu.height else 0
-    window = int(gpu["end_ns"].max() - gpu["ts_ns"].min()) if gpu.height else 0  # type: ignore[operator]
+    window = int(gpu["end_ns"].max() - gpu["ts_ns"].min()) if gpu.height else 0  # type: ignore[operator, arg-type]  # polars scalars
     k = model.kernels
     if k.height:
         total = k["dur_ns"].sum()

@@ -67,9 +67,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
+from polars.expr.whenthen import ChainedThen, Then
 
-from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._copysync import containing, runtime_by_correlation
+from traceanalyzer.analyses._gputime import CPU_COMM_RE, exclusive_breakdown
 from traceanalyzer.analyses._intervals import (
     DATALOADER_RE,
     FOREACH_PREFIX,
@@ -80,15 +82,14 @@ from traceanalyzer.analyses._intervals import (
     ms,
     window_union_lengths,
 )
-from traceanalyzer.analyses.gpu_time import CPU_COMM_RE, exclusive_breakdown
-from traceanalyzer.analyses.kernels import normalize_kernel_names, on_distinct
-from traceanalyzer.analyses.steps import StepsResult, assign_steps
-from traceanalyzer.config import Config
+from traceanalyzer.analyses._kernels import normalize_kernel_names, on_distinct
+from traceanalyzer.analyses._phases import PHASES, USER_DATA_RE
+from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import annotation_index, by_id, deepest_at, op_index, op_top_level
+from traceanalyzer.model.relations import TraceTables, annotation_index, by_id, deepest_at, op_index, op_top_level
 from traceanalyzer.timeutil import merge_intervals
 
-PHASES: tuple[str, ...] = ("data_loading", "forward", "backward", "optimizer", "communication", "other")
 #: CPU precedence (first wins); ``other`` is the rest.
 CPU_PRECEDENCE: tuple[str, ...] = ("data_loading", "communication", "optimizer", "backward", "forward")
 #: GPU precedence per device; ``idle`` is the rest.
@@ -99,7 +100,6 @@ OPTIMIZER_OP_RE = f"{OPTIMIZER_STEP_RE}|{OPTIMIZER_ZERO_RE}|{FUSED_OPTIMIZER_RE}
 USER_BACKWARD_RE = r"(?i)backward"
 USER_FORWARD_RE = r"(?i)forward"
 USER_OPTIMIZER_RE = r"(?i)optimi[sz]er|zero_grad"
-USER_DATA_RE = r"(?i)data_?load|load_?batch|get_?batch|next_?batch|prefetch"
 MODULE_FRAME_PREFIX = "nn.Module:"
 #: User ranges named like model parts: they become annotated phases.
 ANNOTATION_PHASE_RE = (
@@ -152,11 +152,11 @@ class PhaseContext:
         flags = s.sort("_r").select(list(CPU_PRECEDENCE))
         w = assign_steps(p.with_row_index("_r"), self.windows, "t").join(self.bwd_start, on="window", how="left")
         w = w.sort("_r")
-        expr = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
+        chain: Then | ChainedThen = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
         for name in CPU_PRECEDENCE:
-            expr = expr.when(pl.col(name)).then(pl.lit(name))
+            chain = chain.when(pl.col(name)).then(pl.lit(name))
         expr = (
-            expr.when(pl.col("_t").is_null())
+            chain.when(pl.col("_t").is_null())
             .then(pl.lit("other"))
             .when(pl.col("_b").is_null() | (pl.col("_t") < pl.col("_b")))
             .then(pl.lit("forward"))
@@ -169,11 +169,12 @@ class PhaseContext:
         return out
 
 
-def phase_context(model: TraceModel, windows: pl.DataFrame) -> PhaseContext:
+def phase_context(t: TraceTables, windows: pl.DataFrame) -> PhaseContext:
     """Collect the phase evidence of ``model`` (see the module docstring)."""
+    model = t.model
     ann = model.annotations.filter(~pl.col("name").str.starts_with("ProfilerStep#"))
     # Only these columns are read: selected first (no copy), every filter below copies
-    # five columns instead of the op table's dozen (at 16x the thread filter took 69 ms).
+    # five columns instead of the op table's dozen.
     ops = model.cpu_ops.select("name", "pid", "tid", "ts_ns", "end_ns")
     cpu = pl.concat([ops, ann.select("name", "pid", "tid", "ts_ns", "end_ns")])
     dl = cpu.filter(pl.col("name").str.contains(DATALOADER_RE))
@@ -197,7 +198,7 @@ def phase_context(model: TraceModel, windows: pl.DataFrame) -> PhaseContext:
     flow_ops = pl.DataFrame(schema=_IV)
     if fends.height and ops.height:
         ivs = ops.select("pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
-        ids = op_index(model).lookup(fends)
+        ids = op_index(t).lookup(fends)
         flow_ops = ivs.join(pl.DataFrame({"id": ids}).drop_nulls().unique(), on="id", how="semi").drop("id")
     bwd_user = ann.filter(pl.col("name").str.contains(USER_BACKWARD_RE))
     bwd = pl.concat([_iv(bwd_ops), _iv(on_bwd_threads), _iv(flow_ops), _iv(bwd_user)])
@@ -277,7 +278,8 @@ class PhasesResult:
             "fwd_bwd_ratio_gpu": self.fwd_bwd_ratio_gpu,
             "cpu": self.cpu.to_dicts(),
             "gpu": self.gpu.to_dicts(),
-            "ops": self.ops.sort("phase", maintain_order=True).group_by("phase", maintain_order=True).head(50).to_dicts(),
+            "ops": self.ops.sort("phase", maintain_order=True).group_by("phase", maintain_order=True).head(50)
+            .to_dicts(),
             "n_op_groups": self.ops.height,
             "sources": self.sources,
             "annotated_phases": self.annotated.to_dicts() if self.annotated.height else [],
@@ -398,19 +400,22 @@ def _means(df: pl.DataFrame, steady: list[int], cols: list[str]) -> dict[str, fl
     return {c: round(float(s[c].mean()), 1) for c in cols}  # type: ignore[arg-type]
 
 
-def _ops_table(model: TraceModel, ctx: PhaseContext, steady: list[int], act: pl.DataFrame) -> pl.DataFrame:
+def _ops_table(t: TraceTables, ctx: PhaseContext, steady: list[int], act: pl.DataFrame) -> pl.DataFrame:
     """Top-level CPU ops of the steady windows with phase, module, shapes, CPU and GPU time."""
+    model = t.model
     schema = {"phase": pl.String, "module": pl.String, "name": pl.String, "input_dims": pl.String,
-              "n_shapes": pl.Int64, "calls": pl.Int64, "calls_per_step": pl.Float64, "cpu_ns": pl.Int64, "gpu_ns": pl.Int64,
+              "n_shapes": pl.Int64, "calls": pl.Int64, "calls_per_step": pl.Float64, "cpu_ns": pl.Int64,
+              "gpu_ns": pl.Int64,
               "gpu_ns_per_step": pl.Float64, "kernels": pl.Int64, "mean_gpu_ns": pl.Float64,
               "top_kernel": pl.String}
     ops = model.cpu_ops
     if ops.is_empty() or not steady:
         return pl.DataFrame(schema=schema)
-    iv = ops.select("name", "pid", "tid", "ts_ns", "end_ns", "dur_ns", "input_dims").with_row_index("op_id").with_columns(
+    iv = ops.select(
+        "name", "pid", "tid", "ts_ns", "end_ns", "dur_ns", "input_dims").with_row_index("op_id").with_columns(
         pl.col("op_id").cast(pl.Int64)
     )
-    top = iv.filter(op_top_level(model))  # aligned with model.cpu_ops, as iv
+    top = iv.filter(op_top_level(t))  # aligned with model.cpu_ops, as iv
     top = assign_steps(top, ctx.windows, "ts_ns").filter(pl.col("window").is_in(steady))
     if top.is_empty():
         return pl.DataFrame(schema=schema)
@@ -422,7 +427,7 @@ def _ops_table(model: TraceModel, ctx: PhaseContext, steady: list[int], act: pl.
     ).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
     mid = deepest_at(mods, pts) if mods.height else pl.Series("id", [None] * pts.height, dtype=pl.Int64)
     # The user annotations but ProfilerStep#, numbered and indexed once per model.
-    anns, ann_index = annotation_index(model)
+    anns, ann_index = annotation_index(t)
     aid = ann_index.lookup(pts)
     mod_names = mods["name"].str.replace(r"^nn\.Module:\s*", "")
     top = top.with_columns(
@@ -476,21 +481,23 @@ def _ops_table(model: TraceModel, ctx: PhaseContext, steady: list[int], act: pl.
     "phases", depends_on=("steps",), title="Phases", order=3,
     shared=("annotation_index", "gpu_activity", "gpu_activity_classes", "op_nesting", "op_top_level",
             "runtime_by_correlation", "comm_classes"),
+    params={"top_ops": 15},
 )
-def phases(model: TraceModel, results: Results, config: Config) -> PhasesResult:
+def phases(ctx: AnalysisContext[TraceModel]) -> PhasesResult:
     """Per-step time in data loading, forward, backward, optimizer, communication and other, CPU and GPU."""
-    top_n = config.get("diagnosis.top_ops", 15)
-    sr: StepsResult = results["steps"]
+    model = ctx.model
+    top_n = ctx.params.top_ops
+    sr = ctx.need("steps", StepsResult)
     windows = sr.windows()
     steady = sr.steady_windows()
     # The CPU op index is built here, the first analysis that may read it, while little else
-    # is held: left to `kernels`, after idle_gaps' CPU tree, it set the 40x peak (2.83 GB).
-    op_index(model)
-    ctx = phase_context(model, windows)
+    # is held: built later, next to idle_gaps' CPU tree, it raises the run's memory peak.
+    op_index(ctx.tables)
+    pc = phase_context(ctx.tables, windows)
 
     # Each phase's per-thread union (built for classify) covers exactly what its intervals
     # cover, in a fraction of the rows (nested ops merge).
-    levels = [(p, ctx.merged[p].select(pl.col("start_ns").alias("ts_ns"), "end_ns")) for p in CPU_PRECEDENCE]
+    levels = [(p, pc.merged[p].select(pl.col("start_ns").alias("ts_ns"), "end_ns")) for p in CPU_PRECEDENCE]
     cpu = exclusive_breakdown(levels, windows, [], "other")
     cpu = cpu.join(windows.select("window", "step", (pl.col("end_ns") - pl.col("start_ns")).alias("total_ns")),
                    on="window").select("window", "step", *[f"{p}_ns" for p in PHASES], "total_ns").sort("window")
@@ -499,10 +506,10 @@ def phases(model: TraceModel, results: Results, config: Config) -> PhasesResult:
     gpu = pl.DataFrame()
     primary: int | None = None
     if model.has_gpu:
-        a = gpu_activity_classes(model).filter(pl.col("device").is_not_null())
-        rt = runtime_by_correlation(model)
+        a = gpu_activity_classes(ctx.tables).filter(pl.col("device").is_not_null())
+        rt = runtime_by_correlation(ctx.tables)
         a = a.join(rt, on="correlation", how="left", maintain_order="left")
-        ph = ctx.classify(a.select("pid", "tid", pl.col("api_ts_ns").alias("t")))
+        ph = pc.classify(a.select("pid", "tid", pl.col("api_ts_ns").alias("t")))
         htod = (pl.col("activity") == "memcpy") & pl.col("name").str.contains(r"HtoD|H2D|M2D")
         a = a.with_columns(phase=ph).with_columns(
             phase=pl.when(pl.col("category") == "communication").then(pl.lit("communication"))
@@ -527,7 +534,7 @@ def phases(model: TraceModel, results: Results, config: Config) -> PhasesResult:
         if primary is not None else {}
     )
     ops_act = act.select("gpu_name", "dur_ns", "pid", "tid", "api_ts_ns") if act.height else pl.DataFrame()
-    ops = _ops_table(model, ctx, steady, ops_act)
+    ops = _ops_table(ctx.tables, pc, steady, ops_act)
     annotated = _annotated(model, windows, steady, act.rename({"gpu_name": "name"}) if act.height else act, primary,
                            float(cpu_mean.get("total_ns") or 0.0), float(gpu_mean.get("total_ns") or 0.0))
     return PhasesResult(
@@ -540,7 +547,7 @@ def phases(model: TraceModel, results: Results, config: Config) -> PhasesResult:
         fwd_bwd_ratio_gpu=_ratio(gpu_mean),
         ops=ops,
         n_steady=len(steady),
-        sources=ctx.sources,
+        sources=pc.sources,
         top_n=top_n,
         annotated=annotated,
     )

@@ -20,21 +20,20 @@ Definitions
 * A trace without ``ProfilerStep#`` gets one window, the whole trace span
   (``step`` null, name ``"whole trace"``).
 
-Other analyses use :func:`windows_of` and :func:`assign_steps` to attribute events to
-windows; the join key is the ``window`` index (0…n−1), ``step`` is the label.
+Other analyses use :meth:`StepsResult.windows` and
+:func:`~traceanalyzer.analyses._steps.assign_steps` to attribute events to windows; the join
+key is the ``window`` index (0…n−1), ``step`` is the label.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._intervals import assign_window, dist_stats, ms
-from traceanalyzer.config import Config
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import gpu_activity, launches
 
@@ -121,26 +120,6 @@ class StepsResult:
         }
 
 
-def windows_of(results: Mapping[str, Any]) -> pl.DataFrame:
-    """The ``window, step, start_ns, end_ns`` frame of the ``steps`` result."""
-    res: StepsResult = results["steps"]
-    return res.windows()
-
-
-def assign_steps(df: pl.DataFrame, steps: StepsResult | pl.DataFrame, ts_col: str = "ts_ns") -> pl.DataFrame:
-    """Add ``window`` and ``step`` to ``df``: the step window containing ``ts_col`` (as-of join).
-
-    ``steps`` is the ``steps`` result or its :meth:`StepsResult.windows` frame. Rows outside
-    every window get nulls; existing ``window``/``step`` columns are replaced.
-    Copies/syncs/diagnosis analyses import this.
-    """
-    w = steps.windows() if isinstance(steps, StepsResult) else steps
-    base = df.drop([c for c in ("window", "step") if c in df.columns])
-    # The step comes from the same binary search as the window: no join (a join copies
-    # every column of ``df``; these frames are the analyses' largest).
-    return assign_window(base, w, ts_col, "window", carry=("step",))
-
-
 def _flag(values: list[int], idx: int, others: list[int], factor: float, above: bool) -> bool:
     if len(others) < 1:
         return False
@@ -150,12 +129,14 @@ def _flag(values: list[int], idx: int, others: list[int], factor: float, above: 
     return values[idx] > factor * med if above else values[idx] < factor * med
 
 
-@analysis("steps", title="Steps", order=10, shared=("gpu_activity", "launches"))
-def steps(model: TraceModel, results: Results, config: Config) -> StepsResult:
+@analysis("steps", title="Steps", order=10, shared=("gpu_activity", "launches"),
+          params={"warmup_factor": 2.0, "truncated_ops_ratio": 0.8, "truncated_dur_ratio": 0.5})
+def steps(ctx: AnalysisContext[TraceModel]) -> StepsResult:
     """Step windows from CPU ProfilerStep#N extended to their GPU work; warm-up/truncation flags."""
-    warmup_factor = config.get("steps.warmup_factor", 2.0)
-    trunc_ops = config.get("steps.truncated_ops_ratio", 0.8)
-    trunc_dur = config.get("steps.truncated_dur_ratio", 0.5)
+    model = ctx.model
+    warmup_factor = ctx.params.warmup_factor
+    trunc_ops = ctx.params.truncated_ops_ratio
+    trunc_dur = ctx.params.truncated_dur_ratio
     thresholds = {
         "warmup_factor": warmup_factor,
         "truncated_ops_ratio": trunc_ops,
@@ -164,7 +145,7 @@ def steps(model: TraceModel, results: Results, config: Config) -> StepsResult:
     st = model.steps.sort("ts_ns")
     if st.is_empty():
         lo, hi = model.meta.span_start_ns, model.meta.span_end_ns
-        gpu = gpu_activity(model)
+        gpu = gpu_activity(ctx.tables)
         table = pl.DataFrame(
             {
                 "window": [0], "step": [None], "name": ["whole trace"], "cpu_start_ns": [lo],
@@ -175,8 +156,8 @@ def steps(model: TraceModel, results: Results, config: Config) -> StepsResult:
             },
             schema=WINDOW_SCHEMA,
         )
-        stats = dist_stats(table["dur_ns"])
-        return StepsResult(False, table, (), None, stats, stats, hi - lo, thresholds)
+        whole = dist_stats(table["dur_ns"])
+        return StepsResult(False, table, (), None, whole, whole, hi - lo, thresholds)
 
     cpu = st.select(
         pl.int_range(pl.len(), dtype=pl.Int64).alias("window"),
@@ -187,7 +168,7 @@ def steps(model: TraceModel, results: Results, config: Config) -> StepsResult:
     )
     cpu_w = cpu.select("window", pl.col("cpu_start_ns").alias("start_ns"), pl.col("cpu_end_ns").alias("end_ns"))
     # The columns read below, then the rows: a filter copies every column it is given.
-    lj = launches(model).select("cpu_ts_ns", "gpu_ts_ns", "gpu_end_ns", "correlation", "is_launch").filter(
+    lj = launches(ctx.tables).select("cpu_ts_ns", "gpu_ts_ns", "gpu_end_ns", "correlation", "is_launch").filter(
         pl.col("gpu_ts_ns").is_not_null() | pl.col("is_launch")
     )
     lj = assign_window(lj, cpu_w, "cpu_ts_ns", "window").filter(pl.col("window").is_not_null())
@@ -230,7 +211,7 @@ def steps(model: TraceModel, results: Results, config: Config) -> StepsResult:
         is_warmup=pl.Series(warm, dtype=pl.Boolean), is_truncated=pl.Series(truncated, dtype=pl.Boolean)
     ).select(list(WINDOW_SCHEMA))
     steady = t.filter(~pl.col("is_warmup") & ~pl.col("is_truncated"))
-    stats = dist_stats((steady if steady.height else t)["dur_ns"])
+    stats: dict[str, Any] = dict(dist_stats((steady if steady.height else t)["dur_ns"]))
     stats["steps"] = (steady if steady.height else t)["step"].to_list()
     return StepsResult(
         has_steps=True,

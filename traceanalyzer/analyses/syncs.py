@@ -34,7 +34,7 @@ Definitions (``docs/copies_and_syncs.md`` has the long form)
 * A **sync point** is one cause instance: an ``aten::item`` (or a ``.cpu()``'s ``aten::to``)
   that issued a DtoH copy and a stream sync is one point with two calls. Hotspot counts
   are sync points.
-* Points are attributed to a call site like copies (:mod:`~traceanalyzer.analyses.callsites`)
+* Points are attributed to a call site like copies (:mod:`~traceanalyzer.analyses._callsites`)
   and counted per step window (by the point's first call).
 
 Settings: ``syncs.top_n`` (15), ``syncs.max_events`` (5000),
@@ -48,23 +48,22 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
+from traceanalyzer.analyses import AnalysisContext, analysis
+from traceanalyzer.analyses._callsites import STACK_HINT, attribute, cpu_tree, has_stacks
 from traceanalyzer.analyses._copysync import (
     SYNC_COPY_APIS,
-    assign_window,
     containing,
     csv_setting,
     outermost,
-    pct,
     step_windows,
     transfers,
 )
-from traceanalyzer.analyses._intervals import device_union
-from traceanalyzer.analyses.callsites import STACK_HINT, attribute, cpu_tree, has_stacks
-from traceanalyzer.config import Config
+from traceanalyzer.analyses._intervals import device_union, mean_of, pct
+from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import gpu_activity, launches
+from traceanalyzer.model.relations import TraceTables, gpu_activity, launches
 from traceanalyzer.units import fmt_ns
 
 #: Explicit host-device synchronisation APIs → kind.
@@ -140,8 +139,8 @@ class SyncsResult:
             )),
         ]
         if self.has_steps and self.per_step.height:
-            out.append(("Per step (mean)", f"{self.per_step['sync_points'].mean():,.1f} sync points, "
-                        f"{fmt_ns(self.per_step['blocked_ns'].mean())} blocked"))
+            out.append(("Per step (mean)", f"{mean_of(self.per_step['sync_points']):,.1f} sync points, "
+                        f"{fmt_ns(mean_of(self.per_step['blocked_ns']))} blocked"))
         if self.by_cause.height:
             top = self.by_cause.row(0, named=True)
             out.append(("Top cause", f"{top['cause']} ({top['count']:,}×, {fmt_ns(top['blocked_ns'])} blocked)"))
@@ -164,13 +163,14 @@ class SyncsResult:
         }
 
 
-def _sync_calls(model: TraceModel) -> pl.DataFrame:
+def _sync_calls(t: TraceTables) -> pl.DataFrame:
     """Blocking runtime calls: ``api, sync_kind, ts_ns, dur_ns, end_ns, pid, tid, correlation, device``."""
+    model = t.model
     rt = model.runtime.with_row_index("ev_order").with_columns(pl.col("ev_order").cast(pl.Int64))
     explicit = rt.filter(pl.col("name").is_in(list(SYNC_APIS))).with_columns(
         sync_kind=pl.col("name").replace_strict(SYNC_APIS, default="other"), device=pl.lit(None, pl.Int64)
     )
-    tr = transfers(model).filter((pl.col("activity") == "memcpy") & pl.col("api").is_not_null())
+    tr = transfers(t).filter((pl.col("activity") == "memcpy") & pl.col("api").is_not_null())
     # One verdict per call: blocking if any of its copies is (a call issues one copy in practice).
     per_call = tr.group_by("correlation").agg(
         blocking=(
@@ -198,14 +198,14 @@ def _sync_calls(model: TraceModel) -> pl.DataFrame:
     return outermost(calls).rename({"name": "api"}).sort("ts_ns")
 
 
-def _idle_after(model: TraceModel, calls: pl.DataFrame) -> pl.Series:
+def _idle_after(t: TraceTables, calls: pl.DataFrame) -> pl.Series:
     """GPU idle from each call's end to the next activity on its device (0 if busy, null if none)."""
-    gpu = gpu_activity(model).filter(pl.col("device").is_not_null())
+    gpu = gpu_activity(t).filter(pl.col("device").is_not_null())
     if gpu.is_empty() or calls.is_empty():
         return pl.Series("idle_after_ns", [None] * calls.height, dtype=pl.Int64)
     default_dev = int(gpu.group_by("device").agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True)["device"][0])
     lk = (
-        launches(model)
+        launches(t)
         .select(pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64), pl.col("cpu_ts_ns").alias("_t"),
                 pl.col("device").alias("_last_dev"))
         .filter(pl.col("_last_dev").is_not_null())
@@ -219,7 +219,7 @@ def _idle_after(model: TraceModel, calls: pl.DataFrame) -> pl.Series:
     else:
         c = c.with_columns(_last_dev=pl.lit(None, pl.Int64))
     c = c.with_columns(dev=pl.coalesce("device", "_last_dev", pl.lit(default_dev, pl.Int64))).sort("end_ns")
-    merged = device_union(model).rename({"device": "dev"})  # = merge_intervals(gpu, by=["device"])
+    merged = device_union(t).rename({"device": "dev"})  # = merge_intervals(gpu, by=["device"])
     busy = merged.select("dev", pl.col("start_ns").alias("_bs"), pl.col("end_ns").alias("_be")).sort("_bs")
     nxt = merged.select("dev", pl.col("start_ns").alias("_ns")).sort("_ns")
     c = c.join_asof(busy, left_on="end_ns", right_on="_bs", by="dev", strategy="backward", check_sortedness=False)
@@ -256,9 +256,9 @@ def _hotspots(points: pl.DataFrame, keys: list[str], n_steps: int | None, extra:
     return (
         points.group_by(keys)
         .agg(
+            *extra,
             count=pl.len().cast(pl.Int64),
             per_step=per_step,
-            *extra,
             calls=pl.col("n_calls").sum(),
             blocked_ns=pl.col("blocked_ns").sum(),
             mean_blocked_ns=pl.col("blocked_ns").mean().round(0).cast(pl.Int64),
@@ -272,14 +272,16 @@ def _hotspots(points: pl.DataFrame, keys: list[str], n_steps: int | None, extra:
 @analysis(
     "syncs", title="Host-device syncs", order=61, depends_on=("steps",),
     shared=("cpu_tree", "device_union", "gpu_activity", "launches", "runtime_by_correlation", "transfers"),
+    params={"top_n": 15, "max_events": 5000, "library_modules": "", "user_modules": ""},
 )
-def syncs(model: TraceModel, results: Results, config: Config) -> SyncsResult:
+def syncs(ctx: AnalysisContext[TraceModel]) -> SyncsResult:
     """Host-device synchronisations (explicit syncs, blocking copies, ops implying them): CPU blocked
     time, GPU idle that followed, grouped by cause, by call site and per step."""
-    top_n = config.get("syncs.top_n", 15)
-    max_events = config.get("syncs.max_events", 5000)
-    libs = csv_setting(config.get("syncs.library_modules", ""))
-    users = csv_setting(config.get("syncs.user_modules", ""))
+    model = ctx.model
+    top_n = ctx.params.top_n
+    max_events = ctx.params.max_events
+    libs = csv_setting(ctx.params.library_modules)
+    users = csv_setting(ctx.params.user_modules)
 
     implied = model.cpu_ops.filter(pl.col("name").is_in(list(IMPLIED_SYNC_OPS)))
     if model.runtime.is_empty():
@@ -288,11 +290,11 @@ def syncs(model: TraceModel, results: Results, config: Config) -> SyncsResult:
             "no device runtime calls in this trace (CPU-only or runtime activity not recorded): "
             f"host-device syncs cannot occur or be seen{what}"
         )
-    windows, has_steps = step_windows(model, results)
+    windows, has_steps = step_windows(ctx.need("steps", StepsResult))
     n_steps = windows.height if has_steps else None
 
-    calls = _sync_calls(model).with_row_index("call_id").with_columns(pl.col("call_id").cast(pl.Int64))
-    calls = calls.with_columns(idle_after_ns=_idle_after(model, calls))
+    calls = _sync_calls(ctx.tables).with_row_index("call_id").with_columns(pl.col("call_id").cast(pl.Int64))
+    calls = calls.with_columns(idle_after_ns=_idle_after(ctx.tables, calls))
 
     # Cause: the outermost sync-implying op around the call.
     imp = implied.with_row_index("ev_order").with_columns(pl.col("ev_order").cast(pl.Int64))
@@ -300,8 +302,8 @@ def syncs(model: TraceModel, results: Results, config: Config) -> SyncsResult:
     calls = calls.with_columns(imp_id=containing(calls, imp_outer, "ts_ns", "imp_id"))
     calls = calls.join(imp_outer.select("imp_id", pl.col("name").alias("implied_op")), on="imp_id", how="left")
 
-    tree = cpu_tree(model)
-    att = attribute(model, calls.select("pid", "tid", "ts_ns"), "ts_ns", libs, users, tree=tree)
+    tree = cpu_tree(ctx.tables)
+    att = attribute(ctx.tables, calls.select("pid", "tid", "ts_ns"), "ts_ns", libs, users, tree=tree)
     calls = pl.concat(
         [calls, att.select("site", "via", "site_kind", "outermost_op", "outermost_op_id", "chain")], how="horizontal"
     )
@@ -320,7 +322,7 @@ def syncs(model: TraceModel, results: Results, config: Config) -> SyncsResult:
             pl.format("i{}", "imp_id"), pl.format("o{}", "outermost_op_id"), pl.format("c{}", "call_id")
         ),
     )
-    calls = assign_window(calls, windows, "ts_ns")
+    calls = assign_steps(calls, windows, "ts_ns")
 
     points = (
         calls.sort("ts_ns")
@@ -373,7 +375,8 @@ def syncs(model: TraceModel, results: Results, config: Config) -> SyncsResult:
         )
         .with_columns(pl.col(c).fill_null(0) for c in ("sync_points", "sync_calls", "blocked_ns", "idle_after_ns"))
         .with_columns(
-            pct_blocked=pl.when(pl.col("step_ns") > 0).then((pl.col("blocked_ns") * 100.0 / pl.col("step_ns")).round(3)),
+            pct_blocked=pl.when(pl.col("step_ns") > 0).then(
+                (pl.col("blocked_ns") * 100.0 / pl.col("step_ns")).round(3)),
             pct_idle_after=pl.when(pl.col("step_ns") > 0).then(
                 (pl.col("idle_after_ns") * 100.0 / pl.col("step_ns")).round(3)
             ),

@@ -14,7 +14,7 @@ Each ``[memory]`` instant event carries the allocator's running totals after it:
 * ``top_ops``: CPU ops (innermost enclosing op of each allocation) by bytes allocated.
 * ``top_sites`` (traces with Python stacks, ``with_stack=True``): the same by call site,
   the innermost covering Python frame in the user's code (the tool's one frame filter,
-  :func:`~traceanalyzer.analyses.callsites.user_path_expr`: runtime, notebook and torch
+  :func:`~traceanalyzer.analyses._callsites.user_path_expr`: runtime, notebook and torch
   frames skipped); ``site_kind`` ``python``, or ``library`` when no user frame covers the
   allocation and the innermost library frame stands in; ``via``: that library frame below
   the user's line.
@@ -29,14 +29,14 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import Results, analysis
-from traceanalyzer.config import Config
+from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import op_index
+from traceanalyzer.model.relations import TraceTables, op_index
 
 # c10::DeviceType values as written in the [memory] events' "Device Type".
-_DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip", 9: "xla", 12: "xpu", 13: "mps", 15: "hpu", 19: "mtia", 20: "privateuse1"}
+_DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip", 9: "xla", 12: "xpu", 13: "mps", 15: "hpu", 19: "mtia",
+                 20: "privateuse1"}
 
 
 def _device_name_expr() -> pl.Expr:
@@ -49,12 +49,13 @@ def _device_name_expr() -> pl.Expr:
     return pl.when(kind == "cpu").then(kind).otherwise(kind + ":" + pl.col("device_id").cast(pl.String).fill_null("?"))
 
 
-def _enclosing_ops(ev: pl.DataFrame, model: TraceModel) -> pl.DataFrame:
+def _enclosing_ops(ev: pl.DataFrame, t: TraceTables) -> pl.DataFrame:
     """Add ``op``: the deepest CPU op on the same (pid, tid) whose span covers each event."""
+    model = t.model
     ops = model.cpu_ops
     if ops.is_empty() or ev.is_empty():
         return ev.with_columns(op=pl.lit(None, dtype=pl.String))
-    ids = op_index(model).lookup(ev.select("ts_ns", "pid", "tid"))
+    ids = op_index(t).lookup(ev.select("ts_ns", "pid", "tid"))
     # Op ids are row numbers of model.cpu_ops: the name is a gather, not a join.
     return ev.with_columns(op=ops["name"].gather(ids))
 
@@ -112,7 +113,7 @@ class TraceMemoryResult:
 
 def _top_sites(model: TraceModel, mem: pl.DataFrame, top_n: int) -> pl.DataFrame:
     """Bytes allocated per (device, call site), largest first; empty without Python stacks."""
-    from traceanalyzer.analyses.callsites import has_stacks, innermost_frames, short_site
+    from traceanalyzer.analyses._callsites import has_stacks, innermost_frames, short_site
 
     allocs = mem.filter(pl.col("bytes") > 0)
     if not has_stacks(model) or allocs.is_empty():
@@ -136,10 +137,12 @@ def _top_sites(model: TraceModel, mem: pl.DataFrame, top_n: int) -> pl.DataFrame
     )
 
 
-@analysis("trace_memory", input="trace", title="Memory (profiler events)", order=60, shared=("op_nesting",))
-def trace_memory(model: TraceModel, results: Results, config: Config) -> TraceMemoryResult:
+@analysis("trace_memory", input="trace", title="Memory (profiler events)", order=60, shared=("op_nesting",),
+          params={"top_n": 15})
+def trace_memory(ctx: AnalysisContext[TraceModel]) -> TraceMemoryResult:
     """Allocated/reserved per device from [memory] events: peaks, per step, top ops."""
-    top_n = config.get("trace_memory.top_n", 15)
+    model = ctx.model
+    top_n = ctx.params.top_n
     ev = model.memory_events
     if ev.is_empty():
         raise NotApplicable("no [memory] events: profile with profile_memory=True")
@@ -147,7 +150,7 @@ def trace_memory(model: TraceModel, results: Results, config: Config) -> TraceMe
         device=_device_name_expr()
     ).sort("ts_ns", maintain_order=True)
     ooms = ev.filter(pl.col("oom"))
-    mem = _enclosing_ops(ev.filter(~pl.col("oom")), model)
+    mem = _enclosing_ops(ev.filter(~pl.col("oom")), ctx.tables)
 
     peaks = mem.sort("ts_ns", maintain_order=True).group_by("device", maintain_order=True).agg(
         events=pl.len(),

@@ -94,6 +94,13 @@ def _excess(slow: Mapping[str, Any], others: Sequence[Mapping[str, Any]], key: s
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
+class MultirankSummary(dict[str, Any]):
+    """The cross-rank summary as the result the ``rank_imbalance`` rule reads (``multirank``)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self)
+
+
 def _finding(summary: Mapping[str, Any], params: Mapping[str, float] | None) -> dict[str, Any] | None:
     """The ``rank_imbalance`` rule run on ``summary`` (``params``: its thresholds, unprefixed)."""
     from traceanalyzer.analyses import Results
@@ -104,7 +111,7 @@ def _finding(summary: Mapping[str, Any], params: Mapping[str, float] | None) -> 
 
     config = Config({f"rank_imbalance.{k}": v for k, v in (params or {}).items()})
     try:
-        found = list(check(Results(values={"multirank": dict(summary)}), config,
+        found = list(check(Results(values={"multirank": MultirankSummary(summary)}), config,
                            Params("rank_imbalance", PARAMS, config)))
     except NotApplicable:
         return None

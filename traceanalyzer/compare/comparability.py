@@ -18,7 +18,7 @@ Facts per input (:func:`input_facts`), read from the ``baseline`` analysis' cond
   versions the trace records (CUDA ``12040`` is shown as ``12.4``, HIP ``60443483`` as
   ``6.4.43483``);
 * ``batch_size``: the ``baseline`` analysis' batch size (inferred from input shapes, or
-  the ``diagnosis.batch_size`` setting).
+  the ``baseline.batch_size`` setting).
 
 A side's value of a field is the set of its inputs' known values (a directory side may
 mix). Per field (:func:`check_comparability`): ``match`` (both sides known and equal),

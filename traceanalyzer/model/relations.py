@@ -5,8 +5,9 @@
   covers each point (e.g. "what was the CPU thread doing when this gap began");
   :func:`cover_index` builds its lookup structure once for several point sets.
 * :func:`op_index` / :func:`op_top_level` / :func:`launches` / :func:`gpu_activity` — the
-  same for ``model.cpu_ops``, and the launch join, built once per model
-  (:mod:`traceanalyzer.model.derived`) since several analyses need them.
+  same for ``model.cpu_ops``, and the launch join, built once per run of the analyses
+  (:class:`~traceanalyzer.model.derived.DerivedTables`) since several analyses need them:
+  they take the run's tables, or a bare model (then nothing is shared).
 * :func:`launches` — every runtime/driver call joined by correlation id to the GPU
   activity it caused (one row per pair; a ``cudaGraphLaunch`` yields one row per
   replayed kernel).
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.model.derived import derived
+from traceanalyzer.model.derived import DerivedTables
 from traceanalyzer.model.trace import TraceModel
 from traceanalyzer.timeutil import group_numbers
 
@@ -186,8 +187,8 @@ def _sort_boundary_rows(b: pl.DataFrame, by: list[str], lead: Sequence[str] = ()
 
 def _sort_by_time_key(iv: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     """The sorted boundary rows of ``iv`` (``*by, id, ts_ns, end_ns``, ``end_ns ≥
-    ts_ns``) by one Int64 key ``group rank · span + (t − t_min)`` (a single-column sort is
-    ~3× cheaper than the six-column one), the rows that tie on it (same thread and
+    ts_ns``) by one Int64 key ``group rank · span + (t − t_min)`` (one column to sort instead
+    of six), the rows that tie on it (same thread and
     instant: few at ns resolution) then sorted by every key in place. Each column of the
     result is gathered straight from ``iv`` (row ``i < n`` is the start of interval ``i``,
     row ``n + i`` its end): the unsorted 2n boundary rows are never built. None when the
@@ -265,7 +266,7 @@ class CoverIndex:
     ``state``: ``*by, t, current`` sorted by ``(*by, t)``; ``current`` is the ``id`` of
     the deepest interval covering ``[t, next t)`` of that group (null: nothing). Build it
     once with :func:`cover_index` and look up as many point sets as needed with
-    :meth:`lookup` (building is ~80 % of a :func:`deepest_at` call).
+    :meth:`lookup` (building is most of a :func:`deepest_at` call).
 
     Where it fits in an Int64, the state is held as one sorted key per row instead,
     ``key = group number · span + (t − t_min)`` (``groups``: the ``by`` values in
@@ -457,45 +458,57 @@ def cpu_context(model: TraceModel, include_python: bool = True) -> pl.DataFrame:
     return pl.concat(parts).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
 
 
-def gpu_activity(model: TraceModel) -> pl.DataFrame:
-    """``model.gpu_activity()``, built once per model (read-only)."""
-    return derived(model, "gpu_activity", model.gpu_activity)
+#: The shared derived tables of a trace's run (:mod:`traceanalyzer.model.derived`).
+TraceTables = DerivedTables[TraceModel]
 
 
-def op_index(model: TraceModel) -> CoverIndex:
+def trace_tables(src: TraceModel | TraceTables) -> TraceTables:
+    """``src`` when it is a run's tables, else fresh tables of the bare model ``src``."""
+    return src if isinstance(src, DerivedTables) else DerivedTables(src)
+
+
+def gpu_activity(src: TraceModel | TraceTables) -> pl.DataFrame:
+    """``model.gpu_activity()``, built once per run (read-only)."""
+    t = trace_tables(src)
+    return t.get("gpu_activity", t.model.gpu_activity)
+
+
+def op_index(src: TraceModel | TraceTables) -> CoverIndex:
     """:func:`cover_index` of ``model.cpu_ops`` on (pid, tid), ``id`` = the op's row number
-    in ``model.cpu_ops``: the launching/enclosing CPU op of any point (built once per model)."""
-    return _op_nesting(model)
+    in ``model.cpu_ops``: the launching/enclosing CPU op of any point (built once per run)."""
+    return _op_nesting(trace_tables(src))
 
 
-def annotation_index(model: TraceModel) -> tuple[pl.DataFrame, CoverIndex]:
+def annotation_index(src: TraceModel | TraceTables) -> tuple[pl.DataFrame, CoverIndex]:
     """User annotations but ``ProfilerStep#``: ``id, name`` (``id`` = row number among them)
     and their :func:`cover_index` on (pid, tid), the innermost annotation around any point
-    (built once per model)."""
+    (built once per run)."""
+    t = trace_tables(src)
 
     def build() -> tuple[pl.DataFrame, CoverIndex]:
-        anns = model.annotations.filter(~pl.col("name").str.starts_with("ProfilerStep#")).select(
+        anns = t.model.annotations.filter(~pl.col("name").str.starts_with("ProfilerStep#")).select(
             "name", "pid", "tid", "ts_ns", "end_ns"
         ).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
         return anns.select("id", "name"), cover_index(anns.select("id", "ts_ns", "end_ns", "pid", "tid"))
 
-    return derived(model, "annotation_index", build)
+    return t.get("annotation_index", build)
 
 
-def op_top_level(model: TraceModel) -> pl.Series:
+def op_top_level(src: TraceModel | TraceTables) -> pl.Series:
     """Boolean per row of ``model.cpu_ops``: True where the op is top level on its (pid, tid),
     i.e. :func:`nest_depth` would give it depth 1: no other op of the thread is open at its
     start. Ops open at an instant are those of positive length started before it and ending
     after it; at a shared start the longer op, then the lower row, is the outer one; a
-    zero-length op covers nothing (built once per model).
+    zero-length op covers nothing (built once per run).
 
-    One sort by (thread, start, longer first, row) and a running maximum of ends: a tenth of
-    building the nesting. Where :func:`op_index` is built first (``phases`` builds it before
-    anything else), the flags come from its nesting instead (depth 1), and this sort is
-    not needed at all (:func:`_top_level_from_nesting`)."""
+    One sort by (thread, start, longer first, row) and a running maximum of ends. Where
+    :func:`op_index` is built first (``phases`` builds it before anything else), the flags
+    come from its nesting instead (depth 1), and this sort is not needed at all
+    (:func:`_top_level_from_nesting`)."""
+    t = trace_tables(src)
 
     def build() -> pl.Series:
-        ops = model.cpu_ops
+        ops = t.model.cpu_ops
         if ops.is_empty():
             return pl.Series("top_level", [], dtype=pl.Boolean)
         iv = ops.select(
@@ -508,23 +521,23 @@ def op_top_level(model: TraceModel) -> pl.Series:
         out = pl.repeat(False, ops.height, dtype=pl.Boolean, eager=True)
         return out.scatter(s["_row"], top.to_series()).alias("top_level")
 
-    return derived(model, "op_top_level", build)
+    return t.get("op_top_level", build)
 
 
-def _op_nesting(model: TraceModel) -> CoverIndex:
+def _op_nesting(t: TraceTables) -> CoverIndex:
     def build() -> CoverIndex:
-        ivs = model.cpu_ops.select("pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(
+        ivs = t.model.cpu_ops.select("pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(
             pl.col("id").cast(pl.Int64)
         )
         links, index = nest_with_index(ivs.filter(pl.col("end_ns") > pl.col("ts_ns")), ["pid", "tid"])
         # The nesting's depths are what op_top_level computes with a sort of its own:
-        # handed over now (the links are not kept), they save that sort (~0.4 s at 40x).
+        # handed over now (the links are not kept), they save that sort.
         top = _top_level_from_nesting(ivs, links)
         if top is not None:
-            derived(model, "op_top_level", lambda: top)
+            t.get("op_top_level", lambda: top)
         return index
 
-    return derived(model, "op_nesting", build)
+    return t.get("op_nesting", build)
 
 
 def _top_level_from_nesting(ivs: pl.DataFrame, links: pl.DataFrame) -> pl.Series | None:
@@ -538,8 +551,8 @@ def _top_level_from_nesting(ivs: pl.DataFrame, links: pl.DataFrame) -> pl.Series
     return flag.scatter(links["id"], links["depth"] == 1).alias("top_level")
 
 
-def launches(model: TraceModel) -> pl.DataFrame:
-    """Runtime/driver calls joined to the GPU activity they enqueued (built once per model).
+def launches(src: TraceModel | TraceTables) -> pl.DataFrame:
+    """Runtime/driver calls joined to the GPU activity they enqueued (built once per run).
 
     One row per (call, GPU activity) pair matched on ``correlation``; calls with no
     GPU activity (syncs, event records, or a launch whose kernel was not captured)
@@ -549,11 +562,12 @@ def launches(model: TraceModel) -> pl.DataFrame:
     external_id, is_launch`` and ``gpu_name, activity, gpu_ts_ns, gpu_dur_ns,
     gpu_end_ns, device, stream, launch_delay_ns`` (GPU start − call start).
     """
-    return derived(model, "launches", lambda: _launches(model))
+    t = trace_tables(src)
+    return t.get("launches", lambda: _launches(t))
 
 
-def _launches(model: TraceModel) -> pl.DataFrame:
-    rt = model.runtime.select(
+def _launches(t: TraceTables) -> pl.DataFrame:
+    rt = t.model.runtime.select(
         pl.col("name").alias("api"),
         pl.col("cat").alias("api_cat"),
         pl.col("ts_ns").alias("cpu_ts_ns"),
@@ -564,7 +578,7 @@ def _launches(model: TraceModel) -> pl.DataFrame:
         "correlation",
         "external_id",
     ).with_columns(is_launch=is_launch_api(pl.col("api")))
-    gpu = gpu_activity(model).select(
+    gpu = gpu_activity(t).select(
         pl.col("name").alias("gpu_name"),
         "activity",
         pl.col("ts_ns").alias("gpu_ts_ns"),

@@ -845,7 +845,7 @@ def memory_timeline_chart(res: MemoryTimelineResult, results: Mapping[str, objec
         if not d["event_idx"].is_sorted():
             d = d.sort("event_idx")
         if d.height > _MAX_LINE_POINTS:  # millions of events: per-bucket maxima keep the peak
-            from traceanalyzer.analyses.memory_timeline import decimate
+            from traceanalyzer.analyses._memory import decimate
             d = decimate(d, _MAX_LINE_POINTS)
         if by_time:
             xs = [(t - t0) / 1e9 if t is not None else None for t in d["ts_ns"].to_list()]

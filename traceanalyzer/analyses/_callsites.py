@@ -1,6 +1,6 @@
 """Call sites: which line of the user's code (or which CPU op chain) an event came from.
 
-Shared by the copies, syncs, memory and rules code. Three answers, best first:
+Shared by the copies, syncs, idle-gaps and memory analyses (private to the analyses package). Three answers, best first:
 
 1. **Innermost user Python frame** (``with_stack=True`` traces): the deepest
    ``python_function`` event on the same thread that covers the event's start and is
@@ -34,8 +34,15 @@ from collections.abc import Iterable, Sequence
 import polars as pl
 
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.derived import derived
-from traceanalyzer.model.relations import CoverIndex, by_id, cover_index, deepest_at, nest_with_index
+from traceanalyzer.model.relations import (
+    CoverIndex,
+    TraceTables,
+    by_id,
+    cover_index,
+    deepest_at,
+    nest_with_index,
+    trace_tables,
+)
 
 #: Top-level modules treated as library code (besides the standard library). Users who
 #: develop one of these pass it in ``user_modules`` to see its lines as theirs.
@@ -201,26 +208,22 @@ def innermost_frames(
     )
 
 
-def cpu_tree(model: TraceModel) -> pl.DataFrame:
+def cpu_tree(src: TraceModel | TraceTables) -> pl.DataFrame:
     """The columns of :func:`build_cpu_tree` that :func:`cpu_chain` and idle-gap attribution
-    read, ``id, name, source, parent_id``, built once per model (copies, syncs and idle_gaps
+    read, ``id, name, source, parent_id``, built once per run (copies, syncs and idle_gaps
     share it; the times stay in its cover index: half the memory of the whole tree)."""
-    return _tree_and_index(model)[0]
+    return cpu_tree_index(src)[0]
 
 
-def _tree_and_index(model: TraceModel) -> tuple[pl.DataFrame, CoverIndex]:
-    """:func:`cpu_tree` and its :func:`~traceanalyzer.model.relations.cover_index`, once per model."""
+def cpu_tree_index(src: TraceModel | TraceTables) -> tuple[pl.DataFrame, CoverIndex]:
+    """:func:`cpu_tree` and the :func:`~traceanalyzer.model.relations.cover_index` of its
+    intervals (by ``id``), built together once per run."""
+    t = trace_tables(src)
 
     def build() -> tuple[pl.DataFrame, CoverIndex]:
-        return _build_cpu_tree(model, ["id", "name", "source"])
+        return _build_cpu_tree(t.model, ["id", "name", "source"])
 
-    return derived(model, "cpu_tree", build)
-
-
-def cpu_tree_index(model: TraceModel) -> tuple[pl.DataFrame, CoverIndex]:
-    """:func:`cpu_tree` and the :func:`~traceanalyzer.model.relations.cover_index` of its
-    intervals (by ``id``), built together once per model."""
-    return _tree_and_index(model)
+    return t.get("cpu_tree", build)
 
 
 def build_cpu_tree(model: TraceModel) -> pl.DataFrame:
@@ -258,7 +261,7 @@ def _build_cpu_tree(model: TraceModel, columns: Sequence[str] | None = None) -> 
 
 
 def cpu_chain(
-    model: TraceModel,
+    src: TraceModel | TraceTables,
     points: pl.DataFrame,
     point_col: str = "ts_ns",
     max_depth: int = 64,
@@ -272,10 +275,14 @@ def cpu_chain(
     * ``chain``: every covering annotation and op, outermost first, joined with " > ";
     * ``op_site``: the covering annotations and the outermost op only — what the user's
       code called, without ATen internals (``"## forward ## > aten::to"``).
+
+    ``tree`` (from :func:`build_cpu_tree`, or the run's :func:`cpu_tree`) saves building it
+    again for several point sets.
     """
     pts = _points(points, point_col)
-    if tree is None or tree is cpu_tree(model):
-        tree, index = _tree_and_index(model)
+    t = trace_tables(src)
+    if tree is None or ("cpu_tree" in t.held() and tree is cpu_tree(t)):
+        tree, index = cpu_tree_index(t)
     else:
         index = cover_index(tree.select("id", "ts_ns", "end_ns", "pid", "tid"))
     schema = {"innermost_op": pl.String, "outermost_op": pl.String, "outermost_op_id": pl.Int64,
@@ -316,7 +323,7 @@ def cpu_chain(
 
 
 def attribute(
-    model: TraceModel,
+    src: TraceModel | TraceTables,
     points: pl.DataFrame,
     point_col: str = "ts_ns",
     library_modules: str | Iterable[str] | None = None,
@@ -332,8 +339,9 @@ def attribute(
     frame (library code) below the user frame, when it differs — the line inside the
     library that the user's line called.
     """
-    frames = innermost_frames(model, points, point_col, library_modules, user_modules)
-    chain = cpu_chain(model, points, point_col, tree=tree)
+    t = trace_tables(src)
+    frames = innermost_frames(t.model, points, point_col, library_modules, user_modules)
+    chain = cpu_chain(t, points, point_col, tree=tree)
     df = pl.concat([frames, chain], how="horizontal")
     return df.with_columns(
         site=pl.coalesce(short_site(pl.col("user_frame")), short_site(pl.col("any_frame")), pl.col("op_site")),
