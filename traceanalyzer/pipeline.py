@@ -14,15 +14,11 @@ from traceanalyzer.analyses import Results, run_analyses
 from traceanalyzer.config import Config
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.load import load as _load
-from traceanalyzer.model.memory import MemoryTimelineModel, SnapshotModel
-from traceanalyzer.model.trace import TraceModel
+from traceanalyzer.model import Model
 from traceanalyzer.report import registry as renderer_registry
 from traceanalyzer.report.document import Report
 from traceanalyzer.rules import Finding, Severity, run_rules
 from traceanalyzer.rules import registry as rule_registry
-
-#: What :func:`load` returns: one model per input kind (``model.kind``).
-Model = TraceModel | SnapshotModel | MemoryTimelineModel
 
 #: Of a chrome trace, ``memory`` runs only the memory analyses; snapshots and timelines run all theirs.
 TRACE_MEMORY_ANALYSES = ("trace_memory",)

@@ -15,11 +15,8 @@ from typing import Literal, TypeAlias
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.load.budget import check_regular, open_regular
-from traceanalyzer.model.memory import MemoryTimelineModel, SnapshotModel
-from traceanalyzer.model.trace import TraceModel
+from traceanalyzer.model import MemoryTimelineModel, Model, SnapshotModel, TraceModel  # Model: what load() returns
 
-# What :func:`load` returns: one model per kind of input.
-Model: TypeAlias = TraceModel | SnapshotModel | MemoryTimelineModel
 # The kinds :func:`sniff` tells apart (each model's ``kind``).
 Kind: TypeAlias = Literal["trace", "snapshot", "memory_timeline"]
 # A loader: a path (a regular file) → its model, or InputError.
