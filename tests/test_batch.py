@@ -16,7 +16,7 @@ from traceanalyzer.batch.cache import content_hash
 from traceanalyzer.batch.discover import discover
 from traceanalyzer.batch.runner import LocalBackend, run_batch
 from traceanalyzer.cli import cli
-from traceanalyzer.testing.synthetic import dumps_trace, scenario_idle_gaps, scenario_multi_rank, write_bytes
+from support.synthetic import dumps_trace, scenario_idle_gaps, scenario_multi_rank, write_bytes
 
 BAD = {
     "bad/empty.json": b"",

@@ -310,7 +310,7 @@ def test_synthetic_scenarios_planted_communication(scenario: str) -> None:
     from pathlib import Path
 
     from traceanalyzer.load.chrome_trace import build_model
-    from traceanalyzer.testing import synthetic
+    from support import synthetic
 
     doc, truth = synthetic.SCENARIOS[scenario]()
     res = run_analyses(build_model(Path(f"{scenario}.json"), doc), Config(), strict=True)

@@ -16,7 +16,7 @@ from traceanalyzer.compare.comparability import _cuda_version, _hip_version, che
 from traceanalyzer.compare.diff import compare_paths, delta_table
 from traceanalyzer.compare.render import to_html, to_markdown, write
 from traceanalyzer.compare.stats import bootstrap_median_diff, mann_whitney, step_time_change
-from traceanalyzer.testing.synthetic import dumps_trace, scenario_regression, write_bytes
+from support.synthetic import dumps_trace, scenario_regression, write_bytes
 
 # ------------------------------------------------------------------------------ statistics
 

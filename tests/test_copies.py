@@ -168,7 +168,7 @@ def test_cpu_only_copies_are_host_copies() -> None:
 # Ground truth from the synthetic generator
 # --------------------------------------------------------------------------------------------
 
-synthetic = pytest.importorskip("traceanalyzer.testing.synthetic")
+from support import synthetic
 
 
 def _site(call_site: str) -> str:

@@ -13,7 +13,7 @@ fsspec = pytest.importorskip("fsspec")
 
 from traceanalyzer.batch.discover import discover  # noqa: E402
 from traceanalyzer.batch.runner import DaskBackend, LocalBackend, run_batch  # noqa: E402
-from traceanalyzer.testing.synthetic import dumps_trace, scenario_multi_rank, write_bytes  # noqa: E402
+from support.synthetic import dumps_trace, scenario_multi_rank, write_bytes  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from traceanalyzer.analyses.phases import PHASES
 from traceanalyzer.config import Config
 from traceanalyzer.load import load
 from traceanalyzer.load.chrome_trace import build_model
-from traceanalyzer.testing import synthetic as S
+from support import synthetic as S
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ import pytest
 from traceanalyzer.batch.multirank import multirank, per_rank_table, summarize_runs
 from traceanalyzer.batch.summary import report_metrics
 from traceanalyzer.pipeline import analyze
-from traceanalyzer.testing.synthetic import dumps_trace, scenario_multi_rank, write_bytes
+from support.synthetic import dumps_trace, scenario_multi_rank, write_bytes
 
 
 def _rows(tmp: Path, world: int, straggler: int | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -341,7 +341,7 @@ def test_memory_growth_trace_silent_and_cannot_decide(tmp_path: Path) -> None:
 
 
 def test_memory_growth_trace_matches_synthetic_generator_truth(tmp_path: Path) -> None:
-    from traceanalyzer.testing.synthetic import scenario_memory_growth
+    from support.synthetic import scenario_memory_growth
 
     doc, truth = scenario_memory_growth(seed=3, steps=6, leak_bytes=24 << 20)
     results, out = _rules(_trace_doc(tmp_path, doc))

@@ -24,7 +24,7 @@ from traceanalyzer.cli import cli
 from traceanalyzer.config import Config
 from traceanalyzer.load.chrome_trace import build_model
 from traceanalyzer.rules import Finding, RuleOutcome, Severity, run_rules
-from traceanalyzer.testing.synthetic import dumps_trace, scenario_multi_rank, write_bytes
+from support.synthetic import dumps_trace, scenario_multi_rank, write_bytes
 
 DL_SINGLE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 DL_MULTI = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"

@@ -157,7 +157,7 @@ def test_cpu_only_trace_is_not_applicable_and_cpu_items_cost_nothing() -> None:
 # Ground truth from the synthetic generator
 # --------------------------------------------------------------------------------------------
 
-synthetic = pytest.importorskip("traceanalyzer.testing.synthetic")
+from support import synthetic
 
 
 @pytest.mark.parametrize(

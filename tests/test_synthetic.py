@@ -1,4 +1,4 @@
-"""Tests of the synthetic trace generator itself (``traceanalyzer.testing.synthetic``).
+"""Tests of the synthetic trace generator itself (``tests/support/synthetic.py``).
 
 The generator is the ground truth of every analysis test, so it is checked here against a plain
 ``json`` recount of what it emitted: if a truth number and the file disagree, the generator is
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from traceanalyzer.testing import synthetic as S
+from support import synthetic as S
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_traces"

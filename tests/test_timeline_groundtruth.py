@@ -11,7 +11,7 @@ import pytest
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.load.chrome_trace import build_model
 
-synthetic = pytest.importorskip("traceanalyzer.testing.synthetic")
+from support import synthetic
 
 LAYOUTS = ("modern", "pt_1_13", "legacy_1_8")
 HOST_CAUSES = {"host_bound", "data_loader", "sync", "memcpy"}
