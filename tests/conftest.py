@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
+from support.events import kineto_doc  # noqa: F401  (re-exported: tests import it from conftest)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -30,13 +31,6 @@ def write_trace(path: Path, doc: Any) -> Path:
         data = gzip.compress(data)
     path.write_bytes(data)
     return path
-
-
-def kineto_doc(events: list[dict[str, Any]], **top: Any) -> dict[str, Any]:
-    """A minimal modern Kineto document around ``events``."""
-    doc: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": [], "traceEvents": events}
-    doc.update(top)
-    return doc
 
 
 # One load (and one full analysis run) per real trace for the whole session: several

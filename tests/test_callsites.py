@@ -6,7 +6,7 @@ import random
 
 import polars as pl
 from test_relations import _brute_nest, _random_nested
-from timeline_trace import Trace
+from support.events import Trace
 
 from traceanalyzer.analyses.callsites import build_cpu_tree, cpu_chain
 

@@ -20,6 +20,7 @@ import polars as pl
 import pytest
 from conftest import REPO, kineto_doc, shared_model, shared_trace_files
 from polars.testing import assert_frame_equal
+from support.events import complete
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.load import load
@@ -117,10 +118,7 @@ def test_sample_trace_chunked_equals_simple(path: Path) -> None:
 
 
 def X(cat: str | None, name: Any, ts: Any, dur: Any, pid: Any = 1, tid: Any = 1, **args: Any) -> dict[str, Any]:
-    e: dict[str, Any] = {"ph": "X", "name": name, "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args}
-    if cat is not None:
-        e["cat"] = cat
-    return e
+    return complete(cat, name, ts, dur, pid, tid, args)
 
 
 BASE = 1_700_000_000_000_000_000

@@ -10,7 +10,7 @@ from typing import Any
 import polars as pl
 import pytest
 from conftest import SHARED_TRACES, needs_shared, shared_results
-from timeline_trace import Trace, ns
+from support.events import Trace, ns
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.analyses._comm import comm_classes

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import SHARED_TRACES, needs_shared, shared_results
-from timeline_trace import Trace
+from support.events import Trace
 
 from traceanalyzer.analyses import Results, run_analyses
 from traceanalyzer.config import Config

@@ -11,6 +11,8 @@ from typing import Any
 import polars as pl
 import pytest
 from conftest import shared_model, shared_results
+from support.events import gpu, launch
+from support.events import x as _x
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.analyses.callsites import is_user_frame
@@ -20,21 +22,11 @@ from traceanalyzer.load.chrome_trace import build_model
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TRACES = SHARED / "data" / "traces"
-PID, TID = 100, 100
-
-
-def _x(cat: str, name: str, ts: float, dur: float, **args: Any) -> dict[str, Any]:
-    pid, tid = (args.pop("pid", PID), args.pop("tid", TID))
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
-
-
 def _copy(ts: float, corr: int, memcpy: str, nbytes: int, api: str = "cudaMemcpyAsync", gpu_dur: float = 10.0,
           ops: tuple[str, ...] = ("aten::to", "aten::_to_copy", "aten::copy_")) -> list[dict[str, Any]]:
     """A nest of copy ops (1 µs apart) with the runtime call and the GPU memcpy it issued."""
     evs = [_x("cpu_op", op, ts + i, 50 - 2 * i) for i, op in enumerate(ops)]
-    evs.append(_x("cuda_runtime", api, ts + len(ops), 20, correlation=corr))
-    evs.append(_x("gpu_memcpy", memcpy, ts + 30, gpu_dur, pid=0, tid=7, device=0, stream=7, correlation=corr,
-                  bytes=nbytes))
+    evs += launch(corr, ts + len(ops), 20, ts + 30, gpu_dur, memcpy, api=api, cat="gpu_memcpy", bytes=nbytes)
     return evs
 
 
@@ -67,7 +59,7 @@ def test_directions_memory_bandwidth_and_nesting() -> None:
     ev += _copy(500, 3, "Memcpy DtoH (Device -> Pageable)", 2000, api="cudaMemcpy", gpu_dur=2)
     ev.append(_x("cpu_op", "aten::to", 700, 3))  # returns self: not a copy
     ev.append(_x("cuda_runtime", "cudaMemsetAsync", 800, 5, correlation=9))
-    ev.append(_x("gpu_memset", "Memset (Device)", 810, 1, pid=0, tid=7, device=0, stream=7, correlation=9, bytes=64))
+    ev.append(gpu("gpu_memset", "Memset (Device)", 810, 1, 9, bytes=64))
     # WHEN
     c = _run(_model(ev))
     # THEN the nests count once and the no-op to is set aside

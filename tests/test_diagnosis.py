@@ -8,7 +8,7 @@ import numpy as np
 import orjson
 import polars as pl
 import pytest
-from timeline_trace import Trace, ns
+from support.events import Trace, ns
 
 from traceanalyzer.analyses import registry, run_analyses
 from traceanalyzer.analyses.baseline import step_stats

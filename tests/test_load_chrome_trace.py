@@ -7,6 +7,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from conftest import kineto_doc, write_trace
+from support.events import complete
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.load import load, sniff
@@ -15,10 +16,7 @@ from traceanalyzer.model import SCHEMAS
 
 
 def X(cat: str | None, name: str, ts: float, dur: float, pid: object = 1, tid: object = 1, **args: object) -> dict:
-    e = {"ph": "X", "name": name, "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args}
-    if cat is not None:
-        e["cat"] = cat
-    return e
+    return complete(cat, name, ts, dur, pid, tid, args)
 
 
 MODERN = [

@@ -8,30 +8,23 @@ from typing import Any
 
 import polars as pl
 import pytest
+from support.events import launch
+from support.events import x as _x
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.analyses.ops import gemm_name_precision
 from traceanalyzer.load.chrome_trace import build_model
 
-PID = TID = 100
 A100 = {"id": 0, "name": "NVIDIA A100", "totalGlobalMem": 85_000_000_000, "computeMajor": 8, "warpSize": 32}
-
-
-def _x(cat: str, name: str, ts: float, dur: float, **args: Any) -> dict[str, Any]:
-    pid, tid = (args.pop("pid", PID), args.pop("tid", TID))
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
 
 
 def _kernel(ts: float, dur: float, corr: int, name: str = "k", api: str = "cudaLaunchKernel") -> list[dict[str, Any]]:
     """A launch at ``ts`` (3 µs) and its kernel starting 5 µs later on stream 7."""
-    return [_x("cuda_runtime", api, ts, 3, correlation=corr),
-            _x("kernel", name, ts + 5, dur, pid=0, tid=7, device=0, stream=7, correlation=corr)]
+    return launch(corr, ts, 3, ts + 5, dur, name, api=api)
 
 
 def _memset(ts: float, dur: float, corr: int) -> list[dict[str, Any]]:
-    return [_x("cuda_runtime", "cudaMemsetAsync", ts, 3, correlation=corr),
-            _x("gpu_memset", "Memset (Device)", ts + 5, dur, pid=0, tid=7, device=0, stream=7, correlation=corr,
-               bytes=1024)]
+    return launch(corr, ts, 3, ts + 5, dur, "Memset (Device)", api="cudaMemsetAsync", cat="gpu_memset", bytes=1024)
 
 
 def _step(n: int, ts: float, dur: float = 1000) -> dict[str, Any]:

@@ -116,7 +116,7 @@ def test_nest_with_index_links_equal_nest() -> None:
 
 def test_op_index_and_top_level_of_a_model_shared_and_forgotten() -> None:
     """op_index/op_top_level are memoised per model; forget() drops them."""
-    from timeline_trace import Trace, ns
+    from support.events import Trace, ns
 
     from traceanalyzer.model import derived
     from traceanalyzer.model.relations import op_index, op_top_level
@@ -143,7 +143,7 @@ def test_op_top_level_is_depth_one_of_the_nesting() -> None:
     """op_top_level equals nest_depth == 1 on random nestings (twins, shared instants,
     zero-length ops), in model row order: built alone (its own sort) and handed over by
     op_index's nesting (built first, as phases does)."""
-    from timeline_trace import Trace
+    from support.events import Trace
 
     from traceanalyzer.model import derived
     from traceanalyzer.model.relations import nest_depth, op_index, op_top_level

@@ -12,24 +12,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.events import gpu
+from support.events import x as _x
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.config import Config
 from traceanalyzer.load.chrome_trace import build_model
 from traceanalyzer.rules import Finding, Severity, registry, run_rules
 
-PID = TID = 100
 A100 = {"id": 0, "name": "NVIDIA A100", "totalGlobalMem": 85_000_000_000, "computeMajor": 8, "warpSize": 32}
 STEPS = (0, 1000, 2000)
 MINE = ("pageable_memcpy", "blocking_copies", "explicit_sync", "item_sync", "htod_in_step", "fp32_gemm",
         "layout_transposes", "unfused_elementwise", "optimizer_not_fused", "zero_grad_memset")
 EW = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >()"
 BF16_GEMM = "sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32"
-
-
-def _x(cat: str, name: str, ts: float, dur: float, **args: Any) -> dict[str, Any]:
-    pid, tid = (args.pop("pid", PID), args.pop("tid", TID))
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
 
 
 class _Ids:
@@ -41,7 +37,7 @@ class _Ids:
 
 
 def _gpu(cat: str, name: str, ts: float, dur: float, corr: int, **args: Any) -> dict[str, Any]:
-    return _x(cat, name, ts, dur, pid=0, tid=7, device=0, stream=7, correlation=corr, **args)
+    return gpu(cat, name, ts, dur, corr, **args)
 
 
 def _kernel(ids: _Ids, ts: float, dur: float, name: str = "k", api: str = "cudaLaunchKernel") -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import polars as pl
 import pytest
+from support.events import complete, memory
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.config import Config
@@ -29,9 +30,7 @@ GiB = 1 << 30
 def _mem(ts: float, total: int, delta: int, reserved: int, dev: int = 0, dtype: int = 1,
          name: str = "[memory]") -> dict[str, Any]:
     """One allocator instant event as Kineto writes it (totals are after the event)."""
-    return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": name, "pid": 1, "tid": 1, "ts": ts,
-            "args": {"Total Reserved": reserved, "Total Allocated": total, "Bytes": delta, "Device Id": dev,
-                     "Device Type": dtype, "Addr": 1000 + int(ts)}}
+    return memory(ts, total, delta, reserved, dev, dtype, name)
 
 
 def _trace(tmp_path: Path, mem_events: list[dict[str, Any]], steps: int = 0,
@@ -41,9 +40,8 @@ def _trace(tmp_path: Path, mem_events: list[dict[str, Any]], steps: int = 0,
     ev: list[dict[str, Any]] = []
     for s in range(steps):
         t0 = 1000.0 * (s + 1)
-        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1, "tid": 1,
-                   "ts": t0, "dur": 900})
-        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": t0 + 10, "dur": 20})
+        ev.append(complete("user_annotation", f"ProfilerStep#{s}", t0, 900, pid=1, tid=1))
+        ev.append(complete("cpu_op", "aten::empty", t0 + 10, 20, pid=1, tid=1))
     ev += mem_events
     props = [{"id": d, "name": "Test GPU", "totalGlobalMem": c} for d, c in sorted((capacities or {}).items())]
     f = tmp_path / name

@@ -4,7 +4,7 @@ threshold overrides (Config, ``--set``, ``--config``).
 
 Rules: low_gpu_utilization, host_bound_gaps, dataloader_bottleneck, launch_bound_kernels,
 kernel_count, step_outliers, profiler_overhead, comm_exposed, data_parallel, rank_imbalance.
-Times in the traces are µs (see ``timeline_trace``); costs in findings are ms per steady step.
+Times in the traces are µs (see ``support.events.Trace``); costs in findings are ms per steady step.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 from conftest import write_trace
-from timeline_trace import Trace, ns
+from support.events import Trace, ns
 
 from traceanalyzer.analyses import Results, run_analyses
 from traceanalyzer.batch.multirank import multirank

@@ -65,6 +65,8 @@ from typing import Any, Literal
 
 import orjson
 
+from support import events as E
+
 __all__ = [
     "BASE_TIME_NS", "DATALOADER_ANN", "LAYOUTS", "SCENARIOS", "VENDORS", "Collective", "GpuActivity", "OpHandle",
     "TraceBuilder", "dumps_trace", "dumps_truth", "kernel_name", "nccl_kernel_name", "scenario_comm_bound",
@@ -1581,11 +1583,8 @@ class TraceBuilder:
                          "legacy_1_8": ("async", "launch")}[self.layout]
         else:
             cat, name = {"modern": ("fwdbwd", "fwdbwd"), "pt_1_13": ("forward_backward", "fwd_bwd")}[self.layout]
-        d: dict[str, Any] = {"ph": ph, "id": ev.extra["id"], "pid": ev.pid, "tid": ev.tid, "ts": self._ts(ev.ts),
-                             "cat": cat, "name": name}
-        if ph == "f" or self.layout == "pt_1_13":
-            d["bp"] = "e"
-        return d
+        bp = "e" if ph == "f" or self.layout == "pt_1_13" else None
+        return E.flow(ph, ev.extra["id"], ev.pid, ev.tid, self._ts(ev.ts), cat, name, bp)
 
     def _cat(self, kind: str) -> str | None:
         legacy = self.layout == "legacy_1_8"
@@ -1622,11 +1621,7 @@ class TraceBuilder:
         tid: int | str = ev.tid
         if self.layout == "legacy_1_8" and ev.kind in ("cpu_op", "user_annotation", "runtime", "driver"):
             tid = str(ev.tid)  # PyTorch 1.8 wrote CPU tids as strings
-        d: dict[str, Any] = {"ph": "X", "cat": self._cat(ev.kind), "name": ev.name, "pid": pid, "tid": tid,
-                             "ts": self._ts(ev.ts), "dur": self._dur(ev.dur or 0)}
-        if args is not None:
-            d["args"] = args
-        return d
+        return E.complete(self._cat(ev.kind), ev.name, self._ts(ev.ts), self._dur(ev.dur or 0), pid, tid, args)
 
     def build(self) -> dict[str, Any]:
         """The chrome trace as a dict (does not change the builder; may be called repeatedly)."""
@@ -1651,13 +1646,8 @@ class TraceBuilder:
             if "Ev Idx" in args:
                 args["Ev Idx"] = idx
             idx += 1
-            d: dict[str, Any] = {"ph": "i"}
-            cat = self._cat("memory")
-            if cat:
-                d["cat"] = cat
-            d.update({"s": "t", "name": "[memory]", "pid": ev.pid, "tid": str(ev.tid) if self.layout == "legacy_1_8" else ev.tid,
-                      "ts": self._ts(ev.ts), "args": args})
-            events.append(d)
+            tid = str(ev.tid) if self.layout == "legacy_1_8" else ev.tid
+            events.append(E.instant("[memory]", self._ts(ev.ts), ev.pid, tid, args, cat=self._cat("memory")))
         for ev in sorted(self._py_evs, key=lambda e: (e.ts, -(e.dur or 0))):
             events.append(self._x_ev(ev, idx))
             idx += 1
@@ -1665,13 +1655,10 @@ class TraceBuilder:
             events.append(self._flow_ev(ev) if ev.kind == "flow" else self._x_ev(ev, None))
         events.extend(self._meta_events(start))
         span_pid = "Traces" if self.layout == "legacy_1_8" else "Spans"
-        events.append({"ph": "X", "cat": "Trace", "ts": self._ts(start), "dur": self._dur(end - start),
-                       "pid": span_pid, "tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)",
-                       "args": {"Op count": 0}})
-        events.append({"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g", "pid": "Traces",
-                       "tid": "Trace PyTorch Profiler", "ts": self._ts(start)})
-        events.append({"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "",
-                       "ts": self._ts(end + self._ns(1500.0))})
+        events.append(E.profiler_span(self._ts(start), self._dur(end - start), span_pid))
+        events.append(E.marker("Iteration Start: PyTorch Profiler", "Traces", "Trace PyTorch Profiler",
+                               self._ts(start)))
+        events.append(E.marker("Record Window End", "", "", self._ts(end + self._ns(1500.0))))
 
         out: dict[str, Any] = {"schemaVersion": 1}
         if self.layout == "legacy_1_8":
@@ -1699,7 +1686,7 @@ class TraceBuilder:
         ev: list[dict[str, Any]] = []
 
         def m(name: str, pid: int | str, tid: int | str, args: dict[str, Any]) -> None:
-            ev.append({"name": name, "ph": "M", "ts": ts, "pid": pid, "tid": tid, "args": args})
+            ev.append(E.meta(name, pid, tid, args, ts))
 
         m("process_name", self.pid, 0, {"name": self.process_name})
         m("process_labels", self.pid, 0, {"labels": "CPU"})
@@ -1724,8 +1711,7 @@ class TraceBuilder:
                 m("thread_name", self.pid, t, {"name": f"thread {tid} (pt_autograd_0)"})
                 m("thread_sort_index", self.pid, t, {"sort_index": tid})
         if not legacy:
-            ev.append({"name": "process_sort_index", "ph": "M", "ts": self._ts(start), "pid": "Spans", "tid": 0,
-                       "args": {"sort_index": 536870912}})
+            ev.append(E.meta("process_sort_index", "Spans", 0, {"sort_index": 536870912}, self._ts(start)))
         return ev
 
     def dumps(self) -> bytes:
