@@ -22,7 +22,22 @@ def shared_trace_files() -> list[Path]:
     """Every JSON(.gz) file under ../shared/data/traces (empty if absent)."""
     if not SHARED_TRACES.exists():
         return []
-    return sorted(p for p in SHARED_TRACES.rglob("*") if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".gz")))
+    return sorted(p for p in SHARED_TRACES.rglob("*") if p.is_file() and p.name.endswith((".json", ".gz")))
+
+
+#: ../shared files that are not chrome traces and that the loader must refuse with this message
+#: (test_shared_traces checks the refusal; the other real-trace sweeps leave them out).
+REFUSED = {"hta/execution_trace/benchmark_simple_add_et.json.gz": "Execution Trace"}
+
+
+@functools.cache
+def shared_chrome_traces() -> tuple[Path, ...]:
+    """The ../shared files that are chrome traces (:func:`shared_trace_files` less :data:`REFUSED`
+    and the memory-timeline exports), for the sweeps where a load failure must fail the test."""
+    from traceanalyzer.load import sniff
+
+    return tuple(p for p in shared_trace_files()
+                 if str(p.relative_to(SHARED_TRACES)) not in REFUSED and sniff(p) == "trace")
 
 
 def write_trace(path: Path, doc: Any) -> Path:

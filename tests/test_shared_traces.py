@@ -9,13 +9,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_TRACES, needs_shared, shared_model, shared_trace_files
+from conftest import REFUSED, SHARED_TRACES, needs_shared, shared_model, shared_trace_files
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.load import load, sniff
-
-# Files that are not chrome traces and must be refused with this message.
-REFUSED = {"hta/execution_trace/benchmark_simple_add_et.json.gz": "Execution Trace"}
 
 KERNEL_CATS = {"kernel", "Kernel"}
 RUNTIME_CATS = {"cuda_runtime", "Runtime", "cuda_driver", "xpu_runtime", "xpu_driver", "mtia_runtime",

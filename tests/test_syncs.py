@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 from conftest import shared_results
-from support.events import gpu
+from support import synthetic
+from support.events import gpu, launch
 from support.events import x as _x
 
 from traceanalyzer.analyses import run_analyses
@@ -26,7 +27,7 @@ def _gpu(cat: str, name: str, ts: float, dur: float, corr: int, stream: int = 7,
 
 
 def _kernel(ts: float, dur: float, corr: int, stream: int = 7) -> list[dict[str, Any]]:
-    return [_x("cuda_runtime", "cudaLaunchKernel", ts - 5, 3, correlation=corr), _gpu("kernel", "k", ts, dur, corr, stream)]
+    return launch(corr, ts - 5, 3, ts, dur, stream=stream)
 
 
 def _model(events: list[dict[str, Any]], **top: Any) -> Any:
@@ -152,8 +153,6 @@ def test_cpu_only_trace_is_not_applicable_and_cpu_items_cost_nothing() -> None:
 # --------------------------------------------------------------------------------------------
 # Ground truth from the synthetic generator
 # --------------------------------------------------------------------------------------------
-
-from support import synthetic
 
 
 @pytest.mark.parametrize(

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from support import synthetic
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.load.chrome_trace import build_model
-
-from support import synthetic
 
 LAYOUTS = ("modern", "pt_1_13", "legacy_1_8")
 HOST_CAUSES = {"host_bound", "data_loader", "sync", "memcpy"}
