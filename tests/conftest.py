@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,45 @@ def shared_chrome_traces() -> tuple[Path, ...]:
 
     return tuple(p for p in shared_trace_files()
                  if str(p.relative_to(SHARED_TRACES)) not in REFUSED and sniff(p) == "trace")
+
+
+#: The ../shared/data files the default run sweeps (small, one of each kind: CPU-only, AMD, MTIA,
+#: CUDA graphs, counters, plain JSON, a memory-timeline export, the refused Execution Trace, an
+#: OOM snapshot …); the other files run in the slow set (``pytest -m slow``), which CI runs too.
+REPRESENTATIVE = frozenset({
+    "traces/hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+    "traces/hta/execution_trace/benchmark_simple_add_et.json.gz",
+    "traces/hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+    "traces/hta/call_stack/backward_thread.json",
+    "traces/hta/critical_path/cuda_event_sync/event_sync_trace.json.gz",
+    "traces/hta/memory_analysis/memory_timeline.raw.gz",
+    "traces/hta/mtia_inference_trace/mtia_inference_rank_0.json.gz",
+    "traces/hta/trace_filter/sampled_rank-0.json.gz",
+    "traces/kineto/gpu_metrics_input.json",
+    "traces/tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz",
+    "traces/tracelens/inference/vllm_graph_execution.json.gz",
+    "traces/tracelens/misc/torch_compile_triton.json.gz",
+    "snapshots/DocuBox__dump_snapshot.pickle",
+    "snapshots/Yiyi__oom_snapshot.pickle",
+    "snapshots/synthetic/snap_2.0_legacy_ring1.pickle",
+    "snapshots/synthetic/snap_2.13.pickle",
+    "snapshots/synthetic/snap_2.13_state_oom.pickle",
+    "profiler_cpu/timeline.json.gz",
+    "profiler_cpu/timeline.raw.json.gz",
+})
+
+
+def shared_params(files: Iterable[Path]) -> list[Any]:
+    """``files`` (under ../shared/data) as pytest params named by their path under
+    ../shared/data/traces (or ../shared/data for the other inputs), those outside
+    :data:`REPRESENTATIVE` marked ``slow``."""
+    data = SHARED / "data"
+    out = []
+    for p in files:
+        rel = str(p.relative_to(data))
+        name = str(p.relative_to(SHARED_TRACES)) if p.is_relative_to(SHARED_TRACES) else rel
+        out.append(pytest.param(p, id=name, marks=() if rel in REPRESENTATIVE else pytest.mark.slow))
+    return out
 
 
 def write_trace(path: Path, doc: Any) -> Path:

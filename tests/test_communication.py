@@ -309,8 +309,9 @@ def test_inference_traces_have_no_communication(path: Any) -> None:
 def test_synthetic_scenarios_planted_communication(scenario: str) -> None:
     from pathlib import Path
 
-    from traceanalyzer.load.chrome_trace import build_model
     from support import synthetic
+
+    from traceanalyzer.load.chrome_trace import build_model
 
     doc, truth = synthetic.SCENARIOS[scenario]()
     res = run_analyses(build_model(Path(f"{scenario}.json"), doc), Config(), strict=True)

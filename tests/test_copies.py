@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from conftest import REFUSED, shared_model, shared_results
+from conftest import REFUSED, shared_model, shared_params, shared_results
 from support import synthetic
 from support.events import gpu, launch
 from support.events import x as _x
@@ -248,7 +248,7 @@ def _independent_memcpy(path: Path) -> tuple[int, int, int]:
 
 
 @pytest.mark.skipif(not TRACES.exists(), reason="../shared reference traces not present")
-@pytest.mark.parametrize("path", _real_files(), ids=lambda p: str(p.relative_to(TRACES)))
+@pytest.mark.parametrize("path", shared_params(_real_files()))
 def test_real_trace_totals(path: Path) -> None:
     model = shared_model(path)
     r = shared_results(path)

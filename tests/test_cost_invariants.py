@@ -20,7 +20,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from conftest import REPO, SHARED_TRACES, shared_chrome_traces, shared_model, shared_results
+from conftest import REPO, SHARED_TRACES, shared_chrome_traces, shared_model, shared_params, shared_results
 
 from traceanalyzer.rules import RuleOutcome, run_rules
 
@@ -32,13 +32,8 @@ DISJOINT = ("item_sync", "explicit_sync", "blocking_copies", "pageable_memcpy", 
 TOL_MS = 0.005
 
 
-def _inputs() -> list[Path]:
-    files = list(shared_chrome_traces())
-    files += sorted(p for p in (REPO / "sample_traces").rglob("*.json*") if ".truth." not in p.name)
-    return files
-
-
-FILES = _inputs()
+SHARED_FILES = list(shared_chrome_traces())
+SAMPLE_FILES = sorted(p for p in (REPO / "sample_traces").rglob("*.json*") if ".truth." not in p.name)
 
 
 def _id(p: Path) -> str:
@@ -68,7 +63,7 @@ def _idle_per_step_ns(results: Any) -> float:
     return float(worst["idle_ns"].sum() or 0) / max(len(steady), 1)
 
 
-@pytest.mark.parametrize("path", FILES, ids=_id)
+@pytest.mark.parametrize("path", shared_params(SHARED_FILES) + [pytest.param(p, id=_id(p)) for p in SAMPLE_FILES])
 def test_cost_invariants(path: Path) -> None:
     results, out = _run(path)
     sr = results["steps"]

@@ -80,7 +80,7 @@ def test_cover_index_keyed_edges_equal_the_per_group_state() -> None:
     iv = pl.concat([INTERVALS, pl.DataFrame({"id": [F, G], "ts_ns": [1000, 1005], "end_ns": [1010, 1020],
                                              "pid": [2, 2], "tid": [1, 1]})])
     index = cover_index(iv)
-    assert index.groups is not None and index.groups.height == 3  # keyed
+    assert index.groups.height == 3  # keyed
     pts = pl.DataFrame(
         {"pid": [1, 1, 1, 1, 2, 2, 2, 2, 3, 1],
          "tid": [1, 1, 1, 2, 1, 1, 1, 1, 1, 1],

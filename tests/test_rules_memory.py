@@ -478,12 +478,10 @@ def test_memory_findings_rank_by_bytes(tmp_path: Path) -> None:
         total += 64 * MiB
         ev.append(_mem(t0 + 600, total, 64 * MiB, 3900 * MiB))
     _, out = _rules(_trace(tmp_path, ev, steps=5, capacities={0: cap}))
-    got = [(f.rule_id, f.cost_bytes) for f in out.findings if f.rule_id in
-           ("memory_capacity", "fragmentation", "memory_growth")]
+    got = [(f.rule_id, f.cost_bytes) for f in out.findings]
     # fragmentation 3900 − 1800 = 2100 MiB; memory_growth 4 × 64 = 256 MiB;
     # memory_capacity 1800 MiB − 90 % of 2048 MiB = 1800 − 1843.2 < 0: silent.
     assert got == [("fragmentation", 2100 * MiB), ("memory_growth", 256 * MiB)]
-    assert [f.cost_bytes for f in out.findings] == sorted((f.cost_bytes or 0 for f in out.findings), reverse=True)
 
 
 @pytest.mark.parametrize("rule_id", ["memory_capacity", "oom", "fragmentation", "memory_growth", "activation_peak"])

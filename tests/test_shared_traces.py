@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import REFUSED, SHARED_TRACES, needs_shared, shared_model, shared_trace_files
+from conftest import REFUSED, SHARED_TRACES, needs_shared, shared_model, shared_params, shared_trace_files
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.load import load, sniff
@@ -62,7 +62,7 @@ def test_shared_traces_present() -> None:
 
 
 @needs_shared
-@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(SHARED_TRACES)) if FILES else "" for p in FILES])
+@pytest.mark.parametrize("path", shared_params(FILES))
 def test_loads_and_counts_match(path: Path) -> None:
     rel = str(path.relative_to(SHARED_TRACES))
     if rel in REFUSED:
