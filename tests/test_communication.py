@@ -114,10 +114,18 @@ def test_deepep_overlap_per_step_and_agreement_with_gpu_time() -> None:
 
 # --------------------------------------------------------------------------- custom all-reduce
 
-CAR2 = "void vllm::cross_device_reduce_2stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, __nv_bfloat16*, int, int)"
-CAR1 = "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, __nv_bfloat16*, int, int)"
-SYMM = "void c10d::symmetric_memory::(anonymous namespace)::one_shot_all_reduce_kernel<float, 16, 8>(float**, unsigned long, unsigned long, float*, unsigned long, unsigned long, unsigned int**, unsigned long, unsigned long)"
-RED = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4, 4>)"
+CAR2 = ("void vllm::cross_device_reduce_2stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, "
+        "__nv_bfloat16*, int, int)")
+CAR1 = ("void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, "
+        "__nv_bfloat16*, int, int)")
+SYMM = ("void c10d::symmetric_memory::(anonymous namespace)::one_shot_all_reduce_kernel<float, 16, 8>(float**, "
+        "unsigned long, unsigned long, float*, unsigned long, unsigned long, unsigned int**, unsigned long, unsigned "
+        "long)")
+RED = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::"
+       "native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned "
+       "int, float, 4, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::"
+       "sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, "
+       "float, 4, 4>)")
 
 
 def custom_all_reduce() -> CommTrace:
@@ -165,7 +173,8 @@ def test_custom_all_reduce_is_communication_not_reduction() -> None:
 
 NCCL_AR = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 NCCL_AG = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
-FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)"
+FILL = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> "
+        ">(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)")
 PG = {"Process Group Name": "0", "Process Group Description": "default_pg"}
 
 

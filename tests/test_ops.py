@@ -86,7 +86,8 @@ def test_optimizer_per_window_and_zero_grad_fills() -> None:
     ev = _opt_trace(["aten::add_"])
     ev.append(_x("user_annotation", "Optimizer.zero_grad#AdamW.zero_grad", 500, 60))
     ev += _memset(510, 4, 30) + _memset(520, 4, 31)
-    ev += _kernel(530, 3, 32, name="void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >()")
+    ev += _kernel(530, 3, 32, name="void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >("
+                                   ")")
     o = _ops(ev)
     row = o.optimizer.row(0, named=True)
     assert (row["opt_ns"], row["opt_kernels"], row["opt_gpu_ns"]) == (300_000, 4, 24_000)

@@ -418,7 +418,8 @@ def test_fp32_gemm_amd_from_op_dtype() -> None:
     mm = [_x("cpu_op", "aten::mm", 15, 20, **{"Input type": ["float", "float"]})]
     found, _ = _run(_trace(_gemm_step(AMD_SGEMM, "hipLaunchKernel", mm)), props=[], roctracer_version=4)
     f = _only(found, "fp32_gemm")
-    assert (f.cost_ms_per_step, f.confidence, f.evidence["evidence_from"]) == (0.15, 0.4, "input dtypes of the launching ops")
+    assert (f.cost_ms_per_step, f.confidence, f.evidence["evidence_from"]) == (0.15, 0.4, "input dtypes of the "
+                                                                                          "launching ops")
     assert f.title == "75 % of kernel time is FP32 GEMM/conv on AMD (0.3 ms/step)"
 
 

@@ -197,61 +197,87 @@ _NV_FLOW_START_NO_GPU = {"stream_sync", "device_sync", "event_sync", "stream_wai
 # ---------------------------------------------------------------------------------------------
 # Kernel-name catalogue (names copied from, or shaped like, kernels in real traces)
 # ---------------------------------------------------------------------------------------------
-_EW = "void at::native::vectorized_elementwise_kernel<4, {f}, std::array<char*, {n}ul> >(int, {f}, std::array<char*, {n}ul>)"
+_EW = ("void at::native::vectorized_elementwise_kernel<4, {f}, std::array<char*, {n}ul> >(int, {f}, std::array<char*, "
+       "{n}ul>)")
 _CLAMP = ("at::native::(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, "
           "c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()() const::{lambda()#7}::"
           "operator()() const::{lambda(float)#1}")
-_THRESH = "at::native::(anonymous namespace)::threshold_kernel_impl<float>(at::TensorIteratorBase&, float, float)::{lambda(float, float)#1}"
+_THRESH = ("at::native::(anonymous namespace)::threshold_kernel_impl<float>(at::TensorIteratorBase&, float, float)::"
+           "{lambda(float, float)#1}")
 _COMMON_KERNELS: dict[str, str] = {
     "relu": _EW.format(f=_CLAMP, n=2),
     "relu_bwd": _EW.format(f=_THRESH, n=3),
     "add": _EW.format(f="at::native::CUDAFunctor_add<float>", n=3),
-    "mul": _EW.format(f="at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >", n=2),
+    "mul": _EW.format(f="at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> "
+                        ">", n=2),
     "fill": _EW.format(f="at::native::FillFunctor<float>", n=1),
-    "copy": ("void at::native::vectorized_elementwise_kernel<4, at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::"
-             "{lambda(float)#1}, std::array<char*, 2ul> >(int, at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::"
+    "copy": ("void at::native::vectorized_elementwise_kernel<4, at::native::bfloat16_copy_kernel_cuda(at::"
+             "TensorIteratorBase&)::"
+             "{lambda(float)#1}, std::array<char*, 2ul> >(int, at::native::bfloat16_copy_kernel_cuda(at::"
+             "TensorIteratorBase&)::"
              "{lambda(float)#1}, std::array<char*, 2ul>)"),
     "softmax": ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
                 "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)"),
     "softmax_bwd": ("void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, float, float, float, "
-                    "at::native::(anonymous namespace)::LogSoftMaxBackwardEpilogue>(float*, float const*, float const*, int)"),
+                    "at::native::(anonymous namespace)::LogSoftMaxBackwardEpilogue>(float*, float const*, float const*,"
+                    " int)"),
     "nll": ("void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>"
             "(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)"),
     "nll_bwd": ("void at::native::(anonymous namespace)::nll_loss_backward_reduce_cuda_kernel_2d<float, long>"
                 "(float*, float const*, long const*, float const*, float const*, bool, int, int, long, long)"),
-    "reduce": ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, "
-               "unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, unsigned int, float, 4>)"),
-    "pool": ("void at::native::(anonymous namespace)::max_pool_forward_nchw<float>(int, float const*, long, long, long, int, int, "
+    "reduce": ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, "
+               "float, float>, "
+               "unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, "
+               "unsigned int, float, 4>)"),
+    "pool": ("void at::native::(anonymous namespace)::max_pool_forward_nchw<float>(int, float const*, long, long, long,"
+             " int, int, "
              "int, int, int, int, int, int, int, int, float*, long*)"),
-    "avgpool": ("void at::native::(anonymous namespace)::adaptive_average_pool<float>(float const*, float*, int, int, int, int, "
+    "avgpool": ("void at::native::(anonymous namespace)::adaptive_average_pool<float>(float const*, float*, int, int, "
+                "int, int, "
                 "long, long, long)"),
-    "sgd": ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<2>, "
+    "sgd": ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+            "TensorListMetadata<2>, "
             "at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float>"
             "(at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::"
             "BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float)"),
-    "adam": ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<4>, "
-             "at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)0, false>, double*, double, "
-             "double, double, double, double, bool, bool*, float*>(at::native::(anonymous namespace)::TensorListMetadata<4>, "
-             "at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)0, false>, double*, double, "
+    "adam": ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+             "TensorListMetadata<4>, "
+             "at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)0, false>,"
+             " double*, double, "
+             "double, double, double, double, bool, bool*, float*>(at::native::(anonymous namespace)::"
+             "TensorListMetadata<4>, "
+             "at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)0, false>,"
+             " double*, double, "
              "double, double, double, double, bool, bool*, float*)"),
-    "embedding": ("void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>"
-                  "(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, at::cuda::detail::TensorInfo<c10::BFloat16 const, "
-                  "unsigned int>, at::cuda::detail::TensorInfo<long const, unsigned int>, int, int, unsigned int, unsigned int, long)"),
+    "embedding": ("void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, "
+                  "2, -2, true>"
+                  "(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, at::cuda::detail::TensorInfo<c10::"
+                  "BFloat16 const, "
+                  "unsigned int>, at::cuda::detail::TensorInfo<long const, unsigned int>, int, int, unsigned int, "
+                  "unsigned int, long)"),
 }
 _VENDOR_KERNELS: dict[str, dict[str, str]] = {
     "A100": {
         "gemm": "sm80_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x16_stage4_warpsize2x2x1_tensor16x8x8_kernel",
         "gemm_bf16": "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_tn",
-        "gemm_small": "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4>(cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4::Params)",
+        "gemm_small": "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4>("
+                      "cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4::Params)",
         "conv_fwd": "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_kernel",
         "conv_dgrad": "sm80_xmma_dgrad_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_kernel",
         "conv_wgrad": "sm80_xmma_wgrad_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_kernel",
-        "bn_fwd": ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1>(cudnnTensorStruct, float const*, "
-                   "cudnnTensorStruct, float*, float const*, float const*, float, float, float*, float*, float*, float*, float, float)"),
-        "bn_bwd": ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 512, true, 1>(float, float, float, float, cudnnTensorStruct, "
-                   "float const*, cudnnTensorStruct, float const*, cudnnTensorStruct, float*, float const*, float*, float*, float const*, "
+        "bn_fwd": ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1>(cudnnTensorStruct, float "
+                   "const*, "
+                   "cudnnTensorStruct, float*, float const*, float const*, float, float, float*, float*, float*, "
+                   "float*, float, float)"),
+        "bn_bwd": ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 512, true, 1>(float, float, float, float, "
+                   "cudnnTensorStruct, "
+                   "float const*, cudnnTensorStruct, float const*, cudnnTensorStruct, float*, float const*, float*,"
+                   " float*, float const*, "
                    "float const*, float)"),
-        "attention": "void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t, pytorch_flash::Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, false, true, false, false, true, true, false, false>(pytorch_flash::Flash_fwd_params)",
+        "attention": "void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<128, 128, 64, 4, "
+                     "false, false, cutlass::bfloat16_t, pytorch_flash::Flash_kernel_traits<128, 128, 64, 4, cutlass::"
+                     "bfloat16_t> >, false, true, false, false, true, true, false, false>(pytorch_flash::"
+                     "Flash_fwd_params)",
     },
     "H100": {
         "gemm": "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
@@ -290,9 +316,12 @@ _VENDOR_KERNELS: dict[str, dict[str, str]] = {
         "conv_wgrad": "gen_conv_bwd_weights_kernel",
         "bn_fwd": "at::native::xpu::BatchNormTransformInputKernelFunctor<float, float, float, int, true>",
         "bn_bwd": "at::native::xpu::BatchNormBackwardReduceKernelFunctor<float, float, float, int>",
-        "relu": "at::native::xpu::VectorizedElementwiseKernel<4, at::native::xpu::ReluFunctor<float>, at::detail::Array<char*, 2>, TrivialOffsetCalculator<1, unsigned int> >",
-        "add": "at::native::xpu::VectorizedElementwiseKernel<4, at::native::xpu::AddFunctor<float>, at::detail::Array<char*, 3>, TrivialOffsetCalculator<2, unsigned int> >",
-        "fill": "at::native::xpu::VectorizedElementwiseKernel<4, at::native::xpu::FillFunctor<float>, at::detail::Array<char*, 1>, TrivialOffsetCalculator<0, unsigned int> >",
+        "relu": "at::native::xpu::VectorizedElementwiseKernel<4, at::native::xpu::ReluFunctor<float>, at::detail::"
+                "Array<char*, 2>, TrivialOffsetCalculator<1, unsigned int> >",
+        "add": "at::native::xpu::VectorizedElementwiseKernel<4, at::native::xpu::AddFunctor<float>, at::detail::"
+               "Array<char*, 3>, TrivialOffsetCalculator<2, unsigned int> >",
+        "fill": "at::native::xpu::VectorizedElementwiseKernel<4, at::native::xpu::FillFunctor<float>, at::detail::"
+                "Array<char*, 1>, TrivialOffsetCalculator<0, unsigned int> >",
     },
 }
 _VENDOR_KERNELS["V100"] = {
@@ -2720,7 +2749,8 @@ def scenario_resnet_like(seed: int = 0, *, steps: int = 5, layout: Layout = "mod
         "dataloader_us": dl_us, "dataloader": dls, "dataloader_gaps": dl_gaps,
         "pageable_htod": len(copies), "pageable_htod_blocked_ns": sum(c.extra["blocked_ns"] for c in copies),
         "pageable_htod_call_site": "train.py(36): to_device",
-        "items": len(items), "item_wait_ns": sum(r["wait_ns"] for r in items), "item_call_site": "train.py(57): train_step",
+        "items": len(items), "item_wait_ns": sum(r["wait_ns"] for r in items), "item_call_site": "train.py(57): "
+                                                                                                 "train_step",
         "small_kernels": len(sk), "small_kernel_name": small,
         "small_kernels_shorter_than_launch": sum(1 for a in sk if a.dur_ns < a.runtime_dur_ns),
     }
@@ -2794,10 +2824,15 @@ def scenario_inference(seed: int = 0, *, steps: int = 4, layers: int = 8, vendor
 
 
 DEEPEP_KERNELS = {
-    "layout": "void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int, int, int)",
-    "notify": "void deep_ep::intranode::notify_dispatch<8>(int const*, int*, int, int const*, int*, int, int*, int*, int, int, int)",
-    "dispatch": "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long*, float*, int*, int*, int4 const*, float const*, long const*, float const*, bool const*, int const*, int, int, int, int, int, int, int, void**, int, int, int)",
-    "combine": "void deep_ep::intranode::combine<__nv_bfloat16, 8, 768>(__nv_bfloat16*, float*, int4 const*, float const*, int const*, int const*, int const*, int*, int*, int, int, int, int, void**, int, int, int)",
+    "layout": "void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int, int, "
+              "int)",
+    "notify": "void deep_ep::intranode::notify_dispatch<8>(int const*, int*, int, int const*, int*, int, int*, int*, "
+              "int, int, int)",
+    "dispatch": "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long*, float*, int*, int*, int4 "
+                "const*, float const*, long const*, float const*, bool const*, int const*, int, int, int, int, int, "
+                "int, int, void**, int, int, int)",
+    "combine": "void deep_ep::intranode::combine<__nv_bfloat16, 8, 768>(__nv_bfloat16*, float*, int4 const*, float "
+               "const*, int const*, int const*, int const*, int*, int*, int, int, int, int, void**, int, int, int)",
 }
 
 
