@@ -377,7 +377,9 @@ def test_fifo_in_a_batch_directory_is_ignored_with_its_reason_not_waited_on(tmp_
     d = tmp_path / "runs"
     d.mkdir()
     os.mkfifo(d / "rank0.json")
-    (d / "rank1.json").write_bytes((Path(__file__).resolve().parents[1] / "sample_traces" / "legacy_pt18.json").read_bytes())
+    (d / "rank1.json").write_bytes(
+        (Path(__file__).resolve().parents[1] / "sample_traces" / "legacy_pt18.json").read_bytes()
+    )
     found = discover([str(d)])
     assert [os.path.basename(i.path) for i in found.inputs] == ["rank1.json"]
     assert len(found.ignored) == 1 and "regular file" in found.ignored[0][1]

@@ -494,7 +494,9 @@ def test_host_blocking_findings_inside_an_engine_point_at_its_settings() -> None
     from traceanalyzer.rules import Finding, Severity
     from traceanalyzer.rules._advice import for_engine
 
-    f = Finding("blocking_copies", Severity.WARNING, "t", {}, "Issue copies asynchronously.", "x.to(d, non_blocking=True)")
+    f = Finding(
+        "blocking_copies", Severity.WARNING, "t", {}, "Issue copies asynchronously.", "x.to(d, non_blocking=True)"
+    )
     assert for_engine({}, f) is f  # no context: unchanged
     out = for_engine({"context": SimpleNamespace(inference_engine="sglang")}, f)
     assert out.fix.startswith("The blocking syncs are in sglang's engine step")

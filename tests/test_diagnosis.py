@@ -85,7 +85,9 @@ def test_phases_and_causes_add_up_to_the_step(scenario: str) -> None:
     assert cpu.select(pl.min_horizontal([f"{p}_ns" for p in PHASES]) >= 0).to_series().all()
     gpu = ph.gpu
     assert gpu.height
-    assert (gpu.select(pl.sum_horizontal([*(f"{p}_ns" for p in PHASES), "idle_ns"])).to_series() == gpu["total_ns"]).all()
+    assert (
+        gpu.select(pl.sum_horizontal([*(f"{p}_ns" for p in PHASES), "idle_ns"])).to_series() == gpu["total_ns"]
+    ).all()
     st = res["diagnosis"].per_step
     parts = ["productive_pct", "communication_pct", "input_pct", "sync_pct", "host_pct", "other_pct"]
     assert st.select(pl.sum_horizontal(parts)).to_series().to_list() == pytest.approx([100.0] * st.height, abs=0.05)

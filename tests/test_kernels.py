@@ -18,15 +18,23 @@ EW2 = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFuncto
     ("full", "short"),
     [
         (EW, "at::native::vectorized_elementwise_kernel"),
-        ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous "
-         "namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)",
-         "at::native::cunn_SoftMaxForward"),
-        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
+        (
+            "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::("
+            "anonymous "
+            "namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)",
+            "at::native::cunn_SoftMaxForward",
+        ),
+        (
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+        ),
         ("volta_sgemm_128x64_tn", "volta_sgemm_128x64_tn"),
         ("triton_poi_fused_add_0", "triton_poi_fused_add_0"),
-        ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4>("
-         "cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4::Params)",
-         "cutlass::Kernel"),
+        (
+            "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4>("
+            "cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4::Params)",
+            "cutlass::Kernel",
+        ),
     ],
 )
 def test_normalize_kernel_name(full, short):

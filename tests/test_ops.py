@@ -108,10 +108,12 @@ def test_kernel_classes_counts_and_steady_share() -> None:
     ev = [_step(1, 0, 3000), _step(2, 3000), _step(3, 4000), _step(4, 5000)]
     corr = 0
     for t0 in (0, 3000, 4000, 5000):
-        for name, dur in (("ampere_sgemm_128x64_nn", 100),
-                          ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >()", 10),
-                          ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >()", 10),
-                          ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true>()", 7)):
+        for name, dur in (
+            ("ampere_sgemm_128x64_nn", 100),
+            ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >()", 10),
+            ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >()", 10),
+            ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true>()", 7),
+        ):
             corr += 1
             ev += _kernel(t0 + 10 * corr % 600 + 10, dur, corr, name=name)
     corr += 1

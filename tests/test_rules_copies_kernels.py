@@ -238,7 +238,10 @@ def test_explicit_sync_silent_when_gpu_idles_briefly() -> None:
 
 def _item(ids: _Ids, t0: int, start: float, call: float, gpu_ts: float) -> list[dict[str, Any]]:
     """aten::item > _local_scalar_dense > a blocking pageable DtoH cudaMemcpyAsync of ``call`` µs."""
-    ev = [_x("cpu_op", "aten::item", t0 + start, call + 4), _x("cpu_op", "aten::_local_scalar_dense", t0 + start + 1, call + 2)]
+    ev = [
+        _x("cpu_op", "aten::item", t0 + start, call + 4),
+        _x("cpu_op", "aten::_local_scalar_dense", t0 + start + 1, call + 2),
+    ]
     return ev + _memcpy(ids, t0 + start + 2, call, "Memcpy DtoH (Device -> Pageable)", t0 + gpu_ts)
 
 

@@ -262,9 +262,12 @@ _VENDOR_KERNELS: dict[str, dict[str, str]] = {
         "gemm_bf16": "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_tn",
         "gemm_small": "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4>("
                       "cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4::Params)",
-        "conv_fwd": "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_kernel",
-        "conv_dgrad": "sm80_xmma_dgrad_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_kernel",
-        "conv_wgrad": "sm80_xmma_wgrad_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_kernel",
+        "conv_fwd": "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_"
+                    "warpsize2x2x1_g1_tensor16x8x8_kernel",
+        "conv_dgrad": "sm80_xmma_dgrad_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_"
+                      "stage4_warpsize2x2x1_g1_tensor16x8x8_kernel",
+        "conv_wgrad": "sm80_xmma_wgrad_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_"
+                      "stage4_warpsize2x2x1_g1_tensor16x8x8_kernel",
         "bn_fwd": ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1>(cudnnTensorStruct, float "
                    "const*, "
                    "cudnnTensorStruct, float*, float const*, float const*, float, float, float*, float*, float*, "
@@ -280,28 +283,44 @@ _VENDOR_KERNELS: dict[str, dict[str, str]] = {
                      "Flash_fwd_params)",
     },
     "H100": {
-        "gemm": "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
-        "gemm_bf16": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+        "gemm": "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_"
+                "kernel__5x_cublas",
+        "gemm_bf16": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_"
+                     "off_kernel__5x_cublas",
         "gemm_small": "nvjet_tst_64x8_64x16_4x1_v_bz_TNT",
     },
     "MI300X": {
-        "gemm": ("Cijk_Alik_Bljk_SB_MT128x128x32_MI32x32x2x1_SN_1LDSB1_AFC1_AG0_AMAS3_ASE_ASGT_ASLT_ASAE01_ASCE01_ASEM1_BL1_BS1_"
-                 "DTL0_DTVA0_DTVB0_EPS1_FL0_GRPM1_GRVW4_GSU1_GLS0_ISA942_IU1_K1_KLA_LBSPP128_LPA0_LPB8_LDL1_LRVW4_MIAV1_MO40_"
-                 "NTA0_NTB0_NTC0_NTD0_NEPBS0_NLCA1_NLCB1_ONLL1_PGR2_PLR3_SIA3_SS1_SU32_SUS256_SPO0_SRVW0_SSO0_SVW4_TT4_64_"
+        "gemm": ("Cijk_Alik_Bljk_SB_MT128x128x32_MI32x32x2x1_SN_1LDSB1_AFC1_AG0_AMAS3_ASE_ASGT_ASLT_ASAE01_ASCE01_"
+                 "ASEM1_BL1_BS1_"
+                 "DTL0_DTVA0_DTVB0_EPS1_FL0_GRPM1_GRVW4_GSU1_GLS0_ISA942_IU1_K1_KLA_LBSPP128_LPA0_LPB8_LDL1_LRVW4_"
+                 "MIAV1_MO40_"
+                 "NTA0_NTB0_NTC0_NTD0_NEPBS0_NLCA1_NLCB1_ONLL1_PGR2_PLR3_SIA3_SS1_SU32_SUS256_SPO0_SRVW0_SSO0_SVW4_TT4_"
+                 "64_"
                  "TLDS1_USFGROn1_VAW1_VSn1_VW4_WSGRA0_WSGRB0_WS64_WG32_4_1_WGM8"),
-        "gemm_bf16": ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x128x64_MI16x16x1_SN_LDSB1_AFC1_AFEM1_AFEM1_ASEM1_CLR1_"
-                      "CADS0_DTVA0_DTVB0_EPS0_FDSI0_GRPM1_GRVWA8_GRVWB8_GSUAMB_GLS0_ISA942_IU1_K1_LBSPPA1024_LBSPPB512_LBSPPM0_"
-                      "LPA16_LPB16_LPM0_LRVW8_LWPMn1_MIAV0_MIWT4_4_MO40_NTn1_NTA0_NTB0_NTC0_NTD4_NTM0_NEPBS16_NLCA1_NLCB1_ONLL1_"
-                      "PGR2_PLR1_PKA1_SIA3_SS1_SPO0_SRVW0_SSO0_SVW1_SK0_SKXCCM0_TLDS1_ULSGRO0_USL1_UIOFGRO0_USFGROn1_VSn1_VWA1_"
+        "gemm_bf16": ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x128x64_MI16x16x1_SN_LDSB1_AFC1_AFEM1_AFEM1_"
+                      "ASEM1_CLR1_"
+                      "CADS0_DTVA0_DTVB0_EPS0_FDSI0_GRPM1_GRVWA8_GRVWB8_GSUAMB_GLS0_ISA942_IU1_K1_LBSPPA1024_LBSPPB512_"
+                      "LBSPPM0_"
+                      "LPA16_LPB16_LPM0_LRVW8_LWPMn1_MIAV0_MIWT4_4_MO40_NTn1_NTA0_NTB0_NTC0_NTD4_NTM0_NEPBS16_NLCA1_"
+                      "NLCB1_ONLL1_"
+                      "PGR2_PLR1_PKA1_SIA3_SS1_SPO0_SRVW0_SSO0_SVW1_SK0_SKXCCM0_TLDS1_ULSGRO0_USL1_UIOFGRO0_USFGROn1_"
+                      "VSn1_VWA1_"
                       "VWB1_WSGRA0_WSGRB0_WS64_WG32_8_1"),
-        "gemm_small": ("Cijk_Ailk_Bljk_S_B_Bias_HA_S_SAV_UserArgs_MT16x16x128_MI16x16x1_SN_LDSB1_AFC1_AFEM1_AFEM1_ASEM1_CLR1_"
-                       "CADS0_DTVA0_DTVB0_EPS0_FDSI0_GRPM1_GRVWA2_GRVWB2_GSUAMB_GLS0_ISA942_IU1_K1_LBSPPA256_LBSPPB512_LBSPPM0_"
-                       "LPA16_LPB8_LPM0_LRVW2_LWPMn1_MIAV0_MIWT1_1_MO40_NTn1_NTA0_NTB0_NTC0_NTD0_NTM0_NEPBS0_NLCA1_NLCB1_ONLL1_"
-                       "PGR2_PLR1_PKA1_SIA3_SS1_SPO0_SRVW0_SSO0_SVW1_SK3_SKXCCM8_TLDS1_ULSGRO0_USL1_UIOFGRO0_USFGROn1_VSn1_VWA1_"
+        "gemm_small": ("Cijk_Ailk_Bljk_S_B_Bias_HA_S_SAV_UserArgs_MT16x16x128_MI16x16x1_SN_LDSB1_AFC1_AFEM1_AFEM1_"
+                       "ASEM1_CLR1_"
+                       "CADS0_DTVA0_DTVB0_EPS0_FDSI0_GRPM1_GRVWA2_GRVWB2_GSUAMB_GLS0_ISA942_IU1_K1_LBSPPA256_LBSPPB512_"
+                       "LBSPPM0_"
+                       "LPA16_LPB8_LPM0_LRVW2_LWPMn1_MIAV0_MIWT1_1_MO40_NTn1_NTA0_NTB0_NTC0_NTD0_NTM0_NEPBS0_NLCA1_"
+                       "NLCB1_ONLL1_"
+                       "PGR2_PLR1_PKA1_SIA3_SS1_SPO0_SRVW0_SSO0_SVW1_SK3_SKXCCM8_TLDS1_ULSGRO0_USL1_UIOFGRO0_USFGROn1_"
+                       "VSn1_VWA1_"
                        "VWB1_WSGRA0_WSGRB0_WS64_WG16_16_1"),
-        "conv_fwd": "igemm_fwd_gtcx3_nhwc_fp32_bx0_ex1_bt256x128x16_wt32x32x2_ws2x1_wl2x2_ta1x4x4x1_1x4x1x64_tb1x4x2x1_1x4x1x64",
-        "conv_dgrad": "igemm_bwd_gtcx3_nhwc_fp32_bx0_ex1_bt128x128x16_wt32x32x2_ws2x2_wl1x1_ta1x4x2x1_1x4x1x64_tb1x4x2x1_1x4x1x64",
-        "conv_wgrad": "igemm_wrw_gtcx3_nhwc_fp32_bx0_ex1_bt256x128x16_wt32x32x2_ws2x1_wl2x2_ta1x4x4x1_1x4x1x64_tb1x4x2x1_1x4x1x64_gkgs",
+        "conv_fwd": "igemm_fwd_gtcx3_nhwc_fp32_bx0_ex1_bt256x128x16_wt32x32x2_ws2x1_wl2x2_ta1x4x4x1_1x4x1x64_tb1x4x2x1_"
+                    "1x4x1x64",
+        "conv_dgrad": "igemm_bwd_gtcx3_nhwc_fp32_bx0_ex1_bt128x128x16_wt32x32x2_ws2x2_wl1x1_ta1x4x2x1_1x4x1x64_"
+                      "tb1x4x2x1_1x4x1x64",
+        "conv_wgrad": "igemm_wrw_gtcx3_nhwc_fp32_bx0_ex1_bt256x128x16_wt32x32x2_ws2x1_wl2x2_ta1x4x4x1_1x4x1x64_"
+                      "tb1x4x2x1_1x4x1x64_gkgs",
         "bn_fwd": "MIOpenBatchNormFwdTrainSpatial",
         "bn_bwd": "MIOpenBatchNormBwdSpatial",
         "transpose": "batched_transpose_32x32_half",
@@ -500,7 +519,13 @@ def _overlap_length(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) 
 
 
 _DTYPE_SIZE = {"Float": 4, "BFloat16": 2, "Half": 2, "Double": 8, "Long": 8, "Int": 4}
-_DTYPE_INPUT_TYPE = {"Float": "float", "BFloat16": "c10::BFloat16", "Half": "c10::Half", "Double": "double", "Long": "long int"}
+_DTYPE_INPUT_TYPE = {
+    "Float": "float",
+    "BFloat16": "c10::BFloat16",
+    "Half": "c10::Half",
+    "Double": "double",
+    "Long": "long int",
+}
 
 # Effective copy bandwidths (GB/s == bytes/ns) used when a memcpy duration is not given.
 _BW_GBPS: dict[str, dict[str, float]] = {
@@ -576,7 +601,9 @@ class TraceBuilder:
         self.backend = backend or ("xccl" if vendor == "xpu" else "nccl")
         self.distributed = distributed
         self.device = device
-        self.num_devices = num_devices if num_devices is not None else max(device + 1, world_size if world_size > 1 else 1)
+        self.num_devices = (
+            num_devices if num_devices is not None else max(device + 1, world_size if world_size > 1 else 1)
+        )
         self.record_shapes = record_shapes
         self.with_stack = with_stack
         self.profile_memory = profile_memory
@@ -1138,8 +1165,12 @@ class TraceBuilder:
         wps = round(bps * math.ceil(threads / props.get("warpSize", 32)), 6)
         occ = int(min(100, wps / 64 * 100))
         return {
-            "registers per thread": registers if registers is not None else rng.choice((16, 24, 32, 40, 64, 72, 96, 128)),
-            "shared memory": shared_mem if shared_mem is not None else (49152 if "gemm" in name or "xmma" in name else 0),
+            "registers per thread": registers
+            if registers is not None
+            else rng.choice((16, 24, 32, 40, 64, 72, 96, 128)),
+            "shared memory": shared_mem
+            if shared_mem is not None
+            else (49152 if "gemm" in name or "xmma" in name else 0),
             "blocks per SM": bps,
             "warps per SM": wps,
             "grid": list(grid),
@@ -1357,7 +1388,13 @@ class TraceBuilder:
                     m = self.memcpy("DtoH", bytes=bytes, pinned=False, async_=False, stream=stream)
                     wait = m.extra["blocked_ns"]
         assert h.end_ns is not None
-        rec = {"start_ns": start, "dur_ns": h.end_ns - start, "wait_ns": wait, "call_site": site, "step": self._cur_step}
+        rec = {
+            "start_ns": start,
+            "dur_ns": h.end_ns - start,
+            "wait_ns": wait,
+            "call_site": site,
+            "step": self._cur_step,
+        }
         self.items.append(rec)
         return rec
 
@@ -1425,7 +1462,12 @@ class TraceBuilder:
                     geometry = self._geometry(kname, dur, [2 if nelems < 10**6 else 8, 1, 1], [512, 1, 1], 96, 42024)
                     rt_extra = None
                     if self.vendor == "amd":
-                        rt_extra = {"kernel": kname, "grid": geometry["grid"], "block": geometry["block"], "shared memory": 0}
+                        rt_extra = {
+                            "kernel": kname,
+                            "grid": geometry["grid"],
+                            "block": geometry["block"],
+                            "shared memory": 0,
+                        }
                     self._emit_runtime(runtime, "launch", rt_start, rt_dur, corr, linked=True, extra=rt_extra)
                     kextra = None
                     if self.layout == "modern" and self.vendor == "nvidia":
@@ -2128,13 +2170,20 @@ class _Workload:
                 for i, (c, hw) in enumerate(self.layers):
                     x = [N, c, hw, hw]
                     with b.python_frame("", 0, "", module=f"Conv2d_{i}"):
-                        h = self.op(["aten::conv2d", "aten::convolution", "aten::_convolution", "aten::cudnn_convolution"],
+                        h = self.op(["aten::conv2d", "aten::convolution", "aten::_convolution", "aten::cudnn_"
+                                                                                                "convolution"],
                                     [("conv_fwd", self.conv_us(c, hw))], dims=[x, [c, c, 3, 3], []], seq=True)
                     if alloc:
                         acts.append(b.alloc(N * c * hw * hw * 4))
-                    plan.append(_Bwd(h, "ConvolutionBackward0", "aten::convolution_backward",
-                                     [("conv_dgrad", self.conv_us(c, hw) * 1.1), ("conv_wgrad", self.conv_us(c, hw) * 1.2)],
-                                     accumulate=True))
+                    plan.append(
+                        _Bwd(
+                            h,
+                            "ConvolutionBackward0",
+                            "aten::convolution_backward",
+                            [("conv_dgrad", self.conv_us(c, hw) * 1.1), ("conv_wgrad", self.conv_us(c, hw) * 1.2)],
+                            accumulate=True,
+                        )
+                    )
                     with b.python_frame("", 0, "", module=f"BatchNorm2d_{i}"):
                         h = self.op(["aten::batch_norm", "aten::_batch_norm_impl_index", "aten::cudnn_batch_norm"],
                                     [("bn_fwd", self.mem_us(c, hw, 3.0))], dims=[x, [c], [c], [c], [c]], seq=True)
@@ -2143,11 +2192,19 @@ class _Workload:
                     plan.append(_Bwd(h, "CudnnBatchNormBackward0", "aten::cudnn_batch_norm_backward",
                                      [("bn_bwd", self.mem_us(c, hw, 4.0))], accumulate=True))
                     with b.python_frame("", 0, "", module=f"ReLU_{i}"):
-                        h = self.op(["aten::relu_", "aten::clamp_min_"], [("relu", self.mem_us(c, hw))], dims=[x], seq=True)
-                    plan.append(_Bwd(h, "ReluBackward0", "aten::threshold_backward", [("relu_bwd", self.mem_us(c, hw, 3.0))]))
+                        h = self.op(
+                            ["aten::relu_", "aten::clamp_min_"], [("relu", self.mem_us(c, hw))], dims=[x], seq=True
+                        )
+                    plan.append(
+                        _Bwd(h, "ReluBackward0", "aten::threshold_backward", [("relu_bwd", self.mem_us(c, hw, 3.0))])
+                    )
                 c, hw = self.layers[-1]
-                h = self.op(["aten::adaptive_avg_pool2d", "aten::_adaptive_avg_pool2d"], [("avgpool", self.mem_us(c, hw, 1.0))],
-                            dims=[[N, c, hw, hw], []], seq=True)
+                h = self.op(
+                    ["aten::adaptive_avg_pool2d", "aten::_adaptive_avg_pool2d"],
+                    [("avgpool", self.mem_us(c, hw, 1.0))],
+                    dims=[[N, c, hw, hw], []],
+                    seq=True,
+                )
                 plan.append(_Bwd(h, "MeanBackward1", "aten::mean", [("fill", 3.0)]))
                 fc_us = max(6.0, 2.0 * N * c * self.n_classes / (_TFLOPS[b.gpu] * 1e6))
                 with b.python_frame("", 0, "", module="Linear_0"):
@@ -2156,9 +2213,13 @@ class _Workload:
                 plan.append(_Bwd(h, "AddmmBackward0", "aten::mm", [("gemm", fc_us), ("gemm", fc_us), ("reduce", 4.0)],
                                  accumulate=True))
         with b.python_frame("train.py", 44, "forward"):
-            h = self.op(["aten::cross_entropy_loss", "aten::log_softmax", "aten::_log_softmax"],
-                        [("softmax", self.softmax_us or max(5.0, N * self.n_classes * 8 / (_HBM_GBPS[b.gpu] * 1e3) * 6))],
-                        dims=[[N, self.n_classes], [N]], types=["float", "long int"], seq=True)
+            h = self.op(
+                ["aten::cross_entropy_loss", "aten::log_softmax", "aten::_log_softmax"],
+                [("softmax", self.softmax_us or max(5.0, N * self.n_classes * 8 / (_HBM_GBPS[b.gpu] * 1e3) * 6))],
+                dims=[[N, self.n_classes], [N]],
+                types=["float", "long int"],
+                seq=True,
+            )
             plan.append(_Bwd(h, "LogSoftmaxBackward0", "aten::_log_softmax_backward_data", [("softmax_bwd", 5.0)]))
             h = self.op(["aten::nll_loss_nd", "aten::nll_loss", "aten::nll_loss_forward"], [("nll", 4.0)],
                         dims=[[N, self.n_classes], [N]], types=["float", "long int"], seq=True)
@@ -2808,7 +2869,9 @@ def scenario_inference(seed: int = 0, *, steps: int = 4, layers: int = 8, vendor
                                       input_types=["c10::BFloat16", "long int"]):
                             b.launch_kernel(emb, _j(rng, 4.0))
                         with b.python_frame("vllm/worker/model_runner.py", 1812, "replay"):
-                            b.cuda_graph_launch([(n, _j(rng, us)) for n, us in decode_graph], launch_dur_us=_j(rng, 12.0))
+                            b.cuda_graph_launch(
+                                [(n, _j(rng, us)) for n, us in decode_graph], launch_dur_us=_j(rng, 12.0)
+                            )
                             graph_launches += 1
                 with b.python_frame("serve.py", 97, "sample"):
                     with b.cpu_op("aten::argmax", input_dims=[[16, 151936]], input_types=["c10::BFloat16"]):
