@@ -106,6 +106,20 @@ def shared_results(path: Path) -> Any:
     return run_analyses(shared_model(path), strict=True)
 
 
+def rule_inputs(*rule_ids: str) -> tuple[str, ...]:
+    """The analyses the rules ``rule_ids`` declare they read (``needs`` and ``needs_any``), with
+    ``steps``: a rule test runs only these (``run_analyses(model, only=...)`` adds their
+    dependencies), not every analysis."""
+    from traceanalyzer.rules import registry
+
+    specs = registry()
+    names = {"steps"}
+    for rid in rule_ids:
+        names.update(specs[rid].needs)
+        names.update(specs[rid].needs_any)
+    return tuple(sorted(names))
+
+
 def fail_writes(monkeypatch: Any, err_no: int, after: int = 0) -> dict[str, int]:
     """Make every output write after the first ``after`` fail with ``err_no`` (a full disk, a
     read-only mount), half of its data written first. Only writes: ``fsutil.os`` is the os

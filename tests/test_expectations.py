@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, SHARED_TRACES, shared_model, shared_results
+from conftest import REPO, REPRESENTATIVE, SHARED_TRACES, shared_model, shared_results
 
 EXPECT_DIR = Path(__file__).resolve().parent / "expectations"
 SAMPLES = REPO / "sample_traces"
@@ -61,6 +61,8 @@ def _params() -> list[Any]:
     for f in _expectation_files():
         spec = _read(f).get("input", "")
         marks = [pytest.mark.shared] if spec.startswith("shared:") else []
+        if spec.startswith("shared:") and "traces/" + spec.partition(":")[2] not in REPRESENTATIVE:
+            marks.append(pytest.mark.slow)  # the default run checks the representative traces
         out.append(pytest.param(f, id=f.stem, marks=marks))
     return out
 
