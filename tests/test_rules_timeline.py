@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner
-from conftest import rule_inputs, write_trace
+from conftest import write_trace
 from support.events import Trace, ns
 from support.synthetic import dumps_trace, scenario_multi_rank, write_bytes
 
@@ -34,13 +34,11 @@ NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncc
 # --------------------------------------------------------------------------- helpers
 
 
-def _analyse(src: Trace | dict[str, Any], rid: str | None = None, **cfg: Any) -> tuple[Results, RuleOutcome]:
-    """Analyses then rules, as pipeline.build_report runs them (with ``rid``: only the analyses
-    that rule reads)."""
+def _analyse(src: Trace | dict[str, Any], **cfg: Any) -> tuple[Results, RuleOutcome]:
+    """Analyses then rules, as pipeline.build_report runs them."""
     doc = src.doc() if isinstance(src, Trace) else src
     config = Config(cfg)
-    only = rule_inputs(rid) if rid else None
-    results = run_analyses(build_model(Path("x.json"), doc), config, only=only, strict=True)
+    results = run_analyses(build_model(Path("x.json"), doc), config, strict=True)
     return results, run_rules(results, config)
 
 
@@ -50,14 +48,14 @@ def _found(out: RuleOutcome, rid: str) -> list[Finding]:
 
 
 def _one(src: Trace | dict[str, Any], rid: str, **cfg: Any) -> Finding:
-    _, out = _analyse(src, rid, **cfg)
+    _, out = _analyse(src, **cfg)
     fs = _found(out, rid)
     assert len(fs) == 1, [f.title for f in fs]
     return fs[0]
 
 
 def _silent(src: Trace | dict[str, Any], rid: str, **cfg: Any) -> RuleOutcome:
-    _, out = _analyse(src, rid, **cfg)
+    _, out = _analyse(src, **cfg)
     assert _found(out, rid) == [], [f.title for f in _found(out, rid)]
     return out
 

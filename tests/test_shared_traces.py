@@ -9,7 +9,16 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import REFUSED, SHARED_TRACES, needs_shared, shared_model, shared_params, shared_trace_files
+from conftest import (
+    REFUSED,
+    REPRESENTATIVE,
+    SHARED,
+    SHARED_TRACES,
+    needs_shared,
+    shared_model,
+    shared_params,
+    shared_trace_files,
+)
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.load import load, sniff
@@ -59,6 +68,12 @@ FILES = shared_trace_files()
 @needs_shared
 def test_shared_traces_present() -> None:
     assert len(FILES) >= 40
+
+
+@needs_shared
+def test_representative_inputs_exist() -> None:
+    """A renamed file must not leave the default run's sweeps silently smaller."""
+    assert [r for r in sorted(REPRESENTATIVE) if not (SHARED / "data" / r).is_file()] == []
 
 
 @needs_shared
