@@ -33,16 +33,16 @@ from traceanalyzer.load.chrome_trace import (
 from traceanalyzer.model import SCHEMAS
 
 # Chunk sizes for hand-made files: the default run's land cuts inside events, strings and
-# escapes at varying offsets; the slow set adds 1 byte, a cut at every byte (every event
-# boundary), the slowest of all.
-TINY_CHUNKS = (7, 61, 4096)
-EVERY_BYTE = (1,)
+# escapes at varying offsets; the slow set adds 1 byte (a cut at every byte, so at every event
+# boundary) and 7 bytes (a cut inside nearly every token), the slowest by far.
+TINY_CHUNKS = (61, 4096)
+EVERY_BYTE = (1, 7)
 
 
 @pytest.fixture(params=[pytest.param(TINY_CHUNKS, id="chunks"),
                         pytest.param(EVERY_BYTE, id="every-byte", marks=pytest.mark.slow)])
 def seams(request: pytest.FixtureRequest) -> tuple[int, ...]:
-    """The chunk sizes a hand-made file is cut at (the every-byte cut in the slow set)."""
+    """The chunk sizes a hand-made file is cut at (1 and 7 bytes in the slow set)."""
     return request.param  # type: ignore[no-any-return]
 
 
