@@ -7,13 +7,15 @@ snapshot there) and compares each file's ``summary.json`` with a saved copy::
     python scripts/summary_check.py --against /tmp/before   # after it: exit 1 on any difference
 
 A restructuring (issue 18) must pass this on every input; a change that means to alter a
-number shows exactly which inputs it altered.
+number shows exactly which inputs it altered. The checkout's own path is not part of the
+comparison: a sample's ``source`` is ``/any/checkout/sample_traces/x`` on both sides, so a copy
+saved in one checkout (or worktree) compares with a run in another.
 """
 
 from __future__ import annotations
 
 import argparse
-import filecmp
+import re
 import subprocess
 import sys
 import tempfile
@@ -31,6 +33,15 @@ def run_batch(outdir: Path) -> None:
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     if proc.returncode not in (0, 1):
         sys.exit(f"batch failed (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
+
+
+# An absolute path up to a sample: the checkout's location, which differs between worktrees.
+_CHECKOUT = re.compile(rb'(?<=["\s(`])/[^"\s]*/(?=sample_traces/)')
+
+
+def same_summary(a: Path, b: Path) -> bool:
+    """Byte-identical once each checkout's path before ``sample_traces/`` is left out."""
+    return _CHECKOUT.sub(b"", a.read_bytes()) == _CHECKOUT.sub(b"", b.read_bytes())
 
 
 def summaries(root: Path) -> dict[str, Path]:
@@ -52,7 +63,7 @@ def main() -> int:
         run_batch(Path(tmp))
         before, after = summaries(args.against), summaries(Path(tmp))
         missing = sorted(set(before) ^ set(after))
-        changed = [n for n in sorted(set(before) & set(after)) if not filecmp.cmp(before[n], after[n], shallow=False)]
+        changed = [n for n in sorted(set(before) & set(after)) if not same_summary(before[n], after[n])]
         for name in missing:
             print(f"only in {'before' if name in before else 'after'}: {name}")
         for name in changed:
