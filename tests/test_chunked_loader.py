@@ -46,6 +46,14 @@ def seams(request: pytest.FixtureRequest) -> tuple[int, ...]:
     return request.param  # type: ignore[no-any-return]
 
 
+@pytest.fixture(params=[pytest.param((300, 1 << 20), id="chunks"),
+                        pytest.param((1,), id="every-byte", marks=pytest.mark.slow)])
+def odd_seams(request: pytest.FixtureRequest) -> tuple[int, ...]:
+    """Chunk sizes for a file of one odd event: a cut inside it, one chunk for all; the slow set
+    cuts it at every byte."""
+    return request.param  # type: ignore[no-any-return]
+
+
 def _outcome(fn: Callable[[], Any]) -> Any:
     try:
         return fn()
@@ -233,7 +241,7 @@ def test_strings_with_brackets_quotes_and_unicode(tmp_path: Path, layout: str, s
 @pytest.mark.parametrize("layout, gz", [
     pytest.param("indent2", False, marks=pytest.mark.slow), pytest.param("kineto", False, marks=pytest.mark.slow),
     pytest.param("compact", False, marks=pytest.mark.slow), ("kineto", True)])
-def test_truncated_file_at_many_points(tmp_path: Path, layout: str, gz: bool) -> None:
+def test_truncated_file_at_many_points(tmp_path: Path, layout: str, gz: bool, seams: tuple[int, ...]) -> None:
     data = LAYOUTS[layout](doc_of(modern_events(2)))
     kept = []
     # 30 cuts from a quarter of the file on (odd strides): inside strings, numbers,
@@ -246,7 +254,7 @@ def test_truncated_file_at_many_points(tmp_path: Path, layout: str, gz: bool) ->
             p.write_bytes(z[: max(20, len(z) * cut // len(data))])
         else:
             p.write_bytes(data[:cut])
-        m = assert_paths_agree(p, chunks=(1, 97) if i % 3 == 0 else (97,))
+        m = assert_paths_agree(p, chunks=(seams[0], 97) if i % 3 == 0 else (97,))
         if not isinstance(m, tuple):
             kept.append(m.cpu_ops.height + m.kernels.height + m.annotations.height)
     assert kept and min(kept) < max(kept)  # the cuts really lose different amounts
@@ -411,11 +419,11 @@ ODD_EVENTS = [
 
 
 @pytest.mark.parametrize("odd", ODD_EVENTS, ids=range(len(ODD_EVENTS)))
-def test_odd_event_alone(tmp_path: Path, odd: bytes) -> None:
+def test_odd_event_alone(tmp_path: Path, odd: bytes, odd_seams: tuple[int, ...]) -> None:
     normal = [orjson.dumps(e) for e in modern_events(1)]
     body = b",\n  ".join([*normal[:3], odd, *normal[3:], odd])
     data = b'{"baseTimeNanoseconds": 1000, "traceEvents": [\n  ' + body + b"\n]}"
-    m = assert_paths_agree(write(tmp_path, "odd.json", data), chunks=(1, 300, 1 << 20))
+    m = assert_paths_agree(write(tmp_path, "odd.json", data), chunks=odd_seams)
     assert not isinstance(m, tuple) and m.kernels.height >= 1
 
 
@@ -645,9 +653,9 @@ MTIA_ODD = [
 
 
 @pytest.mark.parametrize("odd", MTIA_ODD, ids=range(len(MTIA_ODD)))
-def test_mtia_odd_event_alone(tmp_path: Path, odd: bytes) -> None:
+def test_mtia_odd_event_alone(tmp_path: Path, odd: bytes, odd_seams: tuple[int, ...]) -> None:
     normal = [orjson.dumps(e) for e in modern_events(1) + mtia_events()]
     body = b",\n  ".join([*normal[:3], odd, *normal[3:], odd])
     data = b'{"baseTimeNanoseconds": 1000, "traceEvents": [\n  ' + body + b"\n]}"
-    m = assert_paths_agree(write(tmp_path, "odd.json", data), chunks=(1, 300, 1 << 20))
+    m = assert_paths_agree(write(tmp_path, "odd.json", data), chunks=odd_seams)
     assert not isinstance(m, tuple) and m.memcpy.height >= 3

@@ -8,6 +8,7 @@ import numpy as np
 import orjson
 import polars as pl
 import pytest
+from conftest import shared_model
 from support import synthetic as S
 from support.events import Trace, ns
 
@@ -16,7 +17,6 @@ from traceanalyzer.analyses.baseline import step_stats
 from traceanalyzer.analyses.diagnosis import VERDICTS, kernel_class
 from traceanalyzer.analyses.phases import PHASES
 from traceanalyzer.config import Config
-from traceanalyzer.load import load
 from traceanalyzer.load.chrome_trace import build_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -196,7 +196,7 @@ def test_kernel_classes() -> None:
 
 
 def test_cpu_only_trace_gets_a_cpu_verdict() -> None:
-    model = load(REPO / "sample_traces" / "cpu_real_torch.json.gz")
+    model = shared_model(REPO / "sample_traces" / "cpu_real_torch.json.gz")  # cost_invariants loads it too
     res = _diagnose(model)
     assert "gpu_time" in res.skipped and "diagnosis" in res.values
     d = res["diagnosis"]
