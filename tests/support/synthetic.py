@@ -1094,7 +1094,7 @@ class TraceBuilder:
             else:
                 a["memory opration id"] = corr  # sic: Kineto's typo
                 a["bytes"] = nbytes
-                a["memory bandwidth (GB/s)"] = nbytes / dur if dur else "N/A"
+                a["memory bandwidth (GB/s)"] = (nbytes or 0) / dur if dur else "N/A"
             if extra:
                 a.update(extra)
             return a
@@ -1112,7 +1112,7 @@ class TraceBuilder:
             elif kind == "memcpy":
                 a["kind"] = (extra or {}).pop("_amd_kind", "HtoD") if extra else "HtoD"
                 a["bytes"] = nbytes
-                a["memory bandwidth (GB/s)"] = nbytes / dur
+                a["memory bandwidth (GB/s)"] = (nbytes or 0) / dur
             else:  # memset: ROCm writes no bytes (real resnet_act_checkpoint file)
                 a["kind"] = "Device"
             if extra:
@@ -1138,7 +1138,7 @@ class TraceBuilder:
             a["theoretical occupancy %" if legacy else "est. achieved occupancy %"] = geometry["occupancy"]
         else:
             a["bytes"] = nbytes
-            a["memory bandwidth (GB/s)"] = nbytes / dur
+            a["memory bandwidth (GB/s)"] = (nbytes or 0) / dur
         if extra:
             a.update(extra)
         return a
@@ -1717,8 +1717,8 @@ class TraceBuilder:
             if "Ev Idx" in args:
                 args["Ev Idx"] = idx
             idx += 1
-            tid = str(ev.tid) if self.layout == "legacy_1_8" else ev.tid
-            events.append(E.instant("[memory]", self._ts(ev.ts), ev.pid, tid, args, cat=self._cat("memory")))
+            mem_tid: int | str = str(ev.tid) if self.layout == "legacy_1_8" else ev.tid
+            events.append(E.instant("[memory]", self._ts(ev.ts), ev.pid, mem_tid, args, cat=self._cat("memory")))
         for ev in sorted(self._py_evs, key=lambda e: (e.ts, -(e.dur or 0))):
             events.append(self._x_ev(ev, idx))
             idx += 1
@@ -1863,11 +1863,11 @@ class TraceBuilder:
                 r["bytes"] += c.bytes or 0
                 r["total_ns"] += c.dur_ns
         sync_by: dict[str, dict[str, int]] = {}
-        for s in self.syncs:
-            r = sync_by.setdefault(s["name"], {"count": 0, "total_ns": 0, "wait_ns": 0})
-            r["count"] += 1
-            r["total_ns"] += s["dur_ns"]
-            r["wait_ns"] += s["wait_ns"]
+        for sy in self.syncs:
+            rs = sync_by.setdefault(sy["name"], {"count": 0, "total_ns": 0, "wait_ns": 0})
+            rs["count"] += 1
+            rs["total_ns"] += sy["dur_ns"]
+            rs["wait_ns"] += sy["wait_ns"]
         all_iv = [(a.start_ns, a.end_ns) for a in acts]
         k_iv = [(k.start_ns, k.end_ns) for k in kernels]
         first = min((a.start_ns for a in acts), default=None)
@@ -2698,7 +2698,7 @@ def simulate_ranks(world_size: int = 2, straggler_rank: int | None = 1, *, seed:
                 end = max(p[k].start_ns for p in pending) + pending[0][k].transfer_ns
                 for p in pending:
                     p[k].end_ns = end
-            nxt = []
+            nxt: list[list[Collective] | None] = []
             for g in gens:
                 try:
                     nxt.append(next(g))
