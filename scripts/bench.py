@@ -68,7 +68,8 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_SOURCE = REPO_ROOT.parent / "shared" / "data" / "traces" / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
+DEFAULT_SOURCE = REPO_ROOT.parent / "shared" / "data" / "traces" / "hta" / "df_index_resolver" / \
+    "df_index_resolver.json.gz"
 BENCH_DATA = REPO_ROOT / "bench_data"
 DEFAULT_HTA_PYTHON = Path("/work/hta-venv/bin/python")
 
@@ -151,7 +152,6 @@ def _worker_orjson(path: str) -> dict[str, Any]:
 
 def _worker_msgspec(path: str) -> dict[str, Any]:
     t0 = time.perf_counter()
-    from typing import Optional, Union
 
     import msgspec
 
@@ -160,16 +160,16 @@ def _worker_msgspec(path: str) -> dict[str, Any]:
     # The fields the chunked loader reads, typed as leniently as the traces write them
     # (ids as numbers or strings, dims as lists), so that one decode covers the file.
     def field(name: str, tp: Any) -> tuple[str, Any, Any]:
-        return ("f_" + "".join(c if c.isalnum() else "_" for c in name), Optional[tp],
+        return ("f_" + "".join(c if c.isalnum() else "_" for c in name), tp | None,
                 msgspec.field(default=None, name=name))
 
-    args_fields = ([field(k, Union[int, str]) for k in _INT_ARGS] + [field(k, str) for k in _STR_ARGS]
+    args_fields = ([field(k, int | str) for k in _INT_ARGS] + [field(k, str) for k in _STR_ARGS]
                    + [field(k, list) for k in _DIMS_ARGS] + [field("Input type", list)])
     args_t = msgspec.defstruct("Args", args_fields)
     event_t = msgspec.defstruct("Event", [
-        field("ph", str), field("cat", str), field("name", str), field("ts", Union[int, float]),
-        field("dur", Union[int, float]), field("pid", Union[int, str]), field("tid", Union[int, str]),
-        field("id", Union[int, str]), field("args", args_t)])
+        field("ph", str), field("cat", str), field("name", str), field("ts", int | float),
+        field("dur", int | float), field("pid", int | str), field("tid", int | str),
+        field("id", int | str), field("args", args_t)])
     doc_t = msgspec.defstruct("Doc", [("traceEvents", list[event_t])])  # type: ignore[valid-type]
     decoder = msgspec.json.Decoder(doc_t)
     t_import = time.perf_counter()

@@ -428,19 +428,20 @@ def worker(trace_path: str) -> dict[str, Any]:
                 # the ProfilerStep row with the latest ts: rows from it on are dropped
                 "last_step_marker": last["name"] if (filtered and last) else None,
                 "cpu_kept_before_ts": last["ts"] if (filtered and last) else None,
-                "iterations_kept": _guard(lambda: analyzer.t.get_iterations(rank)),
+                "iterations_kept": _guard(lambda rank=rank: analyzer.t.get_iterations(rank)),
                 "get_profiler_steps": _guard(lambda: analyzer.get_profiler_steps()),
             }
             dist = (analyzer.t.meta_data.get(rank) or {}).get("distributedInfo")
             r["meta_distributed_info_rank"] = dist.get("rank") if isinstance(dist, dict) else None
             r["counts_parsed"] = p.get("counts")
             r["window_parsed"] = {"min_ts": p.get("min_ts"), "max_end": p.get("max_end")}
-            r["counts"] = _guard(lambda: dict(_counts(df, sym), duplicate_index_rows=int(df.index.duplicated().sum())))
-            r["window"] = _guard(lambda: _window(df, int(analyzer.t.min_ts)))
-            r["temporal_breakdown"] = _guard(lambda: _temporal(analyzer, rank))
-            r["idle_time_breakdown"] = _guard(lambda: _idle(analyzer, rank))
-            r["kernel_breakdown"] = _guard(lambda: _kernel_breakdown(analyzer, rank, df, sym))
-            r["launch_stats"] = _guard(lambda: _launch_stats(analyzer, rank))
+            r["counts"] = _guard(lambda df=df: dict(_counts(df, sym),
+                                                    duplicate_index_rows=int(df.index.duplicated().sum())))
+            r["window"] = _guard(lambda df=df: _window(df, int(analyzer.t.min_ts)))
+            r["temporal_breakdown"] = _guard(lambda rank=rank: _temporal(analyzer, rank))
+            r["idle_time_breakdown"] = _guard(lambda rank=rank: _idle(analyzer, rank))
+            r["kernel_breakdown"] = _guard(lambda rank=rank, df=df: _kernel_breakdown(analyzer, rank, df, sym))
+            r["launch_stats"] = _guard(lambda rank=rank: _launch_stats(analyzer, rank))
             per_rank[str(rank)] = r
         result["per_rank"] = per_rank
         result["load"]["peak_rss_end_mb"] = round(_rss_mb(), 1)

@@ -53,7 +53,8 @@ from typing import Any, BinaryIO
 import orjson
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_SOURCE = REPO_ROOT.parent / "shared" / "data" / "traces" / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
+DEFAULT_SOURCE = REPO_ROOT.parent / "shared" / "data" / "traces" / "hta" / "df_index_resolver" / \
+    "df_index_resolver.json.gz"
 DEFAULT_OUT = REPO_ROOT / "bench_data"
 DEFAULT_COPIES = (1, 4, 16, 40)
 

@@ -11,7 +11,7 @@ and what is planted in it:
 * ``ddp_run/rank-{0,1}.json.gz``      2-rank DDP, rank 1 is a straggler
 * ``regression/{baseline,candidate}.json.gz``  one kernel 3× slower in the candidate
 
-Each trace ``X.json[.gz]`` has ``X.truth.json`` next to it (``traceanalyzer.testing.synthetic``
+Each trace ``X.json[.gz]`` has ``X.truth.json`` next to it (``tests/support/synthetic.py``
 truth dict: exact planted numbers in ns). Output is byte-identical run to run.
 
 Usage::
@@ -26,9 +26,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO = Path(__file__).resolve().parent.parent
+# The generator is test-support code (tests/support/), not part of the installed package.
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from traceanalyzer.testing import synthetic as S  # noqa: E402
+from support import synthetic as S  # noqa: E402
 
 
 def _truth_path(trace_path: Path) -> Path:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 import gzip
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from support.events import kineto_doc  # noqa: F401  (re-exported: tests import it from conftest)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -21,7 +23,61 @@ def shared_trace_files() -> list[Path]:
     """Every JSON(.gz) file under ../shared/data/traces (empty if absent)."""
     if not SHARED_TRACES.exists():
         return []
-    return sorted(p for p in SHARED_TRACES.rglob("*") if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".gz")))
+    return sorted(p for p in SHARED_TRACES.rglob("*") if p.is_file() and p.name.endswith((".json", ".gz")))
+
+
+#: ../shared files that are not chrome traces and that the loader must refuse with this message
+#: (test_shared_traces checks the refusal; the other real-trace sweeps leave them out).
+REFUSED = {"hta/execution_trace/benchmark_simple_add_et.json.gz": "Execution Trace"}
+
+
+@functools.cache
+def shared_chrome_traces() -> tuple[Path, ...]:
+    """The ../shared files that are chrome traces (:func:`shared_trace_files` less :data:`REFUSED`
+    and the memory-timeline exports), for the sweeps where a load failure must fail the test."""
+    from traceanalyzer.load import sniff
+
+    return tuple(p for p in shared_trace_files()
+                 if str(p.relative_to(SHARED_TRACES)) not in REFUSED and sniff(p) == "trace")
+
+
+#: The ../shared/data files the default run sweeps (small, one of each kind: CPU-only, AMD, MTIA,
+#: CUDA graphs, counters, plain JSON, a memory-timeline export, the refused Execution Trace, an
+#: OOM snapshot …); the other files run in the slow set (``pytest -m slow``), which CI runs too.
+REPRESENTATIVE = frozenset({
+    "traces/hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+    "traces/hta/execution_trace/benchmark_simple_add_et.json.gz",
+    "traces/hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+    "traces/hta/call_stack/backward_thread.json",
+    "traces/hta/critical_path/cuda_event_sync/event_sync_trace.json.gz",
+    "traces/hta/memory_analysis/memory_timeline.raw.gz",
+    "traces/hta/mtia_inference_trace/mtia_inference_rank_0.json.gz",
+    "traces/hta/trace_filter/sampled_rank-0.json.gz",
+    "traces/kineto/gpu_metrics_input.json",
+    "traces/tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz",
+    "traces/tracelens/inference/vllm_graph_execution.json.gz",
+    "traces/tracelens/misc/torch_compile_triton.json.gz",
+    "snapshots/DocuBox__dump_snapshot.pickle",
+    "snapshots/Yiyi__oom_snapshot.pickle",
+    "snapshots/synthetic/snap_2.0_legacy_ring1.pickle",
+    "snapshots/synthetic/snap_2.13.pickle",
+    "snapshots/synthetic/snap_2.13_state_oom.pickle",
+    "profiler_cpu/timeline.json.gz",
+    "profiler_cpu/timeline.raw.json.gz",
+})
+
+
+def shared_params(files: Iterable[Path]) -> list[Any]:
+    """``files`` (under ../shared/data) as pytest params named by their path under
+    ../shared/data/traces (or ../shared/data for the other inputs), those outside
+    :data:`REPRESENTATIVE` marked ``slow``."""
+    data = SHARED / "data"
+    out = []
+    for p in files:
+        rel = str(p.relative_to(data))
+        name = str(p.relative_to(SHARED_TRACES)) if p.is_relative_to(SHARED_TRACES) else rel
+        out.append(pytest.param(p, id=name, marks=() if rel in REPRESENTATIVE else pytest.mark.slow))
+    return out
 
 
 def write_trace(path: Path, doc: Any) -> Path:
@@ -30,13 +86,6 @@ def write_trace(path: Path, doc: Any) -> Path:
         data = gzip.compress(data)
     path.write_bytes(data)
     return path
-
-
-def kineto_doc(events: list[dict[str, Any]], **top: Any) -> dict[str, Any]:
-    """A minimal modern Kineto document around ``events``."""
-    doc: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": [], "traceEvents": events}
-    doc.update(top)
-    return doc
 
 
 # One load (and one full analysis run) per real trace for the whole session: several
@@ -55,6 +104,26 @@ def shared_results(path: Path) -> Any:
     from traceanalyzer.analyses import run_analyses
 
     return run_analyses(shared_model(path), strict=True)
+
+
+#: Analyses rules read when present without declaring them: the cost bases (a cost is GPU time
+#: the user could win back, so rules price against gpu_time and idle_gaps when those ran) and
+#: what the run already does (context).
+RULE_OPTIONAL_INPUTS = ("steps", "gpu_time", "idle_gaps", "context")
+
+
+def rule_inputs(*rule_ids: str) -> tuple[str, ...]:
+    """The analyses the rules ``rule_ids`` read (``needs``, ``needs_any`` and
+    :data:`RULE_OPTIONAL_INPUTS`): a rule test runs only these (``run_analyses(model, only=...)``
+    adds their dependencies), not every analysis."""
+    from traceanalyzer.rules import registry
+
+    specs = registry()
+    names = set(RULE_OPTIONAL_INPUTS)
+    for rid in rule_ids:
+        names.update(specs[rid].needs)
+        names.update(specs[rid].needs_any)
+    return tuple(sorted(names))
 
 
 def fail_writes(monkeypatch: Any, err_no: int, after: int = 0) -> dict[str, int]:

@@ -22,7 +22,7 @@ HOSTILE = (
 
 
 def synthetic_trace(hostile: bool = False) -> dict[str, Any]:
-    from traceanalyzer.testing.synthetic import scenario_resnet_like
+    from support.synthetic import scenario_resnet_like
 
     trace, _truth = scenario_resnet_like(seed=0, steps=3)
     if hostile:
@@ -36,7 +36,7 @@ def synthetic_trace(hostile: bool = False) -> dict[str, Any]:
 
 
 def synthetic_report(tmp_path: Path, hostile: bool = False, name: str = "synthetic.json") -> Report:
-    from traceanalyzer.testing.synthetic import dumps_trace
+    from support.synthetic import dumps_trace
 
     (tmp_path / name).write_bytes(dumps_trace(synthetic_trace(hostile)))
     cwd = os.getcwd()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 import polars as pl
+from support.events import Trace
 from test_relations import _brute_nest, _random_nested
-from timeline_trace import Trace
 
 from traceanalyzer.analyses._callsites import build_cpu_tree, cpu_chain
 

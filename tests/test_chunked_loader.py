@@ -18,8 +18,9 @@ from typing import Any
 import orjson
 import polars as pl
 import pytest
-from conftest import REPO, kineto_doc, shared_model, shared_trace_files
+from conftest import REPO, kineto_doc, shared_model, shared_params, shared_trace_files
 from polars.testing import assert_frame_equal
+from support.events import complete
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.load import load
@@ -27,9 +28,26 @@ from traceanalyzer.load.chrome_trace import load_chrome_trace, load_chrome_trace
 from traceanalyzer.load.chrome_trace.framing import _ChunkedLoader, _Unframed
 from traceanalyzer.model import SCHEMAS
 
-# Chunk sizes for hand-made files: 1 byte cuts at every event boundary; the others
-# land cuts inside events, strings and escapes at varying offsets.
-TINY_CHUNKS = (1, 7, 61, 4096)
+# Chunk sizes for hand-made files: the default run's land cuts inside events, strings and
+# escapes at varying offsets; the slow set adds 1 byte (a cut at every byte, so at every event
+# boundary) and 7 bytes (a cut inside nearly every token), the slowest by far.
+TINY_CHUNKS = (61, 4096)
+EVERY_BYTE = (1, 7)
+
+
+@pytest.fixture(params=[pytest.param(TINY_CHUNKS, id="chunks"),
+                        pytest.param(EVERY_BYTE, id="every-byte", marks=pytest.mark.slow)])
+def seams(request: pytest.FixtureRequest) -> tuple[int, ...]:
+    """The chunk sizes a hand-made file is cut at (1 and 7 bytes in the slow set)."""
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture(params=[pytest.param((300, 1 << 20), id="chunks"),
+                        pytest.param((1,), id="every-byte", marks=pytest.mark.slow)])
+def odd_seams(request: pytest.FixtureRequest) -> tuple[int, ...]:
+    """Chunk sizes for a file of one odd event: a cut inside it, one chunk for all; the slow set
+    cuts it at every byte."""
+    return request.param  # type: ignore[no-any-return]
 
 
 def _outcome(fn: Callable[[], Any]) -> Any:
@@ -70,7 +88,7 @@ def assert_paths_agree(path: Path, chunks: tuple[int, ...] = TINY_CHUNKS) -> Any
         # Both ways of decoding: one region at a time, and two at once (regions cut ahead
         # of the one being decoded, rolled back where it does not decode).
         for workers in (1, 2) if i % 2 else (2, 1):
-            got = _outcome(lambda: chunked(path, cb, workers))
+            got = _outcome(lambda cb=cb, workers=workers: chunked(path, cb, workers))
             try:
                 assert_same_model(ref, got)
             except AssertionError as exc:
@@ -86,11 +104,13 @@ def assert_paths_agree(path: Path, chunks: tuple[int, ...] = TINY_CHUNKS) -> Any
 # ---------------------------------------------------------------------------
 
 SHARED = shared_trace_files()
+#: Samples the default run checks (a plain legacy file and two gzipped layouts); the rest are slow.
+FAST_SAMPLES = {"legacy_pt18.json", "pt113_sync_bound.json.gz", "amd_mi300_inference.json.gz"}
 SAMPLES = sorted(p for p in (REPO / "sample_traces").rglob("*.json*") if not p.name.endswith(".truth.json"))
 
 
 @pytest.mark.skipif(not SHARED, reason="../shared reference data not present")
-@pytest.mark.parametrize("path", SHARED, ids=lambda p: str(p.relative_to(p.parents[2])))
+@pytest.mark.parametrize("path", shared_params(SHARED))
 def test_shared_trace_chunked_equals_simple(path: Path) -> None:
     ref = _outcome(lambda: load_chrome_trace_simple(path))
     # The default path through the session cache (the other test modules' load) …
@@ -101,7 +121,8 @@ def test_shared_trace_chunked_equals_simple(path: Path) -> None:
     assert_same_model(ref, _outcome(lambda: chunked(path, (1 << 20) if size > (1 << 20) else 16 << 10, workers=2)))
 
 
-@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [
+    pytest.param(p, id=p.name, marks=() if p.name in FAST_SAMPLES else pytest.mark.slow) for p in SAMPLES])
 def test_sample_trace_chunked_equals_simple(path: Path) -> None:
     ref = assert_paths_agree(path, chunks=(4096, 64 << 10))
     assert not isinstance(ref, tuple) and ref.kernels.height + ref.cpu_ops.height > 0
@@ -113,10 +134,7 @@ def test_sample_trace_chunked_equals_simple(path: Path) -> None:
 
 
 def X(cat: str | None, name: Any, ts: Any, dur: Any, pid: Any = 1, tid: Any = 1, **args: Any) -> dict[str, Any]:
-    e: dict[str, Any] = {"ph": "X", "name": name, "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args}
-    if cat is not None:
-        e["cat"] = cat
-    return e
+    return complete(cat, name, ts, dur, pid, tid, args)
 
 
 BASE = 1_700_000_000_000_000_000
@@ -136,7 +154,8 @@ def modern_events(n_steps: int = 3) -> list[dict[str, Any]]:
               correlation=c + 1, grid=[1, 2, 1], block=[128, 1, 1], **{"registers per thread": 32}),
             X("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", t + 31, 2.0, pid=0, tid=7, device=0, stream=7,
               correlation=c + 2, bytes=4096),
-            X("gpu_memset", "Memset (Device)", t + 34, 1.0, pid=0, tid=7, device=0, stream=7, correlation=c + 3, bytes=128),
+            X("gpu_memset", "Memset (Device)", t + 34, 1.0, pid=0, tid=7, device=0, stream=7, correlation=c + 3,
+              bytes=128),
             X("gpu_user_annotation", f"ProfilerStep#{s}", t, 60.0, pid=0, tid=7),
             X("python_function", "train.py(42): forward", t + 0.5, 30.0, **{"Python id": s + 5, "Python parent id": 1}),
             X("cuda_sync", "cudaStreamSynchronize", t + 50, 4.0),
@@ -178,9 +197,9 @@ LAYOUTS = {"compact": orjson.dumps, "indent2": pretty, "kineto": kineto_text}
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("gz", [False, True])
-def test_modern_trace_every_boundary(tmp_path: Path, layout: str, gz: bool) -> None:
+def test_modern_trace_every_boundary(tmp_path: Path, layout: str, gz: bool, seams: tuple[int, ...]) -> None:
     data = LAYOUTS[layout](doc_of(modern_events()))
-    m = assert_paths_agree(write(tmp_path, "t.json.gz" if gz else "t.json", data))
+    m = assert_paths_agree(write(tmp_path, "t.json.gz" if gz else "t.json", data), chunks=seams)
     assert (m.cpu_ops.height, m.kernels.height, m.flows.height, m.memory_events.height) == (3, 3, 6, 3)
     assert m.steps["step"].to_list() == [0, 1, 2]
     assert m.kernels["ts_ns"].to_list() == [BASE + 10_001, BASE + 1_010_001, BASE + 2_010_001]
@@ -203,20 +222,22 @@ TRICKY_NAMES = [
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_strings_with_brackets_quotes_and_unicode(tmp_path: Path, layout: str) -> None:
+def test_strings_with_brackets_quotes_and_unicode(tmp_path: Path, layout: str, seams: tuple[int, ...]) -> None:
     ev = modern_events(1)
     for i, name in enumerate(TRICKY_NAMES):
         ev.append(X("cpu_op", name, 2000 + i, 1.0, **{"External id": 100 + i, "Input type": [name, "}", '"']}))
         ev.append(X("user_annotation", name + "},{", 2000 + i, 1.0))
-    m = assert_paths_agree(write(tmp_path, "t.json", LAYOUTS[layout](doc_of(ev))))
+    m = assert_paths_agree(write(tmp_path, "t.json", LAYOUTS[layout](doc_of(ev))), chunks=seams)
     names = m.cpu_ops.filter(pl.col("external_id") >= 100)["name"].to_list()
     assert names == TRICKY_NAMES
     assert m.cpu_ops.filter(pl.col("external_id") == 100)["input_types"].item() == orjson.dumps(
         ["a},{b", "}", '"']).decode()
 
 
-@pytest.mark.parametrize("layout, gz", [("indent2", False), ("kineto", False), ("compact", False), ("kineto", True)])
-def test_truncated_file_at_many_points(tmp_path: Path, layout: str, gz: bool) -> None:
+@pytest.mark.parametrize("layout, gz", [
+    pytest.param("indent2", False, marks=pytest.mark.slow), pytest.param("kineto", False, marks=pytest.mark.slow),
+    pytest.param("compact", False, marks=pytest.mark.slow), ("kineto", True)])
+def test_truncated_file_at_many_points(tmp_path: Path, layout: str, gz: bool, seams: tuple[int, ...]) -> None:
     data = LAYOUTS[layout](doc_of(modern_events(2)))
     kept = []
     # 30 cuts from a quarter of the file on (odd strides): inside strings, numbers,
@@ -229,21 +250,21 @@ def test_truncated_file_at_many_points(tmp_path: Path, layout: str, gz: bool) ->
             p.write_bytes(z[: max(20, len(z) * cut // len(data))])
         else:
             p.write_bytes(data[:cut])
-        m = assert_paths_agree(p, chunks=(1, 97) if i % 3 == 0 else (97,))
+        m = assert_paths_agree(p, chunks=(seams[0], 97) if i % 3 == 0 else (97,))
         if not isinstance(m, tuple):
             kept.append(m.cpu_ops.height + m.kernels.height + m.annotations.height)
     assert kept and min(kept) < max(kept)  # the cuts really lose different amounts
 
 
-def test_truncated_file_warning_text(tmp_path: Path) -> None:
+def test_truncated_file_warning_text(tmp_path: Path, seams: tuple[int, ...]) -> None:
     data = kineto_text(doc_of(modern_events(3)))
     cut = data.index(b"[memory]", len(data) // 2)  # inside the 2nd step's [memory] event
-    m = assert_paths_agree(write(tmp_path, "k.json", data[:cut]))
+    m = assert_paths_agree(write(tmp_path, "k.json", data[:cut]), chunks=seams)
     assert m.memory_events.height == 1 and m.steps.height == 2
     assert any("truncated or corrupt near byte" in w for w in m.warnings)
 
 
-def test_invalid_tokens_and_control_characters(tmp_path: Path) -> None:
+def test_invalid_tokens_and_control_characters(tmp_path: Path, seams: tuple[int, ...]) -> None:
     ev = modern_events(3)
     ev[4]["args"]["bandwidth"] = "@INF@"
     ev[5]["args"]["x"] = "@NAN@"
@@ -252,7 +273,7 @@ def test_invalid_tokens_and_control_characters(tmp_path: Path) -> None:
     for layout in ("indent2", "kineto", "compact"):
         text = (LAYOUTS[layout](doc_of(ev)).replace(b'"@INF@"', b"inf").replace(b'"@NAN@"', b"NaN")
                 .replace(b'"@NA@"', b"N/A").replace(b"@CTRL@", b"\x01\x1f"))
-        m = assert_paths_agree(write(tmp_path, f"{layout}.json", text))
+        m = assert_paths_agree(write(tmp_path, f"{layout}.json", text), chunks=seams)
         assert "replaced 3 invalid JSON tokens (NaN/inf/N/A) with null" in m.warnings
         assert "replaced 2 raw control characters with spaces" in m.warnings
         assert m.kernels.height == 3 and "op  name" in m.cpu_ops["name"].to_list() + m.runtime["name"].to_list() + \
@@ -261,14 +282,14 @@ def test_invalid_tokens_and_control_characters(tmp_path: Path) -> None:
             m.other_events["name"].to_list()
 
 
-def test_raw_newline_inside_string(tmp_path: Path) -> None:
+def test_raw_newline_inside_string(tmp_path: Path, seams: tuple[int, ...]) -> None:
     text = kineto_text(doc_of(modern_events(2))).replace(b"aten::mm", b"aten::\nmm", 1)
-    m = assert_paths_agree(write(tmp_path, "nl.json", text))
+    m = assert_paths_agree(write(tmp_path, "nl.json", text), chunks=seams)
     assert "aten::\nmm" in m.cpu_ops["name"].to_list()
     assert "file is not strict JSON (raw whitespace control characters in strings)" in m.warnings
 
 
-def test_bare_array_legacy(tmp_path: Path) -> None:
+def test_bare_array_legacy(tmp_path: Path, seams: tuple[int, ...]) -> None:
     ev = [
         {"name": "aten::add", "ph": "X", "ts": 1.5, "dur": 2.25, "tid": 1, "pid": "CPU functions", "args": {}},
         {"name": "add_kernel", "ph": "X", "ts": 3.0, "dur": 1.0, "tid": "stream 0", "pid": "CUDA functions",
@@ -277,14 +298,14 @@ def test_bare_array_legacy(tmp_path: Path) -> None:
     ]
     for layout in ("compact", "indent2"):
         p = write(tmp_path, f"arr_{layout}.json", LAYOUTS[layout](ev))
-        m = assert_paths_agree(p)
+        m = assert_paths_agree(p, chunks=seams)
         assert m.meta.layout == "autograd-array" and m.cpu_ops["name"].to_list() == ["aten::add", "aten::mul"]
         assert m.kernels["stream"].to_list() == [0]
         cut = p.read_bytes()[:-20]
-        assert_paths_agree(write(tmp_path, f"arr_{layout}_cut.json", cut))
+        assert_paths_agree(write(tmp_path, f"arr_{layout}_cut.json", cut), chunks=seams)
 
 
-def test_odd_types_string_ids_float_ids_missing_fields(tmp_path: Path) -> None:
+def test_odd_types_string_ids_float_ids_missing_fields(tmp_path: Path, seams: tuple[int, ...]) -> None:
     ev = modern_events(1) + [
         X("cpu_op", "string pid", 10, 1, pid="7", tid="stream 9", **{"External id": "12"}),
         X("cpu_op", "float ids", 11, 1, pid=7.0, tid=3.5, **{"External id": 13.0, "Sequence number": 2.5}),
@@ -321,7 +342,7 @@ def test_odd_types_string_ids_float_ids_missing_fields(tmp_path: Path) -> None:
         None,
     ]
     for layout in LAYOUTS:
-        m = assert_paths_agree(write(tmp_path, f"{layout}.json", LAYOUTS[layout](doc_of(ev))))
+        m = assert_paths_agree(write(tmp_path, f"{layout}.json", LAYOUTS[layout](doc_of(ev))), chunks=seams)
         ops = dict(zip(m.cpu_ops["name"].to_list(), m.cpu_ops.select("pid", "tid", "external_id").rows()))
         assert ops["string pid"] == (7, 9, 12)
         assert ops["float ids"] == (7, 3, 13)
@@ -358,12 +379,15 @@ ODD_EVENTS = [
     b'{"ph":"M","name":"thread_name","pid":1,"tid":9,"args":{"name":"C:\\\\tmp\\u0001"}}',
     b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Input type":["\\u0001x"],"External id":9.0}}',
     b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"External id":9.1e18,"Sequence number":1.5e-7}}',
-    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Input type":["a\\"b","\\u00e9\\n"],"Input Dims":[[],[[2]]]}}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Input type":["a\\"b","\\u00e9\\n"],"Input Dims":[[],'
+    b'[[2]]]}}',
     b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Collective name":5,"dtype":1.0}}',
-    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Collective name":"ar","dtype":"Float","In msg nelems":"12"}}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Collective name":"ar","dtype":"Float",'
+    b'"In msg nelems":"12"}}',
     b'{"ph":"X","cat":"kernel","name":"k","ts":5,"dur":1,"pid":0,"tid":7,"args":{"grid":"[1,1,1]","block":[1,1,1]}}',
     b'{"ph":"X","cat":"kernel","name":"k","ts":5,"dur":1,"pid":0,"tid":7,"args":{"grid":[1,-1,2],"queued":1.5}}',
-    b'{"ph":"X","cat":"kernel","name":"k","ts":5,"dur":1,"pid":"0","tid":"stream 7","args":{"device":"1","stream":2.0}}',
+    b'{"ph":"X","cat":"kernel","name":"k","ts":5,"dur":1,"pid":"0","tid":"stream 7","args":{"device":"1","stream":'
+    b'2.0}}',
     b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":"not an object"}',
     b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":[1,2]}',
     b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":null}',
@@ -383,21 +407,23 @@ ODD_EVENTS = [
     b'{"ph":"M","name":"thread_name","pid":1,"tid":9,"args":["x"]}',
     b'{"ph":"X","cat":"cpu_op","n\\u0061me":"escaped key","ts":5,"dur":1}',
     b'{}',
-    b'{"ph":"X","cat":"cpu_op","name":"record_param_comms","ts":5,"dur":1,"args":{"Collective name":"allreduce","Process Group Name":"0","Process Group Description":"default_pg"}}',
-    b'{"ph":"X","cat":"cpu_op","name":"record_param_comms","ts":5,"dur":1,"args":{"Process Group Name":0,"Process Group Description":1.5}}',
+    b'{"ph":"X","cat":"cpu_op","name":"record_param_comms","ts":5,"dur":1,"args":{"Collective name":"allreduce",'
+    b'"Process Group Name":"0","Process Group Description":"default_pg"}}',
+    b'{"ph":"X","cat":"cpu_op","name":"record_param_comms","ts":5,"dur":1,"args":{"Process Group Name":0,'
+    b'"Process Group Description":1.5}}',
 ]
 
 
 @pytest.mark.parametrize("odd", ODD_EVENTS, ids=range(len(ODD_EVENTS)))
-def test_odd_event_alone(tmp_path: Path, odd: bytes) -> None:
+def test_odd_event_alone(tmp_path: Path, odd: bytes, odd_seams: tuple[int, ...]) -> None:
     normal = [orjson.dumps(e) for e in modern_events(1)]
     body = b",\n  ".join([*normal[:3], odd, *normal[3:], odd])
     data = b'{"baseTimeNanoseconds": 1000, "traceEvents": [\n  ' + body + b"\n]}"
-    m = assert_paths_agree(write(tmp_path, "odd.json", data), chunks=(1, 300, 1 << 20))
+    m = assert_paths_agree(write(tmp_path, "odd.json", data), chunks=odd_seams)
     assert not isinstance(m, tuple) and m.kernels.height >= 1
 
 
-def test_huge_and_precise_numbers(tmp_path: Path) -> None:
+def test_huge_and_precise_numbers(tmp_path: Path, seams: tuple[int, ...]) -> None:
     ev = modern_events(1) + [
         X("cpu_op", "abs us", 1_669_783_687_352_244, 7, **{"External id": 2**62}),
         X("cpu_op", "frac", 0.001, 0.0005),
@@ -405,11 +431,11 @@ def test_huge_and_precise_numbers(tmp_path: Path) -> None:
         X("kernel", "big", 1, 1, correlation=2**63 - 1, device=0, stream=7, bytes=-1),
     ]
     for layout in ("compact", "kineto"):
-        m = assert_paths_agree(write(tmp_path, f"{layout}.json", LAYOUTS[layout](doc_of(ev))))
+        m = assert_paths_agree(write(tmp_path, f"{layout}.json", LAYOUTS[layout](doc_of(ev))), chunks=seams)
         assert m.cpu_ops.filter(pl.col("name") == "abs us")["external_id"].item() == 2**62
 
 
-def test_trace_events_not_first_and_keys_after(tmp_path: Path) -> None:
+def test_trace_events_not_first_and_keys_after(tmp_path: Path, seams: tuple[int, ...]) -> None:
     ev = modern_events(2)
     top = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "A100", "warpSize": 32}],
            "distributedInfo": {"rank": 3, "world_size": 8}, "baseTimeNanoseconds": BASE}
@@ -418,25 +444,25 @@ def test_trace_events_not_first_and_keys_after(tmp_path: Path) -> None:
     first = orjson.dumps({"traceEvents": ev, **top, **after})
     middle = orjson.dumps({**top, "traceEvents": ev, **after})
     for i, data in enumerate((first, middle, pretty(orjson.loads(middle)))):
-        m = assert_paths_agree(write(tmp_path, f"o{i}.json", data))
+        m = assert_paths_agree(write(tmp_path, f"o{i}.json", data), chunks=seams)
         assert (m.meta.rank, m.meta.trace_name, m.meta.display_time_unit) == (3, "x.json", "ms")
         assert m.meta.base_time_ns == BASE and m.meta.extra == {"odd": '"]},{'}
         assert m.meta.profiler_flags == {"with_stack": True}
     # A trailing key cut off mid-way (the job died while writing the footer).
-    m = assert_paths_agree(write(tmp_path, "footcut.json", middle[:-15]))
+    m = assert_paths_agree(write(tmp_path, "footcut.json", middle[:-15]), chunks=seams)
     assert any("truncated" in w for w in m.warnings) and m.kernels.height == 2
 
 
-def test_nested_trace_events_key_is_not_the_array(tmp_path: Path) -> None:
+def test_nested_trace_events_key_is_not_the_array(tmp_path: Path, seams: tuple[int, ...]) -> None:
     data = orjson.dumps({"meta": {"traceEvents": [1]}, "note": '"traceEvents": [',
                          "traceEvents": modern_events(1)})
-    m = assert_paths_agree(write(tmp_path, "n.json", data))
+    m = assert_paths_agree(write(tmp_path, "n.json", data), chunks=seams)
     assert m.kernels.height == 1
 
 
-def test_byte_order_mark(tmp_path: Path) -> None:
+def test_byte_order_mark(tmp_path: Path, seams: tuple[int, ...]) -> None:
     data = b"\xef\xbb\xbf" + kineto_text(doc_of(modern_events(1)))
-    ref = assert_paths_agree(write(tmp_path, "bom.json", data))
+    ref = assert_paths_agree(write(tmp_path, "bom.json", data), chunks=seams)
     assert ref == ("InputError", ref[1]) if isinstance(ref, tuple) else ref.kernels.height == 1
 
 
@@ -579,10 +605,10 @@ def mtia_events() -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_mtia_device_events_become_kernels_and_copies(tmp_path: Path, layout: str) -> None:
+def test_mtia_device_events_become_kernels_and_copies(tmp_path: Path, layout: str, seams: tuple[int, ...]) -> None:
     doc = kineto_doc(mtia_events(), baseTimeNanoseconds=BASE,
                      deviceProperties=[{"id": 17, "name": "ARTEMIS", "runtimeMajorVersion": 1}])
-    m = assert_paths_agree(write(tmp_path, "mtia.json", LAYOUTS[layout](doc)))
+    m = assert_paths_agree(write(tmp_path, "mtia.json", LAYOUTS[layout](doc)), chunks=seams)
     assert m.meta.vendor == "mtia"
     assert m.warnings == ()
     k = m.kernels.sort("ts_ns")
@@ -607,20 +633,25 @@ def test_mtia_device_events_become_kernels_and_copies(tmp_path: Path, layout: st
 
 
 MTIA_ODD = [
-    b'{"ph":"X","cat":"mtia_ccp_events","name":"dma_request","ts":5,"dur":1,"pid":17,"tid":4,"args":{"size":2048.0,"direction":"HOST_TO_DEVICE"}}',
-    b'{"ph":"X","cat":"mtia_ccp_events","name":"dma_request","ts":5,"dur":1,"pid":17,"tid":4,"args":{"size":"2048","direction":5}}',
-    b'{"ph":"X","cat":"mtia_ccp_events","name":"dma_request","ts":5,"dur":1,"pid":17,"tid":4,"args":{"size":"2 KB","direction":["HOST_TO_DEVICE"]}}',
-    b'{"ph":"X","cat":"mtia_ccp_events","name":"dma_request","ts":5,"dur":1,"pid":17,"tid":4,"args":{"bytes":64,"direction":{"a":1}}}',
+    b'{"ph":"X","cat":"mtia_ccp_events","name":"dma_request","ts":5,"dur":1,"pid":17,"tid":4,"args":{"size":2048.0,'
+    b'"direction":"HOST_TO_DEVICE"}}',
+    b'{"ph":"X","cat":"mtia_ccp_events","name":"dma_request","ts":5,"dur":1,"pid":17,"tid":4,"args":{"size":"2048",'
+    b'"direction":5}}',
+    b'{"ph":"X","cat":"mtia_ccp_events","name":"dma_request","ts":5,"dur":1,"pid":17,"tid":4,"args":{"size":"2 KB",'
+    b'"direction":["HOST_TO_DEVICE"]}}',
+    b'{"ph":"X","cat":"mtia_ccp_events","name":"dma_request","ts":5,"dur":1,"pid":17,"tid":4,"args":{"bytes":64,'
+    b'"direction":{"a":1}}}',
     b'{"ph":"X","cat":"mtia_ccp_events","name":5,"ts":5,"dur":1,"pid":17,"tid":4,"args":{"stream":"1"}}',
     b'{"ph":"X","cat":"mtia_ccp_events","name":null,"ts":5,"dur":1,"pid":17,"args":{"stream":1.0}}',
-    b'{"ph":"X","cat":"gpu_memcpy","name":"Memcpy HtoD (Pinned -> Device)","ts":5,"dur":1,"args":{"size":9,"bytes":8,"direction":"DEVICE_TO_HOST"}}',
+    b'{"ph":"X","cat":"gpu_memcpy","name":"Memcpy HtoD (Pinned -> Device)","ts":5,"dur":1,"args":{"size":9,"bytes":8,'
+    b'"direction":"DEVICE_TO_HOST"}}',
 ]
 
 
 @pytest.mark.parametrize("odd", MTIA_ODD, ids=range(len(MTIA_ODD)))
-def test_mtia_odd_event_alone(tmp_path: Path, odd: bytes) -> None:
+def test_mtia_odd_event_alone(tmp_path: Path, odd: bytes, odd_seams: tuple[int, ...]) -> None:
     normal = [orjson.dumps(e) for e in modern_events(1) + mtia_events()]
     body = b",\n  ".join([*normal[:3], odd, *normal[3:], odd])
     data = b'{"baseTimeNanoseconds": 1000, "traceEvents": [\n  ' + body + b"\n]}"
-    m = assert_paths_agree(write(tmp_path, "odd.json", data), chunks=(1, 300, 1 << 20))
+    m = assert_paths_agree(write(tmp_path, "odd.json", data), chunks=odd_seams)
     assert not isinstance(m, tuple) and m.memcpy.height >= 3

@@ -10,7 +10,7 @@ from typing import Any
 import polars as pl
 import pytest
 from conftest import SHARED_TRACES, needs_shared, shared_results
-from timeline_trace import Trace, ns
+from support.events import Trace, ns
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.analyses._comm import comm_classes
@@ -100,7 +100,11 @@ def test_deepep_overlap_per_step_and_agreement_with_gpu_time() -> None:
     assert t["kernels_by_signal"] == {"cpu_op": 9} and t["weak_kernels"] == 3 and t["weak_ns"] == 3 * ns(200)
     types = {r["type"]: r for r in cm.by_type.to_dicts()}
     assert set(types) == {"dispatch", "combine"}
-    assert (types["dispatch"]["count"], types["dispatch"]["kernels"], types["dispatch"]["total_ns"]) == (3, 6, 3 * ns(350))
+    assert (types["dispatch"]["count"], types["dispatch"]["kernels"], types["dispatch"]["total_ns"]) == (
+        3,
+        6,
+        3 * ns(350),
+    )
     assert types["dispatch"]["bytes"] is None and types["dispatch"]["algbw_gbps"] is None  # no sizes recorded
     s = cm.by_stream.row(0, named=True)
     assert (s["stream"], s["exposed_ns_per_step"], s["families"]) == (30, ns(200), "deepep")
@@ -114,10 +118,18 @@ def test_deepep_overlap_per_step_and_agreement_with_gpu_time() -> None:
 
 # --------------------------------------------------------------------------- custom all-reduce
 
-CAR2 = "void vllm::cross_device_reduce_2stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, __nv_bfloat16*, int, int)"
-CAR1 = "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, __nv_bfloat16*, int, int)"
-SYMM = "void c10d::symmetric_memory::(anonymous namespace)::one_shot_all_reduce_kernel<float, 16, 8>(float**, unsigned long, unsigned long, float*, unsigned long, unsigned long, unsigned int**, unsigned long, unsigned long)"
-RED = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4, 4>)"
+CAR2 = ("void vllm::cross_device_reduce_2stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, "
+        "__nv_bfloat16*, int, int)")
+CAR1 = ("void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, "
+        "__nv_bfloat16*, int, int)")
+SYMM = ("void c10d::symmetric_memory::(anonymous namespace)::one_shot_all_reduce_kernel<float, 16, 8>(float**, "
+        "unsigned long, unsigned long, float*, unsigned long, unsigned long, unsigned int**, unsigned long, unsigned "
+        "long)")
+RED = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::"
+       "native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned "
+       "int, float, 4, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::"
+       "sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, "
+       "float, 4, 4>)")
 
 
 def custom_all_reduce() -> CommTrace:
@@ -146,7 +158,11 @@ def test_custom_all_reduce_is_communication_not_reduction() -> None:
     r = _run(custom_all_reduce())
     c = _comm_of(custom_all_reduce().model())
     by = {x["name"]: x for x in c.unique("name", keep="first").to_dicts()}
-    assert (by[CAR2]["comm_signal"], by[CAR2]["comm_family"], by[CAR2]["comm_weak"]) == ("cpu_op", "custom_all_reduce", False)
+    assert (by[CAR2]["comm_signal"], by[CAR2]["comm_family"], by[CAR2]["comm_weak"]) == (
+        "cpu_op",
+        "custom_all_reduce",
+        False,
+    )
     assert (by[SYMM]["comm_signal"], by[SYMM]["comm_family"]) == ("cpu_op", "symm_mem")
     assert (by[CAR1]["comm_signal"], by[CAR1]["comm_weak"]) == ("name", True)
     assert not by[RED]["is_comm"]
@@ -165,7 +181,8 @@ def test_custom_all_reduce_is_communication_not_reduction() -> None:
 
 NCCL_AR = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 NCCL_AG = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
-FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)"
+FILL = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> "
+        ">(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)")
 PG = {"Process Group Name": "0", "Process Group Description": "default_pg"}
 
 
@@ -309,8 +326,9 @@ def test_inference_traces_have_no_communication(path: Any) -> None:
 def test_synthetic_scenarios_planted_communication(scenario: str) -> None:
     from pathlib import Path
 
+    from support import synthetic
+
     from traceanalyzer.load.chrome_trace import build_model
-    from traceanalyzer.testing import synthetic
 
     doc, truth = synthetic.SCENARIOS[scenario]()
     res = run_analyses(build_model(Path(f"{scenario}.json"), doc), Config(), strict=True)
@@ -388,7 +406,11 @@ FAMILY_CASES = [
     ("void deep_ep::legacy::intranode::combine<__nv_bfloat16, 8>(int4*)", "deepep", "combine"),
     ("deep_ep::elastic::dispatch_impl", "deepep", "dispatch"),
     ("void vllm::cross_device_reduce_1stage<float, 2>(vllm::RankData*)", "custom_all_reduce", "all_reduce"),
-    ("void trt_llm::oneShotAllReduceKernel<__nv_bfloat16, 8>(trt_llm::AllReduceParams)", "custom_all_reduce", "all_reduce"),
+    (
+        "void trt_llm::oneShotAllReduceKernel<__nv_bfloat16, 8>(trt_llm::AllReduceParams)",
+        "custom_all_reduce",
+        "all_reduce",
+    ),
     ("void sglang::allreduce_1shotLL_1node<float>(float*)", "custom_all_reduce", "all_reduce"),
     ("void c10d::symmetric_memory::multimem_all_gather_kernel<16>(char*)", "symm_mem", "all_gather"),
     ("void c10d::symmetric_memory::two_shot_all_reduce_kernel<float, 16, 8>(float**)", "symm_mem", "all_reduce"),
@@ -411,7 +433,9 @@ def test_name_families_and_collective_types() -> None:
     names = [n for n, _, _ in FAMILY_CASES]
     got = pl.DataFrame({"n": names}).select(
         f=family_of(pl.col("n")),
-        t=pl.when(family_of(pl.col("n")).is_not_null()).then(pl.coalesce(collective_type(pl.col("n")), pl.lit("other"))),
+        t=pl.when(family_of(pl.col("n")).is_not_null()).then(
+            pl.coalesce(collective_type(pl.col("n")), pl.lit("other"))
+        ),
     )
     assert list(zip(names, got["f"], got["t"])) == FAMILY_CASES
 
@@ -447,9 +471,20 @@ def test_communication_only_in_warmup_is_small_and_silent() -> None:
         t.kernel(g, t0 + 2, t0 + 10, 900, "sm90_xmma_gemm_bf16bf16_bf16f32")
     r = _run(t)
     tot = r["communication"].totals
-    assert (tot["n_collectives"], tot["comm_ns_per_step"], tot["hidden_pct"], tot["overlap_verdict"]) == (1, 0.0, None, "small")
+    assert (tot["n_collectives"], tot["comm_ns_per_step"], tot["hidden_pct"], tot["overlap_verdict"]) == (
+        1,
+        0.0,
+        None,
+        "small",
+    )
     bc = r["communication"].by_type.row(0, named=True)
-    assert (bc["type"], bc["bytes"], bc["algbw_gbps"], bc["busbw_gbps"], bc["count_per_step"]) == ("broadcast", 1000, 0.01, 0.01, 0.0)
+    assert (bc["type"], bc["bytes"], bc["algbw_gbps"], bc["busbw_gbps"], bc["count_per_step"]) == (
+        "broadcast",
+        1000,
+        0.01,
+        0.01,
+        0.0,
+    )
     assert "comm_exposed" not in {f.rule_id for f in _findings(r)}
 
 

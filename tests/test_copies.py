@@ -10,31 +10,24 @@ from typing import Any
 
 import polars as pl
 import pytest
-from conftest import shared_model, shared_results
+from conftest import REFUSED, shared_model, shared_params, shared_results
+from support import synthetic
+from support.events import gpu, launch
+from support.events import x as _x
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.analyses._callsites import is_user_frame
 from traceanalyzer.config import Config
-from traceanalyzer.errors import InputError, NotApplicable
+from traceanalyzer.errors import NotApplicable
 from traceanalyzer.load.chrome_trace import build_model
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TRACES = SHARED / "data" / "traces"
-PID, TID = 100, 100
-
-
-def _x(cat: str, name: str, ts: float, dur: float, **args: Any) -> dict[str, Any]:
-    pid, tid = (args.pop("pid", PID), args.pop("tid", TID))
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
-
-
 def _copy(ts: float, corr: int, memcpy: str, nbytes: int, api: str = "cudaMemcpyAsync", gpu_dur: float = 10.0,
           ops: tuple[str, ...] = ("aten::to", "aten::_to_copy", "aten::copy_")) -> list[dict[str, Any]]:
     """A nest of copy ops (1 µs apart) with the runtime call and the GPU memcpy it issued."""
     evs = [_x("cpu_op", op, ts + i, 50 - 2 * i) for i, op in enumerate(ops)]
-    evs.append(_x("cuda_runtime", api, ts + len(ops), 20, correlation=corr))
-    evs.append(_x("gpu_memcpy", memcpy, ts + 30, gpu_dur, pid=0, tid=7, device=0, stream=7, correlation=corr,
-                  bytes=nbytes))
+    evs += launch(corr, ts + len(ops), 20, ts + 30, gpu_dur, memcpy, api=api, cat="gpu_memcpy", bytes=nbytes)
     return evs
 
 
@@ -67,7 +60,7 @@ def test_directions_memory_bandwidth_and_nesting() -> None:
     ev += _copy(500, 3, "Memcpy DtoH (Device -> Pageable)", 2000, api="cudaMemcpy", gpu_dur=2)
     ev.append(_x("cpu_op", "aten::to", 700, 3))  # returns self: not a copy
     ev.append(_x("cuda_runtime", "cudaMemsetAsync", 800, 5, correlation=9))
-    ev.append(_x("gpu_memset", "Memset (Device)", 810, 1, pid=0, tid=7, device=0, stream=7, correlation=9, bytes=64))
+    ev.append(gpu("gpu_memset", "Memset (Device)", 810, 1, 9, bytes=64))
     # WHEN
     c = _run(_model(ev))
     # THEN the nests count once and the no-op to is set aside
@@ -168,8 +161,6 @@ def test_cpu_only_copies_are_host_copies() -> None:
 # Ground truth from the synthetic generator
 # --------------------------------------------------------------------------------------------
 
-synthetic = pytest.importorskip("traceanalyzer.testing.synthetic")
-
 
 def _site(call_site: str) -> str:
     path, rest = call_site.split("(", 1)
@@ -219,7 +210,9 @@ def test_scenario_copies_ground_truth(layout: str, vendor: str) -> None:
 def _real_files() -> list[Path]:
     if not TRACES.exists():
         return []
-    return sorted(p for p in TRACES.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
+    # The files the loader refuses by design are checked in test_shared_traces.
+    return sorted(p for p in TRACES.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz"))
+                  and str(p.relative_to(TRACES)) not in REFUSED)
 
 
 # One memcpy event object: flat except for its (flat) args object.
@@ -255,12 +248,9 @@ def _independent_memcpy(path: Path) -> tuple[int, int, int]:
 
 
 @pytest.mark.skipif(not TRACES.exists(), reason="../shared reference traces not present")
-@pytest.mark.parametrize("path", _real_files(), ids=lambda p: str(p.relative_to(TRACES)))
+@pytest.mark.parametrize("path", shared_params(_real_files()))
 def test_real_trace_totals(path: Path) -> None:
-    try:
-        model = shared_model(path)
-    except InputError:
-        pytest.skip("not a chrome trace (refused by the loader)")
+    model = shared_model(path)
     r = shared_results(path)
     n, nbytes, dur = _independent_memcpy(path)
     if "copies" not in r.values:

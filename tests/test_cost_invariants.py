@@ -20,9 +20,8 @@ from typing import Any
 
 import polars as pl
 import pytest
-from conftest import REPO, SHARED_TRACES, shared_model, shared_results, shared_trace_files
+from conftest import REPO, SHARED_TRACES, shared_chrome_traces, shared_model, shared_params, shared_results
 
-from traceanalyzer.errors import InputError
 from traceanalyzer.rules import RuleOutcome, run_rules
 
 #: Rules whose costs price disjoint idle: host-blocking calls (the sync and memcpy gaps, split
@@ -33,13 +32,8 @@ DISJOINT = ("item_sync", "explicit_sync", "blocking_copies", "pageable_memcpy", 
 TOL_MS = 0.005
 
 
-def _inputs() -> list[Path]:
-    files = list(shared_trace_files())
-    files += sorted(p for p in (REPO / "sample_traces").rglob("*.json*") if ".truth." not in p.name)
-    return files
-
-
-FILES = _inputs()
+SHARED_FILES = list(shared_chrome_traces())
+SAMPLE_FILES = sorted(p for p in (REPO / "sample_traces").rglob("*.json*") if ".truth." not in p.name)
 
 
 def _id(p: Path) -> str:
@@ -54,12 +48,7 @@ _OUT: dict[Path, tuple[Any, RuleOutcome]] = {}
 
 def _run(path: Path) -> tuple[Any, RuleOutcome]:
     if path not in _OUT:
-        try:
-            model = shared_model(path)
-        except InputError as exc:  # refused by design (an Execution Trace, a truth file …)
-            pytest.skip(f"the loader refuses it: {exc}")
-        if model.kind != "trace":
-            pytest.skip(f"not a trace ({model.kind})")
+        assert shared_model(path).kind == "trace"
         results = shared_results(path)
         _OUT[path] = (results, run_rules(results, strict=True))
     return _OUT[path]
@@ -74,7 +63,7 @@ def _idle_per_step_ns(results: Any) -> float:
     return float(worst["idle_ns"].sum() or 0) / max(len(steady), 1)
 
 
-@pytest.mark.parametrize("path", FILES, ids=_id)
+@pytest.mark.parametrize("path", shared_params(SHARED_FILES) + [pytest.param(p, id=_id(p)) for p in SAMPLE_FILES])
 def test_cost_invariants(path: Path) -> None:
     results, out = _run(path)
     sr = results["steps"]

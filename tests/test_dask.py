@@ -11,9 +11,10 @@ import pytest
 pytest.importorskip("distributed")
 fsspec = pytest.importorskip("fsspec")
 
+from support.synthetic import dumps_trace, scenario_multi_rank, write_bytes  # noqa: E402
+
 from traceanalyzer.batch.discover import discover  # noqa: E402
 from traceanalyzer.batch.runner import DaskBackend, LocalBackend, run_batch  # noqa: E402
-from traceanalyzer.testing.synthetic import dumps_trace, scenario_multi_rank, write_bytes  # noqa: E402
 
 
 @pytest.fixture(scope="module")

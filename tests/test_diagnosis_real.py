@@ -9,16 +9,13 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import shared_model, shared_results
+from conftest import SHARED_TRACES, shared_chrome_traces, shared_model, shared_results
 
 from traceanalyzer.analyses.diagnosis import VERDICTS
-from traceanalyzer.errors import InputError
-from traceanalyzer.load import sniff
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-TRACES = SHARED / "data" / "traces"
-FILES = sorted(p for p in TRACES.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz"))) \
-    if TRACES.exists() else []
+TRACES = SHARED_TRACES
+# Chrome traces only: a memory-timeline export has no diagnosis, a refused file is test_shared_traces'.
+FILES = list(shared_chrome_traces())
 
 pytestmark = [pytest.mark.shared, pytest.mark.slow,
               pytest.mark.skipif(not FILES, reason="../shared/data/traces not present")]
@@ -34,12 +31,7 @@ EXPECTED = {
 
 @pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(TRACES)) for p in FILES])
 def test_real_trace_gets_a_verdict(path: Path) -> None:
-    try:
-        if sniff(path) != "trace":
-            pytest.skip("not a chrome trace")
-        model = shared_model(path)
-    except InputError:
-        pytest.skip("refused by the loader (covered by test_shared_traces)")
+    model = shared_model(path)
     res = shared_results(path)
     assert "diagnosis" not in res.failed, res.failed
     assert not {"baseline", "phases"} & set(res.failed), res.failed

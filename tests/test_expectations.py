@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, SHARED_TRACES, shared_model, shared_results
+from conftest import REPO, REPRESENTATIVE, SHARED_TRACES, shared_model, shared_results
 
 EXPECT_DIR = Path(__file__).resolve().parent / "expectations"
 SAMPLES = REPO / "sample_traces"
@@ -61,6 +61,8 @@ def _params() -> list[Any]:
     for f in _expectation_files():
         spec = _read(f).get("input", "")
         marks = [pytest.mark.shared] if spec.startswith("shared:") else []
+        if spec.startswith("shared:") and "traces/" + spec.partition(":")[2] not in REPRESENTATIVE:
+            marks.append(pytest.mark.slow)  # the default run checks the representative traces
         out.append(pytest.param(f, id=f.stem, marks=marks))
     return out
 
@@ -89,7 +91,8 @@ def _advice(doc: dict[str, Any]) -> list[tuple[str, str]]:
 def _verdict_summary(doc: dict[str, Any]) -> str:
     diag = doc["analyses"].get("diagnosis")
     if diag is None:
-        return f"no diagnosis (skipped: {doc['skipped_analyses'].get('diagnosis')}, failed: {doc['failed_analyses'].get('diagnosis')})"
+        return (f"no diagnosis (skipped: {doc['skipped_analyses'].get('diagnosis')}, "
+                f"failed: {doc['failed_analyses'].get('diagnosis')})")
     return f"verdict {diag['verdict']!r} ({diag.get('share_pct')} % share, top cause {diag.get('top_cause')})"
 
 
@@ -101,7 +104,8 @@ def _fired(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 
 def _finding_line(f: dict[str, Any]) -> str:
-    return f"[{f['severity']}] {f['title']} (cost {f.get('cost_ms_per_step')} ms/step, {f.get('cost_pct_of_step')} % of step)"
+    return (f"[{f['severity']}] {f['title']} "
+            f"(cost {f.get('cost_ms_per_step')} ms/step, {f.get('cost_pct_of_step')} % of step)")
 
 
 def test_expectation_files_are_well_formed() -> None:
@@ -124,7 +128,9 @@ def test_expectation_files_are_well_formed() -> None:
             re.compile(item["pattern"])
             assert item.get("reason"), f"{f.name}: must_not_advise {item['pattern']!r} has no reason"
         if "verdict" in exp:
-            assert exp["verdict"]["any_of"] and exp["verdict"].get("reason"), f"{f.name}: verdict needs any_of and reason"
+            assert exp["verdict"]["any_of"] and exp["verdict"].get("reason"), (
+                f"{f.name}: verdict needs any_of and reason"
+            )
         if "context" in exp:
             assert set(exp["context"]) - {"reason"} <= CONTEXT_KEYS, f"{f.name}: unknown context keys"
 
@@ -187,7 +193,9 @@ def test_expectation(exp_file: Path) -> None:
         ctx = analyses.get("context")
         if ctx is None:
             why = doc["skipped_analyses"].get("context") or doc["failed_analyses"].get("context") or "not registered"
-            problems.append(f"context: analysis missing ({why}); expected {ctx_exp} because: {exp['context']['reason']}")
+            problems.append(
+                f"context: analysis missing ({why}); expected {ctx_exp} because: {exp['context']['reason']}"
+            )
         else:
             for key, want in ctx_exp.items():
                 if ctx.get(key) != want:
@@ -201,11 +209,17 @@ def test_expectation(exp_file: Path) -> None:
         comm = analyses.get("communication")
         present = c_exp.get("present", True)
         if comm is None:
-            why = doc["skipped_analyses"].get("communication") or doc["failed_analyses"].get("communication") or "not registered"
+            why = (
+                doc["skipped_analyses"].get("communication")
+                or doc["failed_analyses"].get("communication")
+                or "not registered"
+            )
             # Absent collectives may legitimately make the analysis not applicable; an unregistered or
             # failed analysis is always a problem.
             if present or why == "not registered" or "communication" in doc["failed_analyses"]:
-                problems.append(f"communication: analysis missing ({why}); expected {c_want} because: {c_exp['reason']}")
+                problems.append(
+                    f"communication: analysis missing ({why}); expected {c_want} because: {c_exp['reason']}"
+                )
         else:
             totals = comm.get("totals", {})
             if not present:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from timeline_trace import Trace, ns
+from support.events import Trace, ns
 
 from traceanalyzer.analyses import run_analyses
 
@@ -244,7 +244,9 @@ def test_assign_steps_and_window_union_lengths_match_brute_force():
         want = [next(((w, s) for w, s, a, b in win if t is not None and a <= t < b), (None, None)) for t in ts]
         assert list(zip(got["window"].to_list(), got["step"].to_list())) == want
 
-        rows = [(rng.choice([0, 1]), s, s + rng.choice([0, 2, 7, 30])) for s in (rng.randint(-10, 100) for _ in range(15))]
+        rows = [
+            (rng.choice([0, 1]), s, s + rng.choice([0, 2, 7, 30])) for s in (rng.randint(-10, 100) for _ in range(15))
+        ]
         act = pl.DataFrame(rows, schema=["device", "ts_ns", "end_ns"], orient="row")
         over = pl.DataFrame({"window": [0, 1], "start_ns": [edges[0], edges[1]], "end_ns": [edges[4], edges[5]]})
         got = window_union_lengths(act, over, ["device"]).sort("device", "window")

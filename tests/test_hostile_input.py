@@ -296,7 +296,11 @@ def test_fifo_socket_device_refused_at_once(tmp_path: Path, alarm: None, monkeyp
     sock = socket.socket(socket.AF_UNIX)
     sock.bind("s.json")
     try:
-        for path, what in ((fifo, "a FIFO (named pipe)"), (tmp_path / "s.json", "a socket"), (Path("/dev/null"), "a character device")):
+        for path, what in (
+            (fifo, "a FIFO (named pipe)"),
+            (tmp_path / "s.json", "a socket"),
+            (Path("/dev/null"), "a character device"),
+        ):
             if not os.path.lexists(path):
                 continue
             for fn in (load, sniff, read_bytes, lambda p: load(p, kind="trace"), ByteStream):

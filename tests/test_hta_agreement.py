@@ -146,7 +146,9 @@ def hta_quirks(model: TraceModel, ref_rank: dict[str, Any]) -> tuple[pl.DataFram
         int(st["cpu_kept_before_ts"]) * 1000 + model.meta.base_time_ns if st.get("filter_applied") else None
     )
     sync = _hta_round(model.other_events.filter(pl.col("cat") == "cuda_sync").select("ts_ns", "end_ns", "dur_ns"))
-    trit = _hta_round(model.cpu_ops.filter(pl.col("name").str.starts_with("triton_")).select("ts_ns", "end_ns", "dur_ns"))
+    trit = _hta_round(
+        model.cpu_ops.filter(pl.col("name").str.starts_with("triton_")).select("ts_ns", "end_ns", "dur_ns")
+    )
     if cut is not None:
         sync, trit = sync.filter(pl.col("ts_ns") < cut), trit.filter(pl.col("ts_ns") < cut)
     return trit.select("ts_ns", "end_ns"), sync.select("ts_ns", "end_ns")
@@ -168,7 +170,9 @@ def _ours(
     busy = union_length_ns(busy_iv["ts_ns"], busy_iv["end_ns"])
     compute = union_length_ns(comp["ts_ns"], comp["end_ns"])
     window = int(busy_iv["end_ns"].max()) - int(busy_iv["ts_ns"].min())  # type: ignore[arg-type]
-    idle = {str(r["stream"]): r["idle_ns"] for r in res["idle_gaps"].per_stream.iter_rows(named=True)} if streams else {}
+    idle = (
+        {str(r["stream"]): r["idle_ns"] for r in res["idle_gaps"].per_stream.iter_rows(named=True)} if streams else {}
+    )
     lt = res["launches"].table if "launches" in res else pl.DataFrame(schema={"api": pl.String})
     return {
         "window_ns": window,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from timeline_trace import Trace, ns
+from support.events import Trace, ns
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.config import Config
@@ -119,7 +119,9 @@ def test_gaps_per_step_agree_with_gpu_time():
     t.step(3, 200, 100)
     t.launch(201, 1, 290, 5)
     res = run_analyses(t.model(), Config(), only=("idle_gaps", "gpu_time"), strict=True)
-    ig = res["idle_gaps"].per_step.select("window", "device", (pl.col("idle_ns") + pl.col("outside_gaps_ns")).alias("i"))
+    ig = res["idle_gaps"].per_step.select(
+        "window", "device", (pl.col("idle_ns") + pl.col("outside_gaps_ns")).alias("i")
+    )
     gt = res["gpu_time"].per_step.select("window", "device", "idle_ns")
     j = gt.join(ig, on=["window", "device"], how="left")
     assert j["idle_ns"].to_list() == j["i"].to_list()

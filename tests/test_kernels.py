@@ -3,26 +3,38 @@
 from __future__ import annotations
 
 import pytest
-from timeline_trace import Trace, ns
+from support.events import Trace, ns
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.analyses._kernels import normalize_kernel_name
 
-EW = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)"
-EW2 = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)"
+EW = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, "
+      "at::native::FillFunctor<float>, std::array<char*, 1ul>)")
+EW2 = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >("
+       "int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)")
 
 
 @pytest.mark.parametrize(
     ("full", "short"),
     [
         (EW, "at::native::vectorized_elementwise_kernel"),
-        ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)",
-         "at::native::cunn_SoftMaxForward"),
-        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
+        (
+            "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::("
+            "anonymous "
+            "namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)",
+            "at::native::cunn_SoftMaxForward",
+        ),
+        (
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+        ),
         ("volta_sgemm_128x64_tn", "volta_sgemm_128x64_tn"),
         ("triton_poi_fused_add_0", "triton_poi_fused_add_0"),
-        ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4>(cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4::Params)",
-         "cutlass::Kernel"),
+        (
+            "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4>("
+            "cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4::Params)",
+            "cutlass::Kernel",
+        ),
     ],
 )
 def test_normalize_kernel_name(full, short):

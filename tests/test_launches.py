@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from timeline_trace import Trace, ns
+from support.events import Trace, ns
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.config import Config

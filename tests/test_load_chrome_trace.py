@@ -7,6 +7,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from conftest import kineto_doc, write_trace
+from support.events import complete
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.load import load, sniff
@@ -15,25 +16,26 @@ from traceanalyzer.model import SCHEMAS
 
 
 def X(cat: str | None, name: str, ts: float, dur: float, pid: object = 1, tid: object = 1, **args: object) -> dict:
-    e = {"ph": "X", "name": name, "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args}
-    if cat is not None:
-        e["cat"] = cat
-    return e
+    return complete(cat, name, ts, dur, pid, tid, args)
 
 
 MODERN = [
     X("user_annotation", "ProfilerStep#3", 100.0, 50.0),
-    X("cpu_op", "aten::mm", 101.5, 10.25, **{"External id": 7, "Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}),
+    X("cpu_op", "aten::mm", 101.5, 10.25,
+      **{"External id": 7, "Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}),
     X("cuda_runtime", "cudaLaunchKernel", 102.0, 3.0, correlation=42, **{"External id": 7, "cbid": 211}),
-    X("kernel", "volta_sgemm_128x64_nn", 110.001, 20.5, pid=0, tid=7, device=0, stream=7, correlation=42, grid=[1, 2, 1], block=[128, 1, 1]),
+    X("kernel", "volta_sgemm_128x64_nn", 110.001, 20.5, pid=0, tid=7, device=0, stream=7, correlation=42,
+      grid=[1, 2, 1], block=[128, 1, 1]),
     X("gpu_user_annotation", "ProfilerStep#3", 100.0, 60.0, pid=0, tid=7),
-    X("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 131.0, 2.0, pid=0, tid=7, device=0, stream=7, correlation=43, bytes=4096),
+    X("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 131.0, 2.0, pid=0, tid=7, device=0, stream=7, correlation=43,
+      bytes=4096),
     X("gpu_memset", "Memset (Device)", 134.0, 1.0, pid=0, tid=7, device=0, stream=7, correlation=44, bytes=128),
     X("python_function", "train.py(42): forward", 100.5, 30.0, **{"Python id": 5, "Python parent id": 1}),
     {"ph": "s", "cat": "ac2g", "id": 42, "ts": 102.0, "pid": 1, "tid": 1, "name": "ac2g"},
     {"ph": "f", "cat": "ac2g", "id": 42, "ts": 110.001, "pid": 0, "tid": 7, "name": "ac2g", "bp": "e"},
     {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "ts": 105.0, "pid": 1, "tid": 1, "s": "t",
-     "args": {"Addr": 1234, "Bytes": 512, "Total Allocated": 1024, "Total Reserved": 2048, "Device Type": 1, "Device Id": 0}},
+     "args": {"Addr": 1234, "Bytes": 512, "Total Allocated": 1024, "Total Reserved": 2048, "Device Type": 1,
+              "Device Id": 0}},
     {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "thread 1 (python)"}},
 ]
 
@@ -47,7 +49,9 @@ def test_modern_layout_tables_and_units(tmp_path: Path) -> None:
     assert (m.meta.rank, m.meta.world_size, m.meta.vendor) == (3, 8, "nvidia")
     assert m.meta.profiler_flags == {"record_shapes": True, "with_stack": True}
     for table, schema in SCHEMAS.items():
-        assert dict(m.table(table).schema) == {k: pl.DataType.from_python(v) if isinstance(v, type) and not issubclass(v, pl.DataType) else v for k, v in schema.items()}, table
+        want = {k: pl.DataType.from_python(v) if isinstance(v, type) and not issubclass(v, pl.DataType) else v
+                for k, v in schema.items()}
+        assert dict(m.table(table).schema) == want, table
     k = m.kernels.row(0, named=True)
     # 110.001 µs relative to base → exact ns, dur 20.5 µs → 20500 ns.
     assert k["ts_ns"] == base + 110_001 and k["dur_ns"] == 20_500 and k["end_ns"] == base + 130_501
@@ -98,7 +102,8 @@ def test_legacy_pt18_layout(tmp_path: Path) -> None:
 def test_autograd_bare_array(tmp_path: Path) -> None:
     doc = [
         {"name": "aten::add", "ph": "X", "ts": 1.5, "dur": 2.25, "tid": 1, "pid": "CPU functions", "args": {}},
-        {"name": "add_kernel", "ph": "X", "ts": 3.0, "dur": 1.0, "tid": "stream 0", "pid": "CUDA functions", "args": {}},
+        {"name": "add_kernel", "ph": "X", "ts": 3.0, "dur": 1.0, "tid": "stream 0", "pid": "CUDA functions",
+         "args": {}},
     ]
     m = load(write_trace(tmp_path / "old.json", doc))
     assert m.meta.layout == "autograd-array"

@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.synthetic import dumps_trace, scenario_multi_rank, write_bytes
 
 from traceanalyzer.batch.multirank import multirank, per_rank_table, summarize_runs
 from traceanalyzer.batch.summary import report_metrics
 from traceanalyzer.pipeline import analyze
-from traceanalyzer.testing.synthetic import dumps_trace, scenario_multi_rank, write_bytes
 
 
 def _rows(tmp: Path, world: int, straggler: int | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -34,7 +34,7 @@ def test_straggler_named_with_its_cause(three_ranks: tuple[list[dict[str, Any]],
     rows, planted = three_ranks
     # WHEN the three ranks are summarised
     mr = multirank(rows)
-    assert mr is not None and mr["n_ranks"] == 3 and mr["world_size"] == 3
+    assert mr["n_ranks"] == 3 and mr["world_size"] == 3
     # THEN the planted straggler is named, with the DataLoader as what it spent the time on
     assert mr["straggler"] == planted["straggler_rank"] == 2
     f = mr["finding"]
@@ -59,14 +59,14 @@ def test_straggler_named_with_its_cause(three_ranks: tuple[list[dict[str, Any]],
 def test_balanced_run_has_no_finding(tmp_path: Path) -> None:
     rows, _ = _rows(tmp_path, 2, None)
     mr = multirank(rows)
-    assert mr is not None and mr["finding"] is None
+    assert mr["finding"] is None
     assert abs(mr["imbalance_pct"]) < 5
 
 
 def test_threshold_from_params(three_ranks: tuple[list[dict[str, Any]], dict[str, Any]]) -> None:
     rows, _ = three_ranks
     mr = multirank(rows, {"min_imbalance_pct": 90.0})
-    assert mr is not None and mr["straggler"] == 2 and mr["finding"] is None
+    assert mr["straggler"] == 2 and mr["finding"] is None
 
 
 def test_run_summary_uses_slowest_rank_and_straggler_finding(three_ranks: tuple[list[dict[str, Any]],
@@ -89,7 +89,7 @@ def test_hand_rows_without_communication() -> None:
             "breakdown_ms_per_step": {"kernel": kernel, "dataloader": 1.0, "communication": 0.0}}}
 
     mr = multirank([row(0, 10.0, 8.0), row(1, 10.2, 8.1), row(2, 13.0, 11.0)])
-    assert mr is not None and mr["straggler"] == 2 and mr["straggler_spent_on"] == "kernel"
+    assert mr["straggler"] == 2 and mr["straggler_spent_on"] == "kernel"
     assert mr["imbalance_ms"] == pytest.approx(2.9)
     assert per_rank_table([row(0, 1.0, 1.0)])[0]["wait_ms"] is None
     assert multirank([row(0, 1.0, 1.0)]) is None

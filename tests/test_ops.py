@@ -8,30 +8,23 @@ from typing import Any
 
 import polars as pl
 import pytest
+from support.events import launch
+from support.events import x as _x
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.analyses.ops import gemm_name_precision
 from traceanalyzer.load.chrome_trace import build_model
 
-PID = TID = 100
 A100 = {"id": 0, "name": "NVIDIA A100", "totalGlobalMem": 85_000_000_000, "computeMajor": 8, "warpSize": 32}
-
-
-def _x(cat: str, name: str, ts: float, dur: float, **args: Any) -> dict[str, Any]:
-    pid, tid = (args.pop("pid", PID), args.pop("tid", TID))
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
 
 
 def _kernel(ts: float, dur: float, corr: int, name: str = "k", api: str = "cudaLaunchKernel") -> list[dict[str, Any]]:
     """A launch at ``ts`` (3 µs) and its kernel starting 5 µs later on stream 7."""
-    return [_x("cuda_runtime", api, ts, 3, correlation=corr),
-            _x("kernel", name, ts + 5, dur, pid=0, tid=7, device=0, stream=7, correlation=corr)]
+    return launch(corr, ts, 3, ts + 5, dur, name, api=api)
 
 
 def _memset(ts: float, dur: float, corr: int) -> list[dict[str, Any]]:
-    return [_x("cuda_runtime", "cudaMemsetAsync", ts, 3, correlation=corr),
-            _x("gpu_memset", "Memset (Device)", ts + 5, dur, pid=0, tid=7, device=0, stream=7, correlation=corr,
-               bytes=1024)]
+    return launch(corr, ts, 3, ts + 5, dur, "Memset (Device)", api="cudaMemsetAsync", cat="gpu_memset", bytes=1024)
 
 
 def _step(n: int, ts: float, dur: float = 1000) -> dict[str, Any]:
@@ -93,7 +86,8 @@ def test_optimizer_per_window_and_zero_grad_fills() -> None:
     ev = _opt_trace(["aten::add_"])
     ev.append(_x("user_annotation", "Optimizer.zero_grad#AdamW.zero_grad", 500, 60))
     ev += _memset(510, 4, 30) + _memset(520, 4, 31)
-    ev += _kernel(530, 3, 32, name="void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >()")
+    ev += _kernel(530, 3, 32, name="void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >("
+                                   ")")
     o = _ops(ev)
     row = o.optimizer.row(0, named=True)
     assert (row["opt_ns"], row["opt_kernels"], row["opt_gpu_ns"]) == (300_000, 4, 24_000)
@@ -114,10 +108,12 @@ def test_kernel_classes_counts_and_steady_share() -> None:
     ev = [_step(1, 0, 3000), _step(2, 3000), _step(3, 4000), _step(4, 5000)]
     corr = 0
     for t0 in (0, 3000, 4000, 5000):
-        for name, dur in (("ampere_sgemm_128x64_nn", 100),
-                          ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >()", 10),
-                          ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >()", 10),
-                          ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true>()", 7)):
+        for name, dur in (
+            ("ampere_sgemm_128x64_nn", 100),
+            ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >()", 10),
+            ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >()", 10),
+            ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true>()", 7),
+        ):
             corr += 1
             ev += _kernel(t0 + 10 * corr % 600 + 10, dur, corr, name=name)
     corr += 1

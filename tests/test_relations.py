@@ -80,7 +80,7 @@ def test_cover_index_keyed_edges_equal_the_per_group_state() -> None:
     iv = pl.concat([INTERVALS, pl.DataFrame({"id": [F, G], "ts_ns": [1000, 1005], "end_ns": [1010, 1020],
                                              "pid": [2, 2], "tid": [1, 1]})])
     index = cover_index(iv)
-    assert index.groups is not None and index.groups.height == 3  # keyed
+    assert index.groups.height == 3  # keyed
     pts = pl.DataFrame(
         {"pid": [1, 1, 1, 1, 2, 2, 2, 2, 3, 1],
          "tid": [1, 1, 1, 2, 1, 1, 1, 1, 1, 1],
@@ -117,7 +117,7 @@ def test_nest_with_index_links_equal_nest() -> None:
 def test_op_index_and_top_level_of_a_model_shared_and_forgotten() -> None:
     """op_index/op_top_level are built once per DerivedTables; clear() drops them; a bare
     model gets a fresh build each call."""
-    from timeline_trace import Trace, ns
+    from support.events import Trace, ns
 
     from traceanalyzer.model.derived import DerivedTables
     from traceanalyzer.model.relations import op_index, op_top_level
@@ -147,7 +147,7 @@ def test_op_top_level_is_depth_one_of_the_nesting() -> None:
     """op_top_level equals nest_depth == 1 on random nestings (twins, shared instants,
     zero-length ops), in model row order: built alone (its own sort) and handed over by
     op_index's nesting (built first, as phases does)."""
-    from timeline_trace import Trace
+    from support.events import Trace
 
     from traceanalyzer.model.derived import DerivedTables
     from traceanalyzer.model.relations import nest_depth, op_index, op_top_level

@@ -50,7 +50,6 @@ def test_every_chart_is_drawn_and_readable(report: Any) -> None:
     assert {"steps", "gpu_time", "timeline", "idle_gaps", "kernels", "launches", "copies", "syncs",
             "memory_steps"} <= names
     for d in drawn:
-        assert d.png is not None and d.error is None
         assert_readable_chart(d.png, d.spec.name)
 
 
@@ -78,7 +77,7 @@ def test_a_failing_chart_is_reported_not_fatal(report: Any) -> None:
     broken = Results(values={"steps": report.results["steps"], "kernels": _Boom()})
     drawn = {d.spec.name: d for d in draw_all(broken)}
     assert drawn["kernels"].png is None and drawn["kernels"].error == "RuntimeError: boom"
-    assert drawn["steps"].png is not None
+    assert (drawn["steps"].png or b"")[:8] == PNG_MAGIC
     with pytest.raises(RuntimeError):
         draw_all(broken, strict=True)
 
@@ -92,7 +91,7 @@ def test_memory_timeline_chart_of_a_snapshot() -> None:
 
     report = analyze(SNAPSHOT)
     drawn = {d.spec.name: d for d in draw_all(report.results)}
-    assert drawn["memory_timeline"].error is None and drawn["memory_timeline"].png is not None
+    assert drawn["memory_timeline"].error is None
     assert_readable_chart(drawn["memory_timeline"].png, "memory_timeline")
 
 

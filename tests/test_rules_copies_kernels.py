@@ -12,24 +12,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import rule_inputs
+from support.events import gpu
+from support.events import x as _x
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.config import Config
 from traceanalyzer.load.chrome_trace import build_model
 from traceanalyzer.rules import Finding, Severity, registry, run_rules
 
-PID = TID = 100
 A100 = {"id": 0, "name": "NVIDIA A100", "totalGlobalMem": 85_000_000_000, "computeMajor": 8, "warpSize": 32}
 STEPS = (0, 1000, 2000)
 MINE = ("pageable_memcpy", "blocking_copies", "explicit_sync", "item_sync", "htod_in_step", "fp32_gemm",
         "layout_transposes", "unfused_elementwise", "optimizer_not_fused", "zero_grad_memset")
 EW = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >()"
 BF16_GEMM = "sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32"
-
-
-def _x(cat: str, name: str, ts: float, dur: float, **args: Any) -> dict[str, Any]:
-    pid, tid = (args.pop("pid", PID), args.pop("tid", TID))
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
 
 
 class _Ids:
@@ -41,7 +38,7 @@ class _Ids:
 
 
 def _gpu(cat: str, name: str, ts: float, dur: float, corr: int, **args: Any) -> dict[str, Any]:
-    return _x(cat, name, ts, dur, pid=0, tid=7, device=0, stream=7, correlation=corr, **args)
+    return gpu(cat, name, ts, dur, corr, **args)
 
 
 def _kernel(ids: _Ids, ts: float, dur: float, name: str = "k", api: str = "cudaLaunchKernel") -> list[dict[str, Any]]:
@@ -73,7 +70,7 @@ def _run(events: list[dict[str, Any]], props: list[dict[str, Any]] | None = None
          **top: Any) -> tuple[dict[str, Finding], dict[str, str]]:
     model = build_model(Path("x.json"), {"schemaVersion": 1, "traceEvents": events,
                                          "deviceProperties": [A100] if props is None else props, **top})
-    results = run_analyses(model, config, strict=True)
+    results = run_analyses(model, config, only=rule_inputs(*MINE), strict=True)
     out = run_rules(results, config)
     assert not {k: v for k, v in out.failed.items() if k in MINE}
     mine = [f for f in out.findings if f.rule_id in MINE]
@@ -242,7 +239,10 @@ def test_explicit_sync_silent_when_gpu_idles_briefly() -> None:
 
 def _item(ids: _Ids, t0: int, start: float, call: float, gpu_ts: float) -> list[dict[str, Any]]:
     """aten::item > _local_scalar_dense > a blocking pageable DtoH cudaMemcpyAsync of ``call`` µs."""
-    ev = [_x("cpu_op", "aten::item", t0 + start, call + 4), _x("cpu_op", "aten::_local_scalar_dense", t0 + start + 1, call + 2)]
+    ev = [
+        _x("cpu_op", "aten::item", t0 + start, call + 4),
+        _x("cpu_op", "aten::_local_scalar_dense", t0 + start + 1, call + 2),
+    ]
     return ev + _memcpy(ids, t0 + start + 2, call, "Memcpy DtoH (Device -> Pageable)", t0 + gpu_ts)
 
 
@@ -422,7 +422,8 @@ def test_fp32_gemm_amd_from_op_dtype() -> None:
     mm = [_x("cpu_op", "aten::mm", 15, 20, **{"Input type": ["float", "float"]})]
     found, _ = _run(_trace(_gemm_step(AMD_SGEMM, "hipLaunchKernel", mm)), props=[], roctracer_version=4)
     f = _only(found, "fp32_gemm")
-    assert (f.cost_ms_per_step, f.confidence, f.evidence["evidence_from"]) == (0.15, 0.4, "input dtypes of the launching ops")
+    assert (f.cost_ms_per_step, f.confidence, f.evidence["evidence_from"]) == (0.15, 0.4, "input dtypes of the "
+                                                                                          "launching ops")
     assert f.title == "75 % of kernel time is FP32 GEMM/conv on AMD (0.3 ms/step)"
 
 

@@ -4,7 +4,7 @@ threshold overrides (Config, ``--set``, ``--config``).
 
 Rules: low_gpu_utilization, host_bound_gaps, dataloader_bottleneck, launch_bound_kernels,
 kernel_count, step_outliers, profiler_overhead, comm_exposed, data_parallel, rank_imbalance.
-Times in the traces are µs (see ``timeline_trace``); costs in findings are ms per steady step.
+Times in the traces are µs (see ``support.events.Trace``); costs in findings are ms per steady step.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import orjson
 import pytest
 from click.testing import CliRunner
 from conftest import write_trace
-from timeline_trace import Trace, ns
+from support.events import Trace, ns
+from support.synthetic import dumps_trace, scenario_multi_rank, write_bytes
 
 from traceanalyzer.analyses import Results, run_analyses
 from traceanalyzer.batch.multirank import multirank
@@ -24,7 +25,6 @@ from traceanalyzer.cli import cli
 from traceanalyzer.config import Config
 from traceanalyzer.load.chrome_trace import build_model
 from traceanalyzer.rules import Finding, RuleOutcome, Severity, run_rules
-from traceanalyzer.testing.synthetic import dumps_trace, scenario_multi_rank, write_bytes
 
 DL_SINGLE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 DL_MULTI = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
@@ -602,7 +602,7 @@ def test_rank_imbalance_from_the_multirank_summary() -> None:
     # = 1.7 ms = 17 % of the 10 ms step → WARNING (< 20 %). Its loader is 2.7 − 1.0 = +1.7 ms/step,
     # its kernels 6.0 − 6.05 = −0.05. The others wait 2.0 and 1.8 ms in collectives (comm − 1.0).
     mr = multirank(HAND_ROWS)
-    assert mr is not None and mr["straggler"] == 2
+    assert mr["straggler"] == 2
     f = mr["finding"]
     assert f["rule_id"] == "rank_imbalance" and f["severity"] == "warning"
     assert f["title"] == ("Rank 2 is a straggler: 1.70 ms/step more work than the other ranks (17.0 % of the step); "

@@ -9,13 +9,19 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_TRACES, needs_shared, shared_model, shared_trace_files
+from conftest import (
+    REFUSED,
+    REPRESENTATIVE,
+    SHARED,
+    SHARED_TRACES,
+    needs_shared,
+    shared_model,
+    shared_params,
+    shared_trace_files,
+)
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.load import load, sniff
-
-# Files that are not chrome traces and must be refused with this message.
-REFUSED = {"hta/execution_trace/benchmark_simple_add_et.json.gz": "Execution Trace"}
 
 KERNEL_CATS = {"kernel", "Kernel"}
 RUNTIME_CATS = {"cuda_runtime", "Runtime", "cuda_driver", "xpu_runtime", "xpu_driver", "mtia_runtime",
@@ -65,7 +71,13 @@ def test_shared_traces_present() -> None:
 
 
 @needs_shared
-@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(SHARED_TRACES)) if FILES else "" for p in FILES])
+def test_representative_inputs_exist() -> None:
+    """A renamed file must not leave the default run's sweeps silently smaller."""
+    assert [r for r in sorted(REPRESENTATIVE) if not (SHARED / "data" / r).is_file()] == []
+
+
+@needs_shared
+@pytest.mark.parametrize("path", shared_params(FILES))
 def test_loads_and_counts_match(path: Path) -> None:
     rel = str(path.relative_to(SHARED_TRACES))
     if rel in REFUSED:

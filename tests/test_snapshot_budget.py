@@ -115,7 +115,8 @@ def test_blocks_sharing_an_address_are_dropped_and_analysis_stays_small(tmp_path
     assert m.meta.n_blocks == 1
     assert any(x.startswith("999 blocks share a device and address") for x in m.warnings)
     rep = analyze(p)
-    assert rep is not None
+    assert not rep.results.failed
+    assert sorted(rep.results.values) == ["memory_fragmentation", "memory_leaks", "memory_peak", "memory_timeline"]
     from traceanalyzer.compare.diff import compare_paths
 
     q = _write(tmp_path, {"segments": segs[:500], "device_traces": [tr]}, "b.pickle")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from timeline_trace import Trace, ns
+from support.events import Trace, ns
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.analyses._steps import assign_steps

@@ -9,6 +9,9 @@ from typing import Any
 
 import pytest
 from conftest import shared_results
+from support import synthetic
+from support.events import gpu, launch
+from support.events import x as _x
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.analyses.syncs import SYNC_APIS
@@ -17,20 +20,14 @@ from traceanalyzer.load.chrome_trace import build_model
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TRACES = SHARED / "data" / "traces"
-PID = TID = 100
-
-
-def _x(cat: str, name: str, ts: float, dur: float, **args: Any) -> dict[str, Any]:
-    pid, tid = (args.pop("pid", PID), args.pop("tid", TID))
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
 
 
 def _gpu(cat: str, name: str, ts: float, dur: float, corr: int, stream: int = 7, **args: Any) -> dict[str, Any]:
-    return _x(cat, name, ts, dur, pid=0, tid=stream, device=0, stream=stream, correlation=corr, **args)
+    return gpu(cat, name, ts, dur, corr, stream=stream, **args)
 
 
 def _kernel(ts: float, dur: float, corr: int, stream: int = 7) -> list[dict[str, Any]]:
-    return [_x("cuda_runtime", "cudaLaunchKernel", ts - 5, 3, correlation=corr), _gpu("kernel", "k", ts, dur, corr, stream)]
+    return launch(corr, ts - 5, 3, ts, dur, stream=stream)
 
 
 def _model(events: list[dict[str, Any]], **top: Any) -> Any:
@@ -156,8 +153,6 @@ def test_cpu_only_trace_is_not_applicable_and_cpu_items_cost_nothing() -> None:
 # --------------------------------------------------------------------------------------------
 # Ground truth from the synthetic generator
 # --------------------------------------------------------------------------------------------
-
-synthetic = pytest.importorskip("traceanalyzer.testing.synthetic")
 
 
 @pytest.mark.parametrize(

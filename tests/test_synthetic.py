@@ -1,4 +1,4 @@
-"""Tests of the synthetic trace generator itself (``traceanalyzer.testing.synthetic``).
+"""Tests of the synthetic trace generator itself (``tests/support/synthetic.py``).
 
 The generator is the ground truth of every analysis test, so it is checked here against a plain
 ``json`` recount of what it emitted: if a truth number and the file disagree, the generator is
@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from traceanalyzer.testing import synthetic as S
+from support import synthetic as S
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_traces"
@@ -92,7 +91,9 @@ def _recount(trace: dict[str, Any], threshold_ns: int) -> dict[str, Any]:
         "cpu_ops_by_name": dict(Counter(e["name"] for e in ops if not (e["cat"] == "Operator" and e in user))),
         "python": sum(1 for e in xs if e.get("cat") == "python_function"),
         "memory": sum(1 for e in ev if e.get("name") == "[memory]"),
-        "steps": [(e["name"], _abs_ns(trace, e["ts"]), _abs_ns(trace, e["ts"]) + _dur_ns(trace, e["dur"])) for e in steps],
+        "steps": [
+            (e["name"], _abs_ns(trace, e["ts"]), _abs_ns(trace, e["ts"]) + _dur_ns(trace, e["dur"])) for e in steps
+        ],
         "gaps": sorted(gaps),
         "idle_by_stream": idle_by_stream,
         "flows": flows,
@@ -408,7 +409,10 @@ def test_planted_other_scenarios(built: dict[str, Any]) -> None:
     _, base = built["regression_base"]
     _, cand = built["regression_cand"]
     assert base["planted"]["other_kernels_total_ns"] == cand["planted"]["other_kernels_total_ns"]
-    assert cand["planted"]["this_side_total_ns"] - base["planted"]["this_side_total_ns"] == base["planted"]["delta_total_ns"]
+    assert (
+        cand["planted"]["this_side_total_ns"] - base["planted"]["this_side_total_ns"]
+        == base["planted"]["delta_total_ns"]
+    )
     assert cand["kernels"]["by_name"][cand["planted"]["kernel"]]["total_ns"] == cand["planted"]["this_side_total_ns"]
     _, cp = built["copies"]
     sites = cp["planted"]["by_call_site"]

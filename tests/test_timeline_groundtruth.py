@@ -7,14 +7,17 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from support import synthetic
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.load.chrome_trace import build_model
 
-synthetic = pytest.importorskip("traceanalyzer.testing.synthetic")
-
 LAYOUTS = ("modern", "pt_1_13", "legacy_1_8")
 HOST_CAUSES = {"host_bound", "data_loader", "sync", "memcpy"}
+#: The innermost CPU frame over a DataLoader gap, as each layout records it.
+LOADER_FRAME = {"modern": "torch/utils/data/dataloader.py(1458): _next_data",
+                "pt_1_13": "torch/utils/data/dataloader.py(708): __next__",
+                "legacy_1_8": "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"}
 
 
 @cache
@@ -39,7 +42,7 @@ def test_planted_idle_gaps_found_exactly(layout):
         assert g["cause"] == "host" and row["cause"] in HOST_CAUSES and not row["queued"]
         if g["annotation"]:  # inside the DataLoader wait
             assert row["cause"] == "data_loader"
-            assert row["cpu_context"] is not None
+            assert row["cpu_context"] == LOADER_FRAME[layout]
         else:  # the log_metrics python frame
             assert row["cause"] == "host_bound"
             if layout != "legacy_1_8":  # legacy traces have no python_function events

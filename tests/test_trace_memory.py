@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support.events import complete, memory
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.load import load
@@ -15,9 +16,7 @@ CPU_TRACE = SHARED / "data" / "profiler_cpu" / "trace.json"
 
 
 def _mem(ts: float, total: int, delta: int, dev: int = 0, dtype: int = 1) -> dict:
-    return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts,
-            "args": {"Total Reserved": 64 << 20, "Total Allocated": total, "Bytes": delta, "Device Id": dev,
-                     "Device Type": dtype, "Addr": 1000 + int(ts)}}
+    return memory(ts, total, delta, dev=dev, dtype=dtype)
 
 
 def _trace(tmp_path: Path, steps: int = 3, leak: int = 1 << 20) -> Path:
@@ -25,9 +24,8 @@ def _trace(tmp_path: Path, steps: int = 3, leak: int = 1 << 20) -> Path:
     total = 0
     for s in range(steps):
         t0 = 1000.0 * (s + 1)
-        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1, "tid": 1,
-                   "ts": t0, "dur": 900})
-        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": t0 + 10, "dur": 20})
+        ev.append(complete("user_annotation", f"ProfilerStep#{s}", t0, 900, pid=1, tid=1))
+        ev.append(complete("cpu_op", "aten::empty", t0 + 10, 20, pid=1, tid=1))
         total += 8 << 20
         ev.append(_mem(t0 + 15, total, 8 << 20))
         total -= 8 << 20

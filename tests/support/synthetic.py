@@ -65,6 +65,8 @@ from typing import Any, Literal
 
 import orjson
 
+from support import events as E
+
 __all__ = [
     "BASE_TIME_NS", "DATALOADER_ANN", "LAYOUTS", "SCENARIOS", "VENDORS", "Collective", "GpuActivity", "OpHandle",
     "TraceBuilder", "dumps_trace", "dumps_truth", "kernel_name", "nccl_kernel_name", "scenario_comm_bound",
@@ -195,85 +197,130 @@ _NV_FLOW_START_NO_GPU = {"stream_sync", "device_sync", "event_sync", "stream_wai
 # ---------------------------------------------------------------------------------------------
 # Kernel-name catalogue (names copied from, or shaped like, kernels in real traces)
 # ---------------------------------------------------------------------------------------------
-_EW = "void at::native::vectorized_elementwise_kernel<4, {f}, std::array<char*, {n}ul> >(int, {f}, std::array<char*, {n}ul>)"
+_EW = ("void at::native::vectorized_elementwise_kernel<4, {f}, std::array<char*, {n}ul> >(int, {f}, std::array<char*, "
+       "{n}ul>)")
 _CLAMP = ("at::native::(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, "
           "c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()() const::{lambda()#7}::"
           "operator()() const::{lambda(float)#1}")
-_THRESH = "at::native::(anonymous namespace)::threshold_kernel_impl<float>(at::TensorIteratorBase&, float, float)::{lambda(float, float)#1}"
+_THRESH = ("at::native::(anonymous namespace)::threshold_kernel_impl<float>(at::TensorIteratorBase&, float, float)::"
+           "{lambda(float, float)#1}")
 _COMMON_KERNELS: dict[str, str] = {
     "relu": _EW.format(f=_CLAMP, n=2),
     "relu_bwd": _EW.format(f=_THRESH, n=3),
     "add": _EW.format(f="at::native::CUDAFunctor_add<float>", n=3),
-    "mul": _EW.format(f="at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >", n=2),
+    "mul": _EW.format(f="at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> "
+                        ">", n=2),
     "fill": _EW.format(f="at::native::FillFunctor<float>", n=1),
-    "copy": ("void at::native::vectorized_elementwise_kernel<4, at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::"
-             "{lambda(float)#1}, std::array<char*, 2ul> >(int, at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::"
+    "copy": ("void at::native::vectorized_elementwise_kernel<4, at::native::bfloat16_copy_kernel_cuda(at::"
+             "TensorIteratorBase&)::"
+             "{lambda(float)#1}, std::array<char*, 2ul> >(int, at::native::bfloat16_copy_kernel_cuda(at::"
+             "TensorIteratorBase&)::"
              "{lambda(float)#1}, std::array<char*, 2ul>)"),
     "softmax": ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
                 "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)"),
     "softmax_bwd": ("void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, float, float, float, "
-                    "at::native::(anonymous namespace)::LogSoftMaxBackwardEpilogue>(float*, float const*, float const*, int)"),
+                    "at::native::(anonymous namespace)::LogSoftMaxBackwardEpilogue>(float*, float const*, float const*,"
+                    " int)"),
     "nll": ("void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>"
             "(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)"),
     "nll_bwd": ("void at::native::(anonymous namespace)::nll_loss_backward_reduce_cuda_kernel_2d<float, long>"
                 "(float*, float const*, long const*, float const*, float const*, bool, int, int, long, long)"),
-    "reduce": ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, "
-               "unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, unsigned int, float, 4>)"),
-    "pool": ("void at::native::(anonymous namespace)::max_pool_forward_nchw<float>(int, float const*, long, long, long, int, int, "
+    "reduce": ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, "
+               "float, float>, "
+               "unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, "
+               "unsigned int, float, 4>)"),
+    "pool": ("void at::native::(anonymous namespace)::max_pool_forward_nchw<float>(int, float const*, long, long, long,"
+             " int, int, "
              "int, int, int, int, int, int, int, int, float*, long*)"),
-    "avgpool": ("void at::native::(anonymous namespace)::adaptive_average_pool<float>(float const*, float*, int, int, int, int, "
+    "avgpool": ("void at::native::(anonymous namespace)::adaptive_average_pool<float>(float const*, float*, int, int, "
+                "int, int, "
                 "long, long, long)"),
-    "sgd": ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<2>, "
+    "sgd": ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+            "TensorListMetadata<2>, "
             "at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float>"
             "(at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::"
             "BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float)"),
-    "adam": ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<4>, "
-             "at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)0, false>, double*, double, "
-             "double, double, double, double, bool, bool*, float*>(at::native::(anonymous namespace)::TensorListMetadata<4>, "
-             "at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)0, false>, double*, double, "
+    "adam": ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+             "TensorListMetadata<4>, "
+             "at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)0, false>,"
+             " double*, double, "
+             "double, double, double, double, bool, bool*, float*>(at::native::(anonymous namespace)::"
+             "TensorListMetadata<4>, "
+             "at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)0, false>,"
+             " double*, double, "
              "double, double, double, double, bool, bool*, float*)"),
-    "embedding": ("void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>"
-                  "(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, at::cuda::detail::TensorInfo<c10::BFloat16 const, "
-                  "unsigned int>, at::cuda::detail::TensorInfo<long const, unsigned int>, int, int, unsigned int, unsigned int, long)"),
+    "embedding": ("void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, "
+                  "2, -2, true>"
+                  "(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, at::cuda::detail::TensorInfo<c10::"
+                  "BFloat16 const, "
+                  "unsigned int>, at::cuda::detail::TensorInfo<long const, unsigned int>, int, int, unsigned int, "
+                  "unsigned int, long)"),
 }
 _VENDOR_KERNELS: dict[str, dict[str, str]] = {
     "A100": {
         "gemm": "sm80_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x16_stage4_warpsize2x2x1_tensor16x8x8_kernel",
         "gemm_bf16": "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_tn",
-        "gemm_small": "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4>(cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4::Params)",
-        "conv_fwd": "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_kernel",
-        "conv_dgrad": "sm80_xmma_dgrad_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_kernel",
-        "conv_wgrad": "sm80_xmma_wgrad_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_kernel",
-        "bn_fwd": ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1>(cudnnTensorStruct, float const*, "
-                   "cudnnTensorStruct, float*, float const*, float const*, float, float, float*, float*, float*, float*, float, float)"),
-        "bn_bwd": ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 512, true, 1>(float, float, float, float, cudnnTensorStruct, "
-                   "float const*, cudnnTensorStruct, float const*, cudnnTensorStruct, float*, float const*, float*, float*, float const*, "
+        "gemm_small": "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4>("
+                      "cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4::Params)",
+        "conv_fwd": "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_"
+                    "warpsize2x2x1_g1_tensor16x8x8_kernel",
+        "conv_dgrad": "sm80_xmma_dgrad_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_"
+                      "stage4_warpsize2x2x1_g1_tensor16x8x8_kernel",
+        "conv_wgrad": "sm80_xmma_wgrad_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_"
+                      "stage4_warpsize2x2x1_g1_tensor16x8x8_kernel",
+        "bn_fwd": ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1>(cudnnTensorStruct, float "
+                   "const*, "
+                   "cudnnTensorStruct, float*, float const*, float const*, float, float, float*, float*, float*, "
+                   "float*, float, float)"),
+        "bn_bwd": ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 512, true, 1>(float, float, float, float, "
+                   "cudnnTensorStruct, "
+                   "float const*, cudnnTensorStruct, float const*, cudnnTensorStruct, float*, float const*, float*,"
+                   " float*, float const*, "
                    "float const*, float)"),
-        "attention": "void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t, pytorch_flash::Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, false, true, false, false, true, true, false, false>(pytorch_flash::Flash_fwd_params)",
+        "attention": "void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<128, 128, 64, 4, "
+                     "false, false, cutlass::bfloat16_t, pytorch_flash::Flash_kernel_traits<128, 128, 64, 4, cutlass::"
+                     "bfloat16_t> >, false, true, false, false, true, true, false, false>(pytorch_flash::"
+                     "Flash_fwd_params)",
     },
     "H100": {
-        "gemm": "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
-        "gemm_bf16": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+        "gemm": "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_"
+                "kernel__5x_cublas",
+        "gemm_bf16": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_"
+                     "off_kernel__5x_cublas",
         "gemm_small": "nvjet_tst_64x8_64x16_4x1_v_bz_TNT",
     },
     "MI300X": {
-        "gemm": ("Cijk_Alik_Bljk_SB_MT128x128x32_MI32x32x2x1_SN_1LDSB1_AFC1_AG0_AMAS3_ASE_ASGT_ASLT_ASAE01_ASCE01_ASEM1_BL1_BS1_"
-                 "DTL0_DTVA0_DTVB0_EPS1_FL0_GRPM1_GRVW4_GSU1_GLS0_ISA942_IU1_K1_KLA_LBSPP128_LPA0_LPB8_LDL1_LRVW4_MIAV1_MO40_"
-                 "NTA0_NTB0_NTC0_NTD0_NEPBS0_NLCA1_NLCB1_ONLL1_PGR2_PLR3_SIA3_SS1_SU32_SUS256_SPO0_SRVW0_SSO0_SVW4_TT4_64_"
+        "gemm": ("Cijk_Alik_Bljk_SB_MT128x128x32_MI32x32x2x1_SN_1LDSB1_AFC1_AG0_AMAS3_ASE_ASGT_ASLT_ASAE01_ASCE01_"
+                 "ASEM1_BL1_BS1_"
+                 "DTL0_DTVA0_DTVB0_EPS1_FL0_GRPM1_GRVW4_GSU1_GLS0_ISA942_IU1_K1_KLA_LBSPP128_LPA0_LPB8_LDL1_LRVW4_"
+                 "MIAV1_MO40_"
+                 "NTA0_NTB0_NTC0_NTD0_NEPBS0_NLCA1_NLCB1_ONLL1_PGR2_PLR3_SIA3_SS1_SU32_SUS256_SPO0_SRVW0_SSO0_SVW4_TT4_"
+                 "64_"
                  "TLDS1_USFGROn1_VAW1_VSn1_VW4_WSGRA0_WSGRB0_WS64_WG32_4_1_WGM8"),
-        "gemm_bf16": ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x128x64_MI16x16x1_SN_LDSB1_AFC1_AFEM1_AFEM1_ASEM1_CLR1_"
-                      "CADS0_DTVA0_DTVB0_EPS0_FDSI0_GRPM1_GRVWA8_GRVWB8_GSUAMB_GLS0_ISA942_IU1_K1_LBSPPA1024_LBSPPB512_LBSPPM0_"
-                      "LPA16_LPB16_LPM0_LRVW8_LWPMn1_MIAV0_MIWT4_4_MO40_NTn1_NTA0_NTB0_NTC0_NTD4_NTM0_NEPBS16_NLCA1_NLCB1_ONLL1_"
-                      "PGR2_PLR1_PKA1_SIA3_SS1_SPO0_SRVW0_SSO0_SVW1_SK0_SKXCCM0_TLDS1_ULSGRO0_USL1_UIOFGRO0_USFGROn1_VSn1_VWA1_"
+        "gemm_bf16": ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x128x64_MI16x16x1_SN_LDSB1_AFC1_AFEM1_AFEM1_"
+                      "ASEM1_CLR1_"
+                      "CADS0_DTVA0_DTVB0_EPS0_FDSI0_GRPM1_GRVWA8_GRVWB8_GSUAMB_GLS0_ISA942_IU1_K1_LBSPPA1024_LBSPPB512_"
+                      "LBSPPM0_"
+                      "LPA16_LPB16_LPM0_LRVW8_LWPMn1_MIAV0_MIWT4_4_MO40_NTn1_NTA0_NTB0_NTC0_NTD4_NTM0_NEPBS16_NLCA1_"
+                      "NLCB1_ONLL1_"
+                      "PGR2_PLR1_PKA1_SIA3_SS1_SPO0_SRVW0_SSO0_SVW1_SK0_SKXCCM0_TLDS1_ULSGRO0_USL1_UIOFGRO0_USFGROn1_"
+                      "VSn1_VWA1_"
                       "VWB1_WSGRA0_WSGRB0_WS64_WG32_8_1"),
-        "gemm_small": ("Cijk_Ailk_Bljk_S_B_Bias_HA_S_SAV_UserArgs_MT16x16x128_MI16x16x1_SN_LDSB1_AFC1_AFEM1_AFEM1_ASEM1_CLR1_"
-                       "CADS0_DTVA0_DTVB0_EPS0_FDSI0_GRPM1_GRVWA2_GRVWB2_GSUAMB_GLS0_ISA942_IU1_K1_LBSPPA256_LBSPPB512_LBSPPM0_"
-                       "LPA16_LPB8_LPM0_LRVW2_LWPMn1_MIAV0_MIWT1_1_MO40_NTn1_NTA0_NTB0_NTC0_NTD0_NTM0_NEPBS0_NLCA1_NLCB1_ONLL1_"
-                       "PGR2_PLR1_PKA1_SIA3_SS1_SPO0_SRVW0_SSO0_SVW1_SK3_SKXCCM8_TLDS1_ULSGRO0_USL1_UIOFGRO0_USFGROn1_VSn1_VWA1_"
+        "gemm_small": ("Cijk_Ailk_Bljk_S_B_Bias_HA_S_SAV_UserArgs_MT16x16x128_MI16x16x1_SN_LDSB1_AFC1_AFEM1_AFEM1_"
+                       "ASEM1_CLR1_"
+                       "CADS0_DTVA0_DTVB0_EPS0_FDSI0_GRPM1_GRVWA2_GRVWB2_GSUAMB_GLS0_ISA942_IU1_K1_LBSPPA256_LBSPPB512_"
+                       "LBSPPM0_"
+                       "LPA16_LPB8_LPM0_LRVW2_LWPMn1_MIAV0_MIWT1_1_MO40_NTn1_NTA0_NTB0_NTC0_NTD0_NTM0_NEPBS0_NLCA1_"
+                       "NLCB1_ONLL1_"
+                       "PGR2_PLR1_PKA1_SIA3_SS1_SPO0_SRVW0_SSO0_SVW1_SK3_SKXCCM8_TLDS1_ULSGRO0_USL1_UIOFGRO0_USFGROn1_"
+                       "VSn1_VWA1_"
                        "VWB1_WSGRA0_WSGRB0_WS64_WG16_16_1"),
-        "conv_fwd": "igemm_fwd_gtcx3_nhwc_fp32_bx0_ex1_bt256x128x16_wt32x32x2_ws2x1_wl2x2_ta1x4x4x1_1x4x1x64_tb1x4x2x1_1x4x1x64",
-        "conv_dgrad": "igemm_bwd_gtcx3_nhwc_fp32_bx0_ex1_bt128x128x16_wt32x32x2_ws2x2_wl1x1_ta1x4x2x1_1x4x1x64_tb1x4x2x1_1x4x1x64",
-        "conv_wgrad": "igemm_wrw_gtcx3_nhwc_fp32_bx0_ex1_bt256x128x16_wt32x32x2_ws2x1_wl2x2_ta1x4x4x1_1x4x1x64_tb1x4x2x1_1x4x1x64_gkgs",
+        "conv_fwd": "igemm_fwd_gtcx3_nhwc_fp32_bx0_ex1_bt256x128x16_wt32x32x2_ws2x1_wl2x2_ta1x4x4x1_1x4x1x64_tb1x4x2x1_"
+                    "1x4x1x64",
+        "conv_dgrad": "igemm_bwd_gtcx3_nhwc_fp32_bx0_ex1_bt128x128x16_wt32x32x2_ws2x2_wl1x1_ta1x4x2x1_1x4x1x64_"
+                      "tb1x4x2x1_1x4x1x64",
+        "conv_wgrad": "igemm_wrw_gtcx3_nhwc_fp32_bx0_ex1_bt256x128x16_wt32x32x2_ws2x1_wl2x2_ta1x4x4x1_1x4x1x64_"
+                      "tb1x4x2x1_1x4x1x64_gkgs",
         "bn_fwd": "MIOpenBatchNormFwdTrainSpatial",
         "bn_bwd": "MIOpenBatchNormBwdSpatial",
         "transpose": "batched_transpose_32x32_half",
@@ -288,9 +335,12 @@ _VENDOR_KERNELS: dict[str, dict[str, str]] = {
         "conv_wgrad": "gen_conv_bwd_weights_kernel",
         "bn_fwd": "at::native::xpu::BatchNormTransformInputKernelFunctor<float, float, float, int, true>",
         "bn_bwd": "at::native::xpu::BatchNormBackwardReduceKernelFunctor<float, float, float, int>",
-        "relu": "at::native::xpu::VectorizedElementwiseKernel<4, at::native::xpu::ReluFunctor<float>, at::detail::Array<char*, 2>, TrivialOffsetCalculator<1, unsigned int> >",
-        "add": "at::native::xpu::VectorizedElementwiseKernel<4, at::native::xpu::AddFunctor<float>, at::detail::Array<char*, 3>, TrivialOffsetCalculator<2, unsigned int> >",
-        "fill": "at::native::xpu::VectorizedElementwiseKernel<4, at::native::xpu::FillFunctor<float>, at::detail::Array<char*, 1>, TrivialOffsetCalculator<0, unsigned int> >",
+        "relu": "at::native::xpu::VectorizedElementwiseKernel<4, at::native::xpu::ReluFunctor<float>, at::detail::"
+                "Array<char*, 2>, TrivialOffsetCalculator<1, unsigned int> >",
+        "add": "at::native::xpu::VectorizedElementwiseKernel<4, at::native::xpu::AddFunctor<float>, at::detail::"
+               "Array<char*, 3>, TrivialOffsetCalculator<2, unsigned int> >",
+        "fill": "at::native::xpu::VectorizedElementwiseKernel<4, at::native::xpu::FillFunctor<float>, at::detail::"
+                "Array<char*, 1>, TrivialOffsetCalculator<0, unsigned int> >",
     },
 }
 _VENDOR_KERNELS["V100"] = {
@@ -469,7 +519,13 @@ def _overlap_length(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) 
 
 
 _DTYPE_SIZE = {"Float": 4, "BFloat16": 2, "Half": 2, "Double": 8, "Long": 8, "Int": 4}
-_DTYPE_INPUT_TYPE = {"Float": "float", "BFloat16": "c10::BFloat16", "Half": "c10::Half", "Double": "double", "Long": "long int"}
+_DTYPE_INPUT_TYPE = {
+    "Float": "float",
+    "BFloat16": "c10::BFloat16",
+    "Half": "c10::Half",
+    "Double": "double",
+    "Long": "long int",
+}
 
 # Effective copy bandwidths (GB/s == bytes/ns) used when a memcpy duration is not given.
 _BW_GBPS: dict[str, dict[str, float]] = {
@@ -545,7 +601,9 @@ class TraceBuilder:
         self.backend = backend or ("xccl" if vendor == "xpu" else "nccl")
         self.distributed = distributed
         self.device = device
-        self.num_devices = num_devices if num_devices is not None else max(device + 1, world_size if world_size > 1 else 1)
+        self.num_devices = (
+            num_devices if num_devices is not None else max(device + 1, world_size if world_size > 1 else 1)
+        )
         self.record_shapes = record_shapes
         self.with_stack = with_stack
         self.profile_memory = profile_memory
@@ -1036,7 +1094,7 @@ class TraceBuilder:
             else:
                 a["memory opration id"] = corr  # sic: Kineto's typo
                 a["bytes"] = nbytes
-                a["memory bandwidth (GB/s)"] = nbytes / dur if dur else "N/A"
+                a["memory bandwidth (GB/s)"] = (nbytes or 0) / dur if dur else "N/A"
             if extra:
                 a.update(extra)
             return a
@@ -1054,7 +1112,7 @@ class TraceBuilder:
             elif kind == "memcpy":
                 a["kind"] = (extra or {}).pop("_amd_kind", "HtoD") if extra else "HtoD"
                 a["bytes"] = nbytes
-                a["memory bandwidth (GB/s)"] = nbytes / dur
+                a["memory bandwidth (GB/s)"] = (nbytes or 0) / dur
             else:  # memset: ROCm writes no bytes (real resnet_act_checkpoint file)
                 a["kind"] = "Device"
             if extra:
@@ -1080,7 +1138,7 @@ class TraceBuilder:
             a["theoretical occupancy %" if legacy else "est. achieved occupancy %"] = geometry["occupancy"]
         else:
             a["bytes"] = nbytes
-            a["memory bandwidth (GB/s)"] = nbytes / dur
+            a["memory bandwidth (GB/s)"] = (nbytes or 0) / dur
         if extra:
             a.update(extra)
         return a
@@ -1107,8 +1165,12 @@ class TraceBuilder:
         wps = round(bps * math.ceil(threads / props.get("warpSize", 32)), 6)
         occ = int(min(100, wps / 64 * 100))
         return {
-            "registers per thread": registers if registers is not None else rng.choice((16, 24, 32, 40, 64, 72, 96, 128)),
-            "shared memory": shared_mem if shared_mem is not None else (49152 if "gemm" in name or "xmma" in name else 0),
+            "registers per thread": registers
+            if registers is not None
+            else rng.choice((16, 24, 32, 40, 64, 72, 96, 128)),
+            "shared memory": shared_mem
+            if shared_mem is not None
+            else (49152 if "gemm" in name or "xmma" in name else 0),
             "blocks per SM": bps,
             "warps per SM": wps,
             "grid": list(grid),
@@ -1326,7 +1388,13 @@ class TraceBuilder:
                     m = self.memcpy("DtoH", bytes=bytes, pinned=False, async_=False, stream=stream)
                     wait = m.extra["blocked_ns"]
         assert h.end_ns is not None
-        rec = {"start_ns": start, "dur_ns": h.end_ns - start, "wait_ns": wait, "call_site": site, "step": self._cur_step}
+        rec = {
+            "start_ns": start,
+            "dur_ns": h.end_ns - start,
+            "wait_ns": wait,
+            "call_site": site,
+            "step": self._cur_step,
+        }
         self.items.append(rec)
         return rec
 
@@ -1394,7 +1462,12 @@ class TraceBuilder:
                     geometry = self._geometry(kname, dur, [2 if nelems < 10**6 else 8, 1, 1], [512, 1, 1], 96, 42024)
                     rt_extra = None
                     if self.vendor == "amd":
-                        rt_extra = {"kernel": kname, "grid": geometry["grid"], "block": geometry["block"], "shared memory": 0}
+                        rt_extra = {
+                            "kernel": kname,
+                            "grid": geometry["grid"],
+                            "block": geometry["block"],
+                            "shared memory": 0,
+                        }
                     self._emit_runtime(runtime, "launch", rt_start, rt_dur, corr, linked=True, extra=rt_extra)
                     kextra = None
                     if self.layout == "modern" and self.vendor == "nvidia":
@@ -1581,11 +1654,8 @@ class TraceBuilder:
                          "legacy_1_8": ("async", "launch")}[self.layout]
         else:
             cat, name = {"modern": ("fwdbwd", "fwdbwd"), "pt_1_13": ("forward_backward", "fwd_bwd")}[self.layout]
-        d: dict[str, Any] = {"ph": ph, "id": ev.extra["id"], "pid": ev.pid, "tid": ev.tid, "ts": self._ts(ev.ts),
-                             "cat": cat, "name": name}
-        if ph == "f" or self.layout == "pt_1_13":
-            d["bp"] = "e"
-        return d
+        bp = "e" if ph == "f" or self.layout == "pt_1_13" else None
+        return E.flow(ph, ev.extra["id"], ev.pid, ev.tid, self._ts(ev.ts), cat, name, bp)
 
     def _cat(self, kind: str) -> str | None:
         legacy = self.layout == "legacy_1_8"
@@ -1622,11 +1692,7 @@ class TraceBuilder:
         tid: int | str = ev.tid
         if self.layout == "legacy_1_8" and ev.kind in ("cpu_op", "user_annotation", "runtime", "driver"):
             tid = str(ev.tid)  # PyTorch 1.8 wrote CPU tids as strings
-        d: dict[str, Any] = {"ph": "X", "cat": self._cat(ev.kind), "name": ev.name, "pid": pid, "tid": tid,
-                             "ts": self._ts(ev.ts), "dur": self._dur(ev.dur or 0)}
-        if args is not None:
-            d["args"] = args
-        return d
+        return E.complete(self._cat(ev.kind), ev.name, self._ts(ev.ts), self._dur(ev.dur or 0), pid, tid, args)
 
     def build(self) -> dict[str, Any]:
         """The chrome trace as a dict (does not change the builder; may be called repeatedly)."""
@@ -1651,13 +1717,8 @@ class TraceBuilder:
             if "Ev Idx" in args:
                 args["Ev Idx"] = idx
             idx += 1
-            d: dict[str, Any] = {"ph": "i"}
-            cat = self._cat("memory")
-            if cat:
-                d["cat"] = cat
-            d.update({"s": "t", "name": "[memory]", "pid": ev.pid, "tid": str(ev.tid) if self.layout == "legacy_1_8" else ev.tid,
-                      "ts": self._ts(ev.ts), "args": args})
-            events.append(d)
+            mem_tid: int | str = str(ev.tid) if self.layout == "legacy_1_8" else ev.tid
+            events.append(E.instant("[memory]", self._ts(ev.ts), ev.pid, mem_tid, args, cat=self._cat("memory")))
         for ev in sorted(self._py_evs, key=lambda e: (e.ts, -(e.dur or 0))):
             events.append(self._x_ev(ev, idx))
             idx += 1
@@ -1665,13 +1726,10 @@ class TraceBuilder:
             events.append(self._flow_ev(ev) if ev.kind == "flow" else self._x_ev(ev, None))
         events.extend(self._meta_events(start))
         span_pid = "Traces" if self.layout == "legacy_1_8" else "Spans"
-        events.append({"ph": "X", "cat": "Trace", "ts": self._ts(start), "dur": self._dur(end - start),
-                       "pid": span_pid, "tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)",
-                       "args": {"Op count": 0}})
-        events.append({"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g", "pid": "Traces",
-                       "tid": "Trace PyTorch Profiler", "ts": self._ts(start)})
-        events.append({"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "",
-                       "ts": self._ts(end + self._ns(1500.0))})
+        events.append(E.profiler_span(self._ts(start), self._dur(end - start), span_pid))
+        events.append(E.marker("Iteration Start: PyTorch Profiler", "Traces", "Trace PyTorch Profiler",
+                               self._ts(start)))
+        events.append(E.marker("Record Window End", "", "", self._ts(end + self._ns(1500.0))))
 
         out: dict[str, Any] = {"schemaVersion": 1}
         if self.layout == "legacy_1_8":
@@ -1699,7 +1757,7 @@ class TraceBuilder:
         ev: list[dict[str, Any]] = []
 
         def m(name: str, pid: int | str, tid: int | str, args: dict[str, Any]) -> None:
-            ev.append({"name": name, "ph": "M", "ts": ts, "pid": pid, "tid": tid, "args": args})
+            ev.append(E.meta(name, pid, tid, args, ts))
 
         m("process_name", self.pid, 0, {"name": self.process_name})
         m("process_labels", self.pid, 0, {"labels": "CPU"})
@@ -1724,8 +1782,7 @@ class TraceBuilder:
                 m("thread_name", self.pid, t, {"name": f"thread {tid} (pt_autograd_0)"})
                 m("thread_sort_index", self.pid, t, {"sort_index": tid})
         if not legacy:
-            ev.append({"name": "process_sort_index", "ph": "M", "ts": self._ts(start), "pid": "Spans", "tid": 0,
-                       "args": {"sort_index": 536870912}})
+            ev.append(E.meta("process_sort_index", "Spans", 0, {"sort_index": 536870912}, self._ts(start)))
         return ev
 
     def dumps(self) -> bytes:
@@ -1806,11 +1863,11 @@ class TraceBuilder:
                 r["bytes"] += c.bytes or 0
                 r["total_ns"] += c.dur_ns
         sync_by: dict[str, dict[str, int]] = {}
-        for s in self.syncs:
-            r = sync_by.setdefault(s["name"], {"count": 0, "total_ns": 0, "wait_ns": 0})
-            r["count"] += 1
-            r["total_ns"] += s["dur_ns"]
-            r["wait_ns"] += s["wait_ns"]
+        for sy in self.syncs:
+            rs = sync_by.setdefault(sy["name"], {"count": 0, "total_ns": 0, "wait_ns": 0})
+            rs["count"] += 1
+            rs["total_ns"] += sy["dur_ns"]
+            rs["wait_ns"] += sy["wait_ns"]
         all_iv = [(a.start_ns, a.end_ns) for a in acts]
         k_iv = [(k.start_ns, k.end_ns) for k in kernels]
         first = min((a.start_ns for a in acts), default=None)
@@ -2113,13 +2170,20 @@ class _Workload:
                 for i, (c, hw) in enumerate(self.layers):
                     x = [N, c, hw, hw]
                     with b.python_frame("", 0, "", module=f"Conv2d_{i}"):
-                        h = self.op(["aten::conv2d", "aten::convolution", "aten::_convolution", "aten::cudnn_convolution"],
+                        h = self.op(["aten::conv2d", "aten::convolution", "aten::_convolution", "aten::cudnn_"
+                                                                                                "convolution"],
                                     [("conv_fwd", self.conv_us(c, hw))], dims=[x, [c, c, 3, 3], []], seq=True)
                     if alloc:
                         acts.append(b.alloc(N * c * hw * hw * 4))
-                    plan.append(_Bwd(h, "ConvolutionBackward0", "aten::convolution_backward",
-                                     [("conv_dgrad", self.conv_us(c, hw) * 1.1), ("conv_wgrad", self.conv_us(c, hw) * 1.2)],
-                                     accumulate=True))
+                    plan.append(
+                        _Bwd(
+                            h,
+                            "ConvolutionBackward0",
+                            "aten::convolution_backward",
+                            [("conv_dgrad", self.conv_us(c, hw) * 1.1), ("conv_wgrad", self.conv_us(c, hw) * 1.2)],
+                            accumulate=True,
+                        )
+                    )
                     with b.python_frame("", 0, "", module=f"BatchNorm2d_{i}"):
                         h = self.op(["aten::batch_norm", "aten::_batch_norm_impl_index", "aten::cudnn_batch_norm"],
                                     [("bn_fwd", self.mem_us(c, hw, 3.0))], dims=[x, [c], [c], [c], [c]], seq=True)
@@ -2128,11 +2192,19 @@ class _Workload:
                     plan.append(_Bwd(h, "CudnnBatchNormBackward0", "aten::cudnn_batch_norm_backward",
                                      [("bn_bwd", self.mem_us(c, hw, 4.0))], accumulate=True))
                     with b.python_frame("", 0, "", module=f"ReLU_{i}"):
-                        h = self.op(["aten::relu_", "aten::clamp_min_"], [("relu", self.mem_us(c, hw))], dims=[x], seq=True)
-                    plan.append(_Bwd(h, "ReluBackward0", "aten::threshold_backward", [("relu_bwd", self.mem_us(c, hw, 3.0))]))
+                        h = self.op(
+                            ["aten::relu_", "aten::clamp_min_"], [("relu", self.mem_us(c, hw))], dims=[x], seq=True
+                        )
+                    plan.append(
+                        _Bwd(h, "ReluBackward0", "aten::threshold_backward", [("relu_bwd", self.mem_us(c, hw, 3.0))])
+                    )
                 c, hw = self.layers[-1]
-                h = self.op(["aten::adaptive_avg_pool2d", "aten::_adaptive_avg_pool2d"], [("avgpool", self.mem_us(c, hw, 1.0))],
-                            dims=[[N, c, hw, hw], []], seq=True)
+                h = self.op(
+                    ["aten::adaptive_avg_pool2d", "aten::_adaptive_avg_pool2d"],
+                    [("avgpool", self.mem_us(c, hw, 1.0))],
+                    dims=[[N, c, hw, hw], []],
+                    seq=True,
+                )
                 plan.append(_Bwd(h, "MeanBackward1", "aten::mean", [("fill", 3.0)]))
                 fc_us = max(6.0, 2.0 * N * c * self.n_classes / (_TFLOPS[b.gpu] * 1e6))
                 with b.python_frame("", 0, "", module="Linear_0"):
@@ -2141,9 +2213,13 @@ class _Workload:
                 plan.append(_Bwd(h, "AddmmBackward0", "aten::mm", [("gemm", fc_us), ("gemm", fc_us), ("reduce", 4.0)],
                                  accumulate=True))
         with b.python_frame("train.py", 44, "forward"):
-            h = self.op(["aten::cross_entropy_loss", "aten::log_softmax", "aten::_log_softmax"],
-                        [("softmax", self.softmax_us or max(5.0, N * self.n_classes * 8 / (_HBM_GBPS[b.gpu] * 1e3) * 6))],
-                        dims=[[N, self.n_classes], [N]], types=["float", "long int"], seq=True)
+            h = self.op(
+                ["aten::cross_entropy_loss", "aten::log_softmax", "aten::_log_softmax"],
+                [("softmax", self.softmax_us or max(5.0, N * self.n_classes * 8 / (_HBM_GBPS[b.gpu] * 1e3) * 6))],
+                dims=[[N, self.n_classes], [N]],
+                types=["float", "long int"],
+                seq=True,
+            )
             plan.append(_Bwd(h, "LogSoftmaxBackward0", "aten::_log_softmax_backward_data", [("softmax_bwd", 5.0)]))
             h = self.op(["aten::nll_loss_nd", "aten::nll_loss", "aten::nll_loss_forward"], [("nll", 4.0)],
                         dims=[[N, self.n_classes], [N]], types=["float", "long int"], seq=True)
@@ -2622,7 +2698,7 @@ def simulate_ranks(world_size: int = 2, straggler_rank: int | None = 1, *, seed:
                 end = max(p[k].start_ns for p in pending) + pending[0][k].transfer_ns
                 for p in pending:
                     p[k].end_ns = end
-            nxt = []
+            nxt: list[list[Collective] | None] = []
             for g in gens:
                 try:
                     nxt.append(next(g))
@@ -2734,7 +2810,8 @@ def scenario_resnet_like(seed: int = 0, *, steps: int = 5, layout: Layout = "mod
         "dataloader_us": dl_us, "dataloader": dls, "dataloader_gaps": dl_gaps,
         "pageable_htod": len(copies), "pageable_htod_blocked_ns": sum(c.extra["blocked_ns"] for c in copies),
         "pageable_htod_call_site": "train.py(36): to_device",
-        "items": len(items), "item_wait_ns": sum(r["wait_ns"] for r in items), "item_call_site": "train.py(57): train_step",
+        "items": len(items), "item_wait_ns": sum(r["wait_ns"] for r in items), "item_call_site": "train.py(57): "
+                                                                                                 "train_step",
         "small_kernels": len(sk), "small_kernel_name": small,
         "small_kernels_shorter_than_launch": sum(1 for a in sk if a.dur_ns < a.runtime_dur_ns),
     }
@@ -2792,7 +2869,9 @@ def scenario_inference(seed: int = 0, *, steps: int = 4, layers: int = 8, vendor
                                       input_types=["c10::BFloat16", "long int"]):
                             b.launch_kernel(emb, _j(rng, 4.0))
                         with b.python_frame("vllm/worker/model_runner.py", 1812, "replay"):
-                            b.cuda_graph_launch([(n, _j(rng, us)) for n, us in decode_graph], launch_dur_us=_j(rng, 12.0))
+                            b.cuda_graph_launch(
+                                [(n, _j(rng, us)) for n, us in decode_graph], launch_dur_us=_j(rng, 12.0)
+                            )
                             graph_launches += 1
                 with b.python_frame("serve.py", 97, "sample"):
                     with b.cpu_op("aten::argmax", input_dims=[[16, 151936]], input_types=["c10::BFloat16"]):
@@ -2808,10 +2887,15 @@ def scenario_inference(seed: int = 0, *, steps: int = 4, layers: int = 8, vendor
 
 
 DEEPEP_KERNELS = {
-    "layout": "void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int, int, int)",
-    "notify": "void deep_ep::intranode::notify_dispatch<8>(int const*, int*, int, int const*, int*, int, int*, int*, int, int, int)",
-    "dispatch": "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long*, float*, int*, int*, int4 const*, float const*, long const*, float const*, bool const*, int const*, int, int, int, int, int, int, int, void**, int, int, int)",
-    "combine": "void deep_ep::intranode::combine<__nv_bfloat16, 8, 768>(__nv_bfloat16*, float*, int4 const*, float const*, int const*, int const*, int const*, int*, int*, int, int, int, int, void**, int, int, int)",
+    "layout": "void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int, int, "
+              "int)",
+    "notify": "void deep_ep::intranode::notify_dispatch<8>(int const*, int*, int, int const*, int*, int, int*, int*, "
+              "int, int, int)",
+    "dispatch": "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long*, float*, int*, int*, int4 "
+                "const*, float const*, long const*, float const*, bool const*, int const*, int, int, int, int, int, "
+                "int, int, void**, int, int, int)",
+    "combine": "void deep_ep::intranode::combine<__nv_bfloat16, 8, 768>(__nv_bfloat16*, float*, int4 const*, float "
+               "const*, int const*, int const*, int const*, int*, int*, int, int, int, int, void**, int, int, int)",
 }
 
 

@@ -1,1 +1,0 @@
-"""Test-support code: a deterministic generator of synthetic Kineto traces with planted facts."""
