@@ -97,3 +97,42 @@ def test_the_test_generator_is_not_installed() -> None:
     """The synthetic trace generator lives in tests/support/, outside the package."""
     assert not (PKG / "testing").exists()
     assert all("support" not in m for p in _modules() for _, m, _ in _runtime_imports(ast.parse(p.read_text())))
+
+
+def _public_modules(part: str) -> set[str]:
+    return {p.stem for p in (PKG / part).glob("*.py") if not p.stem.startswith("_")}
+
+
+def test_every_public_module_registers_itself() -> None:
+    """docs/architecture.md counts an analysis, a rule or an output format as one module (plus
+    its test) because each package discovers its modules: every public module of analyses/,
+    rules/ and report/ (but the shared ones named here) registers at least one entry."""
+    from traceanalyzer.analyses import registry as analyses
+    from traceanalyzer.report import registry as renderers
+    from traceanalyzer.rules import registry as rules
+
+    def owners(specs: dict[str, object]) -> set[str]:
+        return {s.func.__module__.rsplit(".", 1)[1] for s in specs.values()}
+
+    assert _public_modules("analyses") == owners(dict(analyses()))
+    assert _public_modules("rules") == owners(dict(rules()))
+    # report/: the document, charts, terminal summaries, text and file helpers are shared parts.
+    assert _public_modules("report") - {"document", "charts", "terminal", "text", "fsutil"} == owners(dict(renderers()))
+
+
+def test_architecture_doc_names_files_that_exist() -> None:
+    """Every repository path the addition tables of docs/architecture.md name exists (a
+    placeholder like ``<kind>`` excepted)."""
+    doc = (PKG.parent / "docs" / "architecture.md").read_text()
+    section = doc[doc.index("### What an addition touches"):doc.index("## Errors and exit codes")]
+    import re
+
+    named = set(re.findall(r"`((?:traceanalyzer/|tests/|docs/|scripts/)?[a-z_/]+\.(?:py|md))`", section))
+    missing = []
+    for path in sorted(named):
+        if "<" in path:
+            continue
+        # A bare or partial name is relative to the part the sentence is about (load/ …).
+        if not (PKG.parent / path).exists() and not any(PKG.rglob(path)):
+            missing.append(path)
+    assert missing == []
