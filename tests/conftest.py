@@ -106,24 +106,14 @@ def shared_results(path: Path) -> Any:
     return run_analyses(shared_model(path), strict=True)
 
 
-#: Analyses rules read when present without declaring them: the cost bases (a cost is GPU time
-#: the user could win back, so rules price against gpu_time and idle_gaps when those ran) and
-#: what the run already does (context).
-RULE_OPTIONAL_INPUTS = ("steps", "gpu_time", "idle_gaps", "context")
-
-
 def rule_inputs(*rule_ids: str) -> tuple[str, ...]:
-    """The analyses the rules ``rule_ids`` read (``needs``, ``needs_any`` and
-    :data:`RULE_OPTIONAL_INPUTS`): a rule test runs only these (``run_analyses(model, only=...)``
-    adds their dependencies), not every analysis."""
+    """The analyses the rules ``rule_ids`` read (``needs``, ``needs_any`` and ``uses``): a rule
+    test runs only these (``run_analyses(model, only=...)`` adds their dependencies), not every
+    analysis."""
     from traceanalyzer.rules import registry
 
     specs = registry()
-    names = set(RULE_OPTIONAL_INPUTS)
-    for rid in rule_ids:
-        names.update(specs[rid].needs)
-        names.update(specs[rid].needs_any)
-    return tuple(sorted(names))
+    return tuple(sorted({name for rid in rule_ids for name in specs[rid].reads}))
 
 
 def fail_writes(monkeypatch: Any, err_no: int, after: int = 0) -> dict[str, int]:

@@ -33,7 +33,7 @@ an analysis is one new module plus its test.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar, cast, runtime_checkable
 
@@ -193,6 +193,26 @@ class Results(Mapping[str, Result]):
 
     def __len__(self) -> int:
         return len(self.values)
+
+    def declared(self, names: Iterable[str], owner: str) -> Results:
+        """A view of these results for a reader that declared it reads ``names`` (a rule's
+        ``needs``, ``needs_any`` and ``uses``): :meth:`typed` and :meth:`need` of any other
+        name raise ``KeyError`` naming ``owner``, so an undeclared input is a bug caught
+        wherever the reader runs, never a silently absent result."""
+        return _DeclaredResults(self.values, self.skipped, self.failed, frozenset(names), owner)
+
+
+@dataclass
+class _DeclaredResults(Results):
+    """:meth:`Results.declared`: the same results, readable only by the names declared."""
+
+    names: frozenset[str] = frozenset()
+    owner: str = ""
+
+    def typed(self, name: str, kind: type[R]) -> R | None:
+        if name not in self.names:
+            raise KeyError(f"{self.owner} reads {name!r} without declaring it (needs, needs_any or uses)")
+        return super().typed(name, kind)
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,11 @@ A rule is one module in this package with one decorated function::
 
 * It reads results typed: ``results.need("copies", CopiesResult)`` for an analysis named in
   ``needs`` (the engine guarantees it is present), ``results.typed("context", ContextResult)``
-  for any other (None when absent); the result classes come from the analysis modules
-  (``traceanalyzer.analyses.copies``).
+  for one named in ``uses`` or ``needs_any`` (None when absent); the result classes come from
+  the analysis modules (``traceanalyzer.analyses.copies``). A rule reads only what it
+  declares: the engine hands it ``results.declared(...)``, where any other name raises
+  (helpers in ``rules/_*.py`` count: a rule calling ``for_engine`` reads ``context``).
+* ``uses`` names optional inputs: read when present, the rule runs without them.
 * ``needs`` names the analyses it requires. When one is missing (skipped or failed)
   the rule does not run and the report lists it under "checks that could not run"
   with the analysis' reason. ``needs_any`` names alternatives (e.g. a snapshot's
@@ -119,6 +122,12 @@ class RuleSpec:
     params: Mapping[str, Any]
     doc: str
     needs_any: tuple[str, ...] = ()
+    uses: tuple[str, ...] = ()  # optional inputs: read when present, never required
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Every analysis the rule may read: ``needs``, ``needs_any`` and ``uses``."""
+        return (*self.needs, *self.needs_any, *self.uses)
 
     @property
     def summary(self) -> str:
@@ -143,6 +152,7 @@ def rule(
     severity: Severity = Severity.WARNING,
     params: Mapping[str, Any] | None = None,
     needs_any: tuple[str, ...] = (),
+    uses: tuple[str, ...] = (),
 ) -> Callable[[CheckFunc], CheckFunc]:
     """Register a rule; see the module docstring."""
 
@@ -157,6 +167,7 @@ def rule(
             params=dict(params or {}),
             doc=inspect.cleandoc(func.__doc__ or ""),
             needs_any=tuple(needs_any),
+            uses=tuple(uses),
         )
         return func
 
@@ -246,7 +257,8 @@ def run_rules(results: Results, config: Config | None = None, strict: bool = Fal
             continue
         try:
             # Materialise before keeping anything: a rule that yields then raises keeps nothing.
-            found = list(spec.func(results, config, Params(rid, spec.params, config)))
+            view = results.declared(spec.reads, f"rule {rid}")
+            found = list(spec.func(view, config, Params(rid, spec.params, config)))
         except NotApplicable as na:
             out.not_run[rid] = na.reason
             continue

@@ -30,7 +30,7 @@ from traceanalyzer.rules._util import (
 
 
 @rule("blocking_copies", needs=("steps", "copies", "idle_gaps"), severity=Severity.WARNING,
-      params={"min_ms_per_step": 0.05, "critical_pct": 10.0})
+      params={"min_ms_per_step": 0.05, "critical_pct": 10.0}, uses=("context", "gpu_time", "syncs"))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Synchronous memcpy/memset API calls in the step (cudaMemcpy, hipMemcpy, cudaMemset …).
 

@@ -17,7 +17,7 @@ from traceanalyzer.rules._util import ms, severity_for, time_finding, top_rows
 
 
 @rule("comm_exposed", needs=("steps", "gpu_time"), severity=Severity.WARNING,
-      params={"max_exposed_pct": 5.0, "max_comm_pct": 10.0, "critical_pct": 30.0})
+      params={"max_exposed_pct": 5.0, "max_comm_pct": 10.0, "critical_pct": 30.0}, uses=("communication",))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Communication not hidden behind compute, or dominating the step.
 

@@ -15,7 +15,7 @@ from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 
 
-@rule("data_parallel", needs=("ops",), severity=Severity.WARNING, params={"min_devices": 2})
+@rule("data_parallel", needs=("ops",), severity=Severity.WARNING, params={"min_devices": 2}, uses=("gpu_time",))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """``nn.DataParallel`` on several GPUs: use DistributedDataParallel.
 

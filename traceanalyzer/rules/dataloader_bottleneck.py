@@ -22,7 +22,7 @@ from traceanalyzer.rules._util import ms, pct_of_step, per_step_ns, severity_for
 
 
 @rule("dataloader_bottleneck", needs=("steps", "ops"), severity=Severity.WARNING,
-      params={"min_pct_of_step": 5.0, "warning_pct": 10.0, "critical_pct": 30.0})
+      params={"min_pct_of_step": 5.0, "warning_pct": 10.0, "critical_pct": 30.0}, uses=("gpu_time", "idle_gaps"))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """The step waits for input data (DataLoader), including a single-process loader.
 

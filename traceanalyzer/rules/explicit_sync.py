@@ -20,7 +20,7 @@ from traceanalyzer.rules._util import fmt_count, ms, n_steady, pct_of_step, plur
 
 
 @rule("explicit_sync", needs=("steps", "syncs", "idle_gaps"), severity=Severity.WARNING,
-      params={"min_ms_per_step": 0.02, "critical_pct": 10.0})
+      params={"min_ms_per_step": 0.02, "critical_pct": 10.0}, uses=("context", "copies", "gpu_time"))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Explicit synchronize calls inside the step (torch.cuda.synchronize, stream/event syncs).
 

@@ -20,7 +20,7 @@ from traceanalyzer.rules._util import ms, n_steady, time_finding, top_rows
 
 
 @rule("fp32_gemm", needs=("steps", "ops", "kernels"), severity=Severity.WARNING,
-      params={"min_pct_of_kernel_time": 10.0, "expected_speedup": 2.0})
+      params={"min_pct_of_kernel_time": 10.0, "expected_speedup": 2.0}, uses=("context",))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """FP32 matmuls/convolutions not using tensor (matrix) cores: mixed precision would speed them up.
 

@@ -21,7 +21,8 @@ _NO_CPU = "<no CPU activity on the launching thread>"
 
 
 @rule("host_bound_gaps", needs=("steps", "idle_gaps"), severity=Severity.WARNING,
-      params={"min_pct_of_step": 5.0, "min_ms_per_step": 0.1, "warning_pct": 10.0, "critical_pct": 30.0})
+      params={"min_pct_of_step": 5.0, "min_ms_per_step": 0.1, "warning_pct": 10.0, "critical_pct": 30.0},
+      uses=("context", "ops"))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """GPU idle because the CPU launched the next work too late (host-bound gaps).
 

@@ -19,7 +19,7 @@ from traceanalyzer.rules._util import fmt_count, ms, n_steady, pct_of_step, per_
 
 
 @rule("htod_in_step", needs=("steps", "copies"), severity=Severity.INFO,
-      params={"max_per_step": 10.0, "max_pct_of_step": 5.0, "min_count_for_time": 3.0})
+      params={"max_per_step": 10.0, "max_pct_of_step": 5.0, "min_count_for_time": 3.0}, uses=("gpu_time",))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Many host-to-device copies inside every step: data created on the CPU, moved each step.
 

@@ -21,7 +21,7 @@ from traceanalyzer.rules._util import n_steady, per_step_ns, steady, time_findin
 
 
 @rule("kernel_count", needs=("steps", "kernels"), severity=Severity.INFO,
-      params={"max_kernels_per_step": 1000, "min_short_pct": 50.0})
+      params={"max_kernels_per_step": 1000, "min_short_pct": 50.0}, uses=("context", "gpu_time", "launches", "ops"))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Too many kernels per step: per-launch overhead adds up, fusion would cut it.
 

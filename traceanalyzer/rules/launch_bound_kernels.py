@@ -31,7 +31,7 @@ from traceanalyzer.rules._util import ms, n_steady, pct_of_step, steady, time_fi
 
 
 @rule("launch_bound_kernels", needs=("steps", "launches", "gpu_time"), severity=Severity.WARNING,
-      params={"min_steps_pct": 50.0, "min_pct_of_step": 5.0, "critical_pct": 30.0})
+      params={"min_steps_pct": 50.0, "min_pct_of_step": 5.0, "critical_pct": 30.0}, uses=("context", "ops"))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Launch-bound: kernels shorter than their launch, the CPU cannot keep the GPU fed.
 

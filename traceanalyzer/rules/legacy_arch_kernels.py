@@ -32,7 +32,7 @@ def legacy(family_cc: float, device_cc: float) -> bool:
 
 
 @rule("legacy_arch_kernels", needs=("steps", "context"), severity=Severity.INFO,
-      params={"min_pct_of_kernel_time": 1.0, "warning_pct": 10.0, "expected_savings": 0.5})
+      params={"min_pct_of_kernel_time": 1.0, "warning_pct": 10.0, "expected_savings": 0.5}, uses=("kernels",))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Kernels built for an older GPU generation run on a newer device: an old library or a fallback path.
 

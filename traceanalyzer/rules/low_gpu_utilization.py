@@ -35,7 +35,7 @@ _CAUSE_WORDS = {
 
 
 @rule("low_gpu_utilization", needs=("steps", "gpu_time"), severity=Severity.WARNING,
-      params={"min_busy_pct": 50.0, "critical_busy_pct": 20.0})
+      params={"min_busy_pct": 50.0, "critical_busy_pct": 20.0}, uses=("context", "idle_gaps", "ops"))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """GPU busy less than half of the step: the device waits for something.
 

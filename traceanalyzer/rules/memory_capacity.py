@@ -38,7 +38,7 @@ def _device_id(device: str) -> int | None:
 
 
 @rule("memory_capacity", needs=("trace_memory", "ops"), severity=Severity.WARNING,
-      params={"max_pct": 90.0, "critical_pct": 97.0})
+      params={"max_pct": 90.0, "critical_pct": 97.0}, uses=("context",))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Peak device memory close to the device's capacity: one larger batch away from OOM.
 

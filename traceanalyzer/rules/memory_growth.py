@@ -32,7 +32,7 @@ def _mib(n: float) -> str:
 
 
 @rule("memory_growth", needs_any=("memory_leaks", "trace_memory"), severity=Severity.WARNING,
-      params={"min_growth_bytes": 16 << 20, "min_growth_pct": 5.0, "min_steps": 3})
+      params={"min_growth_bytes": 16 << 20, "min_growth_pct": 5.0, "min_steps": 3}, uses=("memory_peak", "steps"))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Allocated memory grows step over step: a leak (tensors kept alive across iterations).
 

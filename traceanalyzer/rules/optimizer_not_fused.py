@@ -19,7 +19,7 @@ from traceanalyzer.rules._util import fmt_count, gpu_idle_per_step_ns, ms, pct_o
 
 @rule("optimizer_not_fused", needs=("steps", "ops"), severity=Severity.WARNING,
       params={"min_kernels_per_step": 10.0, "warning_pct": 5.0, "foreach_min_pct": 10.0,
-              "for_loop_savings": 0.7, "foreach_savings": 0.3})
+              "for_loop_savings": 0.7, "foreach_savings": 0.3}, uses=("context", "gpu_time"))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Optimizer step not fused: a for-loop (or foreach) implementation launches many small kernels.
 

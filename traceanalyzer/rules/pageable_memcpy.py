@@ -31,7 +31,8 @@ from traceanalyzer.rules._util import (
 
 
 @rule("pageable_memcpy", needs=("steps", "copies", "idle_gaps"), severity=Severity.WARNING,
-      params={"min_count_per_step": 1.0, "min_ms_per_step": 0.02, "critical_pct": 10.0})
+      params={"min_count_per_step": 1.0, "min_ms_per_step": 0.02, "critical_pct": 10.0},
+      uses=("context", "gpu_time", "syncs"))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Copies from/to pageable host memory: an "async" copy that blocks the CPU.
 

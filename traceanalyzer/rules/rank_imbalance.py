@@ -33,7 +33,7 @@ _OTHER = "Open the straggler's timeline next to a fast rank's around the same st
 PARAMS = {"min_imbalance_pct": 5.0, "min_imbalance_ms": 0.05, "critical_pct": 20.0}
 
 
-@rule("rank_imbalance", needs=(), severity=Severity.WARNING, params=PARAMS)
+@rule("rank_imbalance", needs=(), severity=Severity.WARNING, params=PARAMS, uses=("multirank",))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """One rank (a straggler) does more work per step than the others: the whole job waits for it.
 

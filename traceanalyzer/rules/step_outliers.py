@@ -61,7 +61,7 @@ def _excess_by_category(results: Results, out_windows: list[int], ok_windows: li
 
 
 @rule("step_outliers", needs=("steps",), severity=Severity.INFO,
-      params={"outlier_factor": 1.5, "min_steps": 3, "warning_pct": 10.0})
+      params={"outlier_factor": 1.5, "min_steps": 3, "warning_pct": 10.0}, uses=("gpu_time",))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Step-time outliers, and warm-up steps inside the profiled window.
 

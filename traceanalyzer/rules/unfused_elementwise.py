@@ -20,7 +20,7 @@ from traceanalyzer.rules._util import fmt_count, ms, n_steady, time_finding, top
 
 @rule("unfused_elementwise", needs=("steps", "ops", "kernels"), severity=Severity.INFO,
       params={"min_pct_of_kernel_time": 30.0, "min_pct_of_count": 50.0, "min_kernels_per_step": 100.0,
-              "warning_pct": 50.0, "fusion_savings": 0.5})
+              "warning_pct": 50.0, "fusion_savings": 0.5}, uses=("context",))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Unfused elementwise kernels take a large share of GPU time: fusion (torch.compile) pays.
 

@@ -18,7 +18,8 @@ from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._util import fmt_count, gpu_idle_per_step_ns, ms, per_step_ns, plural, time_finding
 
 
-@rule("zero_grad_memset", needs=("steps", "ops"), severity=Severity.INFO, params={"min_fills_per_step": 1.0})
+@rule("zero_grad_memset", needs=("steps", "ops"), severity=Severity.INFO, params={"min_fills_per_step": 1.0},
+      uses=("gpu_time",))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """``zero_grad()`` writes zeros into every gradient: set them to None instead.
 
