@@ -4,6 +4,7 @@ warning, never an internal error (see ``traceanalyzer/load/budget.py``)."""
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import signal
 import socket
@@ -220,7 +221,7 @@ def test_gzip_bomb_refused_by_size(tmp_path: Path, small_floor: None, monkeypatc
     plain = tmp_path / "plain.json"
     plain.write_bytes(_doc() + b" " * (3 << 20))
     with pytest.raises(InputError, match=r"is 3\.0 MiB, over the input size limit of 2\.0 MiB; raise it with "
-                                         r"TRACEANALYZER_MAX_INPUT_BYTES=<size> \(e\.g\. 1G\)"):
+                                         r"--max-input-size 1G \(or TRACEANALYZER_MAX_INPUT_BYTES=1G\)"):
         load(plain)
     monkeypatch.setenv(ENV_MAX_INPUT_BYTES, "4M")
     assert load(plain).cpu_ops.height == 4
@@ -350,3 +351,55 @@ def test_sniff_reads_past_an_empty_first_member(tmp_path: Path) -> None:
     assert sniff(p) == "trace"
     m = load(p)
     assert m.cpu_ops.height == 4 and m.warnings == ()
+
+
+def _cli_opts(opts: list[str], path: Path, tmp_path: Path,
+              command: str = "analyze") -> subprocess.CompletedProcess[str]:
+    """The CLI with global options (the input budget) before the sub-command; the budget's
+    environment variables cleared, so only the options count."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEANALYZER_")}
+    return subprocess.run(
+        [sys.executable, "-m", "traceanalyzer", *opts, command, str(path), "-o", str(tmp_path / "out"), "--format",
+         "json"],
+        capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+
+
+def test_budget_options_raise_the_limits_for_one_run(tmp_path: Path) -> None:
+    """A valid trace padded with 20 MiB of whitespace gzips ~1,000x: refused by default (exit 2,
+    one line naming the option that raises the limit), read with --max-gzip-ratio above it, and
+    refused again with --max-input-size below its decompressed size."""
+    p = tmp_path / "padded.json.gz"
+    p.write_bytes(_bomb(_doc(), b" ", b"\n", n=20 << 20))
+    refused = _cli_opts([], p, tmp_path)
+    assert refused.returncode == 2
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert "ratio limit of 200x" in refused.stderr and "--max-gzip-ratio <ratio>" in refused.stderr
+
+    read = _cli_opts(["--max-gzip-ratio", "5000"], p, tmp_path)
+    assert read.returncode == 0, read.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["meta"]["span_ns"] == 35_000  # the four events of _doc(), 0-30 µs, 5 µs each
+
+    small = _cli_opts(["--max-gzip-ratio", "5000", "--max-input-size", "8M"], p, tmp_path)
+    assert small.returncode == 2
+    assert "more than the input size limit of 8.0 MiB" in small.stderr and "--max-input-size <size>" in small.stderr
+
+
+def test_snapshot_limit_option(tmp_path: Path) -> None:
+    """--snapshot-limit lowers or raises one snapshot limit for the run; a bad name or value is
+    a usage error (exit 2, one line) before anything is read."""
+    import pickle
+
+    fan = tmp_path / "fanout.pickle"
+    big = list(range(2000))
+    fan.write_bytes(pickle.dumps({"segments": [], "device_traces": [], "extra": [big] * 5000}, protocol=4))
+    low = _cli_opts(["--snapshot-limit", "max_objects=1000000"], fan, tmp_path, "memory")
+    assert low.returncode == 2
+    assert "max_objects = 1,000,000" in low.stderr and "--snapshot-limit max_objects=N" in low.stderr
+    for bad in ("max_foo=3", "max_depth=-1", "max_depth=abc"):
+        proc = _cli_opts(["--snapshot-limit", bad], fan, tmp_path, "memory")
+        assert proc.returncode == 2 and proc.stderr.startswith(f"error: --snapshot-limit '{bad}'"), proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    for opt, value in (("--max-input-size", "12Q"), ("--max-gzip-ratio", "0")):
+        proc = _cli_opts([opt, value], fan, tmp_path, "memory")
+        assert proc.returncode == 2 and proc.stderr.startswith(f"error: {opt} '{value}'"), proc.stderr

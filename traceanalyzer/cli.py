@@ -38,8 +38,61 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="traceanalyzer")
-def cli() -> None:
-    """Analyze PyTorch profiler traces and CUDA memory snapshots, offline."""
+@click.option("--max-input-size", metavar="SIZE", default=None,
+              help="Input budget: refuse JSON inputs larger than this once decompressed (e.g. 40G; "
+                   "default 16G). Same as TRACEANALYZER_MAX_INPUT_BYTES.")
+@click.option("--max-gzip-ratio", metavar="RATIO", default=None,
+              help="Input budget: refuse a .gz that expands more than this many times (default 200). "
+                   "Same as TRACEANALYZER_MAX_GZIP_RATIO.")
+@click.option("--snapshot-limit", "snapshot_limits", metavar="NAME=N", multiple=True,
+              help="Snapshot budget: raise one limit of what a snapshot pickle may build (max_objects, "
+                   "max_items, max_string_bytes, max_depth, max_gzip_ratio). Same as "
+                   "TRACEANALYZER_SNAPSHOT_<NAME>. Repeatable.")
+def cli(max_input_size: str | None, max_gzip_ratio: str | None, snapshot_limits: tuple[str, ...]) -> None:
+    """Analyze PyTorch profiler traces and CUDA memory snapshots, offline.
+
+    The input budget (docs/input_formats.md) refuses files that would cost more than real
+    traces do; its options go before the sub-command and hold for the whole run."""
+    set_budget(max_input_size, max_gzip_ratio, snapshot_limits)
+
+
+def set_budget(max_input_size: str | None, max_gzip_ratio: str | None, snapshot_limits: tuple[str, ...]) -> None:
+    """Put the budget options into the environment the loaders read (so batch worker
+    processes inherit them), after checking each: a bad value is a one-line usage error."""
+    from dataclasses import fields
+
+    from traceanalyzer.errors import ConfigError
+    from traceanalyzer.load.budget import ENV_MAX_GZIP_RATIO, ENV_MAX_INPUT_BYTES, Budget
+    from traceanalyzer.load.pickle_budget import ENV_PREFIX, PickleBudget
+
+    for option, env, value in (("--max-input-size", ENV_MAX_INPUT_BYTES, max_input_size),
+                               ("--max-gzip-ratio", ENV_MAX_GZIP_RATIO, max_gzip_ratio)):
+        if value is None:
+            continue
+        before = os.environ.get(env)
+        os.environ[env] = value
+        try:
+            Budget.from_env()
+        except ConfigError:
+            if before is None:
+                del os.environ[env]
+            else:
+                os.environ[env] = before
+            example = "a size such as 40G, 512M or 1000000" if env == ENV_MAX_INPUT_BYTES else "a number such as 500"
+            raise ConfigError(f"{option} {value!r}: expected {example}, above zero") from None
+    names = [f.name for f in fields(PickleBudget)]
+    for item in snapshot_limits:
+        name, _, raw = item.partition("=")
+        name = name.strip().lower()
+        if name not in names:
+            raise ConfigError(f"--snapshot-limit {item!r}: expected NAME=N with NAME one of {', '.join(names)}")
+        try:
+            number = int(float(raw))
+        except (ValueError, OverflowError):
+            number = 0
+        if number <= 0:
+            raise ConfigError(f"--snapshot-limit {item!r}: expected a positive whole number")
+        os.environ[ENV_PREFIX + name.upper()] = str(number)
 
 
 def _register_commands() -> None:

@@ -17,7 +17,9 @@ exhaust memory. The loaders check, while they read:
   and a bomb is stopped while decompressing, at 16 MiB of output.
 
 Both variables take a plain number; the size also takes a ``K``/``M``/``G``/``T``
-suffix (powers of 1024). ``docs/input_formats.md`` has the table.
+suffix (powers of 1024). The command line sets them for one run: ``traceanalyzer
+--max-input-size 40G --max-gzip-ratio 500 <command> …`` (before the sub-command; batch
+workers inherit them). ``docs/input_formats.md`` has the table.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ class Budget:
         if nbytes > self.max_input_bytes:
             raise InputError(path, f"is {_human(nbytes)}, over the input size limit of "
                                    f"{_human(self.max_input_bytes)}; raise it with "
-                                   f"{ENV_MAX_INPUT_BYTES}=<size> (e.g. {_suggest(nbytes)})")
+                                   f"--max-input-size {_suggest(nbytes)} (or {ENV_MAX_INPUT_BYTES}={_suggest(nbytes)})")
 
     def check_gzip(self, path: Path, out: int, consumed: int) -> None:
         """Refuse a gzip stream that has produced ``out`` bytes from ``consumed``
@@ -92,13 +94,14 @@ class Budget:
         if out > self.max_input_bytes:
             raise InputError(path, f"gzip data decompresses to more than the input size limit of "
                                    f"{_human(self.max_input_bytes)} (stopped there); raise it with "
-                                   f"{ENV_MAX_INPUT_BYTES}=<size>")
+                                   f"--max-input-size <size> (or {ENV_MAX_INPUT_BYTES}=<size>)")
         if out >= RATIO_FLOOR_BYTES and out > self.max_gzip_ratio * max(consumed, 1):
             ratio = out / max(consumed, 1)
             raise InputError(path, f"gzip data expands {ratio:,.0f}x ({_human(out)} from {_human(consumed)} "
                                    f"so far), past the decompression ratio limit of {self.max_gzip_ratio:g}x "
                                    "(real traces compress 6-30x): refused as a likely gzip bomb; if the file "
-                                   f"is genuine, raise the limit with {ENV_MAX_GZIP_RATIO}=<ratio>")
+                                   "is genuine, raise the limit with --max-gzip-ratio <ratio> "
+                                   f"(or {ENV_MAX_GZIP_RATIO}=<ratio>)")
 
 
 def _suggest(nbytes: int) -> str:

@@ -75,7 +75,8 @@ class PickleBudget:
         limit = getattr(self, name)
         return BudgetExceeded(
             f"refused: {what} exceeds the snapshot budget ({name} = {limit:,}); if the file is genuine, "
-            f"raise it with {ENV_PREFIX}{name.upper()}=N (docs/memory.md, 'Input budget')")
+            f"raise it with --snapshot-limit {name}=N (or {ENV_PREFIX}{name.upper()}=N; "
+            "docs/memory.md, 'Input budget')")
 
 
 __all__ = ["BudgetExceeded", "ENV_PREFIX", "PickleBudget"]
