@@ -145,3 +145,17 @@ def test_cli_one_line_error_on_hostile_file(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert "refused" in r.stderr and "Traceback" not in r.stderr
     assert not marker.exists()
+
+
+def test_a_list_of_non_segments_is_refused_not_read_as_empty(tmp_path: Path) -> None:
+    """torch.cuda.memory_snapshot() is a list of segment dicts, empty when nothing was
+    allocated; a list of anything else is another pickle, refused with one line naming it."""
+    other = tmp_path / "other.pickle"
+    other.write_bytes(pickle.dumps([1, "a", None], protocol=4))
+    with pytest.raises(InputError, match=r"a pickle of a list, but not a memory snapshot \(its items are not "
+                                         r"segments; the first is an int\)"):
+        load_snapshot(other)
+    empty = tmp_path / "empty.pickle"
+    empty.write_bytes(pickle.dumps([], protocol=4))
+    m = load_snapshot(empty)
+    assert m.meta.layout == "segments-list" and m.segments.height == 0

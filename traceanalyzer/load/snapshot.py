@@ -918,6 +918,11 @@ def _load_snapshot(p: Path, streaming: bool, budget: PickleBudget, salvage: bool
     if truncated_at is not None:
         warnings.append(f"snapshot cut short at byte {truncated_at:,} of the pickle: kept what precedes the "
                         "cut; the segments, blocks and trace entries after it are lost")
+    if isinstance(obj, list) and obj and not any(isinstance(s, dict) for s in obj[:1000]):
+        # torch.cuda.memory_snapshot() is a list of segment dicts (empty when nothing was
+        # allocated); a list of anything else is some other pickle, not an empty snapshot.
+        raise InputError(p, f"a pickle of a list, but not a memory snapshot (its items are not segments; "
+                            f"the first is {_a(type(obj[0]).__name__)})")
     if isinstance(obj, list):
         layout = "segments-list"
         doc: dict[str, Any] = {"segments": obj}
@@ -929,7 +934,7 @@ def _load_snapshot(p: Path, streaming: bool, budget: PickleBudget, salvage: bool
         keys = ", ".join(sorted(map(str, obj))[:8])
         raise InputError(p, f"a pickle, but not a memory snapshot (no 'segments' list; top-level keys: {keys})")
     else:
-        raise InputError(p, f"a pickle of a {type(obj).__name__}, not a memory snapshot")
+        raise InputError(p, f"a pickle of {_a(type(obj).__name__)}, not a memory snapshot")
     del obj
 
     segs: list[Any] = doc["segments"]
@@ -1046,3 +1051,8 @@ def _load_snapshot(p: Path, streaming: bool, budget: PickleBudget, salvage: bool
 
 
 __all__ = ["STREAM_MIN_BYTES", "load_snapshot", "read_snapshot_object"]
+
+
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article (a list, an int)."""
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
