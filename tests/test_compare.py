@@ -380,3 +380,19 @@ def test_truncated_baseline_warnings_reach_every_compare_output(regression_pair:
     assert page.index("Input warnings") < page.index("Verdict")
     printed = capsys.readouterr().out
     assert printed.splitlines()[0].startswith("warning: baseline") and "truncated" in printed.splitlines()[0]
+
+
+def test_a_trace_against_a_snapshot_is_refused(tmp_path: Path) -> None:
+    """Sides of different kinds share no kernels or steps: every kernel of the trace side would
+    read as new. compare refuses them with one line naming both kinds."""
+    import pickle
+
+    from traceanalyzer.errors import InputError
+
+    snap = tmp_path / "snap.pickle"
+    snap.write_bytes(pickle.dumps({"segments": [], "device_traces": []}, protocol=4))
+    trace = tmp_path / "base.json"
+    write_bytes(trace, dumps_trace(scenario_regression(True, seed=0)[0]))
+    with pytest.raises(InputError, match=r"snap\.pickle: holds memory snapshots, the baseline profiler traces: "
+                                         r"compare needs the same kind of input on both sides"):
+        compare_paths(str(trace), str(snap))

@@ -303,9 +303,23 @@ def compare_sides(base: Side, cand: Side) -> Comparison:
     )
 
 
+_KIND_WORDS = {"trace": "profiler traces", "snapshot": "memory snapshots",
+               "memory_timeline": "export_memory_timeline files"}
+
+
 def compare_paths(baseline: str, candidate: str, config: Config | None = None) -> Comparison:
-    """Load both sides and compare them."""
-    return compare_sides(load_side(baseline, config), load_side(candidate, config))
+    """Load both sides and compare them. Sides of different kinds (traces against memory
+    snapshots) are refused: every kernel of the trace side would read as new or vanished."""
+    base = load_side(baseline, config)
+    cand = load_side(candidate, config)
+    bk, ck = set(base.kinds), set(cand.kinds)
+    if bk.isdisjoint(ck):
+        def words(kinds: set[str]) -> str:
+            return " and ".join(_KIND_WORDS.get(k, k) for k in sorted(kinds))
+
+        raise InputError(candidate, f"holds {words(ck)}, the baseline {words(bk)}: compare needs the same "
+                                    "kind of input on both sides")
+    return compare_sides(base, cand)
 
 
 def top_changes(cmp: Comparison, n: int = 5) -> Iterable[dict[str, Any]]:
