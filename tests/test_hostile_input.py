@@ -403,3 +403,16 @@ def test_snapshot_limit_option(tmp_path: Path) -> None:
     for opt, value in (("--max-input-size", "12Q"), ("--max-gzip-ratio", "0")):
         proc = _cli_opts([opt, value], fan, tmp_path, "memory")
         assert proc.returncode == 2 and proc.stderr.startswith(f"error: {opt} '{value}'"), proc.stderr
+
+
+def test_a_protocol0_pickle_naming_code_is_refused_by_name(tmp_path: Path) -> None:
+    """A protocol 0/1 pickle that opens with GLOBAL (os.system) is refused with one line saying
+    what it names, and nothing of it runs."""
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.pickle"
+    evil.write_bytes(b"cos\nsystem\n(S'touch " + str(marker).encode() + b"'\ntR.")
+    proc = _cli_opts([], evil, tmp_path, "memory")
+    assert proc.returncode == 2 and not marker.exists()
+    assert proc.stderr.strip() == (f"error: {evil}: a protocol 0/1 pickle that starts by naming code to run "
+                                   "(os.system); memory snapshots start with the protocol byte 0x80 and are never "
+                                   "unpickled with code: refused")

@@ -8,6 +8,7 @@ the loader registered for that kind of input. Each loader returns a model object
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -51,6 +52,13 @@ LOADERS: dict[str, Callable[[], Loader]] = {
 }
 
 _PICKLE_PROTO = b"\x80"
+# GLOBAL (``c``) of protocol 0/1: ``c<module>\n<name>\n``.
+_GLOBAL_FIRST = re.compile(rb"c([A-Za-z_][\w.]{0,200})\n([A-Za-z_][\w.]{0,200})\n")
+
+
+def _clean_name(raw: bytes) -> str:
+    """A module or attribute name from a file, printable (at most 80 characters)."""
+    return raw.decode("ascii", "replace")[:80]
 
 
 def _head(path: Path, n: int = 4096) -> bytes:
@@ -98,6 +106,13 @@ def sniff(path: str | Path) -> Kind:
         return "trace"
     if head.startswith(b"PK"):
         raise InputError(p, "is a zip archive; unpack it first")
+    glob = _GLOBAL_FIRST.match(head)
+    if glob:
+        # A protocol 0/1 pickle opening with GLOBAL names code to import and call: what an
+        # exploit looks like. torch writes snapshots with protocol 2+ (0x80 first).
+        what = _clean_name(glob.group(1) + b"." + glob.group(2))
+        raise InputError(p, f"a protocol 0/1 pickle that starts by naming code to run ({what}); memory "
+                            "snapshots start with the protocol byte 0x80 and are never unpickled with code: refused")
     if head[:3] == b"\xef\xbb\xbf" and text[3:4] in (b"{", b"["):
         return "trace"
     raise InputError(p, "unrecognised content: not a chrome trace (JSON), a memory snapshot (pickle) "
