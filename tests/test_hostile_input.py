@@ -32,9 +32,13 @@ def _doc(*events: bytes) -> bytes:
     return b'{"baseTimeNanoseconds": 1000, "traceEvents": [\n  ' + b",\n  ".join([*good, *events]) + b"\n]}"
 
 
-def _cli(path: Path, tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _cli(path: Path, tmp_path: Path, env: dict[str, str] | None = None, *, opts: tuple[str, ...] = (),
+         command: str = "analyze") -> subprocess.CompletedProcess[str]:
+    """``traceanalyzer [opts] command path`` (global options such as the input budget go before
+    the sub-command), JSON report into ``tmp_path/out``."""
     return subprocess.run(
-        [sys.executable, "-m", "traceanalyzer", "analyze", str(path), "-o", str(tmp_path / "out"), "--format", "json"],
+        [sys.executable, "-m", "traceanalyzer", *opts, command, str(path), "-o", str(tmp_path / "out"), "--format",
+         "json"],
         capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})},
         cwd=REPO,
     )
@@ -353,34 +357,23 @@ def test_sniff_reads_past_an_empty_first_member(tmp_path: Path) -> None:
     assert m.cpu_ops.height == 4 and m.warnings == ()
 
 
-def _cli_opts(opts: list[str], path: Path, tmp_path: Path,
-              command: str = "analyze") -> subprocess.CompletedProcess[str]:
-    """The CLI with global options (the input budget) before the sub-command; the budget's
-    environment variables cleared, so only the options count."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEANALYZER_")}
-    return subprocess.run(
-        [sys.executable, "-m", "traceanalyzer", *opts, command, str(path), "-o", str(tmp_path / "out"), "--format",
-         "json"],
-        capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
-
-
 def test_budget_options_raise_the_limits_for_one_run(tmp_path: Path) -> None:
     """A valid trace padded with 20 MiB of whitespace gzips ~1,000x: refused by default (exit 2,
     one line naming the option that raises the limit), read with --max-gzip-ratio above it, and
     refused again with --max-input-size below its decompressed size."""
     p = tmp_path / "padded.json.gz"
     p.write_bytes(_bomb(_doc(), b" ", b"\n", n=20 << 20))
-    refused = _cli_opts([], p, tmp_path)
+    refused = _cli(p, tmp_path)
     assert refused.returncode == 2
     assert len(refused.stderr.strip().splitlines()) == 1
     assert "ratio limit of 200x" in refused.stderr and "--max-gzip-ratio <ratio>" in refused.stderr
 
-    read = _cli_opts(["--max-gzip-ratio", "5000"], p, tmp_path)
+    read = _cli(p, tmp_path, opts=("--max-gzip-ratio", "5000"))
     assert read.returncode == 0, read.stderr
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["meta"]["span_ns"] == 35_000  # the four events of _doc(), 0-30 µs, 5 µs each
 
-    small = _cli_opts(["--max-gzip-ratio", "5000", "--max-input-size", "8M"], p, tmp_path)
+    small = _cli(p, tmp_path, opts=("--max-gzip-ratio", "5000", "--max-input-size", "8M"))
     assert small.returncode == 2
     assert "more than the input size limit of 8.0 MiB" in small.stderr and "--max-input-size <size>" in small.stderr
 
@@ -393,15 +386,15 @@ def test_snapshot_limit_option(tmp_path: Path) -> None:
     fan = tmp_path / "fanout.pickle"
     big = list(range(2000))
     fan.write_bytes(pickle.dumps({"segments": [], "device_traces": [], "extra": [big] * 5000}, protocol=4))
-    low = _cli_opts(["--snapshot-limit", "max_objects=1000000"], fan, tmp_path, "memory")
+    low = _cli(fan, tmp_path, opts=("--snapshot-limit", "max_objects=1000000"), command="memory")
     assert low.returncode == 2
     assert "max_objects = 1,000,000" in low.stderr and "--snapshot-limit max_objects=N" in low.stderr
     for bad in ("max_foo=3", "max_depth=-1", "max_depth=abc"):
-        proc = _cli_opts(["--snapshot-limit", bad], fan, tmp_path, "memory")
+        proc = _cli(fan, tmp_path, opts=("--snapshot-limit", bad), command="memory")
         assert proc.returncode == 2 and proc.stderr.startswith(f"error: --snapshot-limit '{bad}'"), proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
     for opt, value in (("--max-input-size", "12Q"), ("--max-gzip-ratio", "0")):
-        proc = _cli_opts([opt, value], fan, tmp_path, "memory")
+        proc = _cli(fan, tmp_path, opts=(opt, value), command="memory")
         assert proc.returncode == 2 and proc.stderr.startswith(f"error: {opt} '{value}'"), proc.stderr
 
 
@@ -411,7 +404,7 @@ def test_a_protocol0_pickle_naming_code_is_refused_by_name(tmp_path: Path) -> No
     marker = tmp_path / "pwned"
     evil = tmp_path / "evil.pickle"
     evil.write_bytes(b"cos\nsystem\n(S'touch " + str(marker).encode() + b"'\ntR.")
-    proc = _cli_opts([], evil, tmp_path, "memory")
+    proc = _cli(evil, tmp_path, command="memory")
     assert proc.returncode == 2 and not marker.exists()
     assert proc.stderr.strip() == (f"error: {evil}: a protocol 0/1 pickle that starts by naming code to run "
                                    "(os.system); memory snapshots start with the protocol byte 0x80 and are never "

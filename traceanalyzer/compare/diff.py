@@ -34,6 +34,7 @@ from traceanalyzer.compare.comparability import Comparability, check_comparabili
 from traceanalyzer.compare.stats import StepTimeChange, step_time_change
 from traceanalyzer.config import Config
 from traceanalyzer.errors import InputError
+from traceanalyzer.model import KIND_WORDS
 
 
 @dataclass
@@ -303,10 +304,6 @@ def compare_sides(base: Side, cand: Side) -> Comparison:
     )
 
 
-_KIND_WORDS = {"trace": "profiler traces", "snapshot": "memory snapshots",
-               "memory_timeline": "export_memory_timeline files"}
-
-
 def compare_paths(baseline: str, candidate: str, config: Config | None = None) -> Comparison:
     """Load both sides and compare them. Sides of different kinds (traces against memory
     snapshots) are refused: every kernel of the trace side would read as new or vanished."""
@@ -315,7 +312,7 @@ def compare_paths(baseline: str, candidate: str, config: Config | None = None) -
     bk, ck = set(base.kinds), set(cand.kinds)
     if bk.isdisjoint(ck):
         def words(kinds: set[str]) -> str:
-            return " and ".join(_KIND_WORDS.get(k, k) for k in sorted(kinds))
+            return " and ".join(KIND_WORDS[k][1] if k in KIND_WORDS else k for k in sorted(kinds))
 
         raise InputError(candidate, f"holds {words(ck)}, the baseline {words(bk)}: compare needs the same "
                                     "kind of input on both sides")

@@ -53,6 +53,7 @@ from traceanalyzer.analyses import Results
 from traceanalyzer.analyses import registry as analysis_registry
 from traceanalyzer.config import Config, Params
 from traceanalyzer.errors import NotApplicable
+from traceanalyzer.model import KIND_WORDS
 from traceanalyzer.plugins import import_submodules
 
 
@@ -206,11 +207,6 @@ def below_floor(f: Finding, floor_pct: float) -> bool:
             and f.cost_pct_of_step < floor_pct)
 
 
-# The input kind each analysis comes from, in words, for "could not run" reasons.
-_INPUT_WORDS = {"trace": "a profiler trace", "snapshot": "a memory snapshot",
-                "memory_timeline": "an export_memory_timeline file"}
-
-
 def _why_missing(names: Iterable[str], results: Results, alternatives: bool = False) -> str:
     """Why analyses ``names`` are absent: their own skip/failure reasons when they ran on this
     input, else which kind of input produces them (they do not apply to this one)."""
@@ -226,7 +222,7 @@ def _why_missing(names: Iterable[str], results: Results, alternatives: bool = Fa
     by_kind: dict[str, list[str]] = {}
     for n in names:
         kind = specs[n].input if n in specs else ""
-        by_kind.setdefault(_INPUT_WORDS.get(kind, kind), []).append(n)
+        by_kind.setdefault(KIND_WORDS[kind][0] if kind in KIND_WORDS else kind, []).append(n)
     if alternatives:
         return "needs " + " or ".join(
             f"{' or '.join(ns)} (from {kind})" if kind else " or ".join(ns) for kind, ns in by_kind.items())
