@@ -142,14 +142,3 @@ def convert(key: str, value: Any, default: T) -> T:
         return type(default)(value)
     except (TypeError, ValueError):
         raise ConfigError(f"{key}: expected {kind}, got {value!r}") from None
-
-
-def check_value(key: str, value: Any) -> None:
-    """Refuse a value no setting can take, whatever its type: a non-finite or out-of-range
-    number (used where the reader's default is not known)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{key}: expected a finite number, got {value!r}")
-    if abs(value) > MAX_ABS_VALUE:
-        raise ConfigError(f"{key}: {value!r} is out of range (at most {MAX_ABS_VALUE:.0e} in magnitude)")
