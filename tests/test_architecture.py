@@ -20,7 +20,7 @@ PKG = Path(__file__).resolve().parent.parent / "traceanalyzer"
 #: the pipeline strings these together; batch and compare drive the pipeline; commands parse
 #: options and call them; the CLI registers the commands.
 RANK = {
-    "errors": 0, "units": 0, "timeutil": 0, "plugins": 0, "progress": 0,
+    "errors": 0, "units": 0, "timeutil": 0, "plugins": 0, "progress": 0, "supervise": 0,
     "config": 1, "model": 1,
     "load": 2, "analyses": 2,
     "rules": 3,

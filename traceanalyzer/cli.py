@@ -40,59 +40,91 @@ class _Group(click.Group):
 @click.version_option(__version__, prog_name="traceanalyzer")
 @click.option("--max-input-size", metavar="SIZE", default=None,
               help="Input budget: refuse JSON inputs larger than this once decompressed (e.g. 40G; "
-                   "default 16G). Same as TRACEANALYZER_MAX_INPUT_BYTES.")
+                   "default 16G). Same as TRACEANALYZER_MAX_INPUT_BYTES or [budget] max_input_size.")
 @click.option("--max-gzip-ratio", metavar="RATIO", default=None,
               help="Input budget: refuse a .gz that expands more than this many times (default 200). "
-                   "Same as TRACEANALYZER_MAX_GZIP_RATIO.")
+                   "Same as TRACEANALYZER_MAX_GZIP_RATIO or [budget] max_gzip_ratio.")
 @click.option("--snapshot-limit", "snapshot_limits", metavar="NAME=N", multiple=True,
               help="Snapshot budget: raise one limit of what a snapshot pickle may build (max_objects, "
                    "max_items, max_string_bytes, max_depth, max_gzip_ratio). Same as "
-                   "TRACEANALYZER_SNAPSHOT_<NAME>. Repeatable.")
-def cli(max_input_size: str | None, max_gzip_ratio: str | None, snapshot_limits: tuple[str, ...]) -> None:
+                   "TRACEANALYZER_SNAPSHOT_<NAME> or [budget] snapshot_<name>. Repeatable.")
+@click.option("--max-memory", metavar="SIZE", default=None,
+              help="Memory the run may use (e.g. 8G): analyze, memory and compare run in a child process "
+                   "stopped with one line past it; batch uses it as --file-memory. Default: no limit "
+                   "beyond the input budget. Same as TRACEANALYZER_MAX_MEMORY.")
+@click.pass_context
+def cli(ctx: click.Context, max_input_size: str | None, max_gzip_ratio: str | None,
+        snapshot_limits: tuple[str, ...], max_memory: str | None) -> None:
     """Analyze PyTorch profiler traces and CUDA memory snapshots, offline.
 
     The input budget (docs/input_formats.md) refuses files that would cost more than real
     traces do; its options go before the sub-command and hold for the whole run."""
     set_budget(max_input_size, max_gzip_ratio, snapshot_limits)
+    limit = memory_limit(max_memory)
+    if limit is not None and ctx.invoked_subcommand in _SUPERVISED:
+        from traceanalyzer.supervise import run_supervised
+
+        raise click.exceptions.Exit(run_supervised(_ARGV or sys.argv[1:], limit, ctx.invoked_subcommand))
+
+
+#: Sub-commands that ``--max-memory`` runs in a supervised child process (``batch`` has its own
+#: per-file workers and takes the limit as ``--file-memory``; ``rules`` reads no input).
+_SUPERVISED = frozenset({"analyze", "memory", "compare"})
+#: The arguments :func:`main` was called with (the child of ``--max-memory`` gets the same).
+_ARGV: list[str] = []
+
+
+def memory_limit(option: str | None) -> int | None:
+    """Bytes of ``--max-memory`` (or ``TRACEANALYZER_MAX_MEMORY``), None without one; a bad value
+    is a one-line usage error. Inside the supervised child the limit is already applied."""
+    from traceanalyzer.errors import ConfigError
+    from traceanalyzer.supervise import ENV_CHILD, ENV_MAX_MEMORY
+
+    raw = option if option is not None else os.environ.get(ENV_MAX_MEMORY)
+    if raw is None or not raw.strip():
+        return None
+    from traceanalyzer.params import _size
+
+    try:
+        limit = int(_size(raw.strip()))
+    except ValueError as exc:
+        where = "--max-memory" if option is not None else ENV_MAX_MEMORY
+        raise ConfigError(f"{where} {raw!r}: expected {exc}") from None
+    os.environ[ENV_MAX_MEMORY] = str(limit)  # batch reads it as its --file-memory default
+    return None if os.environ.get(ENV_CHILD) else limit
 
 
 def set_budget(max_input_size: str | None, max_gzip_ratio: str | None, snapshot_limits: tuple[str, ...]) -> None:
     """Put the budget options into the environment the loaders read (so batch worker
-    processes inherit them), after checking each: a bad value is a one-line usage error."""
-    from dataclasses import fields
-
+    processes inherit them), after checking each: a bad value is a one-line usage error
+    naming the option."""
     from traceanalyzer.errors import ConfigError
-    from traceanalyzer.load.budget import ENV_MAX_GZIP_RATIO, ENV_MAX_INPUT_BYTES, Budget
-    from traceanalyzer.load.pickle_budget import ENV_PREFIX, PickleBudget
+    from traceanalyzer.params import apply_budget
 
-    for option, env, value in (("--max-input-size", ENV_MAX_INPUT_BYTES, max_input_size),
-                               ("--max-gzip-ratio", ENV_MAX_GZIP_RATIO, max_gzip_ratio)):
+    for option, key, value in (("--max-input-size", "max_input_size", max_input_size),
+                               ("--max-gzip-ratio", "max_gzip_ratio", max_gzip_ratio)):
         if value is None:
             continue
-        before = os.environ.get(env)
-        os.environ[env] = value
         try:
-            Budget.from_env()
-        except ConfigError:
-            if before is None:
-                del os.environ[env]
-            else:
-                os.environ[env] = before
-            example = "a size such as 40G, 512M or 1000000" if env == ENV_MAX_INPUT_BYTES else "a number such as 500"
-            raise ConfigError(f"{option} {value!r}: expected {example}, above zero") from None
-    names = [f.name for f in fields(PickleBudget)]
+            apply_budget({key: value}, option, from_options=True)
+        except ConfigError as exc:
+            expected = str(exc).rpartition(": expected ")[2]
+            raise ConfigError(f"{option} {value!r}: expected {expected}") from None
     for item in snapshot_limits:
         name, _, raw = item.partition("=")
-        name = name.strip().lower()
-        if name not in names:
-            raise ConfigError(f"--snapshot-limit {item!r}: expected NAME=N with NAME one of {', '.join(names)}")
         try:
-            number = int(float(raw))
-        except (ValueError, OverflowError):
-            number = 0
-        if number <= 0:
-            raise ConfigError(f"--snapshot-limit {item!r}: expected a positive whole number")
-        os.environ[ENV_PREFIX + name.upper()] = str(number)
+            apply_budget({"snapshot_" + name.strip().lower(): raw}, "--snapshot-limit", from_options=True)
+        except ConfigError as exc:
+            from dataclasses import fields
+
+            from traceanalyzer.load.pickle_budget import PickleBudget
+
+            names = [f.name for f in fields(PickleBudget)]
+            if name.strip().lower() not in names:
+                raise ConfigError(f"--snapshot-limit {item!r}: expected NAME=N with NAME one of "
+                                  f"{', '.join(names)}") from None
+            expected = str(exc).rpartition(": expected ")[2]
+            raise ConfigError(f"--snapshot-limit {item!r}: expected {expected}") from None
 
 
 def _register_commands() -> None:
@@ -107,6 +139,7 @@ _register_commands()
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: one-line errors, never a traceback (unless TRACEANALYZER_DEBUG=1)."""
+    _ARGV[:] = list(argv) if argv is not None else sys.argv[1:]
     try:
         rv = cli.main(args=argv, prog_name="traceanalyzer", standalone_mode=False)
         if isinstance(rv, int) and rv:  # click returns (not raises) Exit codes without standalone mode
@@ -127,6 +160,15 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except MemoryError:
+        # Under --max-memory the supervising parent names the limit; otherwise the machine ran out.
+        from traceanalyzer.supervise import ENV_CHILD
+
+        if os.environ.get(ENV_CHILD):
+            sys.exit(128 + 6)  # what the parent reads as "ran out of memory" (SIGABRT's status)
+        click.echo("error: ran out of memory; --max-memory <size> stops a run with one line before the "
+                   "machine runs out, and the input budget options refuse oversized inputs", err=True)
+        sys.exit(2)
     except OSError as exc:
         # A location the user named refusing access outside the paths that already say so
         # (atomic writers raise OutputError, loaders InputError): a usage problem, not a bug.

@@ -11,7 +11,9 @@ leave a default in effect.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from traceanalyzer.config import convert
@@ -62,4 +64,122 @@ def check_keys(overrides: Mapping[str, Any], origin: str) -> None:
             raise ConfigError(f"{origin}: {exc}") from None
 
 
-__all__ = ["analysis_params", "check_keys", "engine_params"]
+# ---------------------------------------------------------------------------------------------
+# The input budget as settings: ``[budget]`` in --config, ``--set budget.<key>=…``, global options
+# ---------------------------------------------------------------------------------------------
+
+#: The owner name of the input budget's settings (``[budget]`` table, ``--set budget.KEY=VALUE``).
+BUDGET_OWNER = "budget"
+#: Set in the environment by :func:`apply_budget` for each variable a global option set, so a
+#: ``[budget]`` table read later by the sub-command does not override what the command line said.
+_FROM_OPTIONS: set[str] = set()
+
+
+@dataclass(frozen=True)
+class BudgetSetting:
+    """One limit of the input budget (docs/input_formats.md, "Input budget").
+
+    ``key`` is its name under ``[budget]``; ``env`` the environment variable the loaders read
+    (every way of setting it ends there, so ``batch`` workers inherit it); ``option`` the global
+    option that sets it; ``check`` turns a user's value into the text put in ``env``, or raises
+    :class:`ValueError` with what was expected."""
+
+    key: str
+    env: str
+    option: str
+    check: Callable[[str], str]
+    help: str
+
+
+def _size(text: str) -> str:
+    from traceanalyzer.load.budget import _parse_size
+
+    try:
+        n = _parse_size(text)
+    except ConfigError:
+        raise ValueError("a size such as 40G, 512M or 1000000") from None
+    if n <= 0:
+        raise ValueError("a size such as 40G, 512M or 1000000, above zero")
+    return str(n)
+
+
+def _ratio(text: str) -> str:
+    try:
+        x = float(text)
+    except ValueError:
+        x = float("nan")
+    if not 0 < x < 1e15:
+        raise ValueError("a number such as 500, above zero")
+    return repr(x)
+
+
+def _count(text: str) -> str:
+    try:
+        x = float(text)
+    except ValueError:
+        x = float("nan")
+    if not (1 <= x < 1e18) or x != int(x):
+        raise ValueError("a positive whole number")
+    return str(int(x))
+
+
+def budget_settings() -> dict[str, BudgetSetting]:
+    """Every limit of the input budget, by its ``[budget]`` key."""
+    from dataclasses import fields
+
+    from traceanalyzer.load.budget import ENV_MAX_GZIP_RATIO, ENV_MAX_INPUT_BYTES
+    from traceanalyzer.load.pickle_budget import ENV_PREFIX, PickleBudget
+
+    out = [
+        BudgetSetting("max_input_size", ENV_MAX_INPUT_BYTES, "--max-input-size", _size,
+                      "JSON text bytes once decompressed"),
+        BudgetSetting("max_gzip_ratio", ENV_MAX_GZIP_RATIO, "--max-gzip-ratio", _ratio,
+                      "decompressed bytes per compressed byte of a .gz trace"),
+    ]
+    out += [BudgetSetting(f"snapshot_{f.name}", ENV_PREFIX + f.name.upper(), f"--snapshot-limit {f.name}=N",
+                          _count, f"snapshot pickles: {f.name.replace('_', ' ')}")
+            for f in fields(PickleBudget)]
+    return {s.key: s for s in out}
+
+
+def apply_budget(values: Mapping[str, Any], origin: str, *, from_options: bool = False) -> None:
+    """Check each ``key → value`` of the budget and put it into the environment the loaders read.
+
+    A bad key or value raises :class:`ConfigError` (one line naming ``origin``) before anything is
+    set. Values from a config file (``from_options`` False) leave alone what a global option set."""
+    settings = budget_settings()
+    staged: dict[str, str] = {}
+    for key, value in values.items():
+        setting = settings.get(key)
+        if setting is None:
+            raise ConfigError(f"{origin}: the input budget has no limit {key!r} (its limits: "
+                              f"{', '.join(settings)})")
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise ConfigError(f"{origin}: budget.{key} = {value!r}: expected a number or a size")
+        try:
+            staged[setting.env] = setting.check(str(value).strip())
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: budget.{key} = {value!r}: expected {exc}") from None
+    for env, text in staged.items():
+        if from_options:
+            _FROM_OPTIONS.add(env)
+        elif env in _FROM_OPTIONS:
+            continue
+        os.environ[env] = text
+
+
+def split_budget(overrides: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the ``budget.*`` keys without their owner, every other key) of ``overrides``."""
+    budget = {k.partition(".")[2]: v for k, v in overrides.items() if k.partition(".")[0] == BUDGET_OWNER}
+    rest = {k: v for k, v in overrides.items() if k.partition(".")[0] != BUDGET_OWNER}
+    return budget, rest
+
+
+def budget_environment() -> dict[str, str]:
+    """The budget's variables set in this process: what a worker on another machine (Dask)
+    must be given to apply the same limits."""
+    return {s.env: os.environ[s.env] for s in budget_settings().values() if s.env in os.environ}
+
+
+__all__ = ["BUDGET_OWNER", "BudgetSetting", "analysis_params", "apply_budget", "budget_environment",
+           "budget_settings", "check_keys", "engine_params", "split_budget"]

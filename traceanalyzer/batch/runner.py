@@ -91,16 +91,30 @@ def analyse_one(task: Task) -> Answer:
 
     ``task`` keys: ``path``, ``rel``, ``run``, ``kind``, ``rank``, ``world_size``,
     ``size``, ``known_key`` (the cached key or ``None``), ``fingerprint``, ``overrides``,
-    ``formats``, ``outdir`` (``None``: return the report bytes instead of writing).
+    ``formats``, ``outdir`` (``None``: return the report bytes instead of writing),
+    ``budget_env`` (the input budget's environment variables of the client).
     """
+    t0 = time.perf_counter()
+    row = base_row(task)
+    answer: Answer = {"rel": task["rel"], "key": None, "cacheable": True, "files": None}
+    _apply_budget_env(task.get("budget_env") or {})
+    return _analyse_one(task, row, answer, t0)
+
+
+def _apply_budget_env(env: Mapping[str, str]) -> None:
+    """Put the client's input budget into this worker's environment (a local worker inherits
+    it anyway; a Dask worker on another machine does not). Left in place: every task of a
+    batch carries the same values, and restoring them would race between a Dask worker's
+    threads."""
+    os.environ.update(env)
+
+
+def _analyse_one(task: Task, row: dict[str, Any], answer: Answer, t0: float) -> Answer:
     from traceanalyzer.batch.summary import report_metrics
     from traceanalyzer.config import Config
     from traceanalyzer.errors import InputError, OutputError, TraceAnalyzerError
     from traceanalyzer.pipeline import analyze, write_outputs
 
-    t0 = time.perf_counter()
-    row = base_row(task)
-    answer: Answer = {"rel": task["rel"], "key": None, "cacheable": True, "files": None}
     try:
         digest = content_hash(task["path"])
         key = cache_key(digest, task["fingerprint"])
@@ -569,12 +583,16 @@ class BatchResult:
 def make_tasks(inputs: Iterable[Input], known: Mapping[str, str], fingerprint: str,
                overrides: Mapping[str, Any], formats: list[str], outdir: Path | None,
                folders: Mapping[str, str] | None = None) -> list[Task]:
+    from traceanalyzer.params import budget_environment
+
     folders = folders or {}
+    budget = budget_environment()  # a Dask worker on another machine must apply the same limits
     return [
         {"path": i.path, "rel": i.rel, "folder": folders.get(i.rel) or slug(i.rel), "run": i.run, "kind": i.kind,
          "rank": i.rank, "world_size": i.world_size,
          "size": i.size, "known_key": known.get(i.rel), "fingerprint": fingerprint, "overrides": dict(overrides),
-         "formats": list(formats), "outdir": str(outdir) if outdir is not None else None}
+         "formats": list(formats), "outdir": str(outdir) if outdir is not None else None,
+         "budget_env": budget}
         for i in inputs
     ]
 

@@ -19,6 +19,7 @@ from traceanalyzer.commands.options import (
 )
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.report.terminal import batch_failure_lines, batch_interrupted_line, batch_start_line, batch_summary
+from traceanalyzer.supervise import ENV_MAX_MEMORY
 
 if TYPE_CHECKING:
     from traceanalyzer.batch.discover import Discovery
@@ -45,7 +46,7 @@ Examples:
 @click.option("--file-timeout", type=FiniteFloat(min=0), default=1800.0, show_default=True, metavar="SECONDS",
               help="Wall-clock limit per file (local workers); a file past it fails, the batch goes on. 0: none.")
 @click.option("--file-memory", type=FiniteFloat(min=0, max=1 << 20), default=None, metavar="GIB",
-              show_default="80 % of physical memory",
+              show_default="--max-memory, else 80 % of physical memory",
               help="Resident-memory limit per file in GiB (local workers; the address space is capped at 4x). "
                    "A file past it fails, the batch goes on. 0: none.")
 @click.option("--in-process", is_flag=True,
@@ -78,6 +79,8 @@ def command(inputs: tuple[str, ...], outdir: str, jobs: int, formats: tuple[str,
         raise ConfigError("--scheduler: expected an address like tcp://host:8786")
     out = Path(outdir)
     found = discover_some(inputs, exclude=out)
+    if file_memory is None and os.environ.get(ENV_MAX_MEMORY):
+        file_memory = int(os.environ[ENV_MAX_MEMORY]) / (1 << 30)  # --max-memory: the limit per file
     backend = make_backend(jobs=jobs, scheduler=scheduler, use_dask=use_dask, in_process=in_process,
                            timeout_s=file_timeout, memory_gib=file_memory)
     n = len(found.inputs)

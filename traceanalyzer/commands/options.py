@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from traceanalyzer.config import Config
-from traceanalyzer.params import check_keys
+from traceanalyzer.params import apply_budget, check_keys, split_budget
 
 
 class FiniteFloat(click.FloatRange):
@@ -81,10 +81,17 @@ def config_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def make_config(config_path: str | None, assignments: tuple[str, ...]) -> Config:
     """The config in effect: the TOML file's values, then ``--set`` (later wins). Every key is
-    checked (:func:`check_keys`): a typo must not silently leave a default in effect."""
+    checked (:func:`check_keys`): a typo must not silently leave a default in effect. The
+    ``budget.*`` keys (a ``[budget]`` table) are not thresholds: they set the input budget for
+    this run (:func:`~traceanalyzer.params.apply_budget`) and are not kept in the config."""
     cfg = Config.from_file(config_path) if config_path else Config()
-    check_keys(cfg.overrides, str(config_path))
-    sets = [Config.parse_assignment(a) for a in assignments]
-    for a, (key, value) in zip(assignments, sets):
-        check_keys({key: value}, f"--set {a}")
-    return cfg.with_overrides(dict(sets))
+    file_budget, thresholds = split_budget(cfg.overrides)
+    check_keys(thresholds, str(config_path))
+    apply_budget(file_budget, str(config_path))
+    for a in assignments:
+        key, value = Config.parse_assignment(a)
+        budget, rest = split_budget({key: value})
+        check_keys(rest, f"--set {a}")
+        apply_budget(budget, f"--set {a}")
+        thresholds.update(rest)
+    return Config(thresholds)
