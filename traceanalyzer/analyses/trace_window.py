@@ -141,16 +141,16 @@ def _bounds(spec: WindowSpec, sr: StepsResult, trace_start: int, trace_end: int,
         start = trace_start + round(spec.start_ms * 1e6)
         end = trace_start + round(spec.end_ms * 1e6)
         if start >= trace_end:
-            raise NotApplicable(f"window {spec.text()} starts after the trace ends "
+            raise NotApplicable(f"{spec.text()} starts after the trace ends "
                                 f"({(trace_end - trace_start) / 1e6:,.3f} ms from its start)")
         return start, min(end, trace_end), "time"
     if spec.kind == "steps":
         if not sr.has_steps:
-            raise NotApplicable(f"window {spec.text()}: the trace has no ProfilerStep# ranges")
+            raise NotApplicable(f"{spec.text()}: the trace has no ProfilerStep# ranges")
         rows = table.filter(pl.col("step").is_between(spec.first_step, spec.last_step))
         if rows.is_empty():
             have = table["step"]
-            raise NotApplicable(f"window {spec.text()}: no such step in the trace (steps #{have.min()}–#{have.max()})")
+            raise NotApplicable(f"{spec.text()}: no such step in the trace (steps #{have.min()}–#{have.max()})")
         return int(rows["start_ns"].min()), int(rows["end_ns"].max()), "steps"  # type: ignore[arg-type]
     if not sr.has_steps:
         return trace_start, trace_end, "whole trace"

@@ -143,7 +143,8 @@ def _metadata(w: TraceWindowResult, vendor: str, devices: list[int], finding_thr
     for i, (tid, name) in enumerate([*gap_threads, *finding_threads]):
         m("thread_name", FINDINGS_PID, tid, {"name": name})
         m("thread_sort_index", FINDINGS_PID, tid, {"sort_index": i})
-    cpu = pl.concat([ev[t].select("pid", "tid") for t in ("cpu_ops", "annotations", "python_frames", "runtime")])
+    cpu = pl.concat([ev[t].select("pid", "tid")
+                     for t in ("cpu_ops", "annotations", "python_frames", "runtime", "memory_events")])
     cpu = cpu.drop_nulls().unique().sort("pid", "tid")
     names = {(int(r["pid"]), int(r["tid"])): str(r["name"]) for r in w.threads.drop_nulls(["pid", "tid"]).iter_rows(
         named=True)}
