@@ -10,12 +10,13 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner
-
 from support.events import Trace, memory, ns
+
 from traceanalyzer.analyses.trace_window import TraceWindowResult, WindowSpec, parse_window
 from traceanalyzer.cli import cli, main
 from traceanalyzer.config import Config
 from traceanalyzer.load import load
+from traceanalyzer.model import TraceModel
 from traceanalyzer.pipeline import build_report, resolve_formats, write_outputs
 from traceanalyzer.report.perfetto import FILE_NAME, FINDINGS_PID, FINDINGS_PROCESS, document
 
@@ -112,7 +113,8 @@ def test_step_window_holds_its_kernels_only_and_the_findings_track() -> None:
     assert all(s["args"]["title"] and s["args"]["fix"] for s in slices)
     # counters: busy % of each step and the memory of the window
     busy = [e for e in ev if e["ph"] == "C" and e["name"] == "GPU 0 busy % of step"]
-    assert [(b["ts"], b["args"]["busy %"]) for b in busy] == [(0.0, 66.667), (1000.0, 66.667), (1900.0, 0.0)]  # 600 µs of 900
+    # 600 µs busy of each 900 µs step window
+    assert [(b["ts"], b["args"]["busy %"]) for b in busy] == [(0.0, 66.667), (1000.0, 66.667), (1900.0, 0.0)]
     mem = [e for e in ev if e["ph"] == "C" and e["name"] == "GPU 0 memory"]
     assert [m["args"]["allocated bytes"] for m in mem] == [2 << 20, 3 << 20]
     assert doc["baseTimeNanoseconds"] == ns(1000)
@@ -129,6 +131,7 @@ def test_round_trip_through_our_loader(tmp_path: Path) -> None:
     assert written == [tmp_path / FILE_NAME]
     json.loads(gzip.decompress(written[0].read_bytes()))  # plain JSON for any reader
     model = load(written[0])
+    assert isinstance(model, TraceModel)
     w = report.results.typed("trace_window", TraceWindowResult)
     assert w is not None
     cols = ["name", "ts_ns", "dur_ns", "device", "stream", "correlation"]

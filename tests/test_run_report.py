@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from support.events import Trace
+
 from traceanalyzer.analyses.run_memory import MemoryPeak, place_memory_peaks
 from traceanalyzer.cli import main
 

@@ -45,6 +45,7 @@ from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables
+from traceanalyzer.units import device_name
 
 SIGNALS = ("metadata", "cpu_op", "name")  # strongest first
 SIGNAL_LABELS = {"metadata": "collective metadata", "cpu_op": "launching communication op",
@@ -115,7 +116,7 @@ class CommunicationResult:
         streams = self.by_stream.head(4)
         if streams.height:
             out.append(("Streams", "; ".join(
-                f"GPU {r['device']} stream {r['stream']}: {ms(r['comm_ns_per_step'])}/step, "
+                f"{device_name(r['device'])} stream {r['stream']}: {ms(r['comm_ns_per_step'])}/step, "
                 f"{r['hidden_pct'] or 0:.1f} % of it hidden under compute" for r in streams.iter_rows(named=True))))
         return out
 

@@ -90,6 +90,7 @@ from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, gpu_activity, op_index
 from traceanalyzer.timeutil import merge_intervals
+from traceanalyzer.units import device_name
 
 R = TypeVar("R")
 
@@ -511,7 +512,7 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, reads: A
     p = {c: _pct(tot[f"{c}_ns"], d) for c in ("productive", "compute", "transfer", "communication", "input", "sync",
                                                "host", "other", "idle")}
     ev: list[str] = [
-        f"GPU {device} is busy {p['productive'] + p['communication']:.1f} % of the steady steps "
+        f"{device_name(device)} is busy {p['productive'] + p['communication']:.1f} % of the steady steps "
         f"(compute {p['compute']:.1f} %, copies {p['transfer']:.1f} %, exposed communication "
         f"{p['communication']:.1f} %) and idle {p['idle']:.1f} % (DataLoader {p['input']:.1f} %, syncs "
         f"{p['sync']:.1f} %, host busy {p['host']:.1f} %, unexplained {p['other']:.1f} %)."
@@ -856,7 +857,7 @@ def diagnosis(ctx: AnalysisContext[TraceModel]) -> DiagnosisResult:
                          f"{ms(int(windows['end_ns'].max() - windows['start_ns'].min()))} trace); "  # type: ignore[operator, arg-type]  # noqa: E501 - polars' scalar union
                          f"{ms(lead)} before its "
                          f"first activity and {ms(tail)} after its last are left out")
-            base_label = f"GPU {device}'s active span"
+            base_label = f"{device_name(device)}'s active span"
         bd, more = _gpu_breakdown(ctx.tables, ctx, span_windows if span_windows is not None else windows, device,
                                   clipped=span_windows is not None)
         notes += more
@@ -881,7 +882,8 @@ def diagnosis(ctx: AnalysisContext[TraceModel]) -> DiagnosisResult:
         breakdown.update({f"{c}_pct": _pct(tot[f"{c}_ns"], tot["dur_ns"]) for c in (*pct_cols, "idle", "compute",
                                                                                      "transfer")})
         resource = "gpu"
-        phase_tables[f"GPU {device} time per phase and step"] = ph.gpu.filter(pl.col("device") == device).drop("device")
+        phase_tables[f"{device_name(device)} time per phase and step"] = ph.gpu.filter(
+            pl.col("device") == device).drop("device")
         phase_tables["CPU time per phase and step"] = ph.cpu
     else:
         device = None

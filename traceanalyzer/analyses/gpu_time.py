@@ -56,6 +56,7 @@ from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.timeutil import merge_intervals
+from traceanalyzer.units import device_name
 
 DEVICE_CATEGORIES = ("compute", "communication", "memcpy", "memset")
 TB_CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
@@ -90,7 +91,7 @@ class GpuTimeResult:
             parts = ", ".join(
                 f"{c} {pct(r[f'{c}_ns'], w) or 0:.1f} %" for c in (*DEVICE_CATEGORIES, "idle")
             )
-            out.append((f"GPU {r['device']} busy (all step windows)",
+            out.append((f"{device_name(r['device'])} busy (all step windows)",
                         f"{r['busy_pct'] or 0:.1f} % of {ms(w)} ({parts} of the windows)"))
         if self.tb_average:
             total = self.tb_average.get("total_ns") or 0

@@ -69,6 +69,7 @@ from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, annotation_index, by_id, cpu_context, deepest_at
 from traceanalyzer.timeutil import gaps_between, merge_intervals
+from traceanalyzer.units import device_name
 
 CAUSES = ("host_bound", "sync", "memcpy", "data_loader", "stream_dependency", "other")
 
@@ -110,7 +111,7 @@ class IdleGapsResult:
             causes = ", ".join(
                 f"{c} {pct(r[f'{c}_ns'], idle) or 0:.0f} %" for c in CAUSES if r.get(f"{c}_ns")
             )
-            out.append((f"GPU {r['device']} gaps",
+            out.append((f"{device_name(r['device'])} gaps",
                         f"{r['n_gaps']:,} gaps, {ms(idle)} idle in gaps ({causes} of gap idle)"))
         if self.attribution.height:
             top = self.attribution.row(0, named=True)

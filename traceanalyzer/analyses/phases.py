@@ -89,6 +89,7 @@ from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, annotation_index, by_id, deepest_at, op_index, op_top_level
 from traceanalyzer.timeutil import merge_intervals
+from traceanalyzer.units import device_name
 
 #: CPU precedence (first wins); ``other`` is the rest.
 CPU_PRECEDENCE: tuple[str, ...] = ("data_loading", "communication", "optimizer", "backward", "forward")
@@ -308,7 +309,7 @@ class PhasesResult:
     def summary(self) -> list[tuple[str, str]]:
         out = []
         if self.gpu_mean:
-            out.append((f"GPU {self.primary_device} per step", self.line("gpu")))
+            out.append((f"{device_name(self.primary_device)} per step", self.line("gpu")))
         if self.cpu_mean:
             out.append(("CPU per step", self.line("cpu")))
         ratios = []

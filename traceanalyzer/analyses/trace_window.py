@@ -149,8 +149,8 @@ def _bounds(spec: WindowSpec, sr: StepsResult, trace_start: int, trace_end: int,
             raise NotApplicable(f"{spec.text()}: the trace has no ProfilerStep# ranges")
         rows = table.filter(pl.col("step").is_between(spec.first_step, spec.last_step))
         if rows.is_empty():
-            have = table["step"]
-            raise NotApplicable(f"{spec.text()}: no such step in the trace (steps #{have.min()}–#{have.max()})")
+            have = table["step"].drop_nulls().to_list()
+            raise NotApplicable(f"{spec.text()}: no such step in the trace (steps #{min(have)}–#{max(have)})")
         return int(rows["start_ns"].min()), int(rows["end_ns"].max()), "steps"  # type: ignore[arg-type]
     if not sr.has_steps:
         return trace_start, trace_end, "whole trace"

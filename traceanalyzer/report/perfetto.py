@@ -62,7 +62,11 @@ def _encode(df: pl.DataFrame, fields: dict[str, pl.Expr], args: dict[str, pl.Exp
     an args key to a column already holding JSON text (shapes, grid), spliced in as is."""
     if df.is_empty():
         return pl.Series("e", [], pl.String)
-    enc = (pl.struct(**fields, args=pl.struct(**args)) if args else pl.struct(**fields)).struct.json_encode()
+    named: dict[str, pl.Expr] = dict(fields)
+    if args:
+        named["args"] = pl.struct(list(args.values())[0].alias(next(iter(args))),
+                                  *(e.alias(k) for k, e in list(args.items())[1:]))
+    enc = pl.struct(*(e.alias(k) for k, e in named.items())).struct.json_encode()
     for key, col in (raw or {}).items():
         enc = pl.when(pl.col(col).is_not_null()).then(
             pl.concat_str([enc.str.strip_suffix("}}"), pl.lit(f',{orjson.dumps(key).decode()}:'),
@@ -223,7 +227,7 @@ def _annotations(report: Report, w: TraceWindowResult, base: int, vendor: str,
     if gt is not None and gt.per_step.height and w.step_windows.height:
         ps = gt.per_step.join(w.step_windows.select("window", "start_ns", "end_ns"), on="window", how="inner")
         for (dev,), part in ps.sort("start_ns").group_by(["device"], maintain_order=True):
-            name = f"{device_name(dev, vendor)} busy % of step"  # type: ignore[arg-type]
+            name = f"{device_name(int(dev), vendor)} busy % of step"
             pts = [(r["start_ns"], r["busy_pct"]) for r in part.iter_rows(named=True)]
             pts.append((int(part["end_ns"].max()), 0.0))  # type: ignore[arg-type]
             small += [{"ph": "C", "cat": OUR_CAT, "name": name, "pid": FINDINGS_PID, "tid": 0,
@@ -262,6 +266,15 @@ def document(report: Report) -> bytes | None:
         top["distributedInfo"] = w.distributed_info
     head = orjson.dumps(top, option=orjson.OPT_NON_STR_KEYS)
     return head[:-1] + b',"traceEvents":[\n' + body.encode() + b"\n]}"
+
+
+def perfetto_link(outdir: Path) -> str:
+    """The HTML line by which report.html links to the export, when it was written into ``outdir``
+    (``pipeline.resolve_formats`` writes it before the page); empty otherwise."""
+    if not (outdir / FILE_NAME).is_file():
+        return ""
+    return (f'<p class="note">Timeline: <a href="{FILE_NAME}">{FILE_NAME}</a>, the exported window with the '
+            "findings as tracks; open it in ui.perfetto.dev or chrome://tracing.</p>\n")
 
 
 @renderer("perfetto", description="trace.perfetto.json.gz: the steady steps (or --window) with the findings "
