@@ -129,7 +129,7 @@ class TraceWindowResult:
     def summary(self) -> list[tuple[str, str]]:
         where = (f"steps #{self.steps[0]}–#{self.steps[-1]}" if len(self.steps) > 1
                  else f"step #{self.steps[0]}" if self.steps else self.source)
-        return [("Exported window", f"{where}, {fmt_ns(self.end_ns - self.start_ns)} "
+        return [("Perfetto export window", f"{where}, {fmt_ns(self.end_ns - self.start_ns)} "
                  f"from +{fmt_ns(self.start_ns - self.trace_start_ns)}, {self.n_events:,} events")]
 
 
