@@ -318,7 +318,7 @@ def test_memory_growth_trace_exact(tmp_path: Path) -> None:
     assert e["end_allocated_bytes"] == [32 * MiB * k for k in range(1, 6)]
     assert e["growth_per_step_bytes"] == 32 * MiB and e["steps_that_grew"] == 4 and e["steps"] == [0, 1, 2, 3, 4]
     assert e["peak_allocated_bytes"] == 128 * MiB + 256 * MiB and e["pct_of_peak"] == 33.33
-    assert f.title == "cuda:0: allocated memory grows 32.0 MiB per step (+128.0 MiB over 5 steps, 33 % of the peak)"
+    assert f.title == "GPU 0: allocated memory grows 32.0 MiB per step (+128.0 MiB over 5 steps, 33 % of the peak)"
 
 
 def test_memory_growth_trace_silent_and_cannot_decide(tmp_path: Path) -> None:

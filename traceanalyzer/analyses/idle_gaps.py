@@ -88,6 +88,8 @@ class IdleGapsResult:
     attribution_annotation: pl.DataFrame  # long gaps grouped by deepest user annotation
     long_gap_ns: int
     thresholds: dict[str, float]
+    #: The trace's vendor (``TraceMeta.vendor``): how its devices are named in text (not in to_json).
+    vendor: str = "unknown"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -111,7 +113,7 @@ class IdleGapsResult:
             causes = ", ".join(
                 f"{c} {pct(r[f'{c}_ns'], idle) or 0:.0f} %" for c in CAUSES if r.get(f"{c}_ns")
             )
-            out.append((f"{device_name(r['device'])} gaps",
+            out.append((f"{device_name(r['device'], self.vendor)} gaps",
                         f"{r['n_gaps']:,} gaps, {ms(idle)} idle in gaps ({causes} of gap idle)"))
         if self.attribution.height:
             top = self.attribution.row(0, named=True)
@@ -444,4 +446,5 @@ def idle_gaps(ctx: AnalysisContext[TraceModel]) -> IdleGapsResult:
         attribution_annotation=attribution_ann,
         long_gap_ns=long_ns,
         thresholds={"long_gap_us": long_us, "sync_tolerance_us": tol_us},
+        vendor=ctx.model.meta.vendor,
     )

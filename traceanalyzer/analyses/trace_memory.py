@@ -93,10 +93,10 @@ class TraceMemoryResult:
         out = []
         for r in self.per_device.iter_rows(named=True):
             op = f" in {r['peak_op']}" if r["peak_op"] else ""
-            out.append((f"{r['device']} peak allocated", f"{fmt_bytes(r['peak_allocated_bytes'])}{op}"))
-            out.append((f"{r['device']} peak reserved", fmt_bytes(r["peak_reserved_bytes"])))
+            out.append((f"{device_name(r['device'])} peak allocated", f"{fmt_bytes(r['peak_allocated_bytes'])}{op}"))
+            out.append((f"{device_name(r['device'])} peak reserved", fmt_bytes(r["peak_reserved_bytes"])))
         for dev, g in self.step_growth_bytes.items():
-            out.append((f"{dev} growth across steps", fmt_bytes(g)))
+            out.append((f"{device_name(dev)} growth across steps", fmt_bytes(g)))
         if self.n_ooms:
             out.append(("OutOfMemory events", str(self.n_ooms)))
         return out

@@ -113,7 +113,8 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
         per = growth / (len(ends) - 1)
         yield Finding(
             rule_id="memory_growth", severity=Severity.WARNING,
-            title=f"{dev}: allocated memory grows {_mib(per)} per step (+{_mib(growth)} over {len(ends)} steps, "
+            title=f"{device_name(str(dev))}: allocated memory grows {_mib(per)} per step (+{_mib(growth)} over "
+                  f"{len(ends)} steps, "
                   f"{pct:.0f} % of the peak)",
             evidence={"device": dev, "growth_bytes": growth, "growth_per_step_bytes": int(per),
                       "pct_of_peak": round(pct, 2), "steps": g["step"].to_list(), "steps_that_grew": grew,
