@@ -194,3 +194,12 @@ def test_no_window_no_file(tmp_path: Path) -> None:
     bare = replace(report, results=Results(values={k: v for k, v in report.results.values.items()
                                                    if k != "trace_window"}))
     assert write_outputs(bare, tmp_path, ["perfetto"]) == []
+
+
+def test_page_links_to_the_export_only_when_written(tmp_path: Path) -> None:
+    report = _report(_trace())
+    write_outputs(report, tmp_path / "both", ["html", "perfetto"])
+    page = (tmp_path / "both" / "report.html").read_text()
+    assert f'href="{FILE_NAME}"' in page
+    write_outputs(report, tmp_path / "page", ["html"])
+    assert FILE_NAME not in (tmp_path / "page" / "report.html").read_text()

@@ -57,21 +57,25 @@ def _us(col: str, base: int) -> pl.Expr:
 
 
 def _encode(df: pl.DataFrame, fields: dict[str, pl.Expr], args: dict[str, pl.Expr],
-            raw: dict[str, str] | None = None) -> pl.Series:
-    """One JSON object per row: ``fields`` and ``args`` (nulls written as null); ``raw`` maps
-    an args key to a column already holding JSON text (shapes, grid), spliced in as is."""
+            raw: dict[str, str] | None = None) -> str:
+    """One JSON object per row, joined by ``,\n``: ``fields`` and ``args`` (nulls written as
+    null); ``raw`` maps an args key to a column already holding JSON text (shapes, grid),
+    spliced in as is. Polars writes the JSON (its NDJSON writer; ``json_encode`` where text is
+    spliced), so no Python loop runs per event."""
     if df.is_empty():
-        return pl.Series("e", [], pl.String)
+        return ""
     named: dict[str, pl.Expr] = dict(fields)
     if args:
-        named["args"] = pl.struct(list(args.values())[0].alias(next(iter(args))),
-                                  *(e.alias(k) for k, e in list(args.items())[1:]))
+        named["args"] = pl.struct(*(e.alias(k) for k, e in args.items()))
+    if not raw:
+        # NDJSON escapes newlines inside strings, so the only raw newlines separate the events.
+        return df.select(*(e.alias(k) for k, e in named.items())).write_ndjson().rstrip("\n").replace("\n", ",\n")
     enc = pl.struct(*(e.alias(k) for k, e in named.items())).struct.json_encode()
-    for key, col in (raw or {}).items():
+    for key, col in raw.items():
         enc = pl.when(pl.col(col).is_not_null()).then(
             pl.concat_str([enc.str.strip_suffix("}}"), pl.lit(f',{orjson.dumps(key).decode()}:'),
                            pl.col(col), pl.lit("}}")])).otherwise(enc)
-    return df.select(enc.alias("e")).to_series()
+    return ",\n".join(df.select(enc.alias("e")).to_series().to_list())
 
 
 def _x(cat: str | pl.Expr, base: int, pid: str | pl.Expr, tid: str | pl.Expr) -> dict[str, pl.Expr]:
@@ -81,7 +85,7 @@ def _x(cat: str | pl.Expr, base: int, pid: str | pl.Expr, tid: str | pl.Expr) ->
             "ts": _us("ts_ns", base), "dur": pl.col("dur_ns") / 1000.0}
 
 
-def _window_events(w: TraceWindowResult, base: int) -> list[pl.Series]:
+def _window_events(w: TraceWindowResult, base: int) -> list[str]:
     """The window's recorded events in the Kineto layout."""
     ev = w.events
     c = pl.col
@@ -186,12 +190,12 @@ def _evidence_steps(evidence: dict[str, Any]) -> list[tuple[int, str, Any]]:
 
 
 def _annotations(report: Report, w: TraceWindowResult, base: int, vendor: str,
-                 devices: list[int]) -> tuple[list[dict[str, Any]], list[pl.Series],
+                 devices: list[int]) -> tuple[list[dict[str, Any]], list[str],
                                               list[tuple[int, str]], list[tuple[int, str]]]:
     """Our tracks: idle gaps by cause, findings, counters."""
     us = 1000.0
     small: list[dict[str, Any]] = []
-    series: list[pl.Series] = []
+    series: list[str] = []
     gap_threads = [(1 + i, f"idle gaps · {device_name(d, vendor)}") for i, d in enumerate(devices)]
     gaps = report.results.typed("idle_gaps", IdleGapsResult)
     if gaps is not None and gaps.device_gaps.height and devices:
@@ -253,9 +257,9 @@ def document(report: Report) -> bytes | None:
     vendor = str(report.meta.get("vendor") or "unknown")
     devices = _devices(w)
     small, ours, finding_threads, gap_threads = _annotations(report, w, base, vendor, devices)
-    parts = [s for s in (*_window_events(w, base), *ours) if s.len()]
+    parts = [s for s in (*_window_events(w, base), *ours) if s]
     lines = [orjson.dumps(e).decode() for e in (*_metadata(w, vendor, devices, finding_threads, gap_threads), *small)]
-    body = ",\n".join([*lines, *(s.str.join(",\n").item() for s in parts)])
+    body = ",\n".join([*lines, *parts])
     top: dict[str, Any] = {
         "schemaVersion": 1, "displayTimeUnit": "ms", "baseTimeNanoseconds": base,
         "deviceProperties": list(w.device_properties),
