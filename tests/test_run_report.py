@@ -145,3 +145,14 @@ def test_refusals_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     code, err = run_main(["analyze", str(run), "-o", str(tmp_path / "o"), "-q"], capsys)
     lines = [x for x in err.splitlines() if x.strip()]
     assert code == 2 and len(lines) == 1 and says in lines[0], err
+
+
+def test_the_perfetto_export_marks_the_placed_peak(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import gzip
+
+    run = _run_dir(tmp_path, peak_us=EPOCH_US + 1_500)
+    code, err = run_main(["analyze", str(run), "-o", str(tmp_path / "o"), "-f", "perfetto", "-q"], capsys)
+    assert code == 0, err
+    doc = json.loads(gzip.decompress((tmp_path / "o" / "trace.perfetto.json.gz").read_bytes()))
+    [mark] = [e for e in doc["traceEvents"] if e["name"] == "snapshot peak: GPU 0"]
+    assert (mark["ph"], mark["ts"], mark["args"]["peak bytes"], mark["args"]["step"]) == ("i", 1500.0, 8 * MiB, 2)

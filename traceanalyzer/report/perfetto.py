@@ -16,6 +16,8 @@ What the file holds (all from the report; nothing is recomputed here):
   (``…_by_step`` maps, lists of ``{"step": …}``);
 * counter tracks (``"ph": "C"``): GPU busy % of each step (``gpu_time``), and allocated /
   reserved bytes per device from the window's ``[memory]`` events, where the trace has them;
+* in the one report of a run (``analyze RUN_DIR``), a process-wide instant event at the memory
+  snapshot's peak when ``run_memory`` placed it inside the window;
 * ``process_name`` / ``thread_name`` / sort-index metadata for every pid and tid.
 
 Our own slices use the category ``traceanalyzer``, which the loader keeps aside quietly.
@@ -32,6 +34,7 @@ import polars as pl
 
 from traceanalyzer.analyses.gpu_time import GpuTimeResult
 from traceanalyzer.analyses.idle_gaps import CAUSES, IdleGapsResult
+from traceanalyzer.analyses.run_memory import RunMemoryResult
 from traceanalyzer.analyses.trace_window import TraceWindowResult
 from traceanalyzer.report import renderer
 from traceanalyzer.report.document import Report
@@ -227,6 +230,13 @@ def _annotations(report: Report, w: TraceWindowResult, base: int, vendor: str,
                 small.append({"ph": "i", "s": "t", "cat": OUR_CAT, "name": f"{f.rule_id}: step {step}",
                               "pid": FINDINGS_PID, "tid": tid, "ts": (step_start[step] - base) / us,
                               "args": {key: value}})
+    rm = report.results.typed("run_memory", RunMemoryResult)
+    if rm is not None:  # a run's snapshot peak, where the clocks allow placing it
+        for r in rm.placements.filter(pl.col("placed")).iter_rows(named=True):
+            if w.start_ns <= r["ts_ns"] < w.end_ns:
+                small.append({"ph": "i", "s": "p", "cat": OUR_CAT, "name": f"{r['kind']} peak: {r['device']}",
+                              "pid": FINDINGS_PID, "tid": 0, "ts": (r["ts_ns"] - base) / us,
+                              "args": {"peak bytes": r["peak_bytes"], "source": r["source"], "step": r["step"]}})
     gt = report.results.typed("gpu_time", GpuTimeResult)
     if gt is not None and gt.per_step.height and w.step_windows.height:
         ps = gt.per_step.join(w.step_windows.select("window", "start_ns", "end_ns"), on="window", how="inner")
