@@ -131,7 +131,8 @@ def place_memory_peaks(trace_source: str, trace_start_ns: int, trace_end_ns: int
                            pl.DataFrame(rows, schema=PLACEMENT_SCHEMA))
 
 
-@analysis("run_memory", input="run", title="Memory peak on the trace's steps", order=75)
+# ``after``: what place_memory_peaks reads of the trace (the runner never runs an input "run").
+@analysis("run_memory", input="run", title="Memory peak on the trace's steps", order=75, after=("steps",))
 def run_memory(ctx: AnalysisContext[Model]) -> RunMemoryResult:
     """Where a snapshot's memory peak lies on the trace's steps, for a run analysed together."""
     raise NotApplicable("needs a run's trace and memory snapshot analysed together (analyze RUN_DIR)")
