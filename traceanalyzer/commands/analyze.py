@@ -104,6 +104,9 @@ def command(paths: tuple[str, ...], outdir: str | None, formats: tuple[str, ...]
     if not quiet:
         click.echo(clean_text(analyze_summary(report)))
         click.echo(written_line(written))
+        if "perfetto" in fmts and "trace_window" not in report.results.values:
+            why = report.results.skipped.get("trace_window", "only a trace has a timeline to export")
+            click.echo(clean_text(f"  perfetto: nothing written ({why})"), err=True)
     if open_report:
         page = out / "report.html"
         if click.launch(str(page.resolve())) != 0 and not quiet:
