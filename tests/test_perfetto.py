@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner
+from conftest import SHARED_TRACES, needs_shared
 from support.events import Trace, memory, ns
 
 from traceanalyzer.analyses.trace_window import TraceWindowResult, WindowSpec, parse_window
@@ -203,3 +204,25 @@ def test_page_links_to_the_export_only_when_written(tmp_path: Path) -> None:
     assert f'href="{FILE_NAME}"' in page
     write_outputs(report, tmp_path / "page", ["html"])
     assert FILE_NAME not in (tmp_path / "page" / "report.html").read_text()
+
+
+@needs_shared
+@pytest.mark.shared
+@pytest.mark.parametrize("rel", ["hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+                                 "hta/mtia_inference_trace/mtia_inference_rank_0.json.gz"])
+def test_real_trace_export_reloads_with_the_window(tmp_path: Path, rel: str) -> None:
+    """A real AMD and MTIA trace: the export re-loads with the window's GPU work, and names the
+    devices as the rest of the report does."""
+    path = SHARED_TRACES / rel
+    report = build_report(load(path), source=str(path))
+    w = report.results.typed("trace_window", TraceWindowResult)
+    assert w is not None
+    [out] = write_outputs(report, tmp_path, ["perfetto"])
+    again = load(out)
+    assert isinstance(again, TraceModel)
+    for table in ("kernels", "memcpy", "memset", "runtime", "cpu_ops"):
+        assert getattr(again, table).height == w.events[table].height, table
+    doc = json.loads(gzip.decompress(out.read_bytes()))
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    word = "MTIA" if "mtia" in rel else "GPU"
+    assert any(n.startswith(f"{word} ") for n in names), names
