@@ -109,7 +109,16 @@ def test_step_window_holds_its_kernels_only_and_the_findings_track() -> None:
     rules = [f.rule_id for f in report.findings]
     slices = [e for e in ev if e.get("cat") == "traceanalyzer" and e["ph"] == "X" and e["name"] in rules]
     assert [s["name"] for s in slices] == rules
-    assert all(s["ts"] == 0.0 and s["dur"] == 1900.0 for s in slices)  # 1000 → 2900 µs
+    assert "host_bound_gaps" in rules
+    # over the window (1000 → 2900 µs); host_bound_gaps's slice also holds its last gap whole (→ 3030 µs)
+    assert {s["name"]: (s["ts"], s["dur"]) for s in slices} == {
+        r: (0.0, 2030.0 if r == "host_bound_gaps" else 1900.0) for r in rules}
+    hb_tid = next(s["tid"] for s in slices if s["name"] == "host_bound_gaps")
+    under = [e for e in ev if e["ph"] == "X" and e["pid"] == FINDINGS_PID and e["tid"] == hb_tid
+             and e["name"] != "host_bound_gaps"]
+    assert [(e["name"], e["ts"], e["dur"]) for e in under] == [
+        ("host_bound_gaps: idle host_bound", t, d) for t, d in ((430.0, 180.0), (810.0, 220.0), (1430.0, 180.0),
+                                                                (1810.0, 220.0))]
     assert {threads[(FINDINGS_PID, s["tid"])] for s in slices} == set(rules)
     assert all(s["args"]["title"] and s["args"]["fix"] for s in slices)
     # counters: busy % of each step and the memory of the window

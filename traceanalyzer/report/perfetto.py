@@ -12,8 +12,9 @@ What the file holds (all from the report; nothing is recomputed here):
   ``idle_gaps`` device gaps of the window as slices named ``idle: <cause>`` and coloured by
   cause (chrome-trace ``cname``, :data:`CAUSE_COLOURS`; Perfetto colours by name), then one
   thread per finding: a slice over the window named by the rule id (title, cost, fix,
-  evidence in its args) and an instant event at the start of each step its evidence names
-  (``…_by_step`` maps, lists of ``{"step": …}``);
+  evidence in its args), an instant event at the start of each step its evidence names
+  (``…_by_step`` maps, lists of ``{"step": …}``) and, for the rules about one kind of idle gap
+  (:data:`RULE_GAP_CAUSES`), the window's gaps of that cause again, under the finding;
 * counter tracks (``"ph": "C"``): GPU busy % of each step (``gpu_time``), and allocated /
   reserved bytes per device from the window's ``[memory]`` events, where the trace has them;
 * in the one report of a run (``analyze RUN_DIR``), a process-wide instant event at the memory
@@ -52,6 +53,12 @@ OUR_CAT = "traceanalyzer"
 CAUSE_COLOURS = {"host_bound": "terrible", "sync": "bad", "memcpy": "yellow", "data_loader": "olive",
                  "stream_dependency": "rail_animation", "other": "grey"}
 assert set(CAUSE_COLOURS) == set(CAUSES)
+#: The idle-gap causes a rule's finding is about: its thread repeats those gaps of the window, so
+#: the evidence sits under the finding (the host-blocking rules share sync and copy gaps).
+RULE_GAP_CAUSES: dict[str, tuple[str, ...]] = {
+    "host_bound_gaps": ("host_bound",), "dataloader_bottleneck": ("data_loader",),
+    "explicit_sync": ("sync",), "item_sync": ("sync",), "pageable_memcpy": ("memcpy",), "blocking_copies": ("memcpy",),
+}
 
 
 def _us(col: str, base: int) -> pl.Expr:
@@ -201,17 +208,22 @@ def _annotations(report: Report, w: TraceWindowResult, base: int, vendor: str,
     series: list[str] = []
     gap_threads = [(1 + i, f"idle gaps · {device_name(d, vendor)}") for i, d in enumerate(devices)]
     gaps = report.results.typed("idle_gaps", IdleGapsResult)
+    c = pl.col
+    g: pl.DataFrame | None = None
+
+    def gap_slices(df: pl.DataFrame, tid: pl.Expr, prefix: str) -> str:
+        return _encode(df, {
+            "ph": pl.lit("X"), "cat": pl.lit(OUR_CAT), "name": pl.lit(prefix) + c("cause"),
+            "pid": pl.lit(FINDINGS_PID), "tid": tid, "ts": _us("start_ns", base), "dur": c("dur_ns") / us,
+            "cname": c("cause").replace_strict(CAUSE_COLOURS, default="grey", return_dtype=pl.String)}, {
+            "cause": c("cause"), "device": c("device"), "step": c("step"), "queued": c("queued"),
+            "next kernel": c("next_name"), "launch api": c("launch_api"), "cpu context": c("cpu_context")})
+
     if gaps is not None and gaps.device_gaps.height and devices:
         g = gaps.device_gaps.filter((pl.col("start_ns") >= w.start_ns) & (pl.col("start_ns") < w.end_ns))
         g = g.join(pl.DataFrame({"device": devices, "_tid": [t for t, _ in gap_threads]},
                                 schema={"device": pl.Int64, "_tid": pl.Int64}), on="device", how="inner")
-        c = pl.col
-        series.append(_encode(g, {
-            "ph": pl.lit("X"), "cat": pl.lit(OUR_CAT), "name": pl.lit("idle: ") + c("cause"),
-            "pid": pl.lit(FINDINGS_PID), "tid": c("_tid"), "ts": _us("start_ns", base), "dur": c("dur_ns") / us,
-            "cname": c("cause").replace_strict(CAUSE_COLOURS, default="grey", return_dtype=pl.String)}, {
-            "cause": c("cause"), "device": c("device"), "step": c("step"), "queued": c("queued"),
-            "next kernel": c("next_name"), "launch api": c("launch_api"), "cpu context": c("cpu_context")}))
+        series.append(gap_slices(g, c("_tid"), "idle: "))
     first = len(gap_threads) + 1
     finding_threads: list[tuple[int, str]] = []
     step_start = {int(r["step"]): int(r["start_ns"]) for r in w.step_windows.iter_rows(named=True)
@@ -221,8 +233,15 @@ def _annotations(report: Report, w: TraceWindowResult, base: int, vendor: str,
         tid = first + i
         finding_threads.append((tid, f.rule_id))
         cost = fmt_cost(f.cost_ms_per_step, f.cost_pct_of_step, f.cost_bytes)
+        causes = RULE_GAP_CAUSES.get(f.rule_id, ())
+        mine = g.filter(pl.col("cause").is_in(causes)) if g is not None and causes else None
+        f_dur = dur
+        if mine is not None and mine.height:
+            series.append(gap_slices(mine, pl.lit(tid), f"{f.rule_id}: idle "))
+            # The finding's slice holds its gap slices whole (the last gap may run past the window).
+            f_dur = (max(w.end_ns, int(mine["end_ns"].max())) - w.start_ns) / us  # type: ignore[arg-type]
         small.append({"ph": "X", "cat": OUR_CAT, "name": f.rule_id, "pid": FINDINGS_PID, "tid": tid, "ts": ts0,
-                      "dur": dur, "cname": {3: "terrible", 2: "bad"}.get(int(f.severity), "yellow"),
+                      "dur": f_dur, "cname": {3: "terrible", 2: "bad"}.get(int(f.severity), "yellow"),
                       "args": {"title": f.title, "severity": str(f.severity), "cost": cost, "fix": f.fix,
                                "evidence": dict(f.evidence)}})
         for step, key, value in _evidence_steps(dict(f.evidence)):
