@@ -115,4 +115,4 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
         )
     if not known:
         raise NotApplicable(f"device memory capacity unknown: no totalGlobalMem in deviceProperties for "
-                            f"{', '.join(map(str, devices))}")
+                            f"{', '.join(device_name(str(d)) for d in devices)}")
