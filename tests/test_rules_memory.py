@@ -151,7 +151,7 @@ def test_memory_capacity_threshold_override_and_silence(tmp_path: Path) -> None:
 
 def test_memory_capacity_cannot_decide_without_capacity_or_device_memory(tmp_path: Path) -> None:
     _, out = _rules(_trace(tmp_path, [_mem(10, 950 * MiB, 950 * MiB, 960 * MiB)], name="noprops.json"))
-    assert "totalGlobalMem" in out.not_run["memory_capacity"] and "cuda:0" in out.not_run["memory_capacity"]
+    assert "totalGlobalMem" in out.not_run["memory_capacity"] and "GPU 0" in out.not_run["memory_capacity"]
     _, out = _rules(_trace(tmp_path, [_mem(10, 4096, 4096, 0, dev=-1, dtype=0)], capacities={0: GiB},
                            name="host.json"))
     assert out.not_run["memory_capacity"].startswith("only host (cpu) [memory] events")
