@@ -317,5 +317,5 @@ def render(report: Report, outdir: Path) -> list[Path]:
     if data is None:
         return []
     path = outdir / FILE_NAME
-    atomic_write_bytes(path, gzip.compress(data, compresslevel=6, mtime=0))
+    atomic_write_bytes(path, gzip.compress(data, compresslevel=3, mtime=0))  # half the time of 6, 25 % larger
     return [path]
