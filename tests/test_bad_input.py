@@ -137,7 +137,9 @@ def test_cli_bad_input_exit_2_one_line_no_traceback(tmp_path: Path, name: str, c
 
 
 def test_cli_missing_file_and_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for target, problem in ((tmp_path / "missing.json", "no such file"), (tmp_path, "is a directory")):
+    # A directory is a run (analyze RUN_DIR): an empty one holds no input.
+    for target, problem in ((tmp_path / "missing.json", "no such file"),
+                            (tmp_path, "no trace or memory snapshot found")):
         with pytest.raises(SystemExit) as info:
             main(["analyze", str(target), "-o", str(tmp_path / "o")])
         assert info.value.code == 2

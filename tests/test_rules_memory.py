@@ -131,7 +131,7 @@ def test_memory_capacity_warning_and_critical_with_exact_cost(tmp_path: Path) ->
     assert f0.evidence["device"] == "cuda:0" and f0.evidence["capacity_bytes"] == cap
     assert f0.evidence["peak_allocated_bytes"] == 950 * MiB and f0.evidence["peak_reserved_bytes"] == 960 * MiB
     assert f0.evidence["pct_of_capacity"] == 95.0 and f1.evidence["pct_of_capacity"] == 98.0
-    assert f0.title.startswith("cuda:0 peaks at 95.0 % of its 1.0 GiB")
+    assert f0.title.startswith("GPU 0 peaks at 95.0 % of its 1.0 GiB")
     assert "checkpoint" in f0.code_hint and f0.fix
 
 
@@ -151,7 +151,7 @@ def test_memory_capacity_threshold_override_and_silence(tmp_path: Path) -> None:
 
 def test_memory_capacity_cannot_decide_without_capacity_or_device_memory(tmp_path: Path) -> None:
     _, out = _rules(_trace(tmp_path, [_mem(10, 950 * MiB, 950 * MiB, 960 * MiB)], name="noprops.json"))
-    assert "totalGlobalMem" in out.not_run["memory_capacity"] and "cuda:0" in out.not_run["memory_capacity"]
+    assert "totalGlobalMem" in out.not_run["memory_capacity"] and "GPU 0" in out.not_run["memory_capacity"]
     _, out = _rules(_trace(tmp_path, [_mem(10, 4096, 4096, 0, dev=-1, dtype=0)], capacities={0: GiB},
                            name="host.json"))
     assert out.not_run["memory_capacity"].startswith("only host (cpu) [memory] events")
@@ -182,7 +182,7 @@ def test_oom_snapshot_capacity_cost_is_the_shortfall(tmp_path: Path) -> None:
     assert e["verdict"] == "capacity" and e["n_ooms"] == 1 and e["device"] == 0
     assert e["failing_site"].startswith("forward (u/model.py:9)")
     assert e["top_sites"][0]["bytes"] == 10 * MiB
-    assert f.title == "Out of memory on cuda:0: 12.0 MiB requested with 3.0 MiB free (capacity)"
+    assert f.title == "Out of memory on GPU 0: 12.0 MiB requested with 3.0 MiB free (capacity)"
     assert "checkpoint" in f.code_hint
 
 
@@ -213,7 +213,7 @@ def test_oom_trace_events(tmp_path: Path) -> None:
     assert f.evidence["n_ooms"] == 2 and f.evidence["largest_request_bytes"] == 500 * MiB
     assert [o["bytes"] for o in f.evidence["ooms"]] == [300 * MiB, 500 * MiB]  # in time order
     assert f.evidence["ooms"][0]["device"] == "cuda:0" and f.evidence["ooms"][0]["total_reserved"] == 800 * MiB
-    assert f.title.startswith("2 out-of-memory event(s) during the profile on cuda:0: largest request 500.0 MiB")
+    assert f.title.startswith("2 out-of-memory event(s) during the profile on GPU 0: largest request 500.0 MiB")
 
 
 def test_oom_silent_or_cannot_decide(tmp_path: Path) -> None:
@@ -318,7 +318,7 @@ def test_memory_growth_trace_exact(tmp_path: Path) -> None:
     assert e["end_allocated_bytes"] == [32 * MiB * k for k in range(1, 6)]
     assert e["growth_per_step_bytes"] == 32 * MiB and e["steps_that_grew"] == 4 and e["steps"] == [0, 1, 2, 3, 4]
     assert e["peak_allocated_bytes"] == 128 * MiB + 256 * MiB and e["pct_of_peak"] == 33.33
-    assert f.title == "cuda:0: allocated memory grows 32.0 MiB per step (+128.0 MiB over 5 steps, 33 % of the peak)"
+    assert f.title == "GPU 0: allocated memory grows 32.0 MiB per step (+128.0 MiB over 5 steps, 33 % of the peak)"
 
 
 def test_memory_growth_trace_silent_and_cannot_decide(tmp_path: Path) -> None:
@@ -390,7 +390,7 @@ def test_memory_growth_snapshot_steps(tmp_path: Path) -> None:
     assert e["peak_allocated_bytes"] == 32 * MiB and e["pct_of_peak"] == 87.5
     assert e["suspects"][0]["site"].startswith("remember (u/train.py:10)")
     assert e["suspects"][0]["end_bytes"] == 32 * MiB
-    assert f.title.startswith("1 call site(s) on cuda:0 keep growing over 8 steps: +28.0 MiB, most at remember")
+    assert f.title.startswith("1 call site(s) on GPU 0 keep growing over 8 steps: +28.0 MiB, most at remember")
 
 
 def test_memory_growth_snapshot_below_threshold_and_no_history(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from traceanalyzer.units import (
     MISSING,
     fmt_bytes,
@@ -62,3 +64,14 @@ def test_param_values_as_rules_show_them() -> None:
     assert fmt_param(0.25) == "0.25"
     assert fmt_param(16 << 20) == "16777216 (16 MiB)"
     assert fmt_param(1000) == "1000"
+
+
+@pytest.mark.parametrize(("index", "kind", "name"), [
+    (2, None, "GPU 2"), (0, "nvidia", "GPU 0"), (0, "amd", "GPU 0"), ("hip:0", None, "GPU 0"),
+    ("cuda:1", None, "GPU 1"), (17, "mtia", "MTIA 17"), (3, "xpu", "XPU 3"), ("cpu", None, "CPU"),
+    (None, None, "GPU ?"), ("type7:0", None, "TYPE7 0"),
+])
+def test_device_name_one_name_per_device(index: int | str | None, kind: str | None, name: str) -> None:
+    from traceanalyzer.units import device_name
+
+    assert device_name(index, kind) == name

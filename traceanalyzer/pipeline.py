@@ -7,7 +7,7 @@ parses options, calls these and prints the terminal summaries of :mod:`traceanal
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from traceanalyzer.analyses import Results, run_analyses
@@ -109,7 +109,12 @@ def resolve_formats(formats: Iterable[str] | None) -> list[str]:
                 raise ConfigError(f"unknown format {name!r}; choose from: {', '.join(sorted(known))}")
             else:
                 out.append(name)
-    return list(dict.fromkeys(out))
+    out = list(dict.fromkeys(out))
+    # The page links to the Perfetto export when it exists: write that first.
+    if "perfetto" in out and "html" in out and out.index("perfetto") > out.index("html"):
+        out.remove("perfetto")
+        out.insert(out.index("html"), "perfetto")
+    return out
 
 
 def write_outputs(report: Report, outdir: str | Path, formats: Iterable[str] | None = None) -> list[Path]:
@@ -123,3 +128,61 @@ def write_outputs(report: Report, outdir: str | Path, formats: Iterable[str] | N
     for name in resolve_formats(formats):
         written.extend(known[name].func(report, out))
     return written
+
+
+#: Of each memory input kind, the analysis that reports its peak (bytes and time).
+_PEAK_ANALYSES = {"snapshot": "memory_peak", "memory_timeline": "export_timeline"}
+
+
+def build_run_report(trace: Report, memory: Sequence[Report], source: str | None = None) -> Report:
+    """One report of a run: the trace's report with the memory inputs' (snapshot, memory
+    timeline export) analyses and findings beside it, and ``run_memory``, where each memory
+    peak lies on the trace's steps (:mod:`traceanalyzer.analyses.run_memory`).
+
+    The inputs' analyses have distinct names per kind, so they share one ``analyses``
+    mapping; a rule counts as not run only when it ran on none of the inputs. Each memory
+    input's warnings are prefixed with its file name; its path is in ``meta.run_inputs``."""
+    from traceanalyzer.analyses.memory_peak import MemoryPeakResult
+    from traceanalyzer.analyses.run_memory import MemoryPeak, place_memory_peaks
+    from traceanalyzer.analyses.steps import StepsResult
+
+    kinds = [m.kind for m in memory]
+    if len(set(kinds)) != len(kinds) or any(k == "trace" for k in kinds):
+        raise ValueError(f"build_run_report takes at most one memory input of each kind, got {kinds}")
+    values = dict(trace.results.values)
+    skipped = dict(trace.results.skipped)
+    failed = dict(trace.results.failed)
+    findings = list(trace.findings)
+    below = list(trace.below_floor)
+    not_run = dict(trace.not_run)
+    rule_failures = dict(trace.rule_failures)
+    warnings = list(trace.warnings)
+    peaks: list[MemoryPeak] = []
+    for m in memory:
+        values.update(m.results.values)
+        skipped.update(m.results.skipped)
+        failed.update(m.results.failed)
+        findings += m.findings
+        below += m.below_floor
+        not_run = {k: v for k, v in not_run.items() if k in m.not_run}
+        rule_failures.update(m.rule_failures)
+        name = Path(m.source).name
+        warnings += [f"{name}: {w}" for w in m.warnings]
+        peak = m.results.values.get(_PEAK_ANALYSES.get(m.kind, ""))
+        if isinstance(peak, MemoryPeakResult):
+            peaks.append(MemoryPeak(m.source, m.kind, peak.device, peak.peak_allocated_bytes, peak.peak_ts_ns))
+        elif peak is not None:
+            total, ts = getattr(peak, "peak_total_bytes", None), getattr(peak, "peak_ts_ns", None)
+            if isinstance(total, int):
+                peaks.append(MemoryPeak(m.source, m.kind, None, total, ts if isinstance(ts, int) else None))
+    meta = dict(trace.meta)
+    if peaks:
+        values["run_memory"] = place_memory_peaks(
+            trace.source, int(meta.get("span_start_ns") or 0), int(meta.get("span_end_ns") or 0),
+            trace.results.typed("steps", StepsResult), peaks, str(meta.get("vendor") or "") or None)
+    meta["run_inputs"] = [{"path": trace.source, "kind": trace.kind},
+                          *({"path": m.source, "kind": m.kind, "meta": m.meta} for m in memory)]
+    results = Results(values=values, skipped=skipped, failed=failed)
+    return Report(source=source or trace.source, kind=trace.kind, meta=meta, results=results,
+                  findings=sorted(findings, key=Finding.sort_key), below_floor=below, not_run=not_run,
+                  rule_failures=rule_failures, warnings=tuple(warnings))

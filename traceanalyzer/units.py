@@ -141,3 +141,28 @@ def fmt_cell(column: str, value: object, t0: int | None = None) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(str(v) for v in value)
     return str(value)
+
+
+#: The word a device's name starts with, by the model's ``vendor`` (``TraceMeta.vendor``) or the
+#: c10 device kind of a memory record (``cuda``, ``hip`` …): PyTorch calls AMD GPUs ``cuda`` too.
+_DEVICE_WORDS = {"nvidia": "GPU", "amd": "GPU", "unknown": "GPU", "cuda": "GPU", "hip": "GPU",
+                 "xpu": "XPU", "mtia": "MTIA", "hpu": "HPU", "xla": "XLA", "mps": "MPS", "cpu": "CPU"}
+
+
+def device_name(index: int | str | None, kind: str | None = None) -> str:
+    """The one name of a device in every output: ``GPU 0`` (NVIDIA and AMD GPUs, and whatever
+    is not known to be something else), ``XPU 0`` (Intel), ``MTIA 17``; ``CPU`` for host memory.
+
+    ``kind`` is the trace's vendor (``nvidia``, ``amd``, ``xpu``, ``mtia``, ``cpu`` …) or a
+    PyTorch device kind (``cuda``, ``hip``); a PyTorch device string as ``index``
+    (``cuda:0``, ``hip:2``, ``cpu``) is read as kind and index. ``None`` as index reads ``?``.
+    """
+    if isinstance(index, str) and not index.lstrip("-").isdigit():
+        kind, _, rest = index.partition(":")
+        index = rest or None
+        if kind == "cpu":
+            return "CPU"
+    word = _DEVICE_WORDS.get((kind or "").lower(), (kind or "GPU").upper())
+    if word == "CPU" and index is None:
+        return "CPU"
+    return f"{word} {'?' if index is None else index}"

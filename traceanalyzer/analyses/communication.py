@@ -45,6 +45,7 @@ from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables
+from traceanalyzer.units import device_name
 
 SIGNALS = ("metadata", "cpu_op", "name")  # strongest first
 SIGNAL_LABELS = {"metadata": "collective metadata", "cpu_op": "launching communication op",
@@ -64,6 +65,8 @@ class CommunicationResult:
     by_signal: pl.DataFrame
     top_kernels: pl.DataFrame
     thresholds: dict[str, float] = field(default_factory=dict)
+    #: The trace's vendor (``TraceMeta.vendor``): how its devices are named in text (not in to_json).
+    vendor: str = "unknown"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,7 +84,8 @@ class CommunicationResult:
     def verdict_line(self) -> str:
         t = self.totals
         comm, hid, exp = t["comm_ns_per_step"], t["hidden_pct"], t["exposed_ns_per_step"]
-        head = (f"{ms(comm)}/step of communication on GPU {t['device']} ({t['comm_pct_of_step'] or 0:.1f} % of the "
+        dev = device_name(t["device"], self.vendor)
+        head = (f"{ms(comm)}/step of communication on {dev} ({t['comm_pct_of_step'] or 0:.1f} % of the "
                 f"step), {hid or 0:.1f} % of it hidden under compute")
         if t["overlap_verdict"] == "exposed":
             return f"{head}; {ms(exp)}/step exposed ({t['exposed_pct_of_step'] or 0:.1f} % of the step): exposed"
@@ -115,7 +119,7 @@ class CommunicationResult:
         streams = self.by_stream.head(4)
         if streams.height:
             out.append(("Streams", "; ".join(
-                f"GPU {r['device']} stream {r['stream']}: {ms(r['comm_ns_per_step'])}/step, "
+                f"{device_name(r['device'], self.vendor)} stream {r['stream']}: {ms(r['comm_ns_per_step'])}/step, "
                 f"{r['hidden_pct'] or 0:.1f} % of it hidden under compute" for r in streams.iter_rows(named=True))))
         return out
 
@@ -357,6 +361,6 @@ def communication(ctx: AnalysisContext[TraceModel]) -> CommunicationResult:
     return CommunicationResult(
         totals=totals, by_type=by_type, by_group=by_group, by_stream=by_stream, per_device=per_device,
         per_step=per_step, by_signal=by_signal, top_kernels=top_kernels,
-        thresholds={"exposed_pct": exposed_pct, "large_pct": large_pct},
+        thresholds={"exposed_pct": exposed_pct, "large_pct": large_pct}, vendor=ctx.model.meta.vendor,
     )
 

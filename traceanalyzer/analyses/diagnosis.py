@@ -90,6 +90,7 @@ from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, gpu_activity, op_index
 from traceanalyzer.timeutil import merge_intervals
+from traceanalyzer.units import device_name
 
 R = TypeVar("R")
 
@@ -511,7 +512,8 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, reads: A
     p = {c: _pct(tot[f"{c}_ns"], d) for c in ("productive", "compute", "transfer", "communication", "input", "sync",
                                                "host", "other", "idle")}
     ev: list[str] = [
-        f"GPU {device} is busy {p['productive'] + p['communication']:.1f} % of the steady steps "
+        f"{device_name(device, model.meta.vendor)} is busy {p['productive'] + p['communication']:.1f} % of the "
+        "steady steps "
         f"(compute {p['compute']:.1f} %, copies {p['transfer']:.1f} %, exposed communication "
         f"{p['communication']:.1f} %) and idle {p['idle']:.1f} % (DataLoader {p['input']:.1f} %, syncs "
         f"{p['sync']:.1f} %, host busy {p['host']:.1f} %, unexplained {p['other']:.1f} %)."
@@ -851,18 +853,20 @@ def diagnosis(ctx: AnalysisContext[TraceModel]) -> DiagnosisResult:
             # device's first activity and the tail after its last are not the workload. The GPU is
             # judged over its active span, as HTA's temporal breakdown is; the edges are reported.
             lead, tail = _span_edges(windows, span_windows)
-            notes.append(f"no steps: the GPU verdict is judged over GPU {device}'s active span (first to last "
+            notes.append(f"no steps: the GPU verdict is judged over {device_name(device, model.meta.vendor)}'s "
+                         "active span (first to last "
                          f"activity, {ms(int(span_windows['end_ns'][0] - span_windows['start_ns'][0]))} of the "
                          f"{ms(int(windows['end_ns'].max() - windows['start_ns'].min()))} trace); "  # type: ignore[operator, arg-type]  # noqa: E501 - polars' scalar union
                          f"{ms(lead)} before its "
                          f"first activity and {ms(tail)} after its last are left out")
-            base_label = f"GPU {device}'s active span"
+            base_label = f"{device_name(device, model.meta.vendor)}'s active span"
         bd, more = _gpu_breakdown(ctx.tables, ctx, span_windows if span_windows is not None else windows, device,
                                   clipped=span_windows is not None)
         notes += more
         n_dev = gt.per_device.height  # type: ignore[union-attr]
         if n_dev > 1:
-            notes.append(f"{n_dev} devices have activity; the verdict is for GPU {device}, the busiest")
+            notes.append(f"{n_dev} devices have activity; the verdict is for "
+                         f"{device_name(device, model.meta.vendor)}, the busiest")
         per = apply_verdicts(bd, gpu_bound_pct, dominant_pct, mostly_busy_pct, cause_min_pct)
         sums = bd.filter(steady_flag).select(pl.exclude("window", "step").sum())
         tot_df = apply_verdicts(sums, gpu_bound_pct, dominant_pct, mostly_busy_pct, cause_min_pct)
@@ -881,7 +885,8 @@ def diagnosis(ctx: AnalysisContext[TraceModel]) -> DiagnosisResult:
         breakdown.update({f"{c}_pct": _pct(tot[f"{c}_ns"], tot["dur_ns"]) for c in (*pct_cols, "idle", "compute",
                                                                                      "transfer")})
         resource = "gpu"
-        phase_tables[f"GPU {device} time per phase and step"] = ph.gpu.filter(pl.col("device") == device).drop("device")
+        phase_tables[f"{device_name(device, model.meta.vendor)} time per phase and step"] = ph.gpu.filter(
+            pl.col("device") == device).drop("device")
         phase_tables["CPU time per phase and step"] = ph.cpu
     else:
         device = None

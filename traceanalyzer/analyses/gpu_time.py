@@ -56,6 +56,7 @@ from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.timeutil import merge_intervals
+from traceanalyzer.units import device_name
 
 DEVICE_CATEGORIES = ("compute", "communication", "memcpy", "memset")
 TB_CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
@@ -71,6 +72,8 @@ class GpuTimeResult:
     tb_breakdown: pl.DataFrame  # window, step, kernel_ns … other_ns, total_ns
     tb_average: dict[str, float]  # mean per steady step, ns
     steady_busy_pct: dict[int, float | None]  # device → busy % over steady steps
+    #: The trace's vendor (``TraceMeta.vendor``): how its devices are named in text (not in to_json).
+    vendor: str = "unknown"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -90,7 +93,7 @@ class GpuTimeResult:
             parts = ", ".join(
                 f"{c} {pct(r[f'{c}_ns'], w) or 0:.1f} %" for c in (*DEVICE_CATEGORIES, "idle")
             )
-            out.append((f"GPU {r['device']} busy (all step windows)",
+            out.append((f"{device_name(r['device'], self.vendor)} busy (all step windows)",
                         f"{r['busy_pct'] or 0:.1f} % of {ms(w)} ({parts} of the windows)"))
         if self.tb_average:
             total = self.tb_average.get("total_ns") or 0
@@ -174,7 +177,7 @@ def gpu_time(ctx: AnalysisContext[TraceModel]) -> GpuTimeResult:
     tb_steady = tb.filter(pl.col("window").is_in(sr.steady_windows()))
     cols = [f"{c}_ns" for c in (*TB_CATEGORIES, "other")] + ["total_ns"]
     tb_avg = {c: round(float(tb_steady[c].mean()), 1) for c in cols} if tb_steady.height else {}  # type: ignore[arg-type]
-    return GpuTimeResult(per_device, per_step, span, tb, tb_avg, steady_busy)
+    return GpuTimeResult(per_device, per_step, span, tb, tb_avg, steady_busy, vendor=ctx.model.meta.vendor)
 
 
 def _tb_breakdown(model: TraceModel, act: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:

@@ -69,6 +69,7 @@ from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, annotation_index, by_id, cpu_context, deepest_at
 from traceanalyzer.timeutil import gaps_between, merge_intervals
+from traceanalyzer.units import device_name
 
 CAUSES = ("host_bound", "sync", "memcpy", "data_loader", "stream_dependency", "other")
 
@@ -87,6 +88,8 @@ class IdleGapsResult:
     attribution_annotation: pl.DataFrame  # long gaps grouped by deepest user annotation
     long_gap_ns: int
     thresholds: dict[str, float]
+    #: The trace's vendor (``TraceMeta.vendor``): how its devices are named in text (not in to_json).
+    vendor: str = "unknown"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -110,7 +113,7 @@ class IdleGapsResult:
             causes = ", ".join(
                 f"{c} {pct(r[f'{c}_ns'], idle) or 0:.0f} %" for c in CAUSES if r.get(f"{c}_ns")
             )
-            out.append((f"GPU {r['device']} gaps",
+            out.append((f"{device_name(r['device'], self.vendor)} gaps",
                         f"{r['n_gaps']:,} gaps, {ms(idle)} idle in gaps ({causes} of gap idle)"))
         if self.attribution.height:
             top = self.attribution.row(0, named=True)
@@ -443,4 +446,5 @@ def idle_gaps(ctx: AnalysisContext[TraceModel]) -> IdleGapsResult:
         attribution_annotation=attribution_ann,
         long_gap_ns=long_ns,
         thresholds={"long_gap_us": long_us, "sync_tolerance_us": tol_us},
+        vendor=ctx.model.meta.vendor,
     )

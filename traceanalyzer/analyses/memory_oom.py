@@ -28,6 +28,7 @@ from traceanalyzer.analyses._memory import breakdown, live_at
 from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model.memory import SnapshotModel
+from traceanalyzer.units import device_name
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class MemoryOOMResult:
         from traceanalyzer.units import fmt_bytes
 
         free = "?" if self.device_free_bytes is None else fmt_bytes(self.device_free_bytes)
-        out = [("OOM", f"cuda:{self.device} asked {fmt_bytes(self.requested_bytes)}, device free {free}"),
+        out = [("OOM", f"{device_name(self.device)} asked {fmt_bytes(self.requested_bytes)}, device free {free}"),
                ("State at OOM",
                 f"allocated {fmt_bytes(self.allocated_bytes)}, reserved {fmt_bytes(self.reserved_bytes)}, "
                                 f"cached free {fmt_bytes(self.cached_free_bytes)}"),

@@ -25,6 +25,7 @@ from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._memory import breakdown, live_at
 from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult
 from traceanalyzer.model.memory import SnapshotModel
+from traceanalyzer.units import device_name
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class MemoryPeakResult:
 
         where = "at dump (no history)" if self.source == "dump" else (
             "before the history starts" if self.peak_event_idx < 0 else f"event #{self.peak_event_idx:,}")
-        out = [(f"Peak allocated (cuda:{self.device})", f"{fmt_bytes(self.peak_allocated_bytes)}  {where}"),
+        out = [(f"Peak allocated ({device_name(self.device)})", f"{fmt_bytes(self.peak_allocated_bytes)}  {where}"),
                ("Reserved at peak", fmt_bytes(self.peak_reserved_at_bytes))]
         for row in self.top_sites.head(3).iter_rows(named=True):
             out.append((f"  {row['pct_of_peak']:.1f} % {row['category']}", f"{fmt_bytes(row['bytes'])}  {row['site']}"))

@@ -43,6 +43,7 @@ from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._memory import NO_STACK, STACKS_SCHEMA, decimate, stack_sites
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model.memory import SnapshotModel
+from traceanalyzer.units import device_name
 
 ALLOC_ACTIONS = ("alloc", "free_requested", "free_completed")
 SEGMENT_PLUS = ("segment_alloc", "segment_map")
@@ -400,7 +401,7 @@ class MemoryTimelineResult:
 
         out: list[tuple[str, str]] = []
         for d in self.devices:
-            pre = f"cuda:{d.device} " if len(self.devices) > 1 else ""
+            pre = f"{device_name(d.device)} " if len(self.devices) > 1 else ""
             out.append((f"{pre}peak allocated", fmt_bytes(d.peak_allocated)))
             out.append((f"{pre}peak reserved", fmt_bytes(d.peak_reserved)))
             out.append((f"{pre}at dump: allocated / reserved",
@@ -433,7 +434,7 @@ def memory_timeline(ctx: AnalysisContext[SnapshotModel]) -> MemoryTimelineResult
         series.append(s)
         allocs.append(a)
         if not rep.invariants["ok"] and rep.n_events:
-            notes.append(f"cuda:{d}: replayed end state differs from the dump ({rep.invariants})")
+            notes.append(f"{device_name(d)}: replayed end state differs from the dump ({rep.invariants})")
     return MemoryTimelineResult(
         devices=tuple(reps),
         series=pl.concat(series) if series else pl.DataFrame(schema=SERIES_SCHEMA),

@@ -89,6 +89,7 @@ from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, annotation_index, by_id, deepest_at, op_index, op_top_level
 from traceanalyzer.timeutil import merge_intervals
+from traceanalyzer.units import device_name
 
 #: CPU precedence (first wins); ``other`` is the rest.
 CPU_PRECEDENCE: tuple[str, ...] = ("data_loading", "communication", "optimizer", "backward", "forward")
@@ -259,6 +260,8 @@ class PhasesResult:
     thresholds: dict[str, Any] = field(default_factory=dict)
     #: phase, n_ranges, cpu_ns_per_step, cpu_pct_of_step, gpu_ns_per_step, gpu_pct_of_step (primary device)
     annotated: pl.DataFrame = field(default_factory=pl.DataFrame)
+    #: The trace's vendor (``TraceMeta.vendor``): how its devices are named in text (not in to_json).
+    vendor: str = "unknown"
 
     def annotated_line(self, resource: str = "gpu", n: int = 6) -> str:
         """The annotated phases as "attn 40.1 %, mlp 30.2 %" (% of the step window), largest first."""
@@ -308,7 +311,7 @@ class PhasesResult:
     def summary(self) -> list[tuple[str, str]]:
         out = []
         if self.gpu_mean:
-            out.append((f"GPU {self.primary_device} per step", self.line("gpu")))
+            out.append((f"{device_name(self.primary_device, self.vendor)} per step", self.line("gpu")))
         if self.cpu_mean:
             out.append(("CPU per step", self.line("cpu")))
         ratios = []
@@ -550,4 +553,5 @@ def phases(ctx: AnalysisContext[TraceModel]) -> PhasesResult:
         sources=pc.sources,
         top_n=top_n,
         annotated=annotated,
+        vendor=ctx.model.meta.vendor,
     )

@@ -33,6 +33,7 @@ from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, op_index
+from traceanalyzer.units import device_name
 
 # c10::DeviceType values as written in the [memory] events' "Device Type".
 _DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip", 9: "xla", 12: "xpu", 13: "mps", 15: "hpu", 19: "mtia",
@@ -92,23 +93,32 @@ class TraceMemoryResult:
         out = []
         for r in self.per_device.iter_rows(named=True):
             op = f" in {r['peak_op']}" if r["peak_op"] else ""
-            out.append((f"{r['device']} peak allocated", f"{fmt_bytes(r['peak_allocated_bytes'])}{op}"))
-            out.append((f"{r['device']} peak reserved", fmt_bytes(r["peak_reserved_bytes"])))
+            out.append((f"{device_name(r['device'])} peak allocated", f"{fmt_bytes(r['peak_allocated_bytes'])}{op}"))
+            out.append((f"{device_name(r['device'])} peak reserved", fmt_bytes(r["peak_reserved_bytes"])))
         for dev, g in self.step_growth_bytes.items():
-            out.append((f"{dev} growth across steps", fmt_bytes(g)))
+            out.append((f"{device_name(dev)} growth across steps", fmt_bytes(g)))
         if self.n_ooms:
             out.append(("OutOfMemory events", str(self.n_ooms)))
         return out
 
     def tables(self) -> dict[str, pl.DataFrame]:
-        out = {"Memory per device": self.per_device}
+        out = {"Memory per device": _named(self.per_device)}
         if self.per_step.height:
-            out["Memory per step"] = self.per_step
+            out["Memory per step"] = _named(self.per_step)
         if self.top_ops.height:
-            out["Ops allocating the most"] = self.top_ops.head(15)
+            out["Ops allocating the most"] = _named(self.top_ops.head(15))
         if self.top_sites.height:
-            out["Call sites allocating the most"] = self.top_sites.head(15)
+            out["Call sites allocating the most"] = _named(self.top_sites.head(15))
         return out
+
+
+def _named(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with its ``device`` shown by its one name (``GPU 0``, :func:`~traceanalyzer.units.device_name`);
+    summary.json keeps PyTorch's spelling (``cuda:0``, ``hip:2``)."""
+    if "device" not in df.columns or df.is_empty():
+        return df
+    names = {d: device_name(d) for d in df["device"].drop_nulls().unique().to_list()}
+    return df.with_columns(pl.col("device").replace_strict(names, default=None, return_dtype=pl.String))
 
 
 def _top_sites(model: TraceModel, mem: pl.DataFrame, top_n: int) -> pl.DataFrame:

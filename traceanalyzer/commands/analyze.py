@@ -1,8 +1,11 @@
-"""``traceanalyzer analyze``: one trace or snapshot → terminal summary + report files."""
+"""``traceanalyzer analyze``: one trace or snapshot → terminal summary + report files; a run's
+directory (or several paths) → one report of its trace and memory snapshot together, or the
+multi-rank summary of its ranks."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,8 +17,10 @@ from traceanalyzer.commands.options import (
     outdir_option,
     quiet_option,
 )
+from traceanalyzer.errors import ConfigError, InputError
 from traceanalyzer.pipeline import (
     build_report,
+    build_run_report,
     default_outdir,
     findings_at_or_above,
     load,
@@ -27,6 +32,11 @@ from traceanalyzer.report import registry as renderer_registry
 from traceanalyzer.report.terminal import analyze_summary, fail_on_line, written_line
 from traceanalyzer.report.text import clean_text
 
+if TYPE_CHECKING:
+    from traceanalyzer.batch.discover import Discovery, Input
+    from traceanalyzer.config import Config
+    from traceanalyzer.report.document import Report
+
 
 @click.command("analyze", epilog="""\b
 Examples:
@@ -34,33 +44,58 @@ Examples:
   traceanalyzer analyze trace.json -o out/ --format json,md
   traceanalyzer analyze trace.json.gz --open
   traceanalyzer analyze snapshot.pickle --set idle_gaps.long_gap_us=200
+  traceanalyzer analyze run_dir/            (its trace and snapshot in one report)
+  traceanalyzer analyze trace.json.gz snapshot.pickle
+  traceanalyzer analyze trace.json.gz -f perfetto --window step:5-7
 """)
-@click.argument("path", type=click.Path(dir_okay=True, path_type=str))
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...", type=click.Path(dir_okay=True, path_type=str))
 @outdir_option("Directory for report files [default: ./<input>.traceanalyzer].")
 @formats_option("Output formats (comma-separated or repeated) [default: all].")
 @quiet_option("Print nothing but errors (no progress, no summary).")
 @click.option("--open", "open_report", is_flag=True,
               help="Open report.html in the default browser when done (implies the html format).")
+@click.option("--window", default=None, metavar="START_MS:END_MS|step:N[-M]",
+              help="What the perfetto format exports (implies it): milliseconds from the trace start, or "
+                   "ProfilerStep numbers [default: the steady steps, at most trace_window.max_steps].")
 @fail_on_option()
 @config_options
-def command(path: str, outdir: str | None, formats: tuple[str, ...], quiet: bool, open_report: bool,
-            fail_on: str | None, config_path: str | None, assignments: tuple[str, ...]) -> None:
-    """Analyze one trace (.json/.json.gz) or memory snapshot (.pickle).
+def command(paths: tuple[str, ...], outdir: str | None, formats: tuple[str, ...], quiet: bool, open_report: bool,
+            window: str | None, fail_on: str | None, config_path: str | None, assignments: tuple[str, ...]) -> None:
+    """Analyze one trace (.json/.json.gz) or memory snapshot (.pickle), or one run.
 
     The input kind is recognised by content. Writes the report files into OUTDIR
     and prints a short summary: steps, span, GPU busy %, kernel count, top kernels
-    and the top findings. Formats available:
+    and the top findings. A directory or several paths make one run: a trace with
+    its memory snapshot (and/or memory-timeline export) gives one report of both,
+    the snapshot's peak placed on the trace's steps; the traces of several ranks of
+    one run get per-rank reports and the multi-rank summary, as batch writes them.
+    Formats available:
     """
     config = make_config(config_path, assignments)
     fmts = resolve_formats(formats)
     if open_report and "html" not in fmts:
         fmts.append("html")
-    show = False if quiet else None  # None: only on a terminal
-    with progress(f"Loading {Path(path).name}", enabled=show):
-        model = load(path)
-    with progress("Analysing", enabled=show):
-        report = build_report(model, config, source=str(path))
+    if window is not None:
+        config = _with_window(config, window)
+        if "perfetto" not in fmts:
+            fmts = resolve_formats([*fmts, "perfetto"])
+    path = paths[0]
     out = Path(outdir) if outdir else default_outdir(path)
+    show = False if quiet else None  # None: only on a terminal
+    if len(paths) > 1 or Path(path).is_dir():
+        found = _discover(paths, out)
+        traces = [i for i in found.inputs if i.kind == "trace"]
+        if len(traces) > 1:
+            _analyze_ranks(found, traces, out, config, fmts, quiet)
+            return
+        report = _run_report(found, config, show, " ".join(paths))
+    else:
+        with progress(f"Loading {Path(path).name}", enabled=show):
+            model = load(path)
+        with progress("Analysing", enabled=show):
+            report = build_report(model, config, source=str(path))
+    if window is not None and "trace_window" in report.results.skipped:
+        raise ConfigError(f"--window: {report.results.skipped['trace_window']}")
     with progress(f"Writing {', '.join(fmts)}", total=len(fmts), enabled=show) as bar:
         written: list[Path] = []
         for fmt in fmts:
@@ -69,6 +104,9 @@ def command(path: str, outdir: str | None, formats: tuple[str, ...], quiet: bool
     if not quiet:
         click.echo(clean_text(analyze_summary(report)))
         click.echo(written_line(written))
+        if "perfetto" in fmts and "trace_window" not in report.results.values:
+            why = report.results.skipped.get("trace_window", "only a trace has a timeline to export")
+            click.echo(clean_text(f"  perfetto: nothing written ({why})"), err=True)
     if open_report:
         page = out / "report.html"
         if click.launch(str(page.resolve())) != 0 and not quiet:
@@ -82,3 +120,83 @@ def command(path: str, outdir: str | None, formats: tuple[str, ...], quiet: bool
 command.help = (command.help or "") + " " + ", ".join(
     f"{n} ({s.description})" for n, s in sorted(renderer_registry().items())
 ) + "."
+
+
+def _with_window(config: Config, window: str) -> Config:
+    """``config`` with ``--window`` as ``trace_window.window``; a malformed value is refused
+    with one line before anything is loaded."""
+    from traceanalyzer.analyses.trace_window import parse_window
+
+    try:
+        parse_window(window)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return config.with_overrides({"trace_window.window": window})
+
+
+def _discover(paths: tuple[str, ...], out: Path) -> Discovery:
+    """The inputs under ``paths`` (files and directories, searched as ``batch`` does, the
+    output directory excluded); one line and exit 2 when there are none."""
+    from traceanalyzer.batch.discover import discover
+
+    found = discover(paths, exclude=out)
+    if not found.inputs:
+        why = f" ({len(found.ignored)} file(s) ignored, e.g. {Path(found.ignored[0][0]).name}: " \
+              f"{found.ignored[0][1]})" if found.ignored else ""
+        raise InputError(" ".join(paths), f"no trace or memory snapshot found{why}")
+    return found
+
+
+def _run_report(found: Discovery, config: Config, show: bool | None, source: str) -> Report:
+    """One report of a run's inputs: at most one trace, one snapshot and one memory-timeline
+    export (see :func:`traceanalyzer.pipeline.build_run_report`)."""
+    by_kind: dict[str, list[Input]] = {}
+    for inp in found.inputs:
+        by_kind.setdefault(inp.kind, []).append(inp)
+    for kind, items in by_kind.items():
+        if len(items) > 1:
+            names = ", ".join(Path(i.path).name for i in items[:3])
+            raise InputError(source, f"{len(items)} inputs of kind {kind} ({names}) but no several traces of one "
+                                     "run: give one of each kind, or analyse them with 'traceanalyzer batch'")
+    reports = []
+    for inp in found.inputs:
+        with progress(f"Loading {Path(inp.path).name}", enabled=show):
+            model = load(inp.path)
+        with progress("Analysing", enabled=show):
+            reports.append(build_report(model, config, source=inp.path))
+    if len(reports) == 1:
+        return reports[0]
+    traces = [r for r in reports if r.kind == "trace"]
+    if not traces:
+        names = ", ".join(Path(r.source).name for r in reports)
+        raise InputError(source, f"no trace among {names}: a memory snapshot and a memory-timeline export are "
+                                 "analysed one at a time")
+    return build_run_report(traces[0], [r for r in reports if r.kind != "trace"], source=source)
+
+
+def _analyze_ranks(found: Discovery, traces: list[Input], out: Path, config: Config, fmts: list[str],
+                   quiet: bool) -> None:
+    """Several traces: the ranks of one run go to ``batch`` (per-rank reports, the index and
+    the multi-rank summary); traces of different runs are refused with one line."""
+    import sys
+
+    from traceanalyzer.batch.runner import make_backend, run_batch
+    from traceanalyzer.report.terminal import batch_failure_lines, batch_summary
+
+    runs = {t.run for t in traces}
+    ranks = [t.rank for t in traces]
+    if len(runs) > 1 or None in ranks or len(set(ranks)) != len(ranks):
+        names = ", ".join(Path(t.path).name for t in traces[:4]) + (" …" if len(traces) > 4 else "")
+        raise InputError(" ".join(sorted({str(Path(t.path).parent) for t in traces})),
+                         f"{len(traces)} traces that are not the ranks of one run ({names}): analyse them one at a "
+                         "time, or all with 'traceanalyzer batch'")
+    if not quiet:
+        click.echo(f"{len(traces)} ranks of one run: per-rank reports and the multi-rank summary in {out}",
+                   err=True)
+    result = run_batch(found, out, make_backend(), overrides=config.overrides, formats=fmts)
+    if not quiet:
+        for line in batch_failure_lines(result):
+            click.echo(clean_text(line), err=True)
+        click.echo(clean_text(batch_summary(result, out)), file=sys.stdout)
+    if result.n_failed:
+        raise click.exceptions.Exit(1)

@@ -44,7 +44,7 @@ from traceanalyzer.analyses.memory_timeline import MemoryTimelineResult
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.analyses.syncs import SyncsResult
 from traceanalyzer.analyses.trace_memory import TraceMemoryResult
-from traceanalyzer.units import fmt_bytes_short, fmt_ns_short
+from traceanalyzer.units import device_name, fmt_bytes_short, fmt_ns_short
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -371,7 +371,7 @@ def gpu_time_chart(res: GpuTimeResult, results: Mapping[str, object]) -> Figure 
                     ax.annotate(f"{bp:.0f}%", (xi, top), ha="center", va="bottom", fontsize=9,
                                 xytext=(0, 2), textcoords="offset points", color="#333333")
         ax.set_ylim(0, max(bottom) * 1.15 if bottom and max(bottom) > 0 else 1)
-        ax.set_ylabel(f"GPU {dev} (ms)" if len(devices) > 1 else "Time (ms)")
+        ax.set_ylabel(f"{device_name(dev, res.vendor)} (ms)" if len(devices) > 1 else "Time (ms)")
         _thin_ticks(ax, labels)
     axes[-1][0].set_xlabel("Step (label: GPU busy %)")
     _legend_below(fig, axes[0][0])
@@ -434,7 +434,8 @@ def timeline_chart(res: IdleGapsResult, results: Mapping[str, object]) -> Figure
     for y, (_window, step, dev, ws, we) in enumerate(rows):
         length = _ms(we - ws)
         max_len = max(max_len, length)
-        labels.append((f"#{step}" if step is not None else "trace") + (f" · GPU {dev}" if len(devices) > 1 else ""))
+        labels.append((f"#{step}" if step is not None else "trace")
+                      + (f" · {device_name(dev, res.vendor)}" if len(devices) > 1 else ""))
         ax.broken_barh([(0, length)], (y - 0.3, 0.6), facecolors=IDLE, edgecolor="none")
         fl = first_last.get(dev)
         lo, hi = (max(ws, fl[0]), min(we, fl[1])) if fl else (ws, we)
@@ -791,7 +792,8 @@ def trace_memory_chart(res: TraceMemoryResult, results: Mapping[str, object]) ->
         xs = [xi - 0.4 + width * (j + 0.5) for xi in x]
         peak = [float(v or 0) / scale for v in d["peak_allocated_bytes"].to_list()]
         top = max([top, *peak])
-        ax.bar(xs, peak, width=width * 0.9, color=colors[j % len(colors)], label=f"{dev} peak allocated")
+        ax.bar(xs, peak, width=width * 0.9, color=colors[j % len(colors)],
+               label=f"{device_name(str(dev))} peak allocated")
         for col, marker, name in (("start_allocated_bytes", "_", "at step start"),
                                   ("end_allocated_bytes", "x", "at step end")):
             if col in d.columns:
@@ -852,7 +854,7 @@ def memory_timeline_chart(res: MemoryTimelineResult, results: Mapping[str, objec
         else:
             xs = d["event_idx"].to_list()
         alloc = [float(v or 0) / scale for v in d["allocated_bytes"].to_list()]
-        suffix = f" (GPU {dev})" if len(devices) > 1 else ""
+        suffix = f" ({device_name(dev)})" if len(devices) > 1 else ""
         ax.plot(xs, alloc, drawstyle="steps-post", color=colors[j % 4], linewidth=1.4, label="allocated" + suffix)
         if "reserved_bytes" in d.columns:
             ax.plot(xs, [float(v or 0) / scale for v in d["reserved_bytes"].to_list()], drawstyle="steps-post",

@@ -34,6 +34,7 @@ from traceanalyzer.analyses import summary_of, tables_of
 from traceanalyzer.report import renderer
 from traceanalyzer.report.document import JSON_SCHEMA_VERSION, Report
 from traceanalyzer.report.fsutil import atomic_write_text
+from traceanalyzer.report.perfetto import perfetto_link
 from traceanalyzer.report.text import column_label, shorten
 from traceanalyzer.units import fmt_cell, fmt_cost, fmt_ns
 
@@ -558,5 +559,5 @@ def to_html(report: Report, charts: list[Any] | None = None) -> str:
 @renderer("html", description="report.html: self-contained page (charts, sortable tables), opens offline")
 def render(report: Report, outdir: Path) -> list[Path]:
     path = outdir / "report.html"
-    atomic_write_text(path, to_html(report))
+    atomic_write_text(path, to_html(report).replace("<footer>", perfetto_link(outdir) + "<footer>", 1))
     return [path]

@@ -16,6 +16,7 @@ from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._advice import context_of, fewer_launches, fewer_launches_hint, vendor_of, withhold_on_capture
 from traceanalyzer.rules._util import ms, n_steady, pct_of_step, per_step_ns, severity_for, steady, time_finding
+from traceanalyzer.units import device_name
 
 _NO_CPU = "<no CPU activity on the launching thread>"
 
@@ -78,7 +79,8 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
     vendor = vendor_of(results)
     yield time_finding(
         "host_bound_gaps", severity_for(pct, params.warning_pct, params.critical_pct),
-        f"GPU {best_dev} waits for the CPU to launch work: {ms(best)} ms/step of host-bound idle{where}",
+        f"{device_name(best_dev, vendor)} waits for the CPU to launch work: {ms(best)} ms/step of host-bound "
+        f"idle{where}",
         {"device": best_dev, "host_bound_ms_per_step": ms(best),
          "gaps_per_step": round(gaps.height / n_steady(results), 2),
          "top_cpu_contexts": ctx.to_dicts(), "longest_gaps": longest},

@@ -19,6 +19,7 @@ from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._advice import context_of, fewer_launches, fewer_launches_hint, vendor_of, withhold_on_capture
 from traceanalyzer.rules._util import ms, per_step_ns, steady, time_finding
+from traceanalyzer.units import device_name
 
 #: idle_gaps cause → the rule that prices it (evidence points the reader there).
 _CAUSE_RULES = {
@@ -96,7 +97,7 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
         sev = Severity.CRITICAL if busy < params.critical_busy_pct else Severity.WARNING
         yield time_finding(
             "low_gpu_utilization", sev,
-            f"GPU {device} is busy only {busy:.1f} % {of}: {ms(idle)} ms{unit} idle{why}",
+            f"{device_name(device, vendor)} is busy only {busy:.1f} % {of}: {ms(idle)} ms{unit} idle{why}",
             ev,
             "Find what the GPU waits for (the idle causes above and the host-bound, data-loader and sync "
             "findings), remove it, then give the GPU more work per launch: a larger batch, overlapped data "

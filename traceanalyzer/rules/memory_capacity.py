@@ -17,6 +17,7 @@ from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._advice import context_of
+from traceanalyzer.units import device_name
 
 #: How each inference engine sizes its KV-cache preallocation.
 _ENGINE_MEMORY = {
@@ -83,7 +84,7 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
         if pct < params.max_pct:
             continue
         sev = Severity.CRITICAL if pct >= params.critical_pct else Severity.WARNING
-        title = (f"{r['device']} peaks at {pct:.1f} % of its {cap / 2**30:.1f} GiB"
+        title = (f"{device_name(str(r['device']))} peaks at {pct:.1f} % of its {cap / 2**30:.1f} GiB"
                  + (f" (in {r['peak_op']})" if r.get("peak_op") else ""))
         fix = ("Lower the peak: activation checkpointing (torch.utils.checkpoint), bf16 autocast, a smaller "
                "micro-batch with gradient accumulation, FSDP/ZeRO sharding of parameters and optimizer state.")
@@ -114,4 +115,4 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
         )
     if not known:
         raise NotApplicable(f"device memory capacity unknown: no totalGlobalMem in deviceProperties for "
-                            f"{', '.join(map(str, devices))}")
+                            f"{', '.join(device_name(str(d)) for d in devices)}")

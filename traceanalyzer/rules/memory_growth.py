@@ -20,6 +20,7 @@ from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
 from traceanalyzer.rules._util import steady_steps
+from traceanalyzer.units import device_name
 
 _FIX = ("Find what keeps tensors alive across iterations: accumulating graph-attached tensors "
         "(losses.append(loss) instead of loss.item()/loss.detach()), caches or lists that grow per step, "
@@ -77,7 +78,7 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
         top = ml.suspects.row(0, named=True)
         yield Finding(
             rule_id="memory_growth", severity=Severity.WARNING,
-            title=f"{ml.suspects.height} call site(s) on cuda:{ml.device} keep growing over {ml.n_windows} "
+            title=f"{ml.suspects.height} call site(s) on {device_name(ml.device)} keep growing over {ml.n_windows} "
                   f"{ml.window_kind}: +{_mib(growth)}, most at {top['site']}",
             evidence={"device": ml.device, "growth_bytes": growth,
                       "pct_of_peak": pct, "peak_allocated_bytes": peak or None,
@@ -112,7 +113,8 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
         per = growth / (len(ends) - 1)
         yield Finding(
             rule_id="memory_growth", severity=Severity.WARNING,
-            title=f"{dev}: allocated memory grows {_mib(per)} per step (+{_mib(growth)} over {len(ends)} steps, "
+            title=f"{device_name(str(dev))}: allocated memory grows {_mib(per)} per step (+{_mib(growth)} over "
+                  f"{len(ends)} steps, "
                   f"{pct:.0f} % of the peak)",
             evidence={"device": dev, "growth_bytes": growth, "growth_per_step_bytes": int(per),
                       "pct_of_peak": round(pct, 2), "steps": g["step"].to_list(), "steps_that_grew": grew,

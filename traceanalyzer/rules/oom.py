@@ -17,6 +17,7 @@ from traceanalyzer.analyses.trace_memory import TraceMemoryResult
 from traceanalyzer.config import Config
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.rules import Finding, Params, Severity, rule
+from traceanalyzer.units import device_name
 
 _FIX = {
     "fragmentation": ("The device had room but in pieces: let the allocator grow segments instead of splitting "
@@ -70,7 +71,7 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
         short = mo.requested_bytes - free if free is not None else 0
         yield Finding(
             rule_id="oom", severity=Severity.CRITICAL,
-            title=f"Out of memory on cuda:{mo.device}: {_mib(mo.requested_bytes)} requested with {_mib(free)} "
+            title=f"Out of memory on {device_name(mo.device)}: {_mib(mo.requested_bytes)} requested with {_mib(free)} "
                   f"free ({mo.verdict})",
             evidence={"device": mo.device, "requested_bytes": mo.requested_bytes, "device_free_bytes": free,
                       "shortfall_bytes": max(short, 0), "allocated_bytes": mo.allocated_bytes,
@@ -92,7 +93,7 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
             return
         ooms = tm.ooms.sort(["bytes", "ts_ns"], descending=[True, False])
         worst = ooms.row(0, named=True) if ooms.height else {}
-        devices = sorted({str(d) for d in ooms["device"].to_list()}) if ooms.height else []
+        devices = sorted({device_name(str(d)) for d in ooms["device"].to_list()}) if ooms.height else []
         yield Finding(
             rule_id="oom", severity=Severity.CRITICAL,
             title=f"{tm.n_ooms} out-of-memory event(s) during the profile"

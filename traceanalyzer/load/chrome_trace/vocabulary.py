@@ -48,6 +48,7 @@ KNOWN_OTHER_CATS = frozenset(
         "collective_comm",
         "critical_path",
         "cpu_instant_event",
+        "traceanalyzer",  # our own annotation tracks in a Perfetto export (report/perfetto.py)
     }
 )
 
