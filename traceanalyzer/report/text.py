@@ -78,3 +78,56 @@ def md_table(df: pl.DataFrame, max_rows: int = 15, width: int = 90, t0: int | No
     if more_note and df.height > max_rows:
         lines.append(f"\n_{df.height - max_rows:,} more rows in summary.json_")
     return lines
+
+
+# --- Markdown for tickets (report.md) ---------------------------------------------------------------------------
+# report.md neither shortens nor escapes with entities or backslashes: trace-provided text that could be
+# read as Markdown or HTML goes into a code span, where renderers (GitHub, GitLab, Jira) show it verbatim.
+
+#: A word that can be read as markup: HTML tags/autolinks (``<`` then a letter, ``/``, ``!``, ``?``),
+#: entities (``&amp;``), emphasis (``*``, ``_``, ``~``), links (``[``, ``]``), code (`````), math
+#: (``$``) and backslash escapes.
+_MD_ACTIVE = re.compile(r"<[A-Za-z/!?]|&#?\w+;|[*_~\[\]`$\\]")
+#: Punctuation a word may carry around it that stays outside its code span (``(num_workers),``).
+_MD_WORD = re.compile(r"^([(\"']*)(.*?)([)\"',.;:!?]*)$", re.S)
+
+
+def md_code(text: str) -> str:
+    """``text`` as one inline code span, verbatim: a fence of one backtick more than the longest
+    run inside it, padded with spaces when the text starts or ends with a backtick. Control
+    characters and newlines are removed (:func:`clean_text`)."""
+    t = clean_text(text, keep_newlines=False)
+    if not t:
+        return ""
+    longest = max((len(m) for m in re.findall(r"`+", t)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if t.startswith("`") or t.endswith("`") or (t.startswith(" ") and t.endswith(" ")) else ""
+    return f"{fence}{pad}{t}{pad}{fence}"
+
+
+def md_text(text: str) -> str:
+    """Prose for report.md, whole and readable: words that could be read as Markdown or HTML
+    (identifiers with ``_``, ``<tag>``, backticks …) become inline code, the rest stays plain.
+    No entity (``&lt;``) and no backslash escape is ever written."""
+    t = clean_text(text, keep_newlines=False)
+    out = []
+    for word in t.split(" "):
+        if not _MD_ACTIVE.search(word):
+            out.append(word)
+            continue
+        m = _MD_WORD.match(word)
+        lead, core, tail = (m.group(1), m.group(2), m.group(3)) if m else ("", word, "")
+        # a closing parenthesis or quote stays inside when the word opened it: `f('x')`, not `f('x`')
+        while tail and ((tail[0] == ")" and core.count("(") > core.count(")"))
+                        or (tail[0] in "'\"" and core.count(tail[0]) % 2 == 1)):
+            core, tail = core + tail[0], tail[1:]
+        if not core or _MD_ACTIVE.search(lead + tail):
+            lead, core, tail = "", word, ""
+        out.append(f"{lead}{md_code(core)}{tail}")
+    return " ".join(out)
+
+
+def md_cell(text: str, code: bool = False) -> str:
+    """A Markdown table cell: :func:`md_text` (or, with ``code``, one code span); a ``|`` is
+    written ``\\|``, the one escape GFM tables need (it is read before the cell's code span)."""
+    return (md_code(text) if code else md_text(text)).replace("|", "\\|")
