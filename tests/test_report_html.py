@@ -67,7 +67,9 @@ def test_self_contained_no_external_urls(page: Path) -> None:
 
 def test_hostile_kernel_name_is_escaped(page: Path) -> None:
     html = page.read_text(encoding="utf-8")
-    assert html.count("<script") == 1, "only the page's own script"
+    # the page's own script, and the timeline's data block (not executable, not in the CSP)
+    assert html.count("<script") == 2 and html.count("<script>") == 1, "only the page's own script"
+    assert html.count('<script type="application/json" id="ta-timeline-data">') == 1
     assert "<img src=x" not in html and "onerror=\"document" not in html
     assert "&lt;script&gt;document.documentElement.setAttribute(&#x27;data-pwned&#x27;" in html
     assert HOSTILE not in html
@@ -95,11 +97,13 @@ def test_csp_allows_exactly_the_inline_script(page: Path) -> None:
 def test_structure_and_size(page: Path, report: Any) -> None:
     html = page.read_text(encoding="utf-8")
     assert len(html.encode()) < 3 * 1024 * 1024
-    order = [html.index(s) for s in ('id="sec-run"', 'id="sec-findings"', 'id="sec-overview"', 'id="sec-steps"',
+    order = [html.index(s) for s in ('id="sec-run"', 'id="sec-findings"', 'id="sec-timeline"',
+                                      'id="sec-run-details"', 'id="sec-overview"', 'id="sec-steps"',
                                       'id="sec-gpu_time"', 'id="sec-idle_gaps"', 'id="sec-kernels"')]
-    assert order == sorted(order), "metadata, findings, then analyses in report order"
+    assert order == sorted(order), "run line and verdict, findings, timeline, run details, then analyses in order"
     for name, title, _ in report.sections():
-        assert f'id="sec-{name}"' in html and title.replace("&", "&amp;") in html
+        if name != "timeline_view":  # drawn as the timeline card
+            assert f'id="sec-{name}"' in html and title.replace("&", "&amp;") in html
     for chart in ("steps", "gpu_time", "timeline", "idle_gaps", "kernels", "launches", "copies", "syncs",
                   "memory_steps"):
         assert f'id="chart-{chart}"' in html
@@ -176,6 +180,10 @@ def test_report_in_headless_browser(page: Path, tmp_path: Path) -> None:
     assert "data-pwned" not in tag, "a planted script ran"
     assert 'data-selftest="ok"' in tag, tag
     assert not _console_errors(dom_run.stderr), _console_errors(dom_run.stderr)
+    # the self-test clicked a finding's "show its gaps" button: its gaps are highlighted
+    holder = re.search(r'<div id="ta-timeline"[^>]*>', dom)
+    assert holder and 'data-highlighted="0"' not in holder.group(0), holder
+    assert re.search(r'<div class="finding[^"]*tl-active"', dom), "the clicked finding is marked"
 
     shot = tmp_path / "shot.png"
     shot_run = _chromium([f"--screenshot={shot}", "--window-size=1280,2000", url], tmp_path / "profile-shot")
@@ -195,7 +203,7 @@ def test_findings_are_ranked_escaped_and_show_evidence(report: Any) -> None:
     from report_support import with_findings
 
     html = to_html(with_findings(report), charts=[])
-    assert html.count("<script") == 1 and "<img src=x" not in html
+    assert html.count("<script>") == 1 and "<img src=x" not in html
     start, end = html.index('id="sec-findings"'), html.index('id="sec-overview"')
     section = html[start:end]
     assert section.index("pageable memory") < section.index("is slow") < section.index("40 % unused")
@@ -205,3 +213,60 @@ def test_findings_are_ranked_escaped_and_show_evidence(report: Any) -> None:
     assert "<details><summary>Evidence</summary>" in section
     assert "train.py:36 (to_device)" in section and "6.481 ms" in section  # evidence table, formatted
     assert "18.38 MiB" in section  # bytes_per_step formatted by its unit
+
+
+# ---------------------------------------------------------------------------------------------
+# The first screen and the timeline
+# ---------------------------------------------------------------------------------------------
+
+
+def _timeline_json(html: str) -> dict[str, Any]:
+    import json
+
+    m = re.search(r'<script type="application/json" id="ta-timeline-data">(.*?)</script>', html, re.S)
+    assert m, "no timeline data"
+    assert "<" not in m.group(1), "a < in the data could end its element"
+    data: dict[str, Any] = json.loads(m.group(1))
+    return data
+
+
+def test_first_screen_run_line_verdict_and_short_facts(page: Path, report: Any) -> None:
+    html = page.read_text(encoding="utf-8")
+    first = html[html.index('id="sec-run"'):html.index('id="sec-findings"')]
+    assert "<b>File</b> synthetic.json" in first and "<b>Device</b> NVIDIA A100 80GB PCIe" in first
+    assert "<b>Steps</b> 3 (#1–#3), median steady step" in first
+    verdict = re.search(r'<p class="verdict">([^<]*)</p>', first)
+    assert verdict and verdict.group(1) == report.results["diagnosis"].verdict_line()
+    assert re.search(r"\d+\.\d %", verdict.group(1)), "the verdict carries its number"
+    tiles = re.findall(r'<div class="v">([^<]*)</div>', first)
+    assert tiles and all(len(v) <= 40 for v in tiles), tiles  # short facts, not paragraphs
+    assert "Evidence" not in first and "What would move it" not in first  # detail moved below
+
+
+def test_timeline_data_is_embedded_and_findings_point_at_existing_gaps(page: Path, report: Any) -> None:
+    html = page.read_text(encoding="utf-8")
+    data = _timeline_json(html)
+    tv = report.results["timeline_view"]
+    n = len(data["items"]["name"])
+    assert n == tv.items.height and all(len(v) == n for v in data["items"].values())
+    assert {lane["kind"] for lane in data["lanes"]} == {"gpu", "gaps", "cpu"}
+    gap_ids = {g["id"] for g in data["gaps"]}
+    assert len(data["findings"]) == len(report.findings)
+    linked = [f for f in data["findings"] if f["gaps"]]
+    assert linked, "at least one finding (the data loader's) points at a gap of the step shown"
+    for i, f in enumerate(data["findings"]):
+        assert set(f["gaps"]) <= gap_ids
+        assert f'data-finding="{i}" data-gaps="{len(f["gaps"])}"' in html
+    assert any(HOSTILE in name for name in data["items"]["name"]), "names travel whole, escaped only as JSON"
+    assert set(data["cause_colors"]) >= {g["cause"] for g in data["gaps"]}
+
+
+def test_json_for_html_cannot_end_its_element() -> None:
+    import json
+
+    from traceanalyzer.report.html import _json_for_html
+
+    evil = {"name": "</script><script>alert(1)</script><!-- & \u2028"}
+    text = _json_for_html(evil)
+    assert "<" not in text and ">" not in text and "&" not in text and "\u2028" not in text
+    assert json.loads(text) == evil

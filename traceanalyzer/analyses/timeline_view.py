@@ -58,7 +58,7 @@ ALL_GAP_RULES: tuple[str, ...] = ("low_gpu_utilization", "step_outliers")
 #: Pixel columns the merge of short items assumes (a wide screen).
 COLUMNS = 2000
 
-_ITEM_SCHEMA: dict[str, Any] = {
+_ITEM_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "lane": pl.Int64, "row": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64, "name": pl.String,
     "kind": pl.String, "n": pl.Int64, "site": pl.String,
 }
@@ -204,7 +204,7 @@ def timeline_view(ctx: AnalysisContext[TraceModel]) -> TimelineViewResult:
     # Who launched each GPU item: its runtime call, and the user frame (or CPU op) around that call.
     la = launches(ctx.tables).filter(pl.col("correlation").is_not_null()).select(
         "correlation", "pid", "tid", pl.col("cpu_ts_ns").alias("ts_ns")).unique("correlation", keep="first")
-    gpu = gpu.join(la, on="correlation", how="left")
+    gpu = gpu.drop("ts_ns", "end_ns").join(la, on="correlation", how="left", maintain_order="left")
     pts = gpu.select("pid", "tid", "ts_ns")
     tree, index = cpu_tree_index(ctx.tables)
     op = by_id(index.lookup(pts), tree["id"], tree["name"]) if tree.height and pts.height else pl.Series(
@@ -243,7 +243,7 @@ def timeline_view(ctx: AnalysisContext[TraceModel]) -> TimelineViewResult:
         items.append(cpu.select(
             pl.lit(lane, pl.Int64).alias("lane"), (pl.col("depth") - 1).alias("row"), "start_ns", "dur_ns", "name",
             "kind", pl.lit(1, pl.Int64).alias("n"), pl.lit(None, pl.String).alias("site")))
-    all_items = pl.concat([i.cast(_ITEM_SCHEMA) for i in items])
+    all_items = pl.concat([i.cast(pl.Schema(_ITEM_SCHEMA)) for i in items])
     n_source = all_items.height
     bounded, n_merged, n_dropped = _bound(all_items, wlen, max_items)
 

@@ -32,9 +32,9 @@ import polars as pl
 from traceanalyzer import __version__
 from traceanalyzer.analyses import registry as analysis_registry
 from traceanalyzer.analyses import summary_of, tables_of
-from traceanalyzer.report import renderer
 from traceanalyzer.analyses.diagnosis import DiagnosisResult
 from traceanalyzer.analyses.timeline_view import TimelineViewResult
+from traceanalyzer.report import renderer
 from traceanalyzer.report.document import JSON_SCHEMA_VERSION, Report, key_evidence
 from traceanalyzer.report.fsutil import atomic_write_text
 from traceanalyzer.report.text import column_label, shorten
@@ -360,7 +360,10 @@ JS = """
       var lo = Infinity, hi = -Infinity;
       f.gaps.forEach(function (id) {
         gaps.forEach(function (gp) {
-          if (gp.id === id) { lit[id] = true; nlit++; lo = Math.min(lo, gp.start_ns); hi = Math.max(hi, gp.start_ns + gp.dur_ns); }
+          if (gp.id === id) {
+            lit[id] = true; nlit++;
+            lo = Math.min(lo, gp.start_ns); hi = Math.max(hi, gp.start_ns + gp.dur_ns);
+          }
         });
       });
       if (nlit) {
