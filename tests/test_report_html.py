@@ -257,7 +257,8 @@ def test_timeline_data_is_embedded_and_findings_point_at_existing_gaps(page: Pat
     for i, f in enumerate(data["findings"]):
         assert set(f["gaps"]) <= gap_ids
         assert f'data-finding="{i}" data-gaps="{len(f["gaps"])}"' in html
-    assert any(HOSTILE in name for name in data["items"]["name"]), "names travel whole, escaped only as JSON"
+    names = [data["strings"][i] for i in data["items"]["name"]]
+    assert any(HOSTILE in name for name in names), "names travel whole, escaped only as JSON"
     assert set(data["cause_colors"]) >= {g["cause"] for g in data["gaps"]}
 
 

@@ -52,6 +52,7 @@ def test_the_median_steady_step_with_its_lanes_items_and_gaps() -> None:
     assert "host_bound_gaps" in rules and set(ALL_GAP_RULES) <= set(rules)
     assert r.n_merged == 0 and r.n_dropped == 0
     j = r.to_json()
+    assert [j["strings"][i] for i in j["items"]["name"]] == r.items["name"].to_list()
     assert len(j["items"]["name"]) == r.items.height and j["cause_rules"]["host_bound"] == list(
         CAUSE_RULES["host_bound"])
 
@@ -86,3 +87,8 @@ def test_no_gpu_activity_is_not_applicable() -> None:
     t.op("aten::mm", 0, 10)
     res = run_analyses(t.model(), Config({}), only=("timeline_view",))
     assert "timeline_view" in res.skipped
+
+
+def test_max_gaps_keeps_the_longest() -> None:
+    r = _run(_scenario(), **{"timeline_view.max_gaps": 1})
+    assert r.gaps.rows() == [("g0", 0, ns(30), ns(50), "host_bound", "aten::relu")] and r.n_gaps_dropped == 1

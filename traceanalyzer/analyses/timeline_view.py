@@ -22,8 +22,8 @@ What it holds
 Bound: an item shorter than one pixel-column of a 2,000-column view (window / 2,000) is merged
 with the other short items of its row and column into one ``merged`` item (``n`` = how many,
 ``dur_ns`` = their extent); if more than ``timeline_view.max_items`` items remain, the longest
-are kept (``n_dropped`` says how many were not). So the embedded data stays a few hundred KB
-whatever the trace size.
+are kept (``n_dropped`` says how many were not); likewise the longest ``timeline_view.max_gaps``
+gaps (``n_gaps_dropped``). So the embedded data stays a few hundred KB whatever the trace size.
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ class TimelineViewResult:
     n_source_items: int  # intervals in the window before merging
     n_merged: int  # intervals folded into merged items
     n_dropped: int  # intervals left out by the max_items cap
+    n_gaps_dropped: int  # gaps left out by the max_gaps cap (the shortest)
     thresholds: dict[str, float]
 
     def gap_rules(self) -> dict[str, list[str]]:
@@ -85,19 +86,27 @@ class TimelineViewResult:
                 for g, c in zip(self.gaps["id"].to_list(), self.gaps["cause"].to_list())}
 
     def to_json(self) -> dict[str, Any]:
-        # Columnar: a few thousand items as parallel arrays are a third of the size of row objects.
+        # Columnar, names and sites as indexes into ``strings``: a few thousand items repeat a few
+        # hundred kernel names, and parallel arrays are a third of the size of row objects.
+        strings = pl.concat([self.items["name"], self.items["site"].drop_nulls()]).unique(maintain_order=True)
+        code = {s: i for i, s in enumerate(strings.to_list())}
+        items = self.items.to_dict(as_series=False)
+        items["name"] = [code[s] for s in items["name"]]
+        items["site"] = [None if s is None else code[s] for s in items["site"]]
         return {
             "step": self.step,
             "window_start_ns": self.window_start_ns,
             "window_ns": self.window_ns,
             "lanes": self.lanes.to_dicts(),
-            "items": self.items.to_dict(as_series=False),
+            "strings": strings.to_list(),
+            "items": items,
             "gaps": self.gaps.to_dicts(),
             "cause_rules": {c: list(r) for c, r in CAUSE_RULES.items()},
             "all_gap_rules": list(ALL_GAP_RULES),
             "n_source_items": self.n_source_items,
             "n_merged": self.n_merged,
             "n_dropped": self.n_dropped,
+            "n_gaps_dropped": self.n_gaps_dropped,
             "thresholds": self.thresholds,
         }
 
@@ -105,9 +114,9 @@ class TimelineViewResult:
         what = f"step #{self.step}" if self.step is not None else "the device activity span"
         out = [("Shown", f"{what}, {fmt_ns(self.window_ns)}: {self.items.height:,} intervals on "
                          f"{self.lanes.height} lanes, {self.gaps.height:,} idle gaps")]
-        if self.n_merged or self.n_dropped:
+        if self.n_merged or self.n_dropped or self.n_gaps_dropped:
             out.append(("Bounded", f"{self.n_merged:,} short intervals merged, {self.n_dropped:,} left out "
-                                   f"(of {self.n_source_items:,})"))
+                                   f"(of {self.n_source_items:,}); {self.n_gaps_dropped:,} shortest gaps left out"))
         return out
 
 
@@ -170,14 +179,14 @@ def _bound(items: pl.DataFrame, window_ns: int, max_items: int) -> tuple[pl.Data
 
 @analysis("timeline_view", depends_on=("steps", "idle_gaps"), title="Timeline", order=3,
           shared=("gpu_activity", "launches", "cpu_tree"),
-          params={"max_items": 4000, "cpu_depth": 4, "max_streams": 8})
+          params={"max_items": 4000, "max_gaps": 1000, "cpu_depth": 4, "max_streams": 8})
 def timeline_view(ctx: AnalysisContext[TraceModel]) -> TimelineViewResult:
     """The representative steady step's GPU streams, idle gaps and launching CPU thread, bounded for the page."""
     model = ctx.model
     sr = ctx.need("steps", StepsResult)
     ig = ctx.need("idle_gaps", IdleGapsResult)
-    max_items, cpu_depth, max_streams = int(ctx.params.max_items), int(ctx.params.cpu_depth), int(
-        ctx.params.max_streams)
+    max_items, max_gaps = int(ctx.params.max_items), int(ctx.params.max_gaps)
+    cpu_depth, max_streams = int(ctx.params.cpu_depth), int(ctx.params.max_streams)
     act = gpu_activity(ctx.tables).filter(pl.col("device").is_not_null() & pl.col("stream").is_not_null())
     step, lo, hi = _window(sr, act)
     wlen = max(hi - lo, 1)
@@ -254,7 +263,11 @@ def timeline_view(ctx: AnalysisContext[TraceModel]) -> TimelineViewResult:
         *[c for c in ("cpu_context",) if c in dg.columns]), lo, hi, "_s", "_e")
     if "cpu_context" not in gaps.columns:
         gaps = gaps.with_columns(cpu_context=pl.lit(None, pl.String))
-    gaps = gaps.filter(pl.col("dur_ns") > 0).sort("device", "start_ns")
+    gaps = gaps.filter(pl.col("dur_ns") > 0)
+    n_gaps_dropped = max(gaps.height - max_gaps, 0)
+    if n_gaps_dropped:
+        gaps = gaps.sort(["dur_ns", "start_ns"], descending=[True, False]).head(max_gaps)
+    gaps = gaps.sort("device", "start_ns")
     gaps = gaps.with_row_index("_i").select(
         pl.format("g{}", pl.col("_i")).alias("id"), "device", "start_ns", "dur_ns", "cause", "cpu_context")
 
@@ -263,6 +276,6 @@ def timeline_view(ctx: AnalysisContext[TraceModel]) -> TimelineViewResult:
     lanes = lanes.with_row_index("lane").with_columns(pl.col("lane").cast(pl.Int64))
     return TimelineViewResult(
         step=step, window_start_ns=lo, window_ns=wlen, lanes=lanes, items=bounded, gaps=gaps,
-        n_source_items=n_source, n_merged=n_merged, n_dropped=n_dropped,
-        thresholds={"max_items": max_items, "cpu_depth": cpu_depth, "max_streams": max_streams},
+        n_source_items=n_source, n_merged=n_merged, n_dropped=n_dropped, n_gaps_dropped=n_gaps_dropped,
+        thresholds={"max_items": max_items, "max_gaps": max_gaps, "cpu_depth": cpu_depth, "max_streams": max_streams},
     )

@@ -309,9 +309,9 @@ JS = """
         return "idle gap: " + gp.cause.replace(/_/g, " ") + "\\nduration " + fmt(gp.dur_ns) + " at +" +
           fmt(gp.start_ns) + (gp.cpu_context ? "\\nCPU was in: " + gp.cpu_context : "");
       }
-      var k = h.item, lines = [it.name[k], it.kind[k].replace(/_/g, " ") + ", " + fmt(it.dur_ns[k]) + " at +" +
+      var k = h.item, lines = [data.strings[it.name[k]], it.kind[k].replace(/_/g, " ") + ", " + fmt(it.dur_ns[k]) + " at +" +
         fmt(it.start_ns[k])];
-      if (it.site[k]) { lines.push("call site: " + it.site[k]); }
+      if (it.site[k] !== null) { lines.push("call site: " + data.strings[it.site[k]]); }
       return lines.join("\\n");
     }
     var drag = null;
