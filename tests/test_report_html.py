@@ -210,7 +210,7 @@ def test_findings_are_ranked_escaped_and_show_evidence(report: Any) -> None:
     assert "2.16 ms/step (25.4 % of median step)" in section and "400.00 MiB" in section
     assert "badge sev-critical" in section and "confidence 60%" in section
     assert "DataLoader(pin_memory=True)" in section and "<pre>loader = DataLoader" in section
-    assert "<details><summary>Evidence</summary>" in section
+    assert "<details><summary>Code and evidence</summary>" in section
     assert "train.py:36 (to_device)" in section and "6.481 ms" in section  # evidence table, formatted
     assert "18.38 MiB" in section  # bytes_per_step formatted by its unit
 
@@ -256,7 +256,8 @@ def test_timeline_data_is_embedded_and_findings_point_at_existing_gaps(page: Pat
     assert linked, "at least one finding (the data loader's) points at a gap of the step shown"
     for i, f in enumerate(data["findings"]):
         assert set(f["gaps"]) <= gap_ids
-        assert f'data-finding="{i}" data-gaps="{len(f["gaps"])}"' in html
+        button = f'<button class="tl-show" type="button" data-finding="{i}" data-gaps="{len(f["gaps"])}">'
+        assert (button in html) == bool(f["gaps"])  # a button only where there is something to show
     names = [data["strings"][i] for i in data["items"]["name"]]
     assert any(HOSTILE in name for name in names), "names travel whole, escaped only as JSON"
     assert set(data["cause_colors"]) >= {g["cause"] for g in data["gaps"]}

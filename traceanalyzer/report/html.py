@@ -699,9 +699,8 @@ def _findings(report: Report, ids: _Ids, t0: int | None, tv: TimelineViewResult 
             f'<span class="cost">{esc(cost)}</span></div>'
             f'<div class="meta">rule <code>{esc(f.rule_id)}</code>{esc(conf)}'
         )
-        if tv is not None:
-            label = (f"show its {len(gaps)} gap{'s' if len(gaps) != 1 else ''} on the timeline" if gaps
-                     else "show the timeline")
+        if gaps:
+            label = f"show its {len(gaps)} gap{'s' if len(gaps) != 1 else ''} on the timeline"
             out.append(f' · <button class="tl-show" type="button" data-finding="{i - 1}" data-gaps="{len(gaps)}">'
                        f"{esc(label)}</button>")
         out.append("</div>")
@@ -709,10 +708,15 @@ def _findings(report: Report, ids: _Ids, t0: int | None, tv: TimelineViewResult 
         if ev is not None:
             out.append(f'<div class="keyev">{esc(ev[0])}: <b>{esc(ev[1])}</b></div>')
         out.append(f'<div class="fix"><b>Fix:</b> {esc(f.fix)}</div>')
-        if f.code_hint:
-            out.append(f"<pre>{esc(f.code_hint)}</pre>")
-        if f.evidence:
-            out.append(f"<details><summary>Evidence</summary>{_evidence(f.evidence, ids, t0)}</details>")
+        # the detail stays one click away, so the ranked list fits the first screen
+        if f.code_hint or f.evidence:
+            summary = " and ".join(w for w, has in (("Code", f.code_hint), ("evidence", f.evidence)) if has)
+            out.append(f"<details><summary>{esc(summary[0].upper() + summary[1:])}</summary>")
+            if f.code_hint:
+                out.append(f"<pre>{esc(f.code_hint)}</pre>")
+            if f.evidence:
+                out.append(_evidence(f.evidence, ids, t0))
+            out.append("</details>")
         out.append("</div>")
     floor = report.floor_line()
     if floor:
