@@ -122,7 +122,7 @@ def test_long_tables_collapse_behind_a_button() -> None:
     html = table_html(df, _Ids(), caption="Long")
     assert 'data-collapse="12"' in html and "Show all 40 rows" in html
     assert html.count("<tr>") == 41 and "k&lt;39&gt;" in html
-    assert 'data-v="39"' in html and "39 ns" in html
+    assert 'data-v="39"' in html and ">39<" in html and ">total (ns)<" in html  # the unit once, in the header
     short = table_html(df.head(5), _Ids())
     assert 'data-collapse="0"' in short and "<button" not in short
     capped = table_html(df, _Ids(), max_rows=10)
@@ -211,7 +211,7 @@ def test_findings_are_ranked_escaped_and_show_evidence(report: Any) -> None:
     assert "badge sev-critical" in section and "confidence 60%" in section
     assert "DataLoader(pin_memory=True)" in section and "<pre>loader = DataLoader" in section
     assert "<details><summary>Code and evidence</summary>" in section
-    assert "train.py:36 (to_device)" in section and "6.481 ms" in section  # evidence table, formatted
+    assert "train.py:36 (to_device)" in section and ">6.481<" in section and ">cpu (ms)<" in section  # evidence table
     assert "18.38 MiB" in section  # bytes_per_step formatted by its unit
 
 
@@ -272,3 +272,30 @@ def test_json_for_html_cannot_end_its_element() -> None:
     text = _json_for_html(evil)
     assert "<" not in text and ">" not in text and "&" not in text and "\u2028" not in text
     assert json.loads(text) == evil
+
+
+def test_tables_have_plain_distinct_headers_and_one_unit_per_quantity() -> None:
+    import polars as pl
+
+    from traceanalyzer.report.html import _Ids, table_html
+
+    df = pl.DataFrame({"step": [1, 2], "step_ns": [5_998_000, 13_751_000], "mean_ns": [12_600.0, 148_300.0],
+                       "memcpy": [1, 2], "memcpy_bytes": [19_267_584, 1 << 20], "klass": ["gemm", "reduction"]})
+    html = table_html(df, _Ids())
+    heads = re.findall(r"<th [^>]*>([^<]*)</th>", html)
+    assert heads == ["step", "step time (ms)", "mean (ms)", "memcpy", "memcpy size (MiB)", "class"]
+    assert len(set(heads)) == len(heads)
+    cells = re.findall(r'<td class="num" data-v="[^"]*">([^<]*)</td>', html)
+    assert cells[:6] == ["1", "5.998", "0.013", "1", "18.38", "2"]  # µs-sized means in the table's ms
+    assert "µs" not in html and " ms<" not in html
+
+
+def test_every_table_of_a_report_has_distinct_plain_headers(report: Any) -> None:
+    from traceanalyzer.analyses import tables_of
+    from traceanalyzer.report.text import table_formats
+
+    for _, _, result in report.sections():
+        for title, df in tables_of(result).items():
+            labels = [f.label for f in table_formats(df).values()]
+            assert len(set(labels)) == len(labels), (title, labels)
+            assert not any("klass" in label for label in labels), title

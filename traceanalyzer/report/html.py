@@ -37,7 +37,7 @@ from traceanalyzer.analyses.timeline_view import TimelineViewResult
 from traceanalyzer.report import renderer
 from traceanalyzer.report.document import JSON_SCHEMA_VERSION, Report, key_evidence
 from traceanalyzer.report.fsutil import atomic_write_text
-from traceanalyzer.report.text import column_label, shorten
+from traceanalyzer.report.text import ColumnFormat, fmt_column_value, shorten, table_formats
 from traceanalyzer.rules import Finding
 from traceanalyzer.units import fmt_cell, fmt_cost, fmt_ns, fmt_pct
 
@@ -309,8 +309,8 @@ JS = """
         return "idle gap: " + gp.cause.replace(/_/g, " ") + "\\nduration " + fmt(gp.dur_ns) + " at +" +
           fmt(gp.start_ns) + (gp.cpu_context ? "\\nCPU was in: " + gp.cpu_context : "");
       }
-      var k = h.item, lines = [data.strings[it.name[k]], it.kind[k].replace(/_/g, " ") + ", " + fmt(it.dur_ns[k]) + " at +" +
-        fmt(it.start_ns[k])];
+      var k = h.item, what = it.kind[k].replace(/_/g, " ");
+      var lines = [data.strings[it.name[k]], what + ", " + fmt(it.dur_ns[k]) + " at +" + fmt(it.start_ns[k])];
       if (it.site[k] !== null) { lines.push("call site: " + data.strings[it.site[k]]); }
       return lines.join("\\n");
     }
@@ -509,13 +509,13 @@ def _is_num(dtype: pl.DataType) -> bool:
     return dtype.is_numeric()
 
 
-def _cell(column: str, value: Any, dtype: pl.DataType, t0: int | None) -> str:
+def _cell(column: str, value: Any, fmt: ColumnFormat, t0: int | None) -> str:
     if isinstance(value, bool):
         return f'<td data-v="{int(value)}">{"✓" if value else ""}</td>'
     if value is None:
         return '<td data-v="">–</td>'
     if isinstance(value, (int, float)):
-        text = fmt_cell(column, value, t0)
+        text = fmt_column_value(fmt, column, value, t0)
         return f'<td class="num" data-v="{esc(value)}">{esc(text)}</td>'
     text = fmt_cell(column, value, t0)
     short = shorten(text, CELL_WIDTH)
@@ -530,13 +530,14 @@ def table_html(df: pl.DataFrame, ids: _Ids, t0: int | None = None, max_rows: int
     tid = ids.next("t")
     cols = df.columns
     dtypes = dict(zip(cols, df.dtypes))
+    fmts = table_formats(df, t0)  # plain headers, one unit per quantity (named in the header)
     head = "".join(
-        f'<th title="{esc(c)}" data-type="{"num" if _is_num(dtypes[c]) else "txt"}">{esc(column_label(c))}</th>'
+        f'<th title="{esc(c)}" data-type="{"num" if _is_num(dtypes[c]) else "txt"}">{esc(fmts[c].label)}</th>'
         for c in cols
     )
     shown = df.head(max_rows)
     body = "".join(
-        "<tr>" + "".join(_cell(c, row[c], dtypes[c], t0) for c in cols) + "</tr>"
+        "<tr>" + "".join(_cell(c, row[c], fmts[c], t0) for c in cols) + "</tr>"
         for row in shown.iter_rows(named=True)
     )
     collapse = collapse_after if shown.height > collapse_after + 3 else 0
