@@ -76,7 +76,7 @@ def to_markdown(report: Report, top_rows: int = TOP_ROWS) -> str:
     name = facts[0][1]
     lines = [f"# traceanalyzer report: {md_code(name)}", ""]
     lines += [" · ".join(f"**{k}**: {md_text(v)}" for k, v in facts[1:]) or f"**Input**: {report.kind}", ""]
-    lines += [f"**Verdict**: {md_text(report.verdict())}.", ""]
+    lines += [f"**Verdict**: {md_text(report.verdict().rstrip('.'))}.", ""]
 
     if report.warnings:
         lines += ["**Input warnings**:", ""]
