@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from traceanalyzer import __version__
-from traceanalyzer.analyses import Results
+from traceanalyzer.analyses import Results, summary_of
 from traceanalyzer.analyses import registry as analysis_registry
 from traceanalyzer.rules import Finding
 from traceanalyzer.units import fmt_bytes, fmt_cell, fmt_ns
@@ -76,7 +76,9 @@ class Report:
                 counts[n] += 1
             facts.append(("Device", ", ".join(f"{c}× {n}" if c > 1 else n for n, c in counts.items())))
         elif isinstance(m.get("devices"), (list, tuple)) and m["devices"]:
-            facts.append(("Device", ", ".join(map(str, m["devices"]))))
+            facts.append(("Device", ", ".join(f"cuda:{d}" if isinstance(d, int) else str(d) for d in m["devices"])))
+        elif m.get("vendor") == "cpu":
+            facts.append(("Device", "CPU only (no GPU activity recorded)"))
         elif m.get("vendor"):
             facts.append(("Device", f"{m['vendor']} (name not recorded)"))
         if m.get("rank") is not None and (m.get("world_size") or 1) > 1:
@@ -85,7 +87,7 @@ class Report:
         table = getattr(steps, "table", None)
         if getattr(steps, "has_steps", False) and table is not None and table.height:
             nums = table["step"].to_list()
-            text = f"{len(nums)} (#{nums[0]}–#{nums[-1]})"
+            text = f"{len(nums)} (#{nums[0]}–#{nums[-1]})" if len(nums) > 1 else f"1 (#{nums[0]})"
             stats = getattr(steps, "stats", None)
             if isinstance(stats, Mapping) and stats.get("median") is not None:
                 text += f", median steady step {fmt_ns(stats['median'])}"
@@ -107,6 +109,11 @@ class Report:
             cost = (f"{f.cost_ms_per_step:,.2f} ms per step" if f.cost_ms_per_step is not None
                     else fmt_bytes(f.cost_bytes) if f.cost_bytes is not None else None)
             return f"Top finding: {f.title}" + (f" (costs {cost})" if cost else "")
+        peak = self.results.values.get("memory_peak")
+        first = summary_of(peak)[:1] if peak is not None else []
+        if first:  # a snapshot without findings: its peak is the fact to state
+            label, value = first[0]
+            return f"No finding; {label.lower()}: {' '.join(value.split())}"
         why = self.results.skipped.get("diagnosis")
         return "No problem found by the checks that could run" + (f"; no diagnosis: {why}" if why else "")
 

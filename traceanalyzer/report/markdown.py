@@ -99,9 +99,9 @@ def to_markdown(report: Report, top_rows: int = TOP_ROWS) -> str:
 
     not_done = sorted({**report.results.skipped, **report.not_run})
     failed = sorted({**report.results.failed, **report.rule_failures})
-    if not_done:
-        lines += ["**Checks that could not run** (why: `report.html`): " + ", ".join(md_code(k) for k in not_done)
-                  + ".", ""]
+    if not_done:  # many on an input of another kind (trace rules on a snapshot): named only when few
+        names = (": " + ", ".join(md_code(k) for k in not_done)) if len(not_done) <= 8 else ""
+        lines += [f"**{len(not_done)} checks could not run** on this input (why: `report.html`){names}.", ""]
     if failed:
         lines += ["**Checks that failed** (internal error, please report): " + ", ".join(md_code(k) for k in failed)
                   + ".", ""]
