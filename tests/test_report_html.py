@@ -299,3 +299,16 @@ def test_every_table_of_a_report_has_distinct_plain_headers(report: Any) -> None
             labels = [f.label for f in table_formats(df).values()]
             assert len(set(labels)) == len(labels), (title, labels)
             assert not any("klass" in label for label in labels), title
+
+
+NODE = shutil.which("node")
+
+
+@pytest.mark.skipif(NODE is None, reason="node not installed")
+def test_page_script_parses_in_node(tmp_path: Path) -> None:
+    # without a browser, at least the script's syntax is checked
+    js = tmp_path / "page.js"
+    js.write_text(JS, encoding="utf-8")
+    assert NODE is not None
+    run = subprocess.run([NODE, "--check", str(js)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
