@@ -98,13 +98,14 @@ def to_markdown(report: Report, top_rows: int = TOP_ROWS) -> str:
     lines += _top_kernels(report, top_rows)
 
     not_done = sorted({**report.results.skipped, **report.not_run})
-    failed = sorted({**report.results.failed, **report.rule_failures})
     if not_done:  # many on an input of another kind (trace rules on a snapshot): named only when few
         names = (": " + ", ".join(md_code(k) for k in not_done)) if len(not_done) <= 8 else ""
         lines += [f"**{len(not_done)} checks could not run** on this input (why: `report.html`){names}.", ""]
+    failed = {**report.results.failed, **report.rule_failures}
+    for k, why in sorted(failed.items()):  # rare, and a bug to report: with its message
+        lines.append(f"- {md_code(k)} failed (internal error, please report): {md_text(why)}")
     if failed:
-        lines += ["**Checks that failed** (internal error, please report): " + ", ".join(md_code(k) for k in failed)
-                  + ".", ""]
+        lines.append("")
 
     lines += [
         "---",
