@@ -23,7 +23,7 @@ from traceanalyzer.analyses.kernels import KernelsResult
 from traceanalyzer.report import renderer
 from traceanalyzer.report.document import JSON_SCHEMA_VERSION, Report, key_evidence
 from traceanalyzer.report.fsutil import atomic_write_text
-from traceanalyzer.report.text import clean_text, md_cell, md_code, md_text
+from traceanalyzer.report.text import clean_text, fmt_column_value, md_cell, md_code, md_text, table_formats
 from traceanalyzer.rules import Finding
 from traceanalyzer.units import fmt_cost
 
@@ -58,16 +58,14 @@ def _top_kernels(report: Report, rows: int) -> list[str]:
     k = report.results.values.get("kernels")
     if not isinstance(k, KernelsResult) or k.by_name.is_empty():
         return []
-    df = k.by_name.head(rows)
-    # one unit per column: times in ms or µs as the largest total reads best, mean in µs
-    big = int(df["total_ns"].max() or 0) >= 1_000_000  # type: ignore[arg-type]  # polars types max() loosely
-    tot_unit, tot_scale = ("ms", 1e6) if big else ("µs", 1e3)
+    df = k.by_name.head(rows).select("name", "count", "total_ns", "mean_ns", "pct_of_kernel_time")
+    fmts = table_formats(df)  # one unit for the table's times, named in the header
+    heads = ["kernel", "calls", fmts["total_ns"].label, fmts["mean_ns"].label, fmts["pct_of_kernel_time"].label]
     lines = [f"## Top kernels (of {k.by_name.height:,} distinct names, {k.n_kernels:,} launches)", "",
-             f"| kernel | calls | total ({tot_unit}) | mean (µs) | % of kernel time |", "|---|---:|---:|---:|---:|"]
+             "| " + " | ".join(heads) + " |", "|---|---:|---:|---:|---:|"]
     for r in df.iter_rows(named=True):
-        total = f"{r['total_ns'] / tot_scale:,.3f}" if big else f"{r['total_ns'] / tot_scale:,.1f}"
-        lines.append(f"| {md_cell(str(r['name']), code=True)} | {r['count']:,} | {total} | "
-                     f"{r['mean_ns'] / 1e3:,.1f} | {r['pct_of_kernel_time']:.1f} |")
+        cells = [fmt_column_value(fmts[c], c, r[c]) for c in ("count", "total_ns", "mean_ns", "pct_of_kernel_time")]
+        lines.append(f"| {md_cell(str(r['name']), code=True)} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
