@@ -139,6 +139,7 @@ p.verdict{margin:0;font-size:19px;font-weight:600;line-height:1.35}
 button.tl-show{font:inherit;font-size:12px;color:var(--accent);background:none;border:none;padding:0;cursor:pointer;
 text-decoration:underline}
 .finding.tl-active{box-shadow:0 0 0 2px #f5b700}
+.finding .title.tl-link{cursor:pointer}
 .tl{position:relative}
 .tl-bar{display:flex;gap:12px;align-items:center;margin:0 0 6px;font-size:12.5px;color:var(--muted)}
 canvas.tl-canvas{display:block;width:100%;border:1px solid var(--line);border-radius:4px;cursor:grab;
@@ -379,10 +380,15 @@ JS = """
       return nlit;
     }
     Array.prototype.forEach.call(document.querySelectorAll("button.tl-show"), function (btn) {
-      btn.addEventListener("click", function () {
+      function go() {
         show(parseInt(btn.getAttribute("data-finding"), 10));
         holder.scrollIntoView({block: "nearest"});
-      });
+      }
+      btn.addEventListener("click", go);
+      // the finding's title is a target too
+      var title = btn.closest(".finding").querySelector(".title");
+      title.classList.add("tl-link");
+      title.addEventListener("click", go);
     });
     window.addEventListener("resize", draw);
     draw();
