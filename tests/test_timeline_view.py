@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
+from conftest import SHARED_TRACES, needs_shared, shared_results
 from support.events import Trace, ns
 
 from traceanalyzer.analyses import run_analyses
@@ -92,3 +94,29 @@ def test_no_gpu_activity_is_not_applicable() -> None:
 def test_max_gaps_keeps_the_longest() -> None:
     r = _run(_scenario(), **{"timeline_view.max_gaps": 1})
     assert r.gaps.rows() == [("g0", 0, ns(30), ns(50), "host_bound", "aten::relu")] and r.n_gaps_dropped == 1
+
+
+@pytest.mark.shared
+@needs_shared
+@pytest.mark.parametrize("rel", [
+    "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+    "tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz",
+    "tracelens/inference/vllm_graph_execution.json.gz",
+    "hta/critical_path/cuda_event_sync/event_sync_trace.json.gz",
+])
+def test_real_traces_stay_bounded_and_consistent(rel: str) -> None:
+    path = SHARED_TRACES / rel
+    if not path.exists():
+        pytest.skip(f"{rel} not in ../shared")
+    res = shared_results(path)
+    r = res["timeline_view"]
+    assert isinstance(r, TimelineViewResult)
+    assert 0 < r.items.height <= r.thresholds["max_items"] and r.gaps.height <= r.thresholds["max_gaps"]
+    assert set(r.items["lane"].to_list()) <= set(r.lanes["lane"].to_list())
+    assert (r.items["start_ns"] >= 0).all() and ((r.items["start_ns"] + r.items["dur_ns"]) <= r.window_ns).all()
+    assert (r.gaps["start_ns"] >= 0).all() and ((r.gaps["start_ns"] + r.gaps["dur_ns"]) <= r.window_ns).all()
+    assert r.gaps["id"].n_unique() == r.gaps.height
+    assert int(r.items["n"].sum()) + r.n_dropped == r.n_source_items  # every interval accounted for
+    steps = res["steps"]
+    if steps.has_steps:
+        assert r.step in steps.table["step"].to_list()
