@@ -50,7 +50,7 @@ CAUSE_RULES: dict[str, tuple[str, ...]] = {
     "memcpy": ("pageable_memcpy", "blocking_copies", "htod_in_step"),
     "data_loader": ("dataloader_bottleneck",),
     "stream_dependency": (),
-    "other": ("comm_exposed",),
+    "other": (),  # waits on another stream, device or peer: no rule prices them alone
 }
 #: Rules whose findings point at every gap of the step shown.
 ALL_GAP_RULES: tuple[str, ...] = ("low_gpu_utilization", "step_outliers")
