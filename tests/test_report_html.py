@@ -136,7 +136,12 @@ def test_analyze_open_launches_the_html(tmp_path: Path, monkeypatch: pytest.Monk
     if not sample.exists():
         pytest.skip("sample trace not present")
     launched: list[str] = []
-    monkeypatch.setattr("click.launch", lambda url, *a, **k: launched.append(url) or 0)
+
+    def launch(url: str, *a: Any, **k: Any) -> int:
+        launched.append(url)
+        return 0
+
+    monkeypatch.setattr("click.launch", launch)
     out = tmp_path / "out"
     res = CliRunner().invoke(cli, ["analyze", str(sample), "-o", str(out), "--format", "md", "--open", "-q"])
     assert res.exit_code == 0, res.output

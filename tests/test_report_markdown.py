@@ -186,7 +186,8 @@ def test_clean_text_strips_every_escape_sequence() -> None:
 
 def test_osc_in_kernel_name_never_reaches_terminal_or_report_md(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from conftest import kineto_doc, write_trace
+    from conftest import write_trace
+    from support.events import kineto_doc
 
     from traceanalyzer.cli import main
 
