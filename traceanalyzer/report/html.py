@@ -648,7 +648,7 @@ def _tiles(report: Report) -> str:
     if isinstance(diag, DiagnosisResult) and diag.resource == "gpu":
         b = diag.breakdown
         if b.get("productive_pct") is not None:
-            tiles.append(("GPU busy, % of steady steps", fmt_pct(b["productive_pct"])))
+            tiles.append(("GPU productive, % of steady steps", fmt_pct(b["productive_pct"])))
         if b.get("idle_pct") is not None:
             tiles.append(("GPU idle, % of steady steps", fmt_pct(b["idle_pct"])))
     sev: dict[str, int] = {}
