@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,12 +32,15 @@ import polars as pl
 from traceanalyzer import __version__
 from traceanalyzer.analyses import registry as analysis_registry
 from traceanalyzer.analyses import summary_of, tables_of
+from traceanalyzer.analyses.diagnosis import DiagnosisResult
+from traceanalyzer.analyses.timeline_view import TimelineViewResult
 from traceanalyzer.report import renderer
-from traceanalyzer.report.document import JSON_SCHEMA_VERSION, Report
+from traceanalyzer.report.document import JSON_SCHEMA_VERSION, Report, key_evidence
 from traceanalyzer.report.fsutil import atomic_write_text
 from traceanalyzer.report.perfetto import perfetto_link
-from traceanalyzer.report.text import column_label, shorten
-from traceanalyzer.units import fmt_cell, fmt_cost, fmt_ns
+from traceanalyzer.report.text import ColumnFormat, fmt_column_value, shorten, table_formats
+from traceanalyzer.rules import Finding
+from traceanalyzer.units import fmt_cell, fmt_cost, fmt_ns, fmt_pct
 
 #: Rows shown before a table collapses behind a "show all" button.
 COLLAPSE_AFTER = 12
@@ -118,7 +122,9 @@ tr.collapsed{display:none}
 .tablefoot{display:flex;gap:12px;align-items:center;color:var(--muted);font-size:12px;margin:0 0 12px}
 button.more{font:inherit;font-size:12px;color:var(--accent);background:#fff;border:1px solid var(--line);
 border-radius:4px;padding:2px 10px;cursor:pointer}
-button.more:hover{background:#eef3f9}
+button.more:hover,button.tl-btn:hover{background:#eef3f9}
+button.tl-btn{font:inherit;font-size:12px;color:var(--accent);background:#fff;border:1px solid var(--line);
+border-radius:4px;padding:2px 10px;cursor:pointer}
 figure.chart{margin:10px 0 14px}
 figure.chart img{max-width:100%;height:auto;border:1px solid #eaeef2;border-radius:4px}
 figure.chart figcaption{color:var(--muted);font-size:12px}
@@ -127,6 +133,22 @@ figure.chart figcaption{color:var(--muted);font-size:12px}
 ul.notrun{margin:6px 0;padding-left:20px}
 ul.notrun li{margin:2px 0;overflow-wrap:anywhere}
 footer{color:var(--muted);font-size:12px;text-align:center;padding:8px 0 30px}
+p.runline{margin:0 0 6px;color:var(--muted);overflow-wrap:anywhere}
+p.runline b{color:var(--fg);font-weight:600}
+p.verdict{margin:0;font-size:19px;font-weight:600;line-height:1.35}
+.keyev{margin:4px 0 0;font-size:13px}
+button.tl-show{font:inherit;font-size:12px;color:var(--accent);background:none;border:none;padding:0;cursor:pointer;
+text-decoration:underline}
+.finding.tl-active{box-shadow:0 0 0 2px #f5b700}
+.finding .title.tl-link{cursor:pointer}
+.tl{position:relative}
+.tl-bar{display:flex;gap:12px;align-items:center;margin:0 0 6px;font-size:12.5px;color:var(--muted)}
+canvas.tl-canvas{display:block;width:100%;border:1px solid var(--line);border-radius:4px;cursor:grab;
+touch-action:none}
+.tl-tip{position:absolute;z-index:5;pointer-events:none;background:#1d2b3a;color:#fff;font-size:12px;
+padding:6px 9px;border-radius:4px;max-width:560px;overflow-wrap:anywhere;white-space:pre-line}
+.legend{display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px;color:var(--muted);margin:6px 0 0}
+.legend i{display:inline-block;width:11px;height:11px;border-radius:2px;margin-right:4px;vertical-align:-1px}
 @media print{body{background:#fff}nav.toc,button.more{display:none}tr.collapsed{display:table-row}
 section.card{break-inside:avoid-page;border:none;padding:0}header.top{background:#fff;color:#000}}
 """
@@ -169,7 +191,220 @@ JS = """
       rows[i].classList.toggle("collapsed", !open && i >= limit);
     }
   }
+  // The interactive timeline: one canvas drawn from the JSON in #ta-timeline-data.
+  function initTimeline() {
+    var holder = document.getElementById("ta-timeline");
+    var src = document.getElementById("ta-timeline-data");
+    if (!holder || !src) { return null; }
+    var data = JSON.parse(src.textContent);
+    var canvas = holder.querySelector("canvas"), tip = holder.querySelector(".tl-tip");
+    var info = holder.querySelector(".tl-info"), g = canvas.getContext("2d");
+    var LABEL = 190, ROW = 18, AXIS = 24, W = Math.max(data.window_ns, 1);
+    var v0 = 0, v1 = W, lit = {}, nlit = 0, lanes = [], gapLane = {}, height = AXIS;
+    data.lanes.forEach(function (l, i) {
+      var lane = {label: l.label, kind: l.kind, device: l.device, y: height, h: Math.max(l.rows, 1) * ROW, rows: []};
+      for (var r = 0; r < Math.max(l.rows, 1); r++) { lane.rows.push([]); }
+      if (l.kind === "gaps") { gapLane[l.device] = i; }
+      lanes.push(lane);
+      height += lane.h + 4;
+    });
+    var it = data.items, n = it.start_ns.length;
+    for (var k = 0; k < n; k++) {
+      var ln = lanes[it.lane[k]];
+      if (ln && ln.rows[it.row[k]]) { ln.rows[it.row[k]].push(k); }
+    }
+    var gaps = data.gaps;
+    function fmt(ns) {
+      var a = Math.abs(ns);
+      if (a >= 1e6) { return (ns / 1e6).toFixed(3) + " ms"; }
+      if (a >= 1e3) { return (ns / 1e3).toFixed(1) + " µs"; }
+      return Math.round(ns) + " ns";
+    }
+    function plotWidth() { return Math.max(canvas.clientWidth - LABEL - 8, 50); }
+    function xOf(t) { return LABEL + (t - v0) / (v1 - v0) * plotWidth(); }
+    function tOf(x) { return v0 + (x - LABEL) / plotWidth() * (v1 - v0); }
+    function box(x0, x1, y, h, color) {
+      var a = Math.max(x0, LABEL), b = Math.min(x1, LABEL + plotWidth());
+      if (b < LABEL || a > LABEL + plotWidth()) { return; }
+      g.fillStyle = color;
+      g.fillRect(a, y, Math.max(b - a, 1), h);
+    }
+    function draw() {
+      var dpr = window.devicePixelRatio || 1, cw = canvas.clientWidth || 800;
+      canvas.width = Math.round(cw * dpr);
+      canvas.height = Math.round(height * dpr);
+      canvas.style.height = height + "px";
+      g.setTransform(dpr, 0, 0, dpr, 0, 0);
+      g.clearRect(0, 0, cw, height);
+      g.font = "11px sans-serif";
+      g.textBaseline = "middle";
+      // time axis, relative to the step start
+      var span = v1 - v0, step = Math.pow(10, Math.floor(Math.log(span / 6) / Math.LN10));
+      if (span / step > 12) { step *= 5; } else if (span / step > 6) { step *= 2; }
+      g.fillStyle = "#59636e";
+      g.strokeStyle = "#e6e9ed";
+      for (var t = Math.ceil(v0 / step) * step; t <= v1; t += step) {
+        var x = xOf(t);
+        g.beginPath(); g.moveTo(x, AXIS - 4); g.lineTo(x, height); g.stroke();
+        g.fillText("+" + fmt(t), x + 2, AXIS / 2);
+      }
+      lanes.forEach(function (lane, li) {
+        g.fillStyle = li % 2 ? "#fafbfc" : "#f3f5f7";
+        g.fillRect(0, lane.y, LABEL - 4, lane.h);
+        g.fillStyle = "#1f2328";
+        g.save(); g.beginPath(); g.rect(0, lane.y, LABEL - 6, lane.h); g.clip();
+        g.fillText(lane.label, 4, lane.y + Math.min(lane.h, ROW) / 2);
+        g.restore();
+        lane.rows.forEach(function (row, r) {
+          row.forEach(function (k) {
+            var x0 = xOf(it.start_ns[k]), x1 = xOf(it.start_ns[k] + it.dur_ns[k]);
+            var c = data.kind_colors[it.kind[k]] || "#888";
+            box(x0, x1, lane.y + r * ROW + 1, ROW - 2, nlit ? fade(c) : c);
+          });
+        });
+      });
+      gaps.forEach(function (gp) {
+        var li = gapLane[gp.device];
+        if (li === undefined) { return; }
+        var lane = lanes[li], c = data.cause_colors[gp.cause] || "#888";
+        var x0 = xOf(gp.start_ns), x1 = xOf(gp.start_ns + gp.dur_ns), on = lit[gp.id];
+        box(x0, x1, lane.y + 1, lane.h - 2, nlit && !on ? fade(c) : c);
+        if (on) {
+          g.fillStyle = "rgba(245,183,0,0.25)";
+          box(x0, x1, AXIS, height - AXIS, "rgba(245,183,0,0.25)");
+          g.strokeStyle = "#f5b700"; g.lineWidth = 2;
+          g.strokeRect(Math.max(x0, LABEL) - 1, lane.y, Math.max(x1 - x0, 2) + 2, lane.h);
+          g.lineWidth = 1;
+        }
+      });
+    }
+    function fade(c) { return c + "55"; }
+    function hit(x, y) {
+      if (x < LABEL) { return null; }
+      var t = tOf(x), tol = (v1 - v0) / plotWidth() * 2;
+      for (var li = 0; li < lanes.length; li++) {
+        var lane = lanes[li];
+        if (y < lane.y || y >= lane.y + lane.h) { continue; }
+        if (lane.kind === "gaps") {
+          for (var j = 0; j < gaps.length; j++) {
+            var gp = gaps[j];
+            if (gapLane[gp.device] === li && t >= gp.start_ns - tol && t <= gp.start_ns + gp.dur_ns + tol) {
+              return {gap: gp};
+            }
+          }
+          return null;
+        }
+        var row = lane.rows[Math.floor((y - lane.y) / ROW)] || [], best = null;
+        for (var q = 0; q < row.length; q++) {
+          var k = row[q];
+          if (t >= it.start_ns[k] - tol && t <= it.start_ns[k] + it.dur_ns[k] + tol) {
+            if (best === null || it.dur_ns[k] < it.dur_ns[best]) { best = k; }
+          }
+        }
+        return best === null ? null : {item: best};
+      }
+      return null;
+    }
+    function describe(h) {
+      if (h.gap) {
+        var gp = h.gap;
+        return "idle gap: " + gp.cause.replace(/_/g, " ") + "\\nduration " + fmt(gp.dur_ns) + " at +" +
+          fmt(gp.start_ns) + (gp.cpu_context ? "\\nCPU was in: " + gp.cpu_context : "");
+      }
+      var k = h.item, what = it.kind[k].replace(/_/g, " ");
+      var lines = [data.strings[it.name[k]], what + ", " + fmt(it.dur_ns[k]) + " at +" + fmt(it.start_ns[k])];
+      if (it.site[k] !== null) { lines.push("call site: " + data.strings[it.site[k]]); }
+      return lines.join("\\n");
+    }
+    var drag = null;
+    canvas.addEventListener("wheel", function (e) {
+      e.preventDefault();
+      var r = canvas.getBoundingClientRect(), t = tOf(Math.max(e.clientX - r.left, LABEL));
+      var span = Math.min(Math.max((v1 - v0) * Math.exp(e.deltaY * 0.0015), 200), W);
+      v0 = t - (t - v0) * span / (v1 - v0);
+      v0 = Math.min(Math.max(v0, 0), W - span);
+      v1 = v0 + span;
+      draw();
+    }, {passive: false});
+    canvas.addEventListener("mousedown", function (e) { drag = {x: e.clientX, v0: v0, v1: v1}; });
+    window.addEventListener("mouseup", function () { drag = null; });
+    canvas.addEventListener("mousemove", function (e) {
+      var r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
+      if (drag) {
+        var dt = (e.clientX - drag.x) / plotWidth() * (drag.v1 - drag.v0), span = drag.v1 - drag.v0;
+        v0 = Math.min(Math.max(drag.v0 - dt, 0), W - span);
+        v1 = v0 + span;
+        draw();
+        tip.hidden = true;
+        return;
+      }
+      var h = hit(x, y);
+      if (!h) { tip.hidden = true; return; }
+      tip.textContent = describe(h);
+      tip.hidden = false;
+      tip.style.left = Math.min(x + 14, canvas.clientWidth - 300) + "px";
+      tip.style.top = (canvas.offsetTop + y + 14) + "px";
+    });
+    canvas.addEventListener("mouseleave", function () { tip.hidden = true; });
+    function reset() { v0 = 0; v1 = W; lit = {}; nlit = 0; mark(-1); info.textContent = ""; draw(); }
+    canvas.addEventListener("dblclick", reset);
+    holder.querySelector(".tl-reset").addEventListener("click", reset);
+    function mark(i) {
+      Array.prototype.forEach.call(document.querySelectorAll(".finding[data-finding]"), function (el) {
+        el.classList.toggle("tl-active", el.getAttribute("data-finding") === String(i));
+      });
+      holder.setAttribute("data-highlighted", String(nlit));
+    }
+    function show(i) {
+      var f = data.findings[i];
+      if (!f) { return 0; }
+      lit = {}; nlit = 0;
+      var lo = Infinity, hi = -Infinity;
+      f.gaps.forEach(function (id) {
+        gaps.forEach(function (gp) {
+          if (gp.id === id) {
+            lit[id] = true; nlit++;
+            lo = Math.min(lo, gp.start_ns); hi = Math.max(hi, gp.start_ns + gp.dur_ns);
+          }
+        });
+      });
+      if (nlit) {
+        var pad = Math.max((hi - lo) * 0.5, W * 0.02);
+        v0 = Math.max(lo - pad, 0); v1 = Math.min(hi + pad, W);
+        info.textContent = "Finding " + (i + 1) + " (" + f.rule + "): " + nlit + " gap(s) highlighted";
+      } else {
+        v0 = 0; v1 = W;
+        info.textContent = "Finding " + (i + 1) + " (" + f.rule + ") prices no idle gap of this step";
+      }
+      mark(i);
+      draw();
+      return nlit;
+    }
+    Array.prototype.forEach.call(document.querySelectorAll("button.tl-show"), function (btn) {
+      function go() {
+        show(parseInt(btn.getAttribute("data-finding"), 10));
+        holder.scrollIntoView({block: "nearest"});
+      }
+      btn.addEventListener("click", go);
+      // the finding's title is a target too
+      var title = btn.closest(".finding").querySelector(".title");
+      title.classList.add("tl-link");
+      title.addEventListener("click", go);
+    });
+    window.addEventListener("resize", draw);
+    draw();
+    // For the self-test: the tooltip text at the middle of the first item of the first lane,
+    // and the visible time range.
+    function probe() {
+      var k = lanes.length && lanes[0].rows[0].length ? lanes[0].rows[0][0] : null;
+      if (k === null) { return ""; }
+      var h = hit(xOf(it.start_ns[k] + it.dur_ns[k] / 2), lanes[0].y + ROW / 2);
+      return h ? describe(h) : "";
+    }
+    return {show: show, canvas: canvas, probe: probe, view: function () { return [v0, v1]; }, reset: reset};
+  }
   function init() {
+  var timeline = initTimeline();
   var tables = document.querySelectorAll("table.sortable");
   Array.prototype.forEach.call(tables, function (table) {
     var heads = table.tHead ? table.tHead.rows[0].cells : [];
@@ -220,6 +455,28 @@ JS = """
         var k = key(r.cells[col]);
         if (typeof k === "number") { if (k > prev) { problems.push("sort"); } prev = k; }
       });
+    }
+    if (timeline) {
+      if (timeline.probe().indexOf("kernel") < 0 && timeline.probe().indexOf("memcpy") < 0) {
+        problems.push("timeline-hover");
+      }
+      var before = timeline.view()[1] - timeline.view()[0], r = timeline.canvas.getBoundingClientRect();
+      timeline.canvas.dispatchEvent(new WheelEvent("wheel", {deltaY: -300, clientX: r.left + r.width / 2,
+                                                             clientY: r.top + 30, cancelable: true}));
+      if (!(timeline.view()[1] - timeline.view()[0] < before)) { problems.push("timeline-zoom"); }
+      timeline.reset();
+      var px = timeline.canvas.getContext("2d").getImageData(0, 0, timeline.canvas.width, timeline.canvas.height).data;
+      var inked = 0;
+      for (var p = 3; p < px.length; p += 4 * 7) { if (px[p] > 0) { inked++; } }
+      if (inked < 50) { problems.push("timeline-blank"); }
+    }
+    // last: a click on a finding's button leaves its gaps highlighted (the browser test reads it)
+    var tb2 = document.querySelector("button.tl-show:not([data-gaps='0'])");
+    if (timeline && tb2) {
+      tb2.click();
+      if (document.getElementById("ta-timeline").getAttribute("data-highlighted") === "0") {
+        problems.push("timeline-highlight");
+      }
     }
     root.setAttribute("data-selftest", problems.length ? "fail:" + problems.join(",") : "ok");
   }
@@ -276,13 +533,13 @@ def _is_num(dtype: pl.DataType) -> bool:
     return dtype.is_numeric()
 
 
-def _cell(column: str, value: Any, dtype: pl.DataType, t0: int | None) -> str:
+def _cell(column: str, value: Any, fmt: ColumnFormat, t0: int | None) -> str:
     if isinstance(value, bool):
         return f'<td data-v="{int(value)}">{"✓" if value else ""}</td>'
     if value is None:
         return '<td data-v="">–</td>'
     if isinstance(value, (int, float)):
-        text = fmt_cell(column, value, t0)
+        text = fmt_column_value(fmt, column, value, t0)
         return f'<td class="num" data-v="{esc(value)}">{esc(text)}</td>'
     text = fmt_cell(column, value, t0)
     short = shorten(text, CELL_WIDTH)
@@ -297,13 +554,14 @@ def table_html(df: pl.DataFrame, ids: _Ids, t0: int | None = None, max_rows: int
     tid = ids.next("t")
     cols = df.columns
     dtypes = dict(zip(cols, df.dtypes))
+    fmts = table_formats(df, t0)  # plain headers, one unit per quantity (named in the header)
     head = "".join(
-        f'<th title="{esc(c)}" data-type="{"num" if _is_num(dtypes[c]) else "txt"}">{esc(column_label(c))}</th>'
+        f'<th title="{esc(c)}" data-type="{"num" if _is_num(dtypes[c]) else "txt"}">{esc(fmts[c].label)}</th>'
         for c in cols
     )
     shown = df.head(max_rows)
     body = "".join(
-        "<tr>" + "".join(_cell(c, row[c], dtypes[c], t0) for c in cols) + "</tr>"
+        "<tr>" + "".join(_cell(c, row[c], fmts[c], t0) for c in cols) + "</tr>"
         for row in shown.iter_rows(named=True)
     )
     collapse = collapse_after if shown.height > collapse_after + 3 else 0
@@ -380,25 +638,41 @@ def _run_facts(report: Report) -> list[tuple[str, str]]:
     return facts
 
 
-def _tiles(report: Report, facts: list[tuple[str, str]]) -> str:
+def _tiles(report: Report) -> str:
+    """Short facts under the verdict, each a number with its base named in the label."""
     tiles: list[tuple[str, str]] = []
-    sections = report.sections()
-    known = {k for k, _ in facts}
-    if sections:
-        tiles += [(k, v) for k, v in summary_of(sections[0][2])[:6] if k not in known]
     steps = report.results.values.get("steps")
     stats = getattr(steps, "stats", None)
     if getattr(steps, "has_steps", False) and isinstance(stats, Mapping) and stats.get("median") is not None:
-        tiles.insert(1, ("Step time (median)", fmt_ns(stats["median"])))
-    n = len(report.findings)
+        tiles.append(("Median steady step", fmt_ns(stats["median"])))
+    diag = report.results.values.get("diagnosis")
+    if isinstance(diag, DiagnosisResult) and diag.resource == "gpu":
+        b = diag.breakdown
+        if b.get("productive_pct") is not None:
+            tiles.append(("GPU productive, % of steady steps", fmt_pct(b["productive_pct"])))
+        if b.get("idle_pct") is not None:
+            tiles.append(("GPU idle, % of steady steps", fmt_pct(b["idle_pct"])))
     sev: dict[str, int] = {}
     for f in report.findings:
         sev[str(f.severity)] = sev.get(str(f.severity), 0) + 1
-    detail = ", ".join(f"{v} {k}" for k, v in sorted(sev.items()))
-    tiles.append(("Findings", f"{n}" + (f" ({detail})" if detail else "")))
+    order = ("critical", "warning", "info")
+    detail = ", ".join(f"{sev[k]} {k}" for k in order if k in sev)
+    tiles.append(("Findings", f"{len(report.findings)}" + (f" ({detail})" if detail else "")))
+    if report.findings:
+        f = report.findings[0]
+        cost = fmt_cost(f.cost_ms_per_step, None, f.cost_bytes, missing="")
+        if cost:
+            tiles.append(("Largest finding cost", cost))
     items = "".join(f'<div class="tile"><div class="k">{esc(k)}</div><div class="v">{esc(v)}</div></div>'
                     for k, v in tiles)
     return f'<div class="tiles">{items}</div>'
+
+
+def _first_screen(report: Report) -> str:
+    """The run line, the verdict sentence with its number, and short facts."""
+    run = " · ".join(f"<b>{esc(k)}</b> {esc(v)}" for k, v in report.run_line())
+    return (f'<section class="card" id="sec-run"><p class="runline">{run}</p>'
+            f'<p class="verdict">{esc(report.verdict())}</p>{_tiles(report)}</section>')
 
 
 def _evidence(ev: Mapping[str, Any], ids: _Ids, t0: int | None) -> str:
@@ -423,36 +697,108 @@ def _evidence(ev: Mapping[str, Any], ids: _Ids, t0: int | None) -> str:
     return _kv(scalars) + "".join(blocks)
 
 
-def _findings(report: Report, ids: _Ids, t0: int | None) -> str:
+def _finding_gaps(f: Finding, tv: TimelineViewResult | None) -> list[str]:
+    """Ids of the timeline's gaps that ``f`` prices (by its rule; read from the timeline result)."""
+    if tv is None:
+        return []
+    return [g for g, rules in tv.gap_rules().items() if f.rule_id in rules]
+
+
+def _findings(report: Report, ids: _Ids, t0: int | None, tv: TimelineViewResult | None) -> str:
     out = ['<section class="card" id="sec-findings"><h2>Findings</h2>']
     if not report.findings:
         out.append('<p class="doc">No findings: none of the checks that could run found a problem.</p>')
     else:
         out.append(f'<p class="doc">{len(report.findings)} finding{"s" if len(report.findings) != 1 else ""}, '
-                   "ranked by estimated cost (GPU time lost per step, then memory). A time cost is GPU idle the fix "
-                   "would fill or GPU work it would remove (% of the median step), never a CPU wait on a busy GPU. "
-                   "Each cost is what fixing that finding alone could buy; findings can price the same time "
-                   "from different angles, so the costs do not add up.</p>")
+                   "ranked by estimated cost: GPU time per step a fix could win back (GPU idle it would fill or "
+                   "GPU work it would remove; % of the median step), never a CPU wait on a busy GPU; then memory. "
+                   "Costs may price the same time from different angles and do not add up.</p>")
     for i, f in enumerate(report.findings, 1):
         sev = str(f.severity)
         conf = f" · confidence {f.confidence:.0%}" if f.confidence < 1 else ""
         cost = fmt_cost(f.cost_ms_per_step, f.cost_pct_of_step, f.cost_bytes, missing="")
+        gaps = _finding_gaps(f, tv)
         out.append(
-            f'<div class="finding sev-{esc(sev)}-b"><div class="head"><span class="badge sev-{esc(sev)}">{esc(sev)}'
-            f'</span><span class="title">{i}. {esc(f.title)}</span><span class="cost">{esc(cost)}</span></div>'
-            f'<div class="meta">rule <code>{esc(f.rule_id)}</code>{esc(conf)}</div>'
-            f'<div class="fix"><b>Fix:</b> {esc(f.fix)}</div>'
+            f'<div class="finding sev-{esc(sev)}-b" data-finding="{i - 1}"><div class="head">'
+            f'<span class="badge sev-{esc(sev)}">{esc(sev)}</span><span class="title">{i}. {esc(f.title)}</span>'
+            f'<span class="cost">{esc(cost)}</span></div>'
+            f'<div class="meta">rule <code>{esc(f.rule_id)}</code>{esc(conf)}'
         )
-        if f.code_hint:
-            out.append(f"<pre>{esc(f.code_hint)}</pre>")
-        if f.evidence:
-            out.append(f"<details><summary>Evidence</summary>{_evidence(f.evidence, ids, t0)}</details>")
+        if gaps:
+            label = f"show its {len(gaps)} gap{'s' if len(gaps) != 1 else ''} on the timeline"
+            out.append(f' · <button class="tl-show" type="button" data-finding="{i - 1}" data-gaps="{len(gaps)}">'
+                       f"{esc(label)}</button>")
+        out.append("</div>")
+        ev = key_evidence(f)
+        if ev is not None:
+            out.append(f'<div class="keyev">{esc(ev[0])}: <b>{esc(ev[1])}</b></div>')
+        out.append(f'<div class="fix"><b>Fix:</b> {esc(f.fix)}</div>')
+        # the detail stays one click away, so the ranked list fits the first screen
+        if f.code_hint or f.evidence:
+            summary = " and ".join(w for w, has in (("Code", f.code_hint), ("evidence", f.evidence)) if has)
+            out.append(f"<details><summary>{esc(summary[0].upper() + summary[1:])}</summary>")
+            if f.code_hint:
+                out.append(f"<pre>{esc(f.code_hint)}</pre>")
+            if f.evidence:
+                out.append(_evidence(f.evidence, ids, t0))
+            out.append("</details>")
         out.append("</div>")
     floor = report.floor_line()
     if floor:
         out.append(f'<p class="doc">{esc(floor)}.</p>')
     out.append("</section>")
     return "".join(out)
+
+
+#: Colours of the timeline (one source: the legend and the script's data).
+KIND_COLORS = {"kernel": "#2f5d9b", "memcpy": "#16a34a", "memset": "#0d9488", "cpu_op": "#8fa3bf",
+               "annotation": "#b48ad9", "runtime": "#c2883a", "merged": "#a3aab3"}
+CAUSE_COLORS = {"host_bound": "#e8590c", "sync": "#d6336c", "memcpy": "#7048e8", "data_loader": "#1098ad",
+                "stream_dependency": "#74b816", "other": "#868e96"}
+
+
+def _json_for_html(value: Any) -> str:
+    """JSON safe inside a ``<script type="application/json">``: ``</`` and ``<!--`` cannot end
+    or comment the element (``<`` is written ``\\u003c``), and U+2028/2029 are escaped."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def timeline_data(report: Report, tv: TimelineViewResult) -> dict[str, Any]:
+    """What the page's timeline script draws: the timeline result as JSON, each finding's gap ids
+    (in the order the findings are shown) and the colours."""
+    data = tv.to_json()
+    data["findings"] = [{"rule": f.rule_id, "title": f.title, "gaps": _finding_gaps(f, tv)} for f in report.findings]
+    data["kind_colors"] = KIND_COLORS
+    data["cause_colors"] = CAUSE_COLORS
+    return data
+
+
+def _timeline(report: Report, tv: TimelineViewResult | None) -> str:
+    if tv is None:
+        return ""
+    what = f"step #{tv.step}" if tv.step is not None else "the device activity span"
+    kinds = "".join(f'<span><i style="background:{c}"></i>{esc(k.replace("_", " "))}</span>'
+                    for k, c in KIND_COLORS.items())
+    causes = "".join(f'<span><i style="background:{c}"></i>{esc(k.replace("_", " "))}</span>'
+                     for k, c in CAUSE_COLORS.items())
+    note = ""
+    if tv.n_merged or tv.n_dropped:
+        note = (f" {tv.n_merged:,} intervals shorter than a pixel are merged"
+                + (f", {tv.n_dropped:,} short ones left out" if tv.n_dropped else "") + ".")
+    return (
+        '<section class="card" id="sec-timeline"><h2>Timeline</h2>'
+        f'<p class="doc">{esc(what)} ({esc(fmt_ns(tv.window_ns))}, the steady step closest to the median): GPU '
+        "streams, idle gaps coloured by cause and the launching CPU thread. Wheel to zoom, drag to pan, double-click "
+        f"to reset; hover for name, duration and call site; a finding's button highlights its gaps.{esc(note)}</p>"
+        '<div id="ta-timeline" class="tl" data-highlighted="0"><div class="tl-bar">'
+        '<button type="button" class="tl-btn tl-reset">Reset zoom</button><span class="tl-info"></span></div>'
+        '<canvas class="tl-canvas" height="120"></canvas><div class="tl-tip" hidden></div>'
+        f'<div class="legend"><b>work</b> {kinds}</div><div class="legend"><b>idle gaps</b> {causes}</div></div>'
+        f'<script type="application/json" id="ta-timeline-data">{_json_for_html(timeline_data(report, tv))}</script>'
+        "</section>"
+    )
 
 
 def _not_run(report: Report) -> str:
@@ -487,21 +833,22 @@ def to_html(report: Report, charts: list[Any] | None = None) -> str:
     name = Path(report.source).name or report.source
     facts = _run_facts(report)
 
-    sections = report.sections()
+    tv = report.results.values.get("timeline_view")
+    timeline = tv if isinstance(tv, TimelineViewResult) else None
+    sections = [sec for sec in report.sections() if sec[0] != "timeline_view"]  # drawn as the timeline card
     toc = ['<a href="#sec-findings">Findings</a>']
+    if timeline is not None:
+        toc.append('<a href="#sec-timeline">Timeline</a>')
+    toc.append('<a href="#sec-run-details">Run details</a>')
     body: list[str] = []
-    for i, (sname, title, result) in enumerate(sections):
+    for sname, title, result in sections:
         anchor = _anchor(sname)
         toc.append(f'<a href="#{esc(anchor)}">{esc(title)}</a>')
         part = [f'<section class="card" id="{esc(anchor)}"><h2>{esc(title)}</h2>']
         doc = specs[sname].doc.splitlines()[0] if sname in specs and specs[sname].doc else ""
         if doc:
             part.append(f'<p class="doc">{esc(doc)}</p>')
-        summary = summary_of(result)
-        if summary and i > 0:  # the first section's numbers are the header tiles
-            part.append(_kv(summary))
-        elif summary:
-            part.append(_kv(summary[6:]))
+        part.append(_kv(summary_of(result)))
         for d in by_section.get(sname, []):
             if d.png is not None:
                 part.append(_chart_img(d.spec.name, d.spec.title, d.png))
@@ -541,10 +888,12 @@ def to_html(report: Report, charts: list[Any] | None = None) -> str:
         f'<div class="sub">{esc(report.kind)} · {len(report.findings)} finding'
         f'{"s" if len(report.findings) != 1 else ""} · {len(sections)} analyses</div></header>',
         "<main>",
-        f'<section class="card" id="sec-run"><h2>Run</h2>{_facts(facts)}{_tiles(report, facts)}</section>',
+        _first_screen(report),
         warn,
         f'<nav class="toc">{"".join(toc)}</nav>',
-        _findings(report, ids, t0),
+        _findings(report, ids, t0, timeline),
+        _timeline(report, timeline),
+        f'<section class="card" id="sec-run-details"><h2>Run details</h2>{_facts(facts)}</section>',
         *body,
         not_run,
         "</main>",

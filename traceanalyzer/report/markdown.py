@@ -1,166 +1,120 @@
-"""Markdown output: ``report.md``, a concise ticket-ready summary.
+"""Markdown output: ``report.md``, a ticket comment.
 
-Renders in GitHub, GitLab and Jira (Markdown paste) alike: plain pipe tables, no HTML,
-no footnotes. In order: what was analysed, the ranked findings, the key numbers of
-every analysis in one table, the top offenders (a few rows of the tables that name
-culprits: kernels, gaps, call sites), and what could not be checked. The full
-tables are in ``report.html`` and every number is in ``summary.json``.
+Renders in GitHub, GitLab and Jira (Markdown paste) alike: headings, paragraphs, one pipe
+table, no HTML. In order: the run line (file, device, steps), the verdict (one sentence with
+its number, from ``diagnosis``), the findings ranked by cost (each: title, cost, fix, its code
+hint, the one evidence line that matters), a compact table of the top kernels, and the names
+of the checks that could not run. Everything else (every analysis' numbers and tables, the
+charts, the timeline) is in ``report.html`` and ``summary.json``.
 
-Output is deterministic for a given report: numbers are formatted with fixed
-precision and timestamps are shown relative to the trace start, so the same trace
-gives the same text on any machine.
+Nothing is cut: titles and fixes are written whole (never ``…``). Trace-provided text that
+could be read as Markdown or HTML goes into code spans (:func:`~traceanalyzer.report.text.md_text`),
+so the file holds no HTML entity and no backslash escape but the ``\\|`` a table cell needs.
+
+Output is deterministic for a given report (fixed precision, no clock, no absolute path).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
 from traceanalyzer import __version__
-from traceanalyzer.analyses import summary_of, tables_of
+from traceanalyzer.analyses.kernels import KernelsResult
 from traceanalyzer.report import renderer
-from traceanalyzer.report.document import JSON_SCHEMA_VERSION, Report
+from traceanalyzer.report.document import JSON_SCHEMA_VERSION, Report, key_evidence
 from traceanalyzer.report.fsutil import atomic_write_text
-from traceanalyzer.report.text import clean_text, md_escape, md_table, shorten
-from traceanalyzer.units import fmt_cost, fmt_ns
+from traceanalyzer.report.text import clean_text, fmt_column_value, md_cell, md_code, md_text, table_formats
+from traceanalyzer.rules import Finding
+from traceanalyzer.units import fmt_cost
 
-#: Rows per "top offenders" table.
+#: Rows of the top-kernels table.
 TOP_ROWS = 5
-#: Columns shown when an analysis' table is not in :data:`OFFENDERS`.
-GENERIC_COLUMNS = 7
-
-#: Tables that name culprits, per analysis: (table title, columns to show; None = all).
-#: Analyses mapped to ``()`` have no offender table (their key numbers say it all);
-#: analyses not listed show their first table, first :data:`GENERIC_COLUMNS` columns.
-OFFENDERS: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
-    "overview": (),  # its top kernels repeat the kernels analysis
-    "steps": (),
-    "baseline": (),  # its statistics are in the key numbers
-    "phases": (),
-    "gpu_time": (),
-    "kernels": (("Top kernels (normalised name)", ("name", "count", "total_ns", "mean_ns", "pct_of_kernel_time")),),
-    "idle_gaps": (
-        ("Longest gaps", ("step", "device", "dur_ns", "cause", "cpu_context", "next_name")),
-        ("What the CPU was doing during long gaps", ("cpu_context", "source", "n_gaps", "idle_ns", "pct_of_idle")),
-    ),
-    "launches": (("Launches per API", None),),
-    "copies": (
-        ("Copy hotspots by call site", ("site", "directions", "count", "per_step", "bytes", "gpu_ns", "cpu_ns",
-                                        "blocking")),
-    ),
-}
-
 
 # Several rules may price the same idle time from different angles (e.g. host-bound gaps and
-# launch-bound kernels); summing the column would double count, so the report says so.
-OVERLAP_NOTE = ("Ranked by estimated cost. A time cost is GPU time lost per step (GPU idle the fix would fill, "
-                "or GPU work it would remove; % of the median step), never a CPU wait on a busy GPU. Each cost is "
-                "what fixing that finding alone could buy; the host-sync, copy, data-loader and host-bound "
-                "findings price disjoint idle, the others may price the same time from another angle, so the "
-                "costs do not add up (docs/costs.md).")
+# launch-bound kernels); summing the costs would double count, so the report says so.
+OVERLAP_NOTE = ("Ranked by cost: GPU time per step a fix could win back (GPU idle it would fill or GPU work it "
+                "would remove; % of the median step), never a CPU wait on a busy GPU. Each cost is what fixing "
+                "that finding alone could buy; costs may overlap and do not add up (docs/costs.md).")
 
 
-def _facts(report: Report) -> list[tuple[str, str]]:
-    m = report.meta
-    facts = [("Input", report.kind)]
-    devices = [d.get("name") for d in m.get("device_properties") or [] if isinstance(d, Mapping) and d.get("name")]
-    if devices:
-        facts.append(("Devices", ", ".join(sorted(set(map(str, devices))))))
-    elif m.get("vendor"):
-        facts.append(("Vendor", str(m["vendor"])))
-    if m.get("rank") is not None:
-        facts.append(("Rank", f"{m['rank']} of {m.get('world_size') if m.get('world_size') is not None else '?'}"))
-    for k, v in (m.get("versions") or {}).items():
-        facts.append((k.replace("_", " "), str(v)))
-    flags = [k for k, v in (m.get("profiler_flags") or {}).items() if v]
-    if flags:
-        facts.append(("Profiler flags", ", ".join(flags)))
-    steps = report.results.values.get("steps")
-    table = getattr(steps, "table", None)
-    if getattr(steps, "has_steps", False) and table is not None and table.height:
-        nums = table["step"].to_list()
-        facts.append(("Steps", f"{len(nums)} (#{nums[0]}–#{nums[-1]})"))
-    if m.get("span_ns"):
-        facts.append(("Trace span", fmt_ns(m["span_ns"])))
-    return facts
+def _finding(i: int, f: Finding) -> list[str]:
+    cost = fmt_cost(f.cost_ms_per_step, f.cost_pct_of_step, f.cost_bytes, missing="not priced")
+    conf = f" · confidence {f.confidence:.0%}" if f.confidence < 1 else ""
+    lines = [f"### {i}. {md_text(f.title)}", "",
+             f"**{f.severity}** · {md_code(f.rule_id)} · cost {cost}{conf}", "",
+             f"**Fix**: {md_text(f.fix)}", ""]
+    if f.code_hint:
+        hint = clean_text(f.code_hint).strip("\n")
+        longest = max((len(r) for r in hint.split("\n") if r and set(r) == {"`"}), default=0)
+        fence = "`" * max(3, longest + 1)
+        lines += [f"{fence}python", hint, fence, ""]
+    ev = key_evidence(f)
+    if ev is not None:
+        lines += [f"Evidence: {md_text(ev[0])}: {md_text(ev[1])}", ""]
+    return lines
+
+
+def _top_kernels(report: Report, rows: int) -> list[str]:
+    k = report.results.values.get("kernels")
+    if not isinstance(k, KernelsResult) or k.by_name.is_empty():
+        return []
+    df = k.by_name.head(rows).select("name", "count", "total_ns", "mean_ns", "pct_of_kernel_time")
+    fmts = table_formats(df)  # one unit for the table's times, named in the header
+    heads = ["kernel", "calls", fmts["total_ns"].label, fmts["mean_ns"].label, fmts["pct_of_kernel_time"].label]
+    lines = [f"## Top kernels (of {k.by_name.height:,} distinct names, {k.n_kernels:,} launches)", "",
+             "| " + " | ".join(heads) + " |", "|---|---:|---:|---:|---:|"]
+    for r in df.iter_rows(named=True):
+        cells = [fmt_column_value(fmts[c], c, r[c]) for c in ("count", "total_ns", "mean_ns", "pct_of_kernel_time")]
+        lines.append(f"| {md_cell(str(r['name']), code=True)} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def to_markdown(report: Report, top_rows: int = TOP_ROWS) -> str:
-    name = Path(report.source).name or report.source
-    t0 = report.meta.get("span_start_ns") if isinstance(report.meta.get("span_start_ns"), int) else None
-    lines = [f"# traceanalyzer report: `{md_escape(name)}`", ""]
-    lines += [" · ".join(f"**{md_escape(k)}**: {md_escape(v)}" for k, v in _facts(report)), ""]
+    facts = report.run_line()
+    name = facts[0][1]
+    lines = [f"# traceanalyzer report: {md_code(name)}", ""]
+    lines += [" · ".join(f"**{k}**: {md_text(v)}" for k, v in facts[1:]) or f"**Input**: {report.kind}", ""]
+    lines += [f"**Verdict**: {md_text(report.verdict().rstrip('.'))}.", ""]
 
     if report.warnings:
-        lines += ["> **Input warnings**", ">"]
-        lines += [f"> - {md_escape(w)}" for w in report.warnings]
+        lines += ["**Input warnings**:", ""]
+        lines += [f"- {md_text(w)}" for w in report.warnings]
         lines.append("")
 
     lines += ["## Findings", ""]
     if report.findings:
         if len(report.findings) > 1:
             lines += [OVERLAP_NOTE, ""]
-        lines += ["| # | Severity | Finding | Cost / step | Fix |", "|---|---|---|---|---|"]
         for i, f in enumerate(report.findings, 1):
-            cost = fmt_cost(f.cost_ms_per_step, f.cost_pct_of_step, f.cost_bytes, unit="ms")
-            lines.append(
-                f"| {i} | {f.severity} | {md_escape(shorten(f.title, 120))} (`{md_escape(f.rule_id)}`) | "
-                f"{cost} | {md_escape(shorten(f.fix, 160))} |"
-            )
+            lines += _finding(i, f)
     else:
-        lines.append("No findings: none of the checks that could run found a problem.")
+        lines += ["No findings: none of the checks that could run found a problem.", ""]
     floor = report.floor_line()
     if floor:
-        lines += ["", f"_{md_escape(floor)}._"]
-    lines.append("")
+        lines += [f"{md_text(floor)}.", ""]
 
-    sections = report.sections()
-    key_rows: list[str] = []
-    for _, title, result in sections:
-        for j, (k, v) in enumerate(summary_of(result)):
-            area = f"**{md_escape(title)}**" if j == 0 else ""
-            key_rows.append(f"| {area} | {md_escape(k)} | {md_escape(shorten(v, 200))} |")
-    if key_rows:
-        lines += ["## Key numbers", "", "| Area | Metric | Value |", "|---|---|---|", *key_rows, ""]
+    lines += _top_kernels(report, top_rows)
 
-    offenders: list[str] = []
-    for sname, title, result in sections:
-        tables = {t: df for t, df in tables_of(result).items() if df is not None and df.height}
-        if sname in OFFENDERS:
-            picks = [(t, cols) for t, cols in OFFENDERS[sname] if t in tables]
-        else:
-            first = next(iter(tables), None)
-            picks = [(first, tuple(tables[first].columns[:GENERIC_COLUMNS]))] if first else []
-        for ttitle, cols in picks:
-            df = tables[ttitle]
-            offenders += [f"**{md_escape(title)}: {md_escape(ttitle)}**"
-                          + (f" (top {top_rows} of {df.height:,})" if df.height > top_rows else ""), ""]
-            offenders += md_table(df, max_rows=top_rows, width=80, t0=t0, columns=list(cols) if cols else None,
-                                  more_note=False)
-            offenders.append("")
-    if offenders:
-        lines += ["## Top offenders", "", *offenders]
-
-    not_done = {**report.results.skipped, **report.not_run}
+    not_done = sorted({**report.results.skipped, **report.not_run})
+    if not_done:  # many on an input of another kind (trace rules on a snapshot): named only when few
+        names = (": " + ", ".join(md_code(k) for k in not_done)) if len(not_done) <= 8 else ""
+        lines += [f"**{len(not_done)} checks could not run** on this input (why: `report.html`){names}.", ""]
     failed = {**report.results.failed, **report.rule_failures}
-    if not_done or failed:
-        lines += ["## Checks that could not run", ""]
-        for k, why in sorted(not_done.items()):
-            lines.append(f"- `{md_escape(k)}`: {md_escape(why)}")
-        for k, why in sorted(failed.items()):
-            lines.append(f"- `{md_escape(k)}` failed (internal error, please report): {md_escape(why)}")
+    for k, why in sorted(failed.items()):  # rare, and a bug to report: with its message
+        lines.append(f"- {md_code(k)} failed (internal error, please report): {md_text(why)}")
+    if failed:
         lines.append("")
 
     lines += [
         "---",
-        f"_traceanalyzer {md_escape(__version__)}: charts and full tables in `report.html`, every number in "
-        f"`summary.json` (schema {JSON_SCHEMA_VERSION})._",
+        f"_traceanalyzer {md_text(__version__)}: the timeline, charts and every table in `report.html`, every number "
+        f"in `summary.json` (schema {JSON_SCHEMA_VERSION})._",
         "",
     ]
     return "\n".join(lines)
 
 
-@renderer("md", description="report.md: ticket-ready Markdown summary")
+@renderer("md", description="report.md: a ticket comment (run, verdict, findings with fixes, top kernels)")
 def render(report: Report, outdir: Path) -> list[Path]:
     path = outdir / "report.md"
     atomic_write_text(path, clean_text(to_markdown(report)))
