@@ -1,0 +1,548 @@
+"""The critical-path graph of a trace and its longest path (private to the analyses package).
+
+The graph follows HolisticTraceAnalysis' (``docs/critical_path.md`` has the long form):
+
+* **Nodes**: the start and the end of every CPU op and runtime call of positive length, and of
+  every GPU activity (kernel, memcpy, memset) whose launch call is in the graph. Each belongs
+  to the step window its CPU event (or its launch call) starts in.
+* **CPU chains**: per thread and window, the boundaries in nesting order (a parent's start, its
+  children, its end), each linked to the next by an *op* edge weighted by the time between them
+  (zero into the end of a blocking call: its wait is explained by a sync edge). Consecutive
+  top-level ops are linked by a *dependency* edge, weighted by the gap when ``cpu_gaps`` (the
+  Python between ops), zero as in HTA otherwise.
+* **GPU chains**: per stream, a kernel's start → end (its duration), then either a
+  *kernel-kernel* edge (previous kernel's end → this start, weighted by the gap) when the
+  kernel was queued behind it, or a *launch* edge (launch call's start → kernel start,
+  weighted by the launch delay) when the stream's queue was empty at the launch (the previous
+  kernel had ended before the call and no other launch came before the kernel started).
+* **Sync edges** (zero weight): Kineto's ``cuda_sync`` events where the trace has them
+  (context sync: the last activity of every stream → the sync call's end; stream sync: of
+  that stream; event sync: the activity launched before the thread's last
+  ``cudaEventRecord`` → the call's end; stream wait event: that activity → the next activity
+  launched on the waiting stream). Without them, the same from the runtime call names, the
+  stream of a stream sync being that of the thread's last launch. A blocking copy's own
+  activity → the copy call's end.
+
+The longest path is a dynamic programme over the nodes. Every edge inside a chain joins
+consecutive nodes, so along a chain ``dist[i] = P[i] + max_{j ≤ i}(offer[j] − P[j])`` with
+``P`` the chain's prefix sum of weights and ``offer[j]`` the best cross edge into ``j`` (or 0: a
+path may start anywhere): one segmented running maximum over all chains at once. Cross edges
+(launch, sync, stream wait) feed the offers of the next round; rounds repeat until no offer
+changes, which takes as many rounds as the path switches between chains through a sync (a
+launch edge leads onto the GPU, only a sync leads back). Each round is a few numpy passes over
+the nodes; the rounds are bounded by the number of cross edges (a cap stops a cyclic graph).
+The path is then walked back one chain segment at a time (a Python loop over segments of the
+path, not over nodes), its nodes marked with a difference array.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from traceanalyzer.analyses._comm import comm_classes
+from traceanalyzer.analyses._intervals import DATALOADER_RE
+from traceanalyzer.analyses._kernels import kernel_class, on_distinct
+from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.model import TraceModel
+from traceanalyzer.model.relations import TraceTables, deepest_at, is_launch_api, launches
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+B = npt.NDArray[np.bool_]
+
+#: Edge types (HTA's CPEdgeType).
+OP, DEPENDENCY, LAUNCH, KERNEL_KERNEL, SYNC = 0, 1, 2, 3, 4
+EDGE_TYPES = ("op", "dependency", "launch_delay", "kernel_kernel_delay", "sync")
+
+#: HTA's bound_by classes, in report order.
+BOUND_CLASSES = (
+    "cpu_bound", "data_loading", "gpu_compute_bound", "gpu_communication_bound",
+    "gpu_kernel_kernel_overhead", "gpu_kernel_launch_overhead",
+)
+
+#: Runtime calls whose CPU span is a wait (HTA's BLOCKING_SYNC_CALLS and their cu*/hip* names):
+#: their own duration gets no weight, the sync edge into their end explains it.
+BLOCKING_CALLS = frozenset({
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventQuery", "cudaEventSynchronize", "cudaMemcpy",
+    "cudaMemcpyAsync", "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpy",
+    "cudaStreamSynchronize_ptsz", "cuStreamSynchronize_ptsz", "cudaThreadSynchronize",
+    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipEventQuery", "hipMemcpy",
+    "hipMemcpyAsync", "hipMemcpyWithStream", "hipCtxSynchronize",
+})
+_DEVICE_SYNC = ("cudaDeviceSynchronize", "cuCtxSynchronize", "cudaThreadSynchronize", "hipDeviceSynchronize",
+                "hipCtxSynchronize")
+_STREAM_SYNC = ("cudaStreamSynchronize", "cuStreamSynchronize", "cudaStreamSynchronize_ptsz",
+                "cuStreamSynchronize_ptsz", "hipStreamSynchronize")
+_EVENT_SYNC = ("cudaEventSynchronize", "cuEventSynchronize", "hipEventSynchronize")
+_EVENT_RECORD = ("cudaEventRecord", "cuEventRecord", "hipEventRecord", "cudaEventRecordWithFlags")
+_STREAM_WAIT = ("cudaStreamWaitEvent", "cuStreamWaitEvent", "hipStreamWaitEvent")
+_SYNC_CALLS = (*_DEVICE_SYNC, *_STREAM_SYNC, *_EVENT_SYNC, *_STREAM_WAIT, "cudaEventQuery", "hipEventQuery")
+# Clock tolerance between a GPU end and the CPU call it releases (the two clocks are aligned
+# to about a microsecond).
+_TOL_NS = 2_000
+#: HTA's KERNEL_KERNEL_DELAY_THRESHOLD_US: queued kernels further apart are not linked.
+KK_MAX_GAP_NS = 1_500_000
+#: A cap on DP rounds: a graph that needs more is cyclic (bad timestamps), not deep.
+MAX_ROUNDS = 100_000
+
+
+@dataclass(frozen=True)
+class CPGraph:
+    """Nodes in chain order (chain-contiguous), chain links, cross edges and the event table.
+
+    Node ``i`` is linked to node ``i − 1`` (same chain) unless ``seg_start[i]``; that link has
+    weight ``link_w[i]``, type ``link_type[i]`` and is attributed to event ``link_event[i]``.
+    Cross edge ``k`` joins ``x_src[k]`` → ``x_dst[k]`` (sorted by ``x_dst``), weight ``x_w``.
+    ``events``: ``event, kind, name, pid, tid, device, stream, ts_ns, end_ns, klass, bound``
+    (``event`` = row number).
+    """
+
+    node_ts: I64
+    node_event: I64
+    node_start: B
+    node_window: I64
+    seg_start: B
+    link_w: I64
+    link_type: I64
+    link_event: I64
+    x_src: I64
+    x_dst: I64
+    x_w: I64
+    x_type: I64
+    x_event: I64
+    events: pl.DataFrame
+    sync_source: str  # "cuda_sync events" / "runtime calls" / "none"
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.node_ts.size)
+
+
+def _empty_graph(events: pl.DataFrame, sync_source: str) -> CPGraph:
+    z = np.zeros(0, dtype=np.int64)
+    return CPGraph(z, z, z.astype(bool), z, z.astype(bool), z, z, z, z, z, z, z, z, events, sync_source)
+
+
+def _cpu_events(model: TraceModel) -> pl.DataFrame:
+    cols = ["name", "pid", "tid", "ts_ns", "end_ns"]
+    ops = model.cpu_ops.select(cols).with_columns(kind=pl.lit("cpu_op"), correlation=pl.lit(None, pl.Int64))
+    rt = model.runtime.select(*cols, "correlation").with_columns(kind=pl.lit("runtime"))
+    ev = pl.concat([ops, rt.select(ops.columns)]).filter(pl.col("end_ns") > pl.col("ts_ns"))
+    return ev
+
+
+def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps: bool,
+                kk_max_gap_ns: int = KK_MAX_GAP_NS) -> CPGraph:
+    """The graph of the step windows ``keep`` (``windows``: ``window, step, start_ns, end_ns``)."""
+    model = t.model
+    cpu = assign_steps(_cpu_events(model), windows, "ts_ns").filter(pl.col("window").is_in(keep))
+    lj = launches(t).filter(pl.col("gpu_ts_ns").is_not_null() & pl.col("cpu_dur_ns").gt(0))
+    lj = lj.select("correlation", "pid", "tid", "cpu_ts_ns", "cpu_end_ns", "api", "gpu_name", "activity",
+                   "gpu_ts_ns", "gpu_end_ns", "device", "stream")
+    # Queue state per stream over the whole trace (HTA reads the queue of the full trace):
+    # empty at the launch (everything launched earlier on the stream had started) and the
+    # kernel was the next to start (no later launch on the stream before it began).
+    lj = lj.sort("device", "stream", "cpu_ts_ns", "gpu_ts_ns").with_columns(
+        _prev_started=pl.col("gpu_ts_ns").cum_max().shift(1).over("device", "stream"),
+        _next_launch=pl.col("cpu_ts_ns").shift(-1).over("device", "stream"),
+    ).with_columns(
+        queue_empty=(pl.col("_prev_started").is_null() | (pl.col("_prev_started") <= pl.col("cpu_ts_ns")))
+        & (pl.col("_next_launch").is_null() | (pl.col("_next_launch") > pl.col("gpu_ts_ns")))
+    )
+    gpu = assign_steps(lj, windows, "cpu_ts_ns").filter(pl.col("window").is_in(keep))
+
+    # The event table: CPU events, then GPU activities.
+    comm = comm_classes(t).select("is_comm")
+    k_comm = model.kernels.select("name", "ts_ns", "correlation").with_columns(comm["is_comm"]).unique(
+        ["correlation", "ts_ns"], keep="first")
+    gpu = gpu.join(k_comm.select("correlation", pl.col("ts_ns").alias("gpu_ts_ns"), "is_comm"),
+                   on=["correlation", "gpu_ts_ns"], how="left").with_columns(pl.col("is_comm").fill_null(False))
+    gpu = on_distinct(gpu, ["gpu_name", "activity", "is_comm"], klass=pl.when(pl.col("activity") != "kernel").then(
+        pl.col("activity")).when(pl.col("is_comm")).then(pl.lit("communication")).otherwise(
+        kernel_class(pl.col("gpu_name"))))
+    dl = _dataloader_flags(model, cpu)
+    n_cpu = cpu.height
+    cpu = cpu.with_columns(event=pl.int_range(pl.len(), dtype=pl.Int64), dl=dl)
+    gpu = gpu.with_columns(event=pl.int_range(pl.len(), dtype=pl.Int64) + n_cpu)
+    events = pl.concat([
+        cpu.select("event", "window", "kind", "name", "pid", "tid", pl.lit(None, pl.Int64).alias("device"),
+                   pl.lit(None, pl.Int64).alias("stream"), "ts_ns", "end_ns",
+                   pl.lit("cpu").alias("klass"),
+                   pl.when(pl.col("dl")).then(pl.lit("data_loading")).otherwise(pl.lit("cpu_bound")).alias("bound")),
+        gpu.select("event", "window", pl.col("activity").alias("kind"), pl.col("gpu_name").alias("name"), "pid",
+                   "tid", "device", "stream", pl.col("gpu_ts_ns").alias("ts_ns"), pl.col("gpu_end_ns").alias("end_ns"),
+                   "klass", pl.when(pl.col("is_comm")).then(pl.lit("gpu_communication_bound"))
+                   .otherwise(pl.lit("gpu_compute_bound")).alias("bound")),
+    ])
+
+    syncs = model.other_events.filter(pl.col("cat") == "cuda_sync")
+    if cpu.is_empty():
+        return _empty_graph(events, "none")
+
+    # ---- CPU chains: boundaries in nesting order per (window, pid, tid).
+    by = ["window", "pid", "tid"]
+    starts = cpu.select(*by, "event", pl.col("ts_ns").alias("t"), pl.lit(1, pl.Int8).alias("kind"),
+                        (-pl.col("end_ns")).alias("sec"), pl.col("name"))
+    ends = cpu.select(*by, "event", pl.col("end_ns").alias("t"), pl.lit(0, pl.Int8).alias("kind"),
+                      (-pl.col("ts_ns")).alias("sec"), pl.col("name"))
+    b = pl.concat([starts, ends]).with_columns(
+        _oid=pl.when(pl.col("kind") == 1).then(pl.col("event")).otherwise(-pl.col("event")))
+    # At one instant ends come first (half-open intervals); starts longer first; ends of
+    # later-started intervals first (a child closes before its parent).
+    b = b.sort([*by, "t", "kind", "sec", "_oid"]).with_columns(
+        depth=pl.when(pl.col("kind") == 1).then(1).otherwise(-1).cum_sum().over(by))
+    b = b.with_columns(
+        first=pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in by]).fill_null(True),
+        prev_t=pl.col("t").shift(1), prev_kind=pl.col("kind").shift(1), prev_event=pl.col("event").shift(1),
+        prev_depth=pl.col("depth").shift(1),
+        pos=pl.int_range(pl.len(), dtype=pl.Int64),
+    )
+    is_dep = (pl.col("prev_depth") == 0) & (pl.col("kind") == 1)
+    blocking_end = (pl.col("kind") == 0) & pl.col("name").is_in(list(BLOCKING_CALLS))
+    gap = (pl.col("t") - pl.col("prev_t")).clip(lower_bound=0)
+    b = b.with_columns(
+        link_type=pl.when(is_dep).then(DEPENDENCY).otherwise(OP),
+        link_w=pl.when(pl.col("first")).then(0).when(is_dep).then(gap if cpu_gaps else pl.lit(0))
+        .when(blocking_end).then(0).otherwise(gap),
+    )
+    # Attribution (HTA): start→start and start→end to the source, end→end to the destination,
+    # end→start to the source's parent (the op open between them): the last start at the
+    # depth left open, found by an as-of join on position.
+    opened = b.filter(pl.col("kind") == 1).select(*by, "pos", "depth", pl.col("event").alias("_parent"))
+    b = b.with_columns(_pd=pl.col("prev_depth"))
+    end_start = (pl.col("prev_kind") == 0) & (pl.col("kind") == 1) & ~is_dep
+    par = b.filter(end_start).select(*by, "pos", "_pd").sort("pos").join_asof(
+        opened.rename({"depth": "_pd"}).sort("pos"), on="pos", by=[*by, "_pd"], strategy="backward",
+        check_sortedness=False).select("pos", "_parent")
+    b = b.join(par, on="pos", how="left").sort("pos").with_columns(
+        link_event=pl.when(pl.col("first") | (pl.col("link_type") == DEPENDENCY)).then(-1)
+        .when(pl.col("prev_kind") == 1).then(pl.col("prev_event"))
+        .when(pl.col("kind") == 0).then(pl.col("event"))
+        .otherwise(pl.col("_parent").fill_null(-1)),
+    )
+    cpu_nodes = b.select(
+        pl.col("t").alias("ts"), "event", (pl.col("kind") == 1).alias("start"), "window",
+        pl.col("first").alias("seg"), "link_w", "link_type", "link_event")
+
+    # ---- sync and stream-wait edges, GPU side.
+    act = gpu.select("event", "window", "correlation", "pid", "tid", "cpu_ts_ns", "cpu_end_ns", "gpu_ts_ns",
+                     "gpu_end_ns", "device", "stream", "queue_empty", "api")
+    rt = cpu.filter(pl.col("kind") == "runtime").select("event", "window", "name", "pid", "tid", "ts_ns", "end_ns",
+                                                         "correlation")
+    sync_calls, waits, source = _sync_calls(syncs, rt, act)
+
+    # ---- GPU chains per (window, device, stream), kernels by start.
+    g = act.sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns").with_columns(
+        prev_end=pl.col("gpu_end_ns").shift(1).over("window", "device", "stream"),
+        prev_event=pl.col("event").shift(1).over("window", "device", "stream"),
+    )
+    if waits.height:
+        g = g.join(waits.select(pl.col("dst").alias("event"), pl.col("src_end").alias("wait_end")).group_by(
+            "event").agg(pl.col("wait_end").max()), on="event", how="left")
+    else:
+        g = g.with_columns(wait_end=pl.lit(None, pl.Int64))
+    g = g.sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns")
+    w_ok_launch = pl.col("wait_end").is_null() | (pl.col("wait_end") < pl.col("cpu_ts_ns"))
+    launch = pl.col("queue_empty") & (pl.col("prev_end").is_null() | (pl.col("prev_end") < pl.col("cpu_ts_ns"))) \
+        & w_ok_launch
+    # HTA links queued kernels only up to KERNEL_KERNEL_DELAY_THRESHOLD_US apart: a longer
+    # gap is not queueing. HTA then leaves the kernel without an edge; it waited for its
+    # launch, so it gets the launch edge instead.
+    near = (pl.col("gpu_ts_ns") - pl.col("prev_end")) < kk_max_gap_ns
+    kk = ~launch & pl.col("prev_end").is_not_null() & near & (
+        pl.col("wait_end").is_null() | (pl.col("wait_end") < pl.col("prev_end")))
+    launch = launch | (~kk & (pl.col("prev_end").is_null() | ~near) & w_ok_launch)
+    g = g.with_columns(_launch=launch, _kk=kk)
+    gs = g.select(pl.col("gpu_ts_ns").alias("ts"), "event", pl.lit(True).alias("start"), "window",
+                  (~pl.col("_kk")).alias("seg"),
+                  pl.when(pl.col("_kk")).then((pl.col("gpu_ts_ns") - pl.col("prev_end")).clip(lower_bound=0))
+                  .otherwise(0).alias("link_w"),
+                  pl.when(pl.col("_kk")).then(KERNEL_KERNEL).otherwise(OP).alias("link_type"),
+                  pl.when(pl.col("_kk")).then(pl.col("prev_event")).otherwise(-1).alias("link_event"))
+    ge = g.select(pl.col("gpu_end_ns").alias("ts"), "event", pl.lit(False).alias("start"), "window",
+                  pl.lit(False).alias("seg"), (pl.col("gpu_end_ns") - pl.col("gpu_ts_ns")).alias("link_w"),
+                  pl.lit(OP).alias("link_type"), pl.col("event").alias("link_event"))
+    gpu_nodes = pl.concat([gs.with_row_index("_r"), ge.with_row_index("_r")]).sort("_r", "start",
+                                                                                 descending=[False, True]).drop("_r")
+    nodes = pl.concat([cpu_nodes.with_columns(pl.col("link_type").cast(pl.Int64), pl.col("link_w").cast(pl.Int64),
+                                              pl.col("link_event").cast(pl.Int64)),
+                       gpu_nodes.with_columns(pl.col("link_type").cast(pl.Int64), pl.col("link_w").cast(pl.Int64),
+                                              pl.col("link_event").cast(pl.Int64))])
+    nodes = nodes.with_columns(node=pl.int_range(pl.len(), dtype=pl.Int64))
+    start_of = nodes.filter(pl.col("start")).select("event", pl.col("node").alias("s"))
+    end_of = nodes.filter(~pl.col("start")).select("event", pl.col("node").alias("e"))
+    ev_nodes = start_of.join(end_of, on="event")
+
+    # ---- cross edges: src node, dst node, weight, type, attributed event.
+    parts = []
+    le = g.filter(pl.col("_launch")).join(
+        rt.select(pl.col("event").alias("rt_event"), "correlation", "pid", "tid"), on=["correlation", "pid", "tid"],
+        how="inner")
+    if le.height:
+        parts.append(le.join(ev_nodes.rename({"event": "rt_event", "s": "src", "e": "_e"}), on="rt_event").join(
+            ev_nodes.rename({"s": "dst", "e": "_e2"}), on="event").select(
+            "src", "dst", (pl.col("gpu_ts_ns") - pl.col("cpu_ts_ns")).clip(lower_bound=0).alias("w"),
+            pl.lit(LAUNCH).alias("type"), pl.col("rt_event").alias("ev")))
+    if sync_calls.height:
+        # GPU → CPU: the activity's end → the call's end.
+        parts.append(sync_calls.join(ev_nodes.rename({"event": "src_event", "s": "_s", "e": "src"}), on="src_event")
+                     .join(ev_nodes.rename({"event": "call", "s": "_s2", "e": "dst"}), on="call")
+                     .select("src", "dst", pl.lit(0).alias("w"), pl.lit(SYNC).alias("type"),
+                             pl.col("call").alias("ev")))
+    if waits.height:
+        parts.append(waits.join(ev_nodes.rename({"event": "src_event", "s": "_s", "e": "src"}), on="src_event")
+                     .join(ev_nodes.rename({"event": "dst", "s": "_dst", "e": "_e"}), on="dst")
+                     .select("src", pl.col("_dst").alias("dst"), pl.lit(0).alias("w"), pl.lit(SYNC).alias("type"),
+                             pl.col("src_event").alias("ev")))
+    if parts:
+        x = pl.concat([p.with_columns(pl.all().cast(pl.Int64)) for p in parts]).unique(["src", "dst"]).sort("dst")
+    else:
+        x = pl.DataFrame(schema={c: pl.Int64 for c in ("src", "dst", "w", "type", "ev")})
+
+    def arr(s: pl.Series) -> I64:
+        return s.cast(pl.Int64).to_numpy().astype(np.int64, copy=False)
+
+    return CPGraph(
+        node_ts=arr(nodes["ts"]), node_event=arr(nodes["event"]), node_start=nodes["start"].to_numpy(),
+        node_window=arr(nodes["window"]), seg_start=nodes["seg"].to_numpy(), link_w=arr(nodes["link_w"]),
+        link_type=arr(nodes["link_type"]), link_event=arr(nodes["link_event"]),
+        x_src=arr(x["src"]), x_dst=arr(x["dst"]), x_w=arr(x["w"]), x_type=arr(x["type"]), x_event=arr(x["ev"]),
+        events=events.drop("window"), sync_source=source,
+    )
+
+
+def _dataloader_flags(model: TraceModel, cpu: pl.DataFrame) -> pl.Series:
+    """Per CPU event: inside a DataLoader range (annotation or op) of its thread."""
+    dl = pl.concat([
+        model.annotations.filter(pl.col("name").str.contains(DATALOADER_RE)).select("pid", "tid", "ts_ns", "end_ns"),
+        model.cpu_ops.filter(pl.col("name").str.contains(DATALOADER_RE)).select("pid", "tid", "ts_ns", "end_ns"),
+    ]).filter(pl.col("end_ns") > pl.col("ts_ns"))
+    if dl.is_empty() or cpu.is_empty():
+        return pl.Series("dl", [False] * cpu.height, dtype=pl.Boolean)
+    ids = deepest_at(dl.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64)), cpu.select("pid", "tid",
+                                                                                                   "ts_ns"))
+    return ids.is_not_null().alias("dl")
+
+
+def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, str]:
+    """``(sync edges: src_event → call, wait edges: src_event → dst with src_end, source)``.
+
+    ``rt``: runtime events in the graph; ``act``: GPU activities in the graph."""
+    # A launch row per activity, for "the thread's last launch before t" look-ups.
+    last_act = act.sort("gpu_end_ns").unique("correlation", keep="last").select(
+        "pid", "tid", "cpu_ts_ns", "event", "gpu_end_ns", "stream", "device", "window").sort("cpu_ts_ns")
+    first_act = act.sort("gpu_ts_ns").unique("correlation", keep="first").select(
+        "pid", "tid", "cpu_ts_ns", "event", "stream", "window").sort("cpu_ts_ns")
+    calls = rt.filter(pl.col("name").is_in(list(_SYNC_CALLS)))
+    if syncs.height:
+        source = "cuda_sync events"
+        s = syncs.select("name", pl.col("tid").cast(pl.Int64, strict=False).alias("sync_stream"),
+                         pl.col("ts_ns").alias("_mid"), pl.col("end_ns").alias("s_end"))
+        # The cuda_sync record starts inside its runtime call, within a few µs of its start (same
+        # correlation, which the model does not keep): the sync call starting last before it.
+        c = calls.select(pl.col("event").alias("call"), pl.col("name").alias("api"), "window", "pid", "tid",
+                         "ts_ns", "end_ns").sort("ts_ns")
+        m = s.sort("_mid").join_asof(c, left_on="_mid", right_on="ts_ns", strategy="backward",
+                                     check_sortedness=False).filter(pl.col("call").is_not_null() & (
+                                         pl.col("_mid") <= pl.col("end_ns") + _TOL_NS))
+        m = m.with_columns(kind=pl.col("name").replace_strict(
+            {"Context Sync": "context", "Stream Sync": "stream", "Event Sync": "event",
+             "Stream Wait Event": "wait"}, default=None))
+    else:
+        source = "runtime calls" if calls.height else "none"
+        m = calls.select(pl.col("event").alias("call"), pl.col("name").alias("api"), "window", "pid", "tid", "ts_ns",
+                         "end_ns").with_columns(
+            kind=pl.when(pl.col("api").is_in(list(_DEVICE_SYNC))).then(pl.lit("context"))
+            .when(pl.col("api").is_in(list(_STREAM_SYNC))).then(pl.lit("stream"))
+            .when(pl.col("api").is_in(list(_EVENT_SYNC))).then(pl.lit("event"))
+            .when(pl.col("api").is_in(list(_STREAM_WAIT))).then(pl.lit("wait")).otherwise(None),
+            sync_stream=pl.lit(None, pl.Int64), s_end=pl.col("end_ns"))
+        # A stream sync's stream: that of the thread's last launch before it.
+        lastl = last_act.select("pid", "tid", "cpu_ts_ns", pl.col("stream").alias("_ls"))
+        m = m.sort("ts_ns").join_asof(lastl, left_on="ts_ns", right_on="cpu_ts_ns", by=["pid", "tid"],
+                                      strategy="backward", check_sortedness=False).with_columns(
+            sync_stream=pl.when(pl.col("kind") == "stream").then(pl.col("_ls"))).drop("_ls", "cpu_ts_ns")
+    m = m.filter(pl.col("kind").is_not_null())
+    parts: list[pl.DataFrame] = []
+    # Context / stream sync: per stream, the last activity of the window started before the
+    # sync ended (HTA sorts syncs by their end among kernels by start) and ended by then.
+    cs = m.filter(pl.col("kind").is_in(["context", "stream"]))
+    if cs.height and act.height:
+        streams = act.select("window", "device", "stream").unique()
+        q = cs.join(streams, on="window").filter(
+            (pl.col("kind") == "context") | (pl.col("stream") == pl.col("sync_stream")))
+        last = act.select("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", pl.col("event").alias("src_event"))
+        q = q.sort("s_end").join_asof(last.sort("gpu_ts_ns"), left_on="s_end", right_on="gpu_ts_ns",
+                                      by=["window", "device", "stream"], strategy="backward", check_sortedness=False)
+        q = q.filter(pl.col("src_event").is_not_null() & (pl.col("gpu_end_ns") <= pl.col("end_ns") + _TOL_NS))
+        parts.append(q.select("src_event", "call"))
+    # Event sync / stream wait: the activity launched before the thread's last event record.
+    ew = m.filter(pl.col("kind").is_in(["event", "wait"]))
+    waits = pl.DataFrame(schema={"src_event": pl.Int64, "dst": pl.Int64, "src_end": pl.Int64})
+    if ew.height and act.height:
+        rec = rt.filter(pl.col("name").is_in(list(_EVENT_RECORD))).select("pid", "tid", pl.col("ts_ns").alias("rec_ts"))
+        q = ew.sort("ts_ns").join_asof(rec.sort("rec_ts"), left_on="ts_ns", right_on="rec_ts", by=["pid", "tid"],
+                                       strategy="backward", check_sortedness=False).filter(pl.col("rec_ts").is_not_null())
+        q = q.sort("rec_ts").join_asof(
+            last_act.select("pid", "tid", "cpu_ts_ns", pl.col("event").alias("src_event"), "gpu_end_ns",
+                            pl.col("stream").alias("src_stream"), pl.col("window").alias("src_window")),
+            left_on="rec_ts", right_on="cpu_ts_ns", by=["pid", "tid"], strategy="backward", check_sortedness=False,
+        ).filter(pl.col("src_event").is_not_null() & (pl.col("src_window") == pl.col("window")))
+        ev = q.filter((pl.col("kind") == "event") & (pl.col("gpu_end_ns") <= pl.col("end_ns") + _TOL_NS))
+        parts.append(ev.select("src_event", "call"))
+        wq = q.filter(pl.col("kind") == "wait")
+        if wq.height:
+            # The next activity launched from the thread after the wait call: on the waiting
+            # stream (the cuda_sync record's) when known, else whatever stream comes next.
+            nxt = first_act.select("pid", "tid", pl.col("cpu_ts_ns").alias("n_ts"), pl.col("event").alias("dst"),
+                                   pl.col("stream").alias("dst_stream"), pl.col("window").alias("dst_window"))
+            has_stream = wq.filter(pl.col("sync_stream").is_not_null() & (pl.col("sync_stream") >= 0))
+            no_stream = wq.filter(pl.col("sync_stream").is_null() | (pl.col("sync_stream") < 0))
+            got = []
+            if has_stream.height:
+                got.append(has_stream.sort("end_ns").join_asof(
+                    nxt.sort("n_ts"), left_on="end_ns", right_on="n_ts", by_left=["pid", "tid", "sync_stream"],
+                    by_right=["pid", "tid", "dst_stream"], strategy="forward", check_sortedness=False,
+                ).with_columns(dst_stream=pl.col("sync_stream")))
+            if no_stream.height:
+                got.append(no_stream.sort("end_ns").join_asof(
+                    nxt.sort("n_ts"), left_on="end_ns", right_on="n_ts", by=["pid", "tid"], strategy="forward", check_sortedness=False))
+            w = pl.concat([x.select("src_event", "gpu_end_ns", "src_stream", "dst", "dst_stream", "dst_window",
+                                    "window") for x in got])
+            waits = w.filter(pl.col("dst").is_not_null() & (pl.col("dst_window") == pl.col("window"))
+                             & (pl.col("dst_stream") != pl.col("src_stream"))).select(
+                "src_event", "dst", pl.col("gpu_end_ns").alias("src_end"))
+    # A blocking copy call waits for its own copy.
+    copies = act.filter(pl.col("api").is_in(list(BLOCKING_CALLS)) & (pl.col("gpu_end_ns") <= pl.col("cpu_end_ns")
+                                                                     + _TOL_NS))
+    if copies.height:
+        cp = copies.join(rt.select(pl.col("event").alias("call"), "correlation", "pid", "tid"),
+                         on=["correlation", "pid", "tid"])
+        parts.append(cp.select(pl.col("event").alias("src_event"), "call"))
+    sync = (pl.concat([p.with_columns(pl.all().cast(pl.Int64)) for p in parts]).unique() if parts
+            else pl.DataFrame(schema={"src_event": pl.Int64, "call": pl.Int64}))
+    return sync, waits, source
+
+
+@dataclass(frozen=True)
+class LongestPath:
+    """The longest path of each window: ``dist`` per node, the path's nodes and edges."""
+
+    dist: I64
+    rounds: int
+    converged: bool
+    window_len: dict[int, int]  # window → path length (ns)
+    on_path: B  # per node
+    path_links: I64  # node indices i whose chain link (i−1 → i) is on a path
+    path_x: I64  # indices of cross edges on a path
+
+
+def _seg_ids(seg_start: B) -> I64:
+    return np.cumsum(seg_start).astype(np.int64) - 1
+
+
+def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
+                 max_rounds: int = MAX_ROUNDS) -> LongestPath:
+    """The longest path of every window of ``g`` (weights overridable: the what-ifs)."""
+    n = g.n_nodes
+    lw = g.link_w if link_w is None else link_w
+    xw = g.x_w if x_w is None else x_w
+    if n == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return LongestPath(z, 0, True, {}, z.astype(bool), z, z)
+    seg = _seg_ids(g.seg_start)
+    w = np.where(g.seg_start, 0, lw).astype(np.int64)
+    csum = np.cumsum(w)
+    seg_first = np.flatnonzero(g.seg_start)
+    prefix = csum - csum[seg_first][seg]  # P: weights from the segment's first node
+    # Segmented running maximum: offset each segment far above the previous one so a plain
+    # running maximum never carries a value across segments.
+    span = int(w.clip(min=0).sum()) + int(xw.clip(min=0).sum() if xw.size else 0) + 1
+    big = np.int64(2 * span + 1)
+    if float(big) * float(seg[-1] + 1) >= 2.0**62:  # cannot offset: fall back to a per-segment loop
+        big = np.int64(0)
+    offer = np.zeros(n, dtype=np.int64)
+    x_dst_first = np.flatnonzero(np.r_[True, g.x_dst[1:] != g.x_dst[:-1]]) if g.x_dst.size else np.zeros(0, np.int64)
+    x_dst_u = g.x_dst[x_dst_first] if g.x_dst.size else np.zeros(0, np.int64)
+    rounds, converged = 0, True
+    while True:
+        rounds += 1
+        dist = _chain_dist(offer, prefix, seg, seg_first, big)
+        if not g.x_dst.size:
+            break
+        cand = dist[g.x_src] + xw
+        best = np.maximum.reduceat(cand, x_dst_first)
+        new = offer.copy()
+        new[x_dst_u] = np.maximum(0, best)
+        if np.array_equal(new, offer):
+            break
+        offer = new
+        if rounds >= max_rounds:
+            converged = False
+            break
+    return _extract(g, dist, offer, prefix, seg, seg_first, xw, rounds, converged)
+
+
+def _chain_dist(offer: I64, prefix: I64, seg: I64, seg_first: I64, big: np.int64) -> I64:
+    v = offer - prefix
+    if big:
+        off = seg * big
+        m = np.maximum.accumulate(v + off) - off
+    else:
+        m = np.empty_like(v)
+        bounds = np.r_[seg_first, v.size]
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            m[a:b] = np.maximum.accumulate(v[a:b])
+    return prefix + m
+
+
+def _extract(g: CPGraph, dist: I64, offer: I64, prefix: I64, seg: I64, seg_first: I64, xw: I64, rounds: int,
+             converged: bool) -> LongestPath:
+    n = dist.size
+    # Where along its segment each node's best start lies: the last j ≤ i at which
+    # offer[j] − P[j] reached the running maximum.
+    v = offer - prefix
+    m = dist - prefix
+    hit = v == m
+    idx = np.where(hit, np.arange(n), -1)
+    big = np.int64(n + 1)
+    jstar = np.maximum.accumulate(np.where(idx >= 0, idx + seg * big, -1)) - seg * big
+    # Best cross edge into each node (the one whose offer won).
+    cand = dist[g.x_src] + xw if g.x_src.size else np.zeros(0, np.int64)
+    win = g.node_window
+    order = np.lexsort((-dist, win))
+    firsts = np.flatnonzero(np.r_[True, win[order][1:] != win[order][:-1]])
+    ends = order[firsts]
+    window_len: dict[int, int] = {}
+    mark = np.zeros(n + 1, dtype=np.int64)
+    links: list[I64] = []
+    xs: list[int] = []
+    x_starts = np.searchsorted(g.x_dst, np.arange(n)) if g.x_dst.size else None
+    x_stops = np.searchsorted(g.x_dst, np.arange(n), side="right") if g.x_dst.size else None
+    for e in ends.tolist():
+        window_len[int(win[e])] = int(dist[e])
+        i = e
+        # One iteration per segment of the path (a chain stretch entered by a cross edge).
+        for _ in range(n):
+            j = int(jstar[i])
+            mark[j] += 1
+            mark[i + 1] -= 1
+            if i > j:
+                links.append(np.arange(j + 1, i + 1, dtype=np.int64))
+            if offer[j] <= 0 or x_starts is None:
+                break
+            a, b = int(x_starts[j]), int(x_stops[j])  # type: ignore[index]
+            if a == b:
+                break
+            k = a + int(np.argmax(cand[a:b]))
+            if cand[k] != offer[j]:
+                break
+            xs.append(k)
+            i = int(g.x_src[k])
+    on_path = np.cumsum(mark[:-1]) > 0
+    path_links = np.concatenate(links) if links else np.zeros(0, np.int64)
+    return LongestPath(dist, rounds, converged, window_len, on_path, path_links, np.asarray(xs, dtype=np.int64))
