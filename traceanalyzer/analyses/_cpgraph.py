@@ -48,7 +48,7 @@ from traceanalyzer.analyses._intervals import DATALOADER_RE
 from traceanalyzer.analyses._kernels import kernel_class, on_distinct
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import TraceTables, deepest_at, is_launch_api, launches
+from traceanalyzer.model.relations import TraceTables, deepest_at, launches
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -193,8 +193,10 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
         _oid=pl.when(pl.col("kind") == 1).then(pl.col("event")).otherwise(-pl.col("event")))
     # At one instant ends come first (half-open intervals); starts longer first; ends of
     # later-started intervals first (a child closes before its parent).
+    # A plain running sum is the per-chain depth: a chain's rows are contiguous and hold as
+    # many ends as starts, so the sum is back to 0 where the next chain begins.
     b = b.sort([*by, "t", "kind", "sec", "_oid"]).with_columns(
-        depth=pl.when(pl.col("kind") == 1).then(1).otherwise(-1).cum_sum().over(by))
+        depth=pl.when(pl.col("kind") == 1).then(1).otherwise(-1).cum_sum())
     b = b.with_columns(
         first=pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in by]).fill_null(True),
         prev_t=pl.col("t").shift(1), prev_kind=pl.col("kind").shift(1), prev_event=pl.col("event").shift(1),
@@ -384,9 +386,11 @@ def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame) -> tup
     ew = m.filter(pl.col("kind").is_in(["event", "wait"]))
     waits = pl.DataFrame(schema={"src_event": pl.Int64, "dst": pl.Int64, "src_end": pl.Int64})
     if ew.height and act.height:
-        rec = rt.filter(pl.col("name").is_in(list(_EVENT_RECORD))).select("pid", "tid", pl.col("ts_ns").alias("rec_ts"))
-        q = ew.sort("ts_ns").join_asof(rec.sort("rec_ts"), left_on="ts_ns", right_on="rec_ts", by=["pid", "tid"],
-                                       strategy="backward", check_sortedness=False).filter(pl.col("rec_ts").is_not_null())
+        rec = rt.filter(pl.col("name").is_in(list(_EVENT_RECORD))).select(
+            "pid", "tid", pl.col("ts_ns").alias("rec_ts"))
+        q = ew.sort("ts_ns").join_asof(
+            rec.sort("rec_ts"), left_on="ts_ns", right_on="rec_ts", by=["pid", "tid"], strategy="backward",
+            check_sortedness=False).filter(pl.col("rec_ts").is_not_null())
         q = q.sort("rec_ts").join_asof(
             last_act.select("pid", "tid", "cpu_ts_ns", pl.col("event").alias("src_event"), "gpu_end_ns",
                             pl.col("stream").alias("src_stream"), pl.col("window").alias("src_window")),
@@ -410,7 +414,8 @@ def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame) -> tup
                 ).with_columns(dst_stream=pl.col("sync_stream")))
             if no_stream.height:
                 got.append(no_stream.sort("end_ns").join_asof(
-                    nxt.sort("n_ts"), left_on="end_ns", right_on="n_ts", by=["pid", "tid"], strategy="forward", check_sortedness=False))
+                    nxt.sort("n_ts"), left_on="end_ns", right_on="n_ts", by=["pid", "tid"], strategy="forward",
+                    check_sortedness=False))
             w = pl.concat([x.select("src_event", "gpu_end_ns", "src_stream", "dst", "dst_stream", "dst_window",
                                     "window") for x in got])
             waits = w.filter(pl.col("dst").is_not_null() & (pl.col("dst_window") == pl.col("window"))
@@ -497,7 +502,8 @@ def _chain_dist(offer: I64, prefix: I64, seg: I64, seg_first: I64, big: np.int64
         bounds = np.r_[seg_first, v.size]
         for a, b in zip(bounds[:-1], bounds[1:], strict=True):
             m[a:b] = np.maximum.accumulate(v[a:b])
-    return prefix + m
+    out: I64 = prefix + m
+    return out
 
 
 def _extract(g: CPGraph, dist: I64, offer: I64, prefix: I64, seg: I64, seg_first: I64, xw: I64, rounds: int,

@@ -84,7 +84,9 @@ class CriticalPathResult:
 
     def median_step(self) -> tuple[int, int]:
         """(step_ns, path_ns) medians over steady steps."""
-        return (int(self.per_step["step_ns"].median() or 0), int(self.per_step["path_ns"].median() or 0))
+        med = [self.per_step[c].median() for c in ("step_ns", "path_ns")]
+        return (int(med[0]) if isinstance(med[0], int | float) else 0,
+                int(med[1]) if isinstance(med[1], int | float) else 0)
 
     def to_json(self) -> dict[str, Any]:
         step_ns, path_ns = self.median_step()
@@ -161,6 +163,14 @@ def _event_scale(g: CPGraph, target: str, model: TraceModel) -> tuple[np.ndarray
 def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: TraceModel,
             step_of: dict[int, int]) -> dict[str, Any]:
     scaled, launch = _event_scale(g, target, model)
+    on_path_ev = np.zeros(g.events.height, dtype=bool)
+    on_path_ev[g.link_event[base.path_links][g.link_event[base.path_links] >= 0]] = True
+    steps = [step_of[w] for w in base.window_len]
+    step_mean = float(np.mean(steps)) if steps else 0.0
+    if not launch and target != "cpu" and not (scaled & on_path_ev).any():
+        # Weights only shrink: a target with no time on any path leaves every path as it is.
+        return {"target": target, "factor": factor, "step_ns": step_mean, "new_step_ns": step_mean,
+                "saved_ns": 0.0, "saved_pct_of_step": 0.0, "path_moved_steps": 0, "path_overlap_pct": 100.0}
     lw, xw = g.link_w, g.x_w
     if launch:
         xw = np.where(g.x_type == LAUNCH, np.floor(g.x_w / factor), g.x_w).astype(np.int64)
@@ -181,8 +191,6 @@ def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: Tr
         if not np.array_equal(a, b):
             moved += 1
         overlap.append(100.0 * float((a & b).sum()) / max(int(b.sum()), 1))
-    steps = [step_of[w] for w in base.window_len]
-    step_mean = float(np.mean(steps)) if steps else 0.0
     saved_mean = float(np.mean(saved)) if saved else 0.0
     return {"target": target, "factor": factor, "step_ns": step_mean, "new_step_ns": step_mean - saved_mean,
             "saved_ns": saved_mean, "saved_pct_of_step": 100.0 * saved_mean / step_mean if step_mean else 0.0,
