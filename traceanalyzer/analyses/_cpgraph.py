@@ -48,7 +48,7 @@ from traceanalyzer.analyses._intervals import DATALOADER_RE
 from traceanalyzer.analyses._kernels import kernel_class, on_distinct
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import TraceTables, deepest_at, launches
+from traceanalyzer.model.relations import TraceTables, deepest_at, gpu_activity, launches
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -86,6 +86,9 @@ _SYNC_CALLS = (*_DEVICE_SYNC, *_STREAM_SYNC, *_EVENT_SYNC, *_STREAM_WAIT, "cudaE
 _TOL_NS = 2_000
 #: HTA's KERNEL_KERNEL_DELAY_THRESHOLD_US: queued kernels further apart are not linked.
 KK_MAX_GAP_NS = 1_500_000
+#: A kernel starting this long after its launch call ended, its stream idle, waited for
+#: something (traces without cuda_sync events: see _inferred_waits).
+INFERRED_WAIT_NS = 50_000
 #: A cap on DP rounds: a graph that needs more is cyclic (bad timestamps), not deep.
 MAX_ROUNDS = 100_000
 
@@ -139,10 +142,18 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
                 kk_max_gap_ns: int = KK_MAX_GAP_NS) -> CPGraph:
     """The graph of the step windows ``keep`` (``windows``: ``window, step, start_ns, end_ns``)."""
     model = t.model
-    cpu = assign_steps(_cpu_events(model), windows, "ts_ns").filter(pl.col("window").is_in(keep))
-    lj = launches(t).filter(pl.col("gpu_ts_ns").is_not_null() & pl.col("cpu_dur_ns").gt(0))
-    lj = lj.select("correlation", "pid", "tid", "cpu_ts_ns", "cpu_end_ns", "api", "gpu_name", "activity",
-                   "gpu_ts_ns", "gpu_end_ns", "device", "stream")
+    # Events are clipped to their step window: an op that outlives its step (a thread's long
+    # op, a kernel past the next step's start) counts only inside it, so a path never exceeds
+    # its step.
+    bounds = windows.select("window", pl.col("start_ns").alias("_w0"), pl.col("end_ns").alias("_w1"))
+    cpu = assign_steps(_cpu_events(model), windows, "ts_ns").filter(pl.col("window").is_in(keep)).join(
+        bounds, on="window", how="left").with_columns(
+        ts_ns=pl.col("ts_ns").clip(pl.col("_w0"), pl.col("_w1")), end_ns=pl.col("end_ns").clip(pl.col("_w0"),
+                                                                                           pl.col("_w1"))
+    ).filter(pl.col("end_ns") > pl.col("ts_ns")).drop("_w0", "_w1")
+    lj = launches(t).filter(pl.col("gpu_ts_ns").is_not_null())
+    lj = lj.select("correlation", "pid", "tid", "cpu_ts_ns", "cpu_end_ns", "cpu_dur_ns", "api", "gpu_name",
+                   "activity", "gpu_ts_ns", "gpu_end_ns", "device", "stream")
     # Queue state per stream over the whole trace (HTA reads the queue of the full trace):
     # empty at the launch (everything launched earlier on the stream had started) and the
     # kernel was the next to start (no later launch on the stream before it began).
@@ -152,8 +163,20 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     ).with_columns(
         queue_empty=(pl.col("_prev_started").is_null() | (pl.col("_prev_started") <= pl.col("cpu_ts_ns")))
         & (pl.col("_next_launch").is_null() | (pl.col("_next_launch") > pl.col("gpu_ts_ns")))
-    )
-    gpu = assign_steps(lj, windows, "cpu_ts_ns").filter(pl.col("window").is_in(keep))
+    ).filter(pl.col("cpu_dur_ns") > 0)  # the queue counts every launch; the graph, calls of positive length
+    # The stream's previous activity among all of them, orphans (no launch call recorded)
+    # included: a kernel queued behind an orphan waited for it, not for its launch.
+    ga = gpu_activity(t).select("device", "stream", pl.col("ts_ns").alias("gpu_ts_ns"), "end_ns", "correlation").filter(
+        pl.col("stream").is_not_null()).sort("device", "stream", "gpu_ts_ns").with_columns(
+        _prev_end_all=pl.col("end_ns").cum_max().shift(1).over("device", "stream")).drop("end_ns").unique(
+        ["device", "stream", "gpu_ts_ns", "correlation"], keep="first")
+    lj = lj.join(ga, on=["device", "stream", "gpu_ts_ns", "correlation"], how="left").with_columns(
+        queue_empty=pl.col("queue_empty") & (pl.col("_prev_end_all").is_null()
+                                             | (pl.col("_prev_end_all") < pl.col("cpu_ts_ns"))))
+    gpu = assign_steps(lj, windows, "cpu_ts_ns").filter(pl.col("window").is_in(keep)).join(
+        bounds, on="window", how="left").with_columns(
+        [pl.col(c).clip(pl.col("_w0"), pl.col("_w1")) for c in ("cpu_ts_ns", "cpu_end_ns", "gpu_ts_ns", "gpu_end_ns")]
+    ).drop("_w0", "_w1")
 
     # The event table: CPU events, then GPU activities.
     comm = comm_classes(t).select("is_comm")
@@ -232,10 +255,12 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
 
     # ---- sync and stream-wait edges, GPU side.
     act = gpu.select("event", "window", "correlation", "pid", "tid", "cpu_ts_ns", "cpu_end_ns", "gpu_ts_ns",
-                     "gpu_end_ns", "device", "stream", "queue_empty", "api")
+                     "gpu_end_ns", "device", "stream", "queue_empty", "api", "_prev_end_all")
     rt = cpu.filter(pl.col("kind") == "runtime").select("event", "window", "name", "pid", "tid", "ts_ns", "end_ns",
                                                          "correlation")
     sync_calls, waits, source = _sync_calls(syncs, rt, act)
+    if source != "cuda_sync events":
+        waits = pl.concat([waits, _inferred_waits(act)])
 
     # ---- GPU chains per (window, device, stream), kernels by start.
     g = act.sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns").with_columns(
@@ -257,7 +282,8 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     near = (pl.col("gpu_ts_ns") - pl.col("prev_end")) < kk_max_gap_ns
     kk = ~launch & pl.col("prev_end").is_not_null() & near & (
         pl.col("wait_end").is_null() | (pl.col("wait_end") < pl.col("prev_end")))
-    launch = launch | (~kk & (pl.col("prev_end").is_null() | ~near) & w_ok_launch)
+    launch = launch | (~kk & (pl.col("prev_end").is_null() | ~near) & w_ok_launch & (
+        pl.col("_prev_end_all").is_null() | (pl.col("_prev_end_all") < pl.col("cpu_ts_ns"))))
     g = g.with_columns(_launch=launch, _kk=kk)
     gs = g.select(pl.col("gpu_ts_ns").alias("ts"), "event", pl.lit(True).alias("start"), "window",
                   (~pl.col("_kk")).alias("seg"),
@@ -315,6 +341,33 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
         x_src=arr(x["src"]), x_dst=arr(x["dst"]), x_w=arr(x["w"]), x_type=arr(x["type"]), x_event=arr(x["ev"]),
         events=events.drop("window"), sync_source=source,
     )
+
+
+def _inferred_waits(act: pl.DataFrame) -> pl.DataFrame:
+    """Cross-stream waits read from the timeline, for traces without ``cuda_sync`` events: an
+    activity that starts more than :data:`INFERRED_WAIT_NS` after its launch call ended, on a
+    stream with nothing before it, waited for something; where another stream of its device
+    finished within :data:`_TOL_NS` before it started (and after the call ended), that is taken
+    as what it waited for (a ``cudaStreamWaitEvent`` on another thread, or the device being
+    full). Without it the whole wait would read as launch overhead."""
+    a = act.sort("window", "device", "stream", "gpu_ts_ns").with_columns(
+        _prev_end=pl.col("gpu_end_ns").shift(1).over("window", "device", "stream"))
+    late = a.filter((pl.col("gpu_ts_ns") - pl.col("cpu_end_ns") > INFERRED_WAIT_NS)
+                    & (pl.col("_prev_end").is_null() | (pl.col("_prev_end") < pl.col("cpu_end_ns"))))
+    empty = pl.DataFrame(schema={"src_event": pl.Int64, "dst": pl.Int64, "src_end": pl.Int64})
+    if late.is_empty():
+        return empty
+    ends = act.select("window", "device", pl.col("stream").alias("src_stream"), pl.col("gpu_end_ns").alias("src_end"),
+                      pl.col("event").alias("src_event")).sort("src_end")
+    q = late.select("window", "device", "stream", "cpu_end_ns", pl.col("event").alias("dst"),
+                    (pl.col("gpu_ts_ns") + _TOL_NS).alias("_t")).sort("_t")
+    # The latest end on the device before the start; another stream's only (a same-stream end
+    # is the previous activity, already ruled out).
+    m = q.join_asof(ends, left_on="_t", right_on="src_end", by=["window", "device"], strategy="backward",
+                    check_sortedness=False)
+    m = m.filter(pl.col("src_event").is_not_null() & (pl.col("src_stream") != pl.col("stream"))
+                 & (pl.col("src_end") > pl.col("cpu_end_ns")) & (pl.col("_t") - pl.col("src_end") <= 2 * _TOL_NS))
+    return m.select("src_event", "dst", "src_end").with_columns(pl.all().cast(pl.Int64)) if m.height else empty
 
 
 def _dataloader_flags(model: TraceModel, cpu: pl.DataFrame) -> pl.Series:

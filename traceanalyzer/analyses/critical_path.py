@@ -60,8 +60,8 @@ from traceanalyzer.model.relations import deepest_at
 
 _STEP_SCHEMA = {"window": pl.Int64, "step": pl.Int64, "step_ns": pl.Int64, "path_ns": pl.Int64,
                 **{f"{c}_ns": pl.Int64 for c in BOUND_CLASSES}}
-_WHATIF_SCHEMA = {"target": pl.String, "factor": pl.Float64, "step_ns": pl.Float64, "new_step_ns": pl.Float64,
-                  "saved_ns": pl.Float64, "saved_pct_of_step": pl.Float64, "path_moved_steps": pl.Int64,
+_WHATIF_SCHEMA = {"target": pl.String, "factor": pl.Float64, "step_ns": pl.Int64, "new_step_ns": pl.Int64,
+                  "saved_ns": pl.Int64, "saved_pct_of_step": pl.Float64, "path_moved_steps": pl.Int64,
                   "path_overlap_pct": pl.Float64, "requested": pl.Boolean}
 
 
@@ -169,8 +169,8 @@ def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: Tr
     step_mean = float(np.mean(steps)) if steps else 0.0
     if not launch and target != "cpu" and not (scaled & on_path_ev).any():
         # Weights only shrink: a target with no time on any path leaves every path as it is.
-        return {"target": target, "factor": factor, "step_ns": step_mean, "new_step_ns": step_mean,
-                "saved_ns": 0.0, "saved_pct_of_step": 0.0, "path_moved_steps": 0, "path_overlap_pct": 100.0}
+        return {"target": target, "factor": factor, "step_ns": round(step_mean), "new_step_ns": round(step_mean),
+                "saved_ns": 0, "saved_pct_of_step": 0.0, "path_moved_steps": 0, "path_overlap_pct": 100.0}
     lw, xw = g.link_w, g.x_w
     if launch:
         xw = np.where(g.x_type == LAUNCH, np.floor(g.x_w / factor), g.x_w).astype(np.int64)
@@ -192,8 +192,8 @@ def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: Tr
             moved += 1
         overlap.append(100.0 * float((a & b).sum()) / max(int(b.sum()), 1))
     saved_mean = float(np.mean(saved)) if saved else 0.0
-    return {"target": target, "factor": factor, "step_ns": step_mean, "new_step_ns": step_mean - saved_mean,
-            "saved_ns": saved_mean, "saved_pct_of_step": 100.0 * saved_mean / step_mean if step_mean else 0.0,
+    return {"target": target, "factor": factor, "step_ns": round(step_mean),
+            "new_step_ns": round(step_mean - saved_mean), "saved_ns": round(saved_mean), "saved_pct_of_step": 100.0 * saved_mean / step_mean if step_mean else 0.0,
             "path_moved_steps": moved, "path_overlap_pct": float(np.mean(overlap)) if overlap else 100.0}
 
 
@@ -253,7 +253,7 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
     per_step = pl.DataFrame(rows, schema=_STEP_SCHEMA)
     breakdown = pl.DataFrame({
         "bound_by": list(BOUND_CLASSES),
-        "ns_per_step": [float(per_step[f"{c}_ns"].sum()) / max(n_steps, 1) for c in BOUND_CLASSES],
+        "ns_per_step": [round(float(per_step[f"{c}_ns"].sum()) / max(n_steps, 1)) for c in BOUND_CLASSES],
         "pct_of_path": [100.0 * float(per_step[f"{c}_ns"].sum()) / total_path if total_path else 0.0
                         for c in BOUND_CLASSES],
     })
@@ -261,7 +261,7 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
         edges.filter((pl.col("event") >= 0) & (pl.col("weight_ns") > 0) & (pl.col("type") != "launch_delay"))
         .group_by("name", "kind", "bound_by")
         .agg(total=pl.col("weight_ns").sum(), count=pl.col("event").n_unique().cast(pl.Int64))
-        .with_columns(ns_per_step=pl.col("total") / max(n_steps, 1),
+        .with_columns(ns_per_step=(pl.col("total") / max(n_steps, 1)).round().cast(pl.Int64),
                       pct_of_path=100.0 * pl.col("total") / max(total_path, 1))
         .sort("total", "name", descending=[True, False])
         .drop("total")
