@@ -117,7 +117,9 @@ def test_kernel_kernel_edge() -> None:
     assert b["gpu_kernel_kernel_overhead"] == 3 * US
     assert b["gpu_compute_bound"] == 200 * US
     assert b["gpu_kernel_launch_overhead"] == 7 * US
-    assert res.per_step["path_ns"][0] == (7 + 100 + 3 + 100) * US  # from the first launch call
+    # 5 µs before the first launch call (the thread's lead from the step start), then the GPU
+    assert res.per_step["path_ns"][0] == (5 + 7 + 100 + 3 + 100) * US
+    assert b["cpu_bound"] == 5 * US
 
 
 def test_stream_wait_event_links_streams() -> None:
@@ -132,8 +134,8 @@ def test_stream_wait_event_links_streams() -> None:
     res = _run(t.model())
     names = set(res.critical_events["name"])
     assert {"k1", "k2"} <= names
-    # from the first launch call: launch delay 5, k1 300, wait (0), k2 50
-    assert res.per_step["path_ns"][0] == (5 + 300 + 50) * US
+    # lead 5 µs to the first launch call, launch delay 5, k1 300, wait (0), k2 50
+    assert res.per_step["path_ns"][0] == (5 + 5 + 300 + 50) * US
     assert res.path_edges.filter(pl.col("type") == "sync").height == 2  # wait edge + device sync
 
 
@@ -145,8 +147,9 @@ def test_dataloader_time_is_data_loading() -> None:
     t.op("aten::B", 60, 40)
     res = _run(t.model())
     b = _bound(res)
-    assert b["data_loading"] == 50 * US
-    assert b["cpu_bound"] == (5 + 40) * US  # the gap before the op, and B
+    # the op, the 5 µs before it and the 5 µs after it all lie in the DataLoader range
+    assert b["data_loading"] == 60 * US
+    assert b["cpu_bound"] == 40 * US
 
 
 def test_longest_path_dp_matches_brute_force() -> None:
@@ -163,12 +166,14 @@ def test_longest_path_dp_matches_brute_force() -> None:
     src, dst = src[order].astype(np.int64), dst[order].astype(np.int64)
     xw = rng.integers(0, 30, 300).astype(np.int64)
     z = np.zeros(n, dtype=np.int64)
+    # Some chains start with a lead (the time before their first node counts on a path from there).
+    lead = seg_start & (rng.random(n) < 0.5)
     g = CPGraph(node_ts=np.arange(n, dtype=np.int64), node_event=np.arange(n, dtype=np.int64),
                 node_start=np.ones(n, dtype=bool), node_window=z, seg_start=seg_start, link_w=link_w,
-                link_type=z, link_event=z - 1, x_src=src, x_dst=dst, x_w=xw, x_type=z[:300] + 4,
-                x_event=z[:300] - 1, events=pl.DataFrame(), sync_source="none")
+                link_type=z, link_event=z - 1, link_dl=np.zeros(n, dtype=bool), lead=lead, x_src=src, x_dst=dst,
+                x_w=xw, x_type=z[:300] + 4, x_event=z[:300] - 1, events=pl.DataFrame(), sync_source="none")
     lp = longest_path(g)
-    best = np.zeros(n, dtype=np.int64)
+    best = np.where(lead, link_w, 0).astype(np.int64)
     for i in range(n):
         if not seg_start[i]:
             best[i] = max(best[i], best[i - 1] + link_w[i])

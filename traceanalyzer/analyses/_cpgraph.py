@@ -112,6 +112,8 @@ class CPGraph:
     link_w: I64
     link_type: I64
     link_event: I64
+    link_dl: B  # a dependency link (gap between ops, or lead) inside a DataLoader range
+    lead: B  # the chain's first node carries a lead (its link_w: time from the step start)
     x_src: I64
     x_dst: I64
     x_w: I64
@@ -127,7 +129,8 @@ class CPGraph:
 
 def _empty_graph(events: pl.DataFrame, sync_source: str) -> CPGraph:
     z = np.zeros(0, dtype=np.int64)
-    return CPGraph(z, z, z.astype(bool), z, z.astype(bool), z, z, z, z, z, z, z, z, events, sync_source)
+    return CPGraph(z, z, z.astype(bool), z, z.astype(bool), z, z, z, z.astype(bool), z.astype(bool), z, z, z, z, z,
+                   events, sync_source)
 
 
 def _cpu_events(model: TraceModel) -> pl.DataFrame:
@@ -229,11 +232,19 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     is_dep = (pl.col("prev_depth") == 0) & (pl.col("kind") == 1)
     blocking_end = (pl.col("kind") == 0) & pl.col("name").is_in(list(BLOCKING_CALLS))
     gap = (pl.col("t") - pl.col("prev_t")).clip(lower_bound=0)
-    b = b.with_columns(
-        link_type=pl.when(is_dep).then(DEPENDENCY).otherwise(OP),
-        link_w=pl.when(pl.col("first")).then(0).when(is_dep).then(gap if cpu_gaps else pl.lit(0))
+    # A chain's first node: with cpu_gaps, the thread's time from the step's start to its first
+    # op (a lead: a path may start there with that much behind it), else nothing.
+    b = b.join(bounds.select("window", "_w0"), on="window", how="left").with_columns(
+        link_type=pl.when(is_dep | pl.col("first")).then(DEPENDENCY).otherwise(OP),
+        link_w=pl.when(pl.col("first")).then((pl.col("t") - pl.col("_w0")).clip(lower_bound=0) if cpu_gaps else 0)
+        .when(is_dep).then(gap if cpu_gaps else pl.lit(0))
         .when(blocking_end).then(0).otherwise(gap),
+        # Where a gap (or lead) lies: its middle, for the DataLoader test below.
+        _gap_mid=pl.when(pl.col("first")).then((pl.col("t") + pl.col("_w0")) // 2)
+        .otherwise((pl.col("t") + pl.col("prev_t")) // 2),
     )
+    b = b.with_columns(link_dl=(pl.col("link_type") == DEPENDENCY) & _dataloader_flags(
+        model, b.select("pid", "tid", pl.col("_gap_mid").alias("ts_ns"))))
     # Attribution (HTA): start→start and start→end to the source, end→end to the destination,
     # end→start to the source's parent (the op open between them): the last start at the
     # depth left open, found by an as-of join on position.
@@ -251,7 +262,7 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     )
     cpu_nodes = b.select(
         pl.col("t").alias("ts"), "event", (pl.col("kind") == 1).alias("start"), "window",
-        pl.col("first").alias("seg"), "link_w", "link_type", "link_event")
+        pl.col("first").alias("seg"), "link_w", "link_type", "link_event", "link_dl")
 
     # ---- sync and stream-wait edges, GPU side.
     act = gpu.select("event", "window", "correlation", "pid", "tid", "cpu_ts_ns", "cpu_end_ns", "gpu_ts_ns",
@@ -290,10 +301,11 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
                   pl.when(pl.col("_kk")).then((pl.col("gpu_ts_ns") - pl.col("prev_end")).clip(lower_bound=0))
                   .otherwise(0).alias("link_w"),
                   pl.when(pl.col("_kk")).then(KERNEL_KERNEL).otherwise(OP).alias("link_type"),
-                  pl.when(pl.col("_kk")).then(pl.col("prev_event")).otherwise(-1).alias("link_event"))
+                  pl.when(pl.col("_kk")).then(pl.col("prev_event")).otherwise(-1).alias("link_event"),
+                  pl.lit(False).alias("link_dl"))
     ge = g.select(pl.col("gpu_end_ns").alias("ts"), "event", pl.lit(False).alias("start"), "window",
                   pl.lit(False).alias("seg"), (pl.col("gpu_end_ns") - pl.col("gpu_ts_ns")).alias("link_w"),
-                  pl.lit(OP).alias("link_type"), pl.col("event").alias("link_event"))
+                  pl.lit(OP).alias("link_type"), pl.col("event").alias("link_event"), pl.lit(False).alias("link_dl"))
     gpu_nodes = pl.concat([gs.with_row_index("_r"), ge.with_row_index("_r")]).sort("_r", "start",
                                                                                  descending=[False, True]).drop("_r")
     nodes = pl.concat([cpu_nodes.with_columns(pl.col("link_type").cast(pl.Int64), pl.col("link_w").cast(pl.Int64),
@@ -338,6 +350,7 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
         node_ts=arr(nodes["ts"]), node_event=arr(nodes["event"]), node_start=nodes["start"].to_numpy(),
         node_window=arr(nodes["window"]), seg_start=nodes["seg"].to_numpy(), link_w=arr(nodes["link_w"]),
         link_type=arr(nodes["link_type"]), link_event=arr(nodes["link_event"]),
+        link_dl=nodes["link_dl"].to_numpy(), lead=(nodes["seg"] & (nodes["link_w"] > 0)).to_numpy(),
         x_src=arr(x["src"]), x_dst=arr(x["dst"]), x_w=arr(x["w"]), x_type=arr(x["type"]), x_event=arr(x["ev"]),
         events=events.drop("window"), sync_source=source,
     )
@@ -371,7 +384,8 @@ def _inferred_waits(act: pl.DataFrame) -> pl.DataFrame:
 
 
 def _dataloader_flags(model: TraceModel, cpu: pl.DataFrame) -> pl.Series:
-    """Per CPU event: inside a DataLoader range (annotation or op) of its thread."""
+    """Per row of ``cpu`` (``pid, tid, ts_ns``): inside a DataLoader range (annotation or op)
+    of its thread."""
     dl = pl.concat([
         model.annotations.filter(pl.col("name").str.contains(DATALOADER_RE)).select("pid", "tid", "ts_ns", "end_ns"),
         model.cpu_ops.filter(pl.col("name").str.contains(DATALOADER_RE)).select("pid", "tid", "ts_ns", "end_ns"),
@@ -523,7 +537,10 @@ def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
     big = np.int64(2 * span + 1)
     if float(big) * float(seg[-1] + 1) >= 2.0**62:  # cannot offset: fall back to a per-segment loop
         big = np.int64(0)
-    offer = np.zeros(n, dtype=np.int64)
+    # A lead (time from the step start to a thread's first op) is where a path may start with
+    # that much behind it: the floor of the node's offer.
+    floor = np.where(g.lead, lw, 0).astype(np.int64)
+    offer = floor.copy()
     x_dst_first = np.flatnonzero(np.r_[True, g.x_dst[1:] != g.x_dst[:-1]]) if g.x_dst.size else np.zeros(0, np.int64)
     x_dst_u = g.x_dst[x_dst_first] if g.x_dst.size else np.zeros(0, np.int64)
     rounds, converged = 0, True
@@ -534,15 +551,15 @@ def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
             break
         cand = dist[g.x_src] + xw
         best = np.maximum.reduceat(cand, x_dst_first)
-        new = offer.copy()
-        new[x_dst_u] = np.maximum(0, best)
+        new = floor.copy()
+        new[x_dst_u] = np.maximum(floor[x_dst_u], best)
         if np.array_equal(new, offer):
             break
         offer = new
         if rounds >= max_rounds:
             converged = False
             break
-    return _extract(g, dist, offer, prefix, seg, seg_first, xw, rounds, converged)
+    return _extract(g, dist, offer, prefix, seg, seg_first, lw, xw, rounds, converged)
 
 
 def _chain_dist(offer: I64, prefix: I64, seg: I64, seg_first: I64, big: np.int64) -> I64:
@@ -559,8 +576,8 @@ def _chain_dist(offer: I64, prefix: I64, seg: I64, seg_first: I64, big: np.int64
     return out
 
 
-def _extract(g: CPGraph, dist: I64, offer: I64, prefix: I64, seg: I64, seg_first: I64, xw: I64, rounds: int,
-             converged: bool) -> LongestPath:
+def _extract(g: CPGraph, dist: I64, offer: I64, prefix: I64, seg: I64, seg_first: I64, lw: I64, xw: I64,
+             rounds: int, converged: bool) -> LongestPath:
     n = dist.size
     # Where along its segment each node's best start lies: the last j ≤ i at which
     # offer[j] − P[j] reached the running maximum.
@@ -592,13 +609,15 @@ def _extract(g: CPGraph, dist: I64, offer: I64, prefix: I64, seg: I64, seg_first
             mark[i + 1] -= 1
             if i > j:
                 links.append(np.arange(j + 1, i + 1, dtype=np.int64))
-            if offer[j] <= 0 or x_starts is None:
+            if offer[j] <= 0:
                 break
-            a, b = int(x_starts[j]), int(x_stops[j])  # type: ignore[index]
-            if a == b:
-                break
-            k = a + int(np.argmax(cand[a:b]))
-            if cand[k] != offer[j]:
+            k = -1
+            if x_starts is not None and x_starts[j] < x_stops[j]:  # type: ignore[index]
+                a, b = int(x_starts[j]), int(x_stops[j])  # type: ignore[index]
+                k = a + int(np.argmax(cand[a:b]))
+            if k < 0 or cand[k] != offer[j]:
+                if g.lead[j] and offer[j] == lw[j]:
+                    links.append(np.array([j], dtype=np.int64))  # the path starts with the lead
                 break
             xs.append(k)
             i = int(g.x_src[k])

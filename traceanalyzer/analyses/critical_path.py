@@ -23,12 +23,14 @@ Definitions (``docs/critical_path.md`` has the long form)
   figures are means over steady steps.
 * **What-if**: the path recomputed with the weights of one target divided by a factor
   (``critical_path.whatif_target`` / ``whatif_factor``; by default every kernel class on a
-  path, ``cpu`` and ``launch_overhead`` at 2×). Estimated step = step − (path − new path): the
-  time outside the path (slack) is assumed unchanged. ``path_moved_steps``: steady steps whose
-  new longest path is not the old one. Targets: a kernel class (``gemm``, ``attention``,
-  ``communication``, ``elementwise``, ``reduction``, ``other``, ``memcpy``, ``memset``),
-  ``cpu``, ``launch_overhead``, ``op:NAME`` (the CPU time of op NAME, nested calls included),
-  ``kernel:REGEX`` (kernels by name).
+  path, ``cpu``, ``data_loading`` and ``launch_overhead`` at 2×). Estimated step = step −
+  (path − new path): the time outside the path (slack) is assumed unchanged; step, saving and
+  new step are medians over steady steps (``saved_pct_of_step``: % of the median step).
+  ``path_moved_steps``: steady steps whose new longest path is not the old one. Targets: a
+  kernel class (``gemm``, ``attention``, ``communication``, ``elementwise``, ``reduction``,
+  ``other``, ``memcpy``, ``memset``), ``cpu`` (CPU ops, runtime calls and the gaps between them
+  outside DataLoader ranges), ``data_loading`` (inside them), ``launch_overhead``, ``op:NAME``
+  (the CPU time of op NAME, nested calls included), ``kernel:REGEX`` (kernels by name).
 """
 
 from __future__ import annotations
@@ -137,8 +139,9 @@ def _event_scale(g: CPGraph, target: str, model: TraceModel) -> tuple[np.ndarray
     ev = g.events
     if target == "launch_overhead":
         return np.zeros(ev.height, dtype=bool), True
-    if target == "cpu":
-        return (ev["klass"] == "cpu").to_numpy(), False
+    if target in ("cpu", "data_loading"):
+        return ((ev["klass"] == "cpu") & ((ev["bound"] == "data_loading") == (target == "data_loading"))).to_numpy(), \
+            False
     if target.startswith("kernel:"):
         rx = target[len("kernel:"):]
         try:
@@ -162,26 +165,29 @@ def _event_scale(g: CPGraph, target: str, model: TraceModel) -> tuple[np.ndarray
 
 def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: TraceModel,
             step_of: dict[int, int]) -> dict[str, Any]:
+    """One what-if row: ``target``'s edges ``factor``× lighter, the longest paths recomputed.
+    Step, saving and new step are medians over the steady steps (the step every report cites)."""
     scaled, launch = _event_scale(g, target, model)
-    on_path_ev = np.zeros(g.events.height, dtype=bool)
-    on_path_ev[g.link_event[base.path_links][g.link_event[base.path_links] >= 0]] = True
     steps = [step_of[w] for w in base.window_len]
-    step_mean = float(np.mean(steps)) if steps else 0.0
-    if not launch and target != "cpu" and not (scaled & on_path_ev).any():
-        # Weights only shrink: a target with no time on any path leaves every path as it is.
-        return {"target": target, "factor": factor, "step_ns": round(step_mean), "new_step_ns": round(step_mean),
-                "saved_ns": 0, "saved_pct_of_step": 0.0, "path_moved_steps": 0, "path_overlap_pct": 100.0}
+    step_med = float(np.median(steps)) if steps else 0.0
     lw, xw = g.link_w, g.x_w
     if launch:
-        xw = np.where(g.x_type == LAUNCH, np.floor(g.x_w / factor), g.x_w).astype(np.int64)
+        x_hit = g.x_type == LAUNCH
+        touched = bool(x_hit[base.path_x].any())
+        xw = np.where(x_hit, np.floor(g.x_w / factor), g.x_w).astype(np.int64)
     else:
         ev_ok = g.link_event >= 0
         hit = np.zeros(g.link_event.size, dtype=bool)
         hit[ev_ok] = scaled[g.link_event[ev_ok]]
         hit &= g.link_type == OP
-        if target == "cpu":  # the Python between a thread's ops is CPU time too
-            hit |= g.link_type == DEPENDENCY
+        if target in ("cpu", "data_loading"):  # the time between a thread's ops is CPU time too
+            hit |= (g.link_type == DEPENDENCY) & (g.link_dl == (target == "data_loading"))
+        touched = bool(hit[base.path_links].any())
         lw = np.where(hit, np.floor(g.link_w / factor), g.link_w).astype(np.int64)
+    if not touched:
+        # Weights only shrink: a target with no edge on any path leaves every path as it is.
+        return {"target": target, "factor": factor, "step_ns": round(step_med), "new_step_ns": round(step_med),
+                "saved_ns": 0, "saved_pct_of_step": 0.0, "path_moved_steps": 0, "path_overlap_pct": 100.0}
     new = longest_path(g, lw, xw)
     saved = [base.window_len[w] - new.window_len.get(w, 0) for w in base.window_len]
     moved, overlap = 0, []
@@ -191,9 +197,10 @@ def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: Tr
         if not np.array_equal(a, b):
             moved += 1
         overlap.append(100.0 * float((a & b).sum()) / max(int(b.sum()), 1))
-    saved_mean = float(np.mean(saved)) if saved else 0.0
-    return {"target": target, "factor": factor, "step_ns": round(step_mean),
-            "new_step_ns": round(step_mean - saved_mean), "saved_ns": round(saved_mean), "saved_pct_of_step": 100.0 * saved_mean / step_mean if step_mean else 0.0,
+    saved_med = float(np.median(saved)) if saved else 0.0
+    return {"target": target, "factor": factor, "step_ns": round(step_med),
+            "new_step_ns": round(step_med - saved_med), "saved_ns": round(saved_med),
+            "saved_pct_of_step": 100.0 * saved_med / step_med if step_med else 0.0,
             "path_moved_steps": moved, "path_overlap_pct": float(np.mean(overlap)) if overlap else 100.0}
 
 
@@ -227,7 +234,7 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
     l_ev = g.link_event[li]
     l_type = g.link_type[li]
     l_bound = np.where(l_type == KERNEL_KERNEL, "gpu_kernel_kernel_overhead",
-                       np.where(l_type == DEPENDENCY, "cpu_bound",
+                       np.where(l_type == DEPENDENCY, np.where(g.link_dl[li], "data_loading", "cpu_bound"),
                                 np.where(l_ev >= 0, bound[np.maximum(l_ev, 0)], "cpu_bound")))
     xi = lp.path_x
     x_type = g.x_type[xi]
@@ -272,7 +279,8 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
     # What-ifs: the requested one, then each kernel class on the graph, the CPU and launches.
     target = str(ctx.params.whatif_target).strip()
     classes = [c for c in ev.filter(pl.col("klass") != "cpu")["klass"].unique().sort().to_list() if c]
-    targets = ([target] if target else []) + [c for c in [*classes, "cpu", "launch_overhead"] if c != target]
+    targets = ([target] if target else []) + [c for c in [*classes, "cpu", "data_loading", "launch_overhead"]
+                                              if c != target]
     wrows = [{**_whatif(g, lp, t, factor, model, step_of), "requested": t == target} for t in targets]
     whatif = pl.DataFrame(wrows, schema=_WHATIF_SCHEMA).sort(["requested", "saved_ns"], descending=[True, True])
 
