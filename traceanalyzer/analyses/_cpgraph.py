@@ -597,8 +597,6 @@ def _extract(g: CPGraph, dist: I64, offer: I64, prefix: I64, seg: I64, seg_first
     mark = np.zeros(n + 1, dtype=np.int64)
     links: list[I64] = []
     xs: list[int] = []
-    x_starts = np.searchsorted(g.x_dst, np.arange(n)) if g.x_dst.size else None
-    x_stops = np.searchsorted(g.x_dst, np.arange(n), side="right") if g.x_dst.size else None
     for e in ends.tolist():
         window_len[int(win[e])] = int(dist[e])
         i = e
@@ -612,8 +610,8 @@ def _extract(g: CPGraph, dist: I64, offer: I64, prefix: I64, seg: I64, seg_first
             if offer[j] <= 0:
                 break
             k = -1
-            if x_starts is not None and x_starts[j] < x_stops[j]:  # type: ignore[index]
-                a, b = int(x_starts[j]), int(x_stops[j])  # type: ignore[index]
+            a, b = int(np.searchsorted(g.x_dst, j)), int(np.searchsorted(g.x_dst, j, side="right"))
+            if a < b:
                 k = a + int(np.argmax(cand[a:b]))
             if k < 0 or cand[k] != offer[j]:
                 if g.lead[j] and offer[j] == lw[j]:

@@ -190,13 +190,14 @@ def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: Tr
                 "saved_ns": 0, "saved_pct_of_step": 0.0, "path_moved_steps": 0, "path_overlap_pct": 100.0}
     new = longest_path(g, lw, xw)
     saved = [base.window_len[w] - new.window_len.get(w, 0) for w in base.window_len]
-    moved, overlap = 0, []
-    for w in base.window_len:
-        sel = g.node_window == w
-        a, b = base.on_path[sel], new.on_path[sel]
-        if not np.array_equal(a, b):
-            moved += 1
-        overlap.append(100.0 * float((a & b).sum()) / max(int(b.sum()), 1))
+    # Per window: nodes whose membership changed, nodes on both paths, nodes on the new one.
+    wins = np.array(sorted(base.window_len), dtype=np.int64)
+    at = np.searchsorted(wins, g.node_window)
+    changed = np.bincount(at, weights=base.on_path != new.on_path, minlength=wins.size)
+    both = np.bincount(at, weights=base.on_path & new.on_path, minlength=wins.size)
+    on_new = np.bincount(at, weights=new.on_path, minlength=wins.size)
+    moved = int((changed > 0).sum())
+    overlap = (100.0 * both / np.maximum(on_new, 1)).tolist()
     saved_med = float(np.median(saved)) if saved else 0.0
     return {"target": target, "factor": factor, "step_ns": round(step_med),
             "new_step_ns": round(step_med - saved_med), "saved_ns": round(saved_med),
