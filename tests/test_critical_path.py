@@ -104,6 +104,12 @@ def test_whatif_keeps_then_moves_path() -> None:
     op = _run(model, whatif_target="op:aten::B").whatif.row(0, named=True)
     assert op["saved_ns"] == pytest.approx(10 * US)
     assert _run(model).whatif.filter(pl.col("requested")).is_empty()
+    # A target that names nothing is said, the other what-ifs kept.
+    for bad in ("gemmm", "kernel:("):
+        res = _run(model, whatif_target=bad)
+        assert res.whatif_error and bad in res.whatif_error
+        assert res.whatif.filter(pl.col("requested")).is_empty() and res.whatif.height > 0
+        assert any(k == "What-if not run" for k, _ in res.summary())
 
 
 def test_kernel_kernel_edge() -> None:

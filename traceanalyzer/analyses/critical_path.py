@@ -60,6 +60,10 @@ from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import deepest_at
 
+#: Kernel classes a what-if may name (``_kernels.kernel_class``, communication from ``_comm``,
+#: and the copy activities).
+KERNEL_CLASSES = ("gemm", "attention", "communication", "reduction", "elementwise", "other", "memcpy", "memset")
+
 _STEP_SCHEMA = {"window": pl.Int64, "step": pl.Int64, "step_ns": pl.Int64, "path_ns": pl.Int64,
                 **{f"{c}_ns": pl.Int64 for c in BOUND_CLASSES}}
 _WHATIF_SCHEMA = {"target": pl.String, "factor": pl.Float64, "step_ns": pl.Int64, "new_step_ns": pl.Int64,
@@ -83,6 +87,7 @@ class CriticalPathResult:
     converged: bool
     graph_nodes: int
     graph_cross_edges: int
+    whatif_error: str | None = None  # why the requested what-if could not run
 
     def median_step(self) -> tuple[int, int]:
         """(step_ns, path_ns) medians over steady steps."""
@@ -105,6 +110,7 @@ class CriticalPathResult:
             "breakdown": self.breakdown.to_dicts(),
             "top_events": self.top_events.to_dicts(),
             "whatif": self.whatif.to_dicts(),
+            "whatif_error": self.whatif_error,
             "per_step": self.per_step.to_dicts(),
         }
 
@@ -121,6 +127,8 @@ class CriticalPathResult:
                 f"{r['target']} {r['factor']:g}× faster: −{ms(r['saved_ns'])} "
                 f"({r['saved_pct_of_step']:.1f} % of step)" + (", path moves" if r["path_moved_steps"] else "")
                 for r in wi.iter_rows(named=True))))
+        if self.whatif_error:
+            out.append(("What-if not run", self.whatif_error))
         if self.sync_source != "cuda_sync events":
             out.append(("Sync edges", f"from {self.sync_source} (the trace has no cuda_sync events: "
                                       "event and stream-wait dependencies are inferred)"))
@@ -147,7 +155,7 @@ def _event_scale(g: CPGraph, target: str, model: TraceModel) -> tuple[np.ndarray
         try:
             hit = ev.select((pl.col("klass") != "cpu") & pl.col("name").str.contains(rx).fill_null(False))
         except pl.exceptions.ComputeError as err:
-            raise NotApplicable(f"critical_path.whatif_target: bad regular expression {rx!r} ({err})") from err
+            raise _BadTarget(f"{target!r}: bad regular expression ({str(err).splitlines()[0]})") from err
         return hit.to_series().to_numpy(), False
     if target.startswith("op:"):
         name = target[len("op:"):]
@@ -160,7 +168,14 @@ def _event_scale(g: CPGraph, target: str, model: TraceModel) -> tuple[np.ndarray
             got = deepest_at(ops, cpu.select("pid", "tid", "ts_ns")).is_not_null().to_numpy()
             inside[cpu["event"].to_numpy()] = got
         return inside, False
+    if target not in KERNEL_CLASSES:
+        raise _BadTarget(f"unknown target {target!r} (a kernel class: {', '.join(KERNEL_CLASSES)}; cpu, "
+                         "data_loading, launch_overhead, op:NAME or kernel:REGEX)")
     return (ev["klass"] == target).to_numpy(), False
+
+
+class _BadTarget(ValueError):
+    """A ``critical_path.whatif_target`` that names nothing: reported, the other what-ifs kept."""
 
 
 def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: TraceModel,
@@ -282,7 +297,12 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
     classes = [c for c in ev.filter(pl.col("klass") != "cpu")["klass"].unique().sort().to_list() if c]
     targets = ([target] if target else []) + [c for c in [*classes, "cpu", "data_loading", "launch_overhead"]
                                               if c != target]
-    wrows = [{**_whatif(g, lp, t, factor, model, step_of), "requested": t == target} for t in targets]
+    wrows, whatif_error = [], None
+    for t in targets:
+        try:
+            wrows.append({**_whatif(g, lp, t, factor, model, step_of), "requested": t == target})
+        except _BadTarget as err:
+            whatif_error = f"critical_path.whatif_target: {err}"
     whatif = pl.DataFrame(wrows, schema=_WHATIF_SCHEMA).sort(["requested", "saved_ns"], descending=[True, True])
 
     crit = np.unique(g.node_event[lp.on_path])
@@ -291,5 +311,5 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
         per_step=per_step, breakdown=breakdown, top_events=top_events, whatif=whatif,
         critical_events=critical_events, path_edges=edges, sync_source=g.sync_source,
         cpu_gaps=bool(ctx.params.cpu_gaps), rounds=lp.rounds, converged=lp.converged, graph_nodes=g.n_nodes,
-        graph_cross_edges=int(g.x_dst.size),
+        graph_cross_edges=int(g.x_dst.size), whatif_error=whatif_error,
     )
