@@ -189,6 +189,27 @@ def test_longest_path_dp_matches_brute_force() -> None:
     assert lp.window_len[0] == best.max()
     # The walked path's weights add up to its length.
     assert int(link_w[lp.path_links].sum() + xw[lp.path_x].sum()) == best.max()
+    # The topological pass that takes over after too many rounds gives the same answer.
+    assert lp.rounds > 1
+    topo = longest_path(g, max_rounds=1)
+    assert topo.converged and np.array_equal(topo.dist, best)
+    assert np.array_equal(topo.on_path, lp.on_path)
+
+
+def test_many_syncs_take_the_topological_pass() -> None:
+    """400 launch → kernel → stream sync round trips: the path hops CPU → GPU → CPU 400 times,
+    more than the rounds allow; the topological pass finishes it exactly."""
+    t = Trace()
+    t.step(1, 0, 400 * 30 + 10)
+    for i in range(400):
+        t0 = i * 30
+        t.launch(t0, 2, t0 + 4, 20, name="ampere_sgemm_128x64_tn")  # 2 µs call, 20 µs kernel
+        t.runtime("cudaStreamSynchronize", t0 + 3, 22)  # returns when the kernel ends (t0 + 24)
+    res = _run(t.model())
+    assert res.converged and res.rounds >= 48
+    b = _bound(res)
+    assert b["gpu_compute_bound"] == 400 * 20 * US
+    assert b["gpu_kernel_launch_overhead"] == 400 * 4 * US
 
 
 def test_not_applicable_without_cpu_side() -> None:

@@ -30,7 +30,8 @@ path may start anywhere): one segmented running maximum over all chains at once.
 (launch, sync, stream wait) feed the offers of the next round; rounds repeat until no offer
 changes, which takes as many rounds as the path switches between chains through a sync (a
 launch edge leads onto the GPU, only a sync leads back). Each round is a few numpy passes over
-the nodes; the rounds are bounded by the number of cross edges (a cap stops a cyclic graph).
+the nodes. After :data:`MAX_ROUNDS` (a window with thousands of syncs) one pass in topological
+order finishes the job: a Python loop over nodes, linear whatever the depth, the fallback only.
 The path is then walked back one chain segment at a time (a Python loop over segments of the
 path, not over nodes), its nodes marked with a difference array.
 """
@@ -89,8 +90,9 @@ KK_MAX_GAP_NS = 1_500_000
 #: A kernel starting this long after its launch call ended, its stream idle, waited for
 #: something (traces without cuda_sync events: see _inferred_waits).
 INFERRED_WAIT_NS = 50_000
-#: A cap on DP rounds: a graph that needs more is cyclic (bad timestamps), not deep.
-MAX_ROUNDS = 100_000
+#: DP rounds before :func:`longest_path` switches to one topological pass (a path through
+#: thousands of syncs; a cyclic graph, from bad timestamps, is reported as not converged).
+MAX_ROUNDS = 48
 
 
 @dataclass(frozen=True)
@@ -557,9 +559,45 @@ def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
             break
         offer = new
         if rounds >= max_rounds:
-            converged = False
+            # Many chain switches (thousands of syncs in one window): finish with one pass in
+            # topological order instead, linear in nodes and edges whatever the depth.
+            dist, converged = _topological_dist(g, lw, xw, floor)
+            cand = dist[g.x_src] + xw
+            offer = floor.copy()
+            offer[x_dst_u] = np.maximum(floor[x_dst_u], np.maximum.reduceat(cand, x_dst_first))
             break
     return _extract(g, dist, offer, prefix, seg, seg_first, lw, xw, rounds, converged)
+
+
+def _topological_dist(g: CPGraph, lw: I64, xw: I64, floor: I64) -> tuple[I64, bool]:
+    """Longest distance to every node by Kahn's algorithm (a Python loop over nodes: the
+    fallback of :func:`longest_path` for graphs whose paths switch chains too often for its
+    rounds). False when some node is never reached (a cycle)."""
+    n = g.n_nodes
+    chain = ~g.seg_start[1:]  # link i → i + 1
+    src = np.concatenate([np.flatnonzero(chain), g.x_src]).astype(np.int64)
+    dst = np.concatenate([np.flatnonzero(chain) + 1, g.x_dst]).astype(np.int64)
+    wt = np.concatenate([lw[1:][chain], xw]).astype(np.int64)
+    order = np.argsort(src, kind="stable")
+    src, dst, wt = src[order], dst[order], wt[order]
+    starts = np.searchsorted(src, np.arange(n + 1)).tolist()
+    indeg = np.bincount(dst, minlength=n).tolist()
+    dst_l, wt_l = dst.tolist(), wt.tolist()
+    dist = floor.tolist()
+    ready = [i for i in range(n) if indeg[i] == 0]
+    seen = 0
+    while ready:
+        u = ready.pop()
+        seen += 1
+        du = dist[u]
+        for k in range(starts[u], starts[u + 1]):
+            v = dst_l[k]
+            if du + wt_l[k] > dist[v]:
+                dist[v] = du + wt_l[k]
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                ready.append(v)
+    return np.asarray(dist, dtype=np.int64), seen == n
 
 
 def _chain_dist(offer: I64, prefix: I64, seg: I64, seg_first: I64, big: np.int64) -> I64:
