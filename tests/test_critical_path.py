@@ -145,6 +145,19 @@ def test_stream_wait_event_links_streams() -> None:
     assert res.path_edges.filter(pl.col("type") == "sync").height == 2  # wait edge + device sync
 
 
+def test_gaps_count_on_the_step_thread_only() -> None:
+    """A helper thread idle between two ops is not work: its gap must not outweigh the step's thread."""
+    t = Trace()
+    t.step(1, 0, 200)
+    t.op("aten::A", 0, 50)
+    t.op("aten::B", 150, 10)  # the step's thread: 50 + 100 (gap) + 10
+    t.op("aten::X", 0, 5, tid=TID + 1)
+    t.op("aten::Y", 190, 10, tid=TID + 1)  # 5 + 185 idle + 10 would be 200
+    res = _run(t.model())
+    assert res.per_step["path_ns"][0] == 160 * US
+    assert set(res.critical_events["name"]) == {"aten::A", "aten::B"}
+
+
 def test_dataloader_time_is_data_loading() -> None:
     t = Trace()
     t.step(1, 0, 100)

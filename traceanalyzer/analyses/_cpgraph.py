@@ -8,8 +8,8 @@ The graph follows HolisticTraceAnalysis' (``docs/critical_path.md`` has the long
 * **CPU chains**: per thread and window, the boundaries in nesting order (a parent's start, its
   children, its end), each linked to the next by an *op* edge weighted by the time between them
   (zero into the end of a blocking call: its wait is explained by a sync edge). Consecutive
-  top-level ops are linked by a *dependency* edge, weighted by the gap when ``cpu_gaps`` (the
-  Python between ops), zero as in HTA otherwise.
+  top-level ops are linked by a *dependency* edge, weighted by the gap when ``cpu_gaps`` on
+  the step's own thread (the Python between ops), zero as in HTA otherwise.
 * **GPU chains**: per stream, a kernel's start → end (its duration), then either a
   *kernel-kernel* edge (previous kernel's end → this start, weighted by the gap) when the
   kernel was queued behind it, or a *launch* edge (launch call's start → kernel start,
@@ -234,12 +234,23 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     is_dep = (pl.col("prev_depth") == 0) & (pl.col("kind") == 1)
     blocking_end = (pl.col("kind") == 0) & pl.col("name").is_in(list(BLOCKING_CALLS))
     gap = (pl.col("t") - pl.col("prev_t")).clip(lower_bound=0)
-    # A chain's first node: with cpu_gaps, the thread's time from the step's start to its first
-    # op (a lead: a path may start there with that much behind it), else nothing.
+    # The time between top-level ops (and before the first) counts, with cpu_gaps, on the
+    # step's own thread only (the ProfilerStep's; without steps, the thread with the most
+    # events): a helper thread's idle between two ops is not work, and as a path it would tie
+    # with the real one.
+    main = model.steps.select("pid", "tid").unique()
+    if main.is_empty():
+        main = cpu.group_by("pid", "tid").len().sort("len", "pid", "tid", descending=[True, False, False]).head(1)
+    b = b.join(main.select("pid", "tid", pl.lit(True).alias("_main")), on=["pid", "tid"], how="left").with_columns(
+        pl.col("_main").fill_null(False))
+    counted = pl.col("_main") if cpu_gaps else pl.lit(False)
+    # A chain's first node: on the step's thread, the time from the step's start to its first
+    # op (a lead: a path may start there with that much behind it).
     b = b.join(bounds.select("window", "_w0"), on="window", how="left").with_columns(
         link_type=pl.when(is_dep | pl.col("first")).then(DEPENDENCY).otherwise(OP),
-        link_w=pl.when(pl.col("first")).then((pl.col("t") - pl.col("_w0")).clip(lower_bound=0) if cpu_gaps else 0)
-        .when(is_dep).then(gap if cpu_gaps else pl.lit(0))
+        link_w=pl.when(pl.col("first")).then(pl.when(counted).then((pl.col("t") - pl.col("_w0")).clip(lower_bound=0))
+                                             .otherwise(0))
+        .when(is_dep).then(pl.when(counted).then(gap).otherwise(0))
         .when(blocking_end).then(0).otherwise(gap),
         # Where a gap (or lead) lies: its middle, for the DataLoader test below.
         _gap_mid=pl.when(pl.col("first")).then((pl.col("t") + pl.col("_w0")) // 2)

@@ -12,8 +12,8 @@ Definitions (``docs/critical_path.md`` has the long form)
   it.
 * The **critical path** is the longest path of that graph; its **length** (``path_ns``) is
   at most the step window. With ``critical_path.cpu_gaps`` (default true) the time between
-  top-level ops of a thread (Python between ops) counts as CPU time on the path; HTA gives
-  those edges no weight (``false`` reproduces it).
+  top-level ops of the step's thread (Python between ops), and before its first op, counts as
+  CPU time on the path; HTA gives those edges no weight (``false`` reproduces it).
 * **Bound by** (HTA's classes) each path edge: ``cpu_bound`` (CPU ops, runtime calls, gaps
   between ops), ``data_loading`` (CPU time inside a DataLoader range), ``gpu_compute_bound``
   (kernels, copies, memsets), ``gpu_communication_bound`` (communication kernels as every
