@@ -145,6 +145,19 @@ def test_stream_wait_event_links_streams() -> None:
     assert res.path_edges.filter(pl.col("type") == "sync").height == 2  # wait edge + device sync
 
 
+def test_unexplained_blocking_call_keeps_its_time() -> None:
+    """A sync call with nothing to wait for (no launch before it): no sync edge explains its span,
+    so it stays CPU time; HTA's weights zero it regardless."""
+    t = Trace()
+    t.step(1, 0, 100)
+    t.op("aten::A", 0, 20)
+    t.runtime("cudaStreamSynchronize", 30, 50)
+    t.op("aten::B", 80, 20)
+    res = _run(t.model())
+    assert res.per_step["path_ns"][0] == 100 * US and _bound(res) == {"cpu_bound": 100 * US}
+    assert _run(t.model(), cpu_gaps=False).per_step["path_ns"][0] == 40 * US
+
+
 def test_gaps_count_on_the_step_thread_only() -> None:
     """A helper thread idle between two ops is not work: its gap must not outweigh the step's thread."""
     t = Trace()

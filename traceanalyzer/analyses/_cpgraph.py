@@ -252,6 +252,7 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
                                              .otherwise(0))
         .when(is_dep).then(pl.when(counted).then(gap).otherwise(0))
         .when(blocking_end).then(0).otherwise(gap),
+        _unexplained=pl.when(blocking_end & pl.lit(cpu_gaps)).then(gap).otherwise(None),
         # Where a gap (or lead) lies: its middle, for the DataLoader test below.
         _gap_mid=pl.when(pl.col("first")).then((pl.col("t") + pl.col("_w0")) // 2)
         .otherwise((pl.col("t") + pl.col("prev_t")) // 2),
@@ -275,7 +276,7 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     )
     cpu_nodes = b.select(
         pl.col("t").alias("ts"), "event", (pl.col("kind") == 1).alias("start"), "window",
-        pl.col("first").alias("seg"), "link_w", "link_type", "link_event", "link_dl")
+        pl.col("first").alias("seg"), "link_w", "link_type", "link_event", "link_dl", "_unexplained")
 
     # ---- sync and stream-wait edges, GPU side.
     act = gpu.select("event", "window", "correlation", "pid", "tid", "cpu_ts_ns", "cpu_end_ns", "gpu_ts_ns",
@@ -315,10 +316,11 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
                   .otherwise(0).alias("link_w"),
                   pl.when(pl.col("_kk")).then(KERNEL_KERNEL).otherwise(OP).alias("link_type"),
                   pl.when(pl.col("_kk")).then(pl.col("prev_event")).otherwise(-1).alias("link_event"),
-                  pl.lit(False).alias("link_dl"))
+                  pl.lit(False).alias("link_dl"), pl.lit(None, pl.Int64).alias("_unexplained"))
     ge = g.select(pl.col("gpu_end_ns").alias("ts"), "event", pl.lit(False).alias("start"), "window",
                   pl.lit(False).alias("seg"), (pl.col("gpu_end_ns") - pl.col("gpu_ts_ns")).alias("link_w"),
-                  pl.lit(OP).alias("link_type"), pl.col("event").alias("link_event"), pl.lit(False).alias("link_dl"))
+                  pl.lit(OP).alias("link_type"), pl.col("event").alias("link_event"), pl.lit(False).alias("link_dl"),
+                  pl.lit(None, pl.Int64).alias("_unexplained"))
     gpu_nodes = pl.concat([gs.with_row_index("_r"), ge.with_row_index("_r")]).sort("_r", "start",
                                                                                  descending=[False, True]).drop("_r")
     nodes = pl.concat([cpu_nodes.with_columns(pl.col("link_type").cast(pl.Int64), pl.col("link_w").cast(pl.Int64),
@@ -355,6 +357,13 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
         x = pl.concat([p.with_columns(pl.all().cast(pl.Int64)) for p in parts]).unique(["src", "dst"]).sort("dst")
     else:
         x = pl.DataFrame(schema={c: pl.Int64 for c in ("src", "dst", "w", "type", "ev")})
+
+    # A blocking call's wait weighs nothing only where a sync edge explains it; one without
+    # (its stream guessed wrong, a copy that returned early) keeps its CPU time (with
+    # cpu_gaps; HTA's weights zero it regardless).
+    synced = x.filter(pl.col("type") == SYNC)["dst"].unique()
+    nodes = nodes.with_columns(link_w=pl.when(pl.col("_unexplained").is_not_null() & ~pl.col("node").is_in(
+        synced.implode())).then(pl.col("_unexplained")).otherwise(pl.col("link_w")))
 
     def arr(s: pl.Series) -> I64:
         return s.cast(pl.Int64).to_numpy().astype(np.int64, copy=False)
