@@ -167,8 +167,26 @@ def test_gaps_count_on_the_step_thread_only() -> None:
     t.op("aten::X", 0, 5, tid=TID + 1)
     t.op("aten::Y", 190, 10, tid=TID + 1)  # 5 + 185 idle + 10 would be 200
     res = _run(t.model())
-    assert res.per_step["path_ns"][0] == 160 * US
-    assert set(res.critical_events["name"]) == {"aten::A", "aten::B"}
+    # The step's thread (160), then Y handed off from it (zero-weight edge from B's end): 170.
+    assert res.per_step["path_ns"][0] == 170 * US
+    assert set(res.critical_events["name"]) == {"aten::A", "aten::B", "aten::Y"}
+    assert res.path_edges.filter(pl.col("type") == "dependency")["weight_ns"].to_list().count(0) >= 1
+
+
+def test_step_thread_waiting_for_another_thread_is_not_cpu_time() -> None:
+    """The step's thread idles while the autograd thread runs backward (launching a 300 µs
+    kernel); the idle is not CPU work: the path runs through the other thread and the GPU."""
+    t = Trace()
+    t.step(1, 0, 400)
+    t.op("aten::forward", 0, 50)
+    t.op("autograd::engine::evaluate_function: MmBackward0", 60, 30, tid=TID + 1)
+    t.launch(70, 5, 80, 300, name="ampere_sgemm_128x64_tn", tid=TID + 1)
+    t.runtime("cudaDeviceSynchronize", 100, 281)  # the step's thread waits at the end
+    res = _run(t.model())
+    b = _bound(res)
+    assert b["gpu_compute_bound"] == 300 * US
+    # forward 50, (hand-off), the backward op until its launch 10, launch delay 10, kernel 300, sync 0
+    assert res.per_step["path_ns"][0] == 370 * US
 
 
 def test_dataloader_time_is_data_loading() -> None:

@@ -9,7 +9,9 @@ The graph follows HolisticTraceAnalysis' (``docs/critical_path.md`` has the long
   children, its end), each linked to the next by an *op* edge weighted by the time between them
   (zero into the end of a blocking call: its wait is explained by a sync edge). Consecutive
   top-level ops are linked by a *dependency* edge, weighted by the gap when ``cpu_gaps`` on
-  the step's own thread (the Python between ops), zero as in HTA otherwise.
+  the step's own thread (the Python between ops; less the time another thread of the process
+  ran an op meanwhile: waiting for it is not work), zero as in HTA otherwise. With
+  ``cpu_gaps``, zero-weight *hand-off* edges join the step's thread to the other threads' ops.
 * **GPU chains**: per stream, a kernel's start → end (its duration), then either a
   *kernel-kernel* edge (previous kernel's end → this start, weighted by the gap) when the
   kernel was queued behind it, or a *launch* edge (launch call's start → kernel start,
@@ -45,11 +47,12 @@ import numpy.typing as npt
 import polars as pl
 
 from traceanalyzer.analyses._comm import comm_classes
-from traceanalyzer.analyses._intervals import DATALOADER_RE
+from traceanalyzer.analyses._intervals import DATALOADER_RE, covered_before
 from traceanalyzer.analyses._kernels import kernel_class, on_distinct
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, deepest_at, gpu_activity, launches
+from traceanalyzer.timeutil import merge_intervals
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -244,13 +247,27 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     b = b.join(main.select("pid", "tid", pl.lit(True).alias("_main")), on=["pid", "tid"], how="left").with_columns(
         pl.col("_main").fill_null(False))
     counted = pl.col("_main") if cpu_gaps else pl.lit(False)
+    # While another thread of the process runs an op, the step's thread between its own ops is
+    # waiting for it (backward on the autograd thread), not working: that part of a gap (or
+    # lead) does not count; the other thread's ops carry the path there (hand-off edges below).
+    b = b.join(bounds.select("window", "_w0"), on="window", how="left").with_columns(
+        _gap_from=pl.when(pl.col("first")).then(pl.col("_w0")).otherwise(pl.col("prev_t")))
+    busy = pl.Series("_busy", [0] * b.height, dtype=pl.Int64)
+    others = cpu.join(main.select("pid", "tid", pl.lit(True).alias("_m")), on=["pid", "tid"], how="left").filter(
+        pl.col("_m").is_null() & pl.col("pid").is_in(main["pid"].implode()))
+    if cpu_gaps and others.height:
+        merged = merge_intervals(others.select("pid", "ts_ns", "end_ns"), by=["pid"])
+        pts = b.select("pid", pl.col("_gap_from").fill_null(pl.col("t")).alias("a"), pl.col("t").alias("z"))
+        busy = (covered_before(merged, pts, by=["pid"], point_col="z")
+                - covered_before(merged, pts, by=["pid"], point_col="a")).alias("_busy")
+    b = b.with_columns(busy)
+    own = (pl.col("t") - pl.col("_gap_from") - pl.col("_busy")).clip(lower_bound=0)
     # A chain's first node: on the step's thread, the time from the step's start to its first
     # op (a lead: a path may start there with that much behind it).
-    b = b.join(bounds.select("window", "_w0"), on="window", how="left").with_columns(
+    b = b.with_columns(
         link_type=pl.when(is_dep | pl.col("first")).then(DEPENDENCY).otherwise(OP),
-        link_w=pl.when(pl.col("first")).then(pl.when(counted).then((pl.col("t") - pl.col("_w0")).clip(lower_bound=0))
-                                             .otherwise(0))
-        .when(is_dep).then(pl.when(counted).then(gap).otherwise(0))
+        link_w=pl.when(pl.col("first")).then(pl.when(counted).then(own).otherwise(0))
+        .when(is_dep).then(pl.when(counted).then(own).otherwise(0))
         .when(blocking_end).then(0).otherwise(gap),
         _unexplained=pl.when(blocking_end & pl.lit(cpu_gaps)).then(gap).otherwise(None),
         # Where a gap (or lead) lies: its middle, for the DataLoader test below.
@@ -277,6 +294,22 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     cpu_nodes = b.select(
         pl.col("t").alias("ts"), "event", (pl.col("kind") == 1).alias("start"), "window",
         pl.col("first").alias("seg"), "link_w", "link_type", "link_event", "link_dl", "_unexplained")
+    # Hand-offs (with cpu_gaps): another thread's top-level op may have waited for the step's
+    # thread (the autograd engine's backward, a worker fed by the loop): a zero-weight edge
+    # from the step thread's last node at or before its start. Without it a helper thread, its
+    # gaps weightless, would start every path it carries from nothing. (CPU nodes are the
+    # first nodes, ``pos`` their index.)
+    handoff = pl.DataFrame(schema={c: pl.Int64 for c in ("src", "dst", "w", "type", "ev")})
+    if cpu_gaps:
+        helper = b.filter(~pl.col("_main") & (pl.col("kind") == 1) & (pl.col("first") | is_dep)).select(
+            "window", "t", pl.col("pos").alias("dst"))
+        mains = b.filter(pl.col("_main")).select("window", pl.col("t").alias("_mt"), pl.col("pos").alias("src"))
+        if helper.height and mains.height:
+            h = helper.sort("t").join_asof(mains.sort("_mt"), left_on="t", right_on="_mt", by="window",
+                                           strategy="backward", check_sortedness=False)
+            handoff = h.filter(pl.col("src").is_not_null()).select(
+                "src", "dst", pl.lit(0).alias("w"), pl.lit(DEPENDENCY).alias("type"),
+                pl.lit(-1).alias("ev")).with_columns(pl.all().cast(pl.Int64))
 
     # ---- sync and stream-wait edges, GPU side.
     act = gpu.select("event", "window", "correlation", "pid", "tid", "cpu_ts_ns", "cpu_end_ns", "gpu_ts_ns",
@@ -353,6 +386,8 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
                      .join(ev_nodes.rename({"event": "dst", "s": "_dst", "e": "_e"}), on="dst")
                      .select("src", pl.col("_dst").alias("dst"), pl.lit(0).alias("w"), pl.lit(SYNC).alias("type"),
                              pl.col("src_event").alias("ev")))
+    if handoff.height:
+        parts.append(handoff)
     if parts:
         x = pl.concat([p.with_columns(pl.all().cast(pl.Int64)) for p in parts]).unique(["src", "dst"]).sort("dst")
     else:

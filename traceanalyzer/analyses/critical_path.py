@@ -199,6 +199,10 @@ def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: Tr
             hit |= (g.link_type == DEPENDENCY) & (g.link_dl == (target == "data_loading"))
         touched = bool(hit[base.path_links].any())
         lw = np.where(hit, np.floor(g.link_w / factor), g.link_w).astype(np.int64)
+        if target == "cpu":  # hand-offs between threads: CPU time of the step's thread
+            x_hit = g.x_type == DEPENDENCY
+            touched |= bool(x_hit[base.path_x].any())
+            xw = np.where(x_hit, np.floor(g.x_w / factor), g.x_w).astype(np.int64)
     if not touched:
         # Weights only shrink: a target with no edge on any path leaves every path as it is.
         return {"target": target, "factor": factor, "step_ns": round(step_med), "new_step_ns": round(step_med),
@@ -254,7 +258,7 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
                                 np.where(l_ev >= 0, bound[np.maximum(l_ev, 0)], "cpu_bound")))
     xi = lp.path_x
     x_type = g.x_type[xi]
-    x_bound = np.where(x_type == LAUNCH, "gpu_kernel_launch_overhead", "")
+    x_bound = np.where(x_type == LAUNCH, "gpu_kernel_launch_overhead", np.where(x_type == DEPENDENCY, "cpu_bound", ""))
     x_ev = g.x_event[xi]
     edges = pl.DataFrame({
         "window": np.concatenate([g.node_window[li], g.node_window[g.x_dst[xi]]]),
