@@ -202,6 +202,19 @@ def test_dataloader_time_is_data_loading() -> None:
     assert b["cpu_bound"] == 40 * US
 
 
+@pytest.mark.parametrize("name", ["resnet_like_a100.json.gz", "legacy_pt18.json"])
+def test_planted_dataloader_stalls_are_on_the_path(name: str) -> None:
+    """The generator's planted DataLoader stalls (ground truth in the .truth.json) are each step's
+    data_loading on the path, to within 10 µs (the planted range vs the ops inside it)."""
+    samples = Path(__file__).resolve().parents[1] / "sample_traces"
+    truth = json.loads((samples / (name.split(".json")[0] + ".truth.json")).read_text())
+    res = _run(load_chrome_trace(samples / name))
+    got = res.per_step["data_loading_ns"].to_list()
+    planted = [d["dur_ns"] for d in truth["planted"]["dataloader"]]
+    assert len(got) == len(planted)
+    assert all(abs(g - p) <= 10 * US for g, p in zip(got, planted, strict=True)), (got, planted)
+
+
 def test_longest_path_dp_matches_brute_force() -> None:
     """The chain DP against a plain topological longest path on a random chain-structured DAG."""
     rng = np.random.default_rng(7)
