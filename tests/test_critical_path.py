@@ -1,0 +1,348 @@
+"""critical_path analysis: hand-built traces with a known path, HTA's overlaid output, real traces."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+from conftest import SHARED_TRACES, needs_shared
+from support.events import PID, STREAM, TID, Trace, x
+
+from traceanalyzer.analyses import run_analyses
+from traceanalyzer.analyses._cpgraph import CPGraph, longest_path
+from traceanalyzer.analyses.critical_path import CriticalPathResult
+from traceanalyzer.config import Config
+from traceanalyzer.load.chrome_trace import load_chrome_trace
+from traceanalyzer.model import TraceModel
+
+CP_DIR = SHARED_TRACES / "hta" / "critical_path"
+US = 1000
+
+
+def _run(model: TraceModel, **settings: Any) -> CriticalPathResult:
+    cfg = Config({f"critical_path.{k}": v for k, v in settings.items()})
+    r = run_analyses(model, cfg, only=("critical_path",), strict=True)
+    assert "critical_path" in r.values, r.skipped
+    res = r.values["critical_path"]
+    assert isinstance(res, CriticalPathResult)
+    return res
+
+
+def _bound(res: CriticalPathResult) -> dict[str, int]:
+    row = res.per_step.row(0, named=True)
+    return {k[:-3]: v for k, v in row.items() if k.endswith("_ns") and k not in ("step_ns", "path_ns") and v}
+
+
+def _cpu_bound_trace() -> Trace:
+    t = Trace()
+    t.step(1, 0, 200)
+    t.op("aten::A", 0, 100)
+    t.launch(10, 5, 20, 10, name="ampere_sgemm_128x64_tn")  # the GPU idles most of the step
+    t.op("aten::B", 100, 100)
+    return t
+
+
+def test_cpu_bound_chain() -> None:
+    res = _run(_cpu_bound_trace().model())
+    assert res.per_step.height == 1
+    assert res.per_step["path_ns"][0] == 200 * US
+    assert _bound(res) == {"cpu_bound": 200 * US}
+    bd = {r["bound_by"]: r["pct_of_path"] for r in res.breakdown.iter_rows(named=True)}
+    assert bd["cpu_bound"] == pytest.approx(100.0)
+    # The kernel hangs off the path (its launch starts a dead end on the GPU).
+    assert set(res.critical_events["name"]) == {"aten::A", "aten::B", "cudaLaunchKernel"}
+    cpu = res.whatif.filter(pl.col("target") == "cpu").row(0, named=True)
+    assert cpu["saved_ns"] == pytest.approx(100 * US)  # every CPU edge halves
+    gemm = res.whatif.filter(pl.col("target") == "gemm").row(0, named=True)
+    assert gemm["saved_ns"] == 0 and gemm["path_moved_steps"] == 0
+
+
+def _gpu_bound_trace(cuda_sync: bool = False) -> Trace:
+    """A launches a 500 µs GEMM, the thread waits for it in cudaStreamSynchronize, then B."""
+    t = Trace()
+    t.step(1, 0, 540)
+    t.op("aten::A", 0, 20)
+    t.launch(5, 5, 12, 500, name="ampere_sgemm_128x64_tn")
+    t.runtime("cudaStreamSynchronize", 30, 485)
+    if cuda_sync:  # Kineto's record of it, on the stream it waited for
+        t.events.append(x("cuda_sync", "Stream Sync", 31, 483, pid=0, tid=STREAM, stream=STREAM))
+    t.op("aten::B", 520, 20)
+    return t
+
+
+@pytest.mark.parametrize("cuda_sync", [False, True])
+def test_sync_edge_puts_gpu_on_path(cuda_sync: bool) -> None:
+    res = _run(_gpu_bound_trace(cuda_sync).model())
+    # 5 (A until the launch) + 7 (launch delay) + 500 (GEMM) + 0 (sync) + 5 (gap) + 20 (B)
+    assert res.per_step["path_ns"][0] == 537 * US
+    assert _bound(res) == {"cpu_bound": 30 * US, "gpu_compute_bound": 500 * US,
+                           "gpu_kernel_launch_overhead": 7 * US}
+    assert res.sync_source == ("cuda_sync events" if cuda_sync else "runtime calls")
+    assert "ampere_sgemm_128x64_tn" in set(res.critical_events["name"])
+    # HTA gives no weight to the gaps between top-level ops: 10 + 5 µs less.
+    hta = _run(_gpu_bound_trace(cuda_sync).model(), cpu_gaps=False)
+    assert hta.per_step["path_ns"][0] == 532 * US
+
+
+def test_whatif_keeps_then_moves_path() -> None:
+    model = _gpu_bound_trace().model()
+    half = _run(model, whatif_target="gemm", whatif_factor=2.0).whatif.row(0, named=True)
+    assert half["target"] == "gemm" and half["requested"]
+    assert half["saved_ns"] == pytest.approx(250 * US) and half["path_moved_steps"] == 0
+    assert half["new_step_ns"] == pytest.approx(half["step_ns"] - 250 * US)
+    # 100× faster the GEMM (5 µs) ends before the CPU reaches the sync: the path moves to the CPU,
+    # A (20) + gap (10) + sync (0) + gap (5) + B (20) = 55 µs instead of 537.
+    fast = _run(model, whatif_target="gemm", whatif_factor=100.0).whatif.row(0, named=True)
+    assert fast["saved_ns"] == pytest.approx((537 - 55) * US)
+    assert fast["path_moved_steps"] == 1
+    # A CPU op by name: B twice as fast saves 10 µs.
+    op = _run(model, whatif_target="op:aten::B").whatif.row(0, named=True)
+    assert op["saved_ns"] == pytest.approx(10 * US)
+    assert _run(model).whatif.filter(pl.col("requested")).is_empty()
+    # A target that names nothing is said, the other what-ifs kept.
+    for bad in ("gemmm", "kernel:("):
+        res = _run(model, whatif_target=bad)
+        assert res.whatif_error and bad in res.whatif_error
+        assert res.whatif.filter(pl.col("requested")).is_empty() and res.whatif.height > 0
+        assert any(k == "What-if not run" for k, _ in res.summary())
+
+
+def test_kernel_kernel_edge() -> None:
+    t = Trace()
+    t.step(1, 0, 220)
+    t.launch(5, 5, 12, 100, name="k1")  # K1 112
+    t.launch(11, 3, 115, 100, name="k2")  # launched while K1 was queued: waits for it, 3 µs gap
+    t.runtime("cudaDeviceSynchronize", 20, 196)
+    res = _run(t.model())
+    b = _bound(res)
+    assert b["gpu_kernel_kernel_overhead"] == 3 * US
+    assert b["gpu_compute_bound"] == 200 * US
+    assert b["gpu_kernel_launch_overhead"] == 7 * US
+    # 5 µs before the first launch call (the thread's lead from the step start), then the GPU
+    assert res.per_step["path_ns"][0] == (5 + 7 + 100 + 3 + 100) * US
+    assert b["cpu_bound"] == 5 * US
+
+
+def test_stream_wait_event_links_streams() -> None:
+    """k2 on stream 8 waits (cudaStreamWaitEvent) for k1 on stream 7: the wait edge carries the path."""
+    t = Trace()
+    t.step(1, 0, 400)
+    t.launch(5, 3, 10, 300, name="k1", stream=7)
+    t.runtime("cudaEventRecord", 9, 1)
+    t.runtime("cudaStreamWaitEvent", 11, 1)
+    t.launch(13, 3, 311, 50, name="k2", stream=8)
+    t.runtime("cudaDeviceSynchronize", 20, 342)
+    res = _run(t.model())
+    names = set(res.critical_events["name"])
+    assert {"k1", "k2"} <= names
+    # lead 5 µs to the first launch call, launch delay 5, k1 300, wait (0), k2 50
+    assert res.per_step["path_ns"][0] == (5 + 5 + 300 + 50) * US
+    assert res.path_edges.filter(pl.col("type") == "sync").height == 2  # wait edge + device sync
+
+
+def test_unexplained_blocking_call_keeps_its_time() -> None:
+    """A sync call with nothing to wait for (no launch before it): no sync edge explains its span,
+    so it stays CPU time; HTA's weights zero it regardless."""
+    t = Trace()
+    t.step(1, 0, 100)
+    t.op("aten::A", 0, 20)
+    t.runtime("cudaStreamSynchronize", 30, 50)
+    t.op("aten::B", 80, 20)
+    res = _run(t.model())
+    assert res.per_step["path_ns"][0] == 100 * US and _bound(res) == {"cpu_bound": 100 * US}
+    assert _run(t.model(), cpu_gaps=False).per_step["path_ns"][0] == 40 * US
+
+
+def test_gaps_count_on_the_step_thread_only() -> None:
+    """A helper thread idle between two ops is not work: its gap must not outweigh the step's thread."""
+    t = Trace()
+    t.step(1, 0, 200)
+    t.op("aten::A", 0, 50)
+    t.op("aten::B", 150, 10)  # the step's thread: 50 + 100 (gap) + 10
+    t.op("aten::X", 0, 5, tid=TID + 1)
+    t.op("aten::Y", 190, 10, tid=TID + 1)  # 5 + 185 idle + 10 would be 200
+    res = _run(t.model())
+    # The step's thread (160), then Y handed off from it (zero-weight edge from B's end): 170.
+    assert res.per_step["path_ns"][0] == 170 * US
+    assert set(res.critical_events["name"]) == {"aten::A", "aten::B", "aten::Y"}
+    assert res.path_edges.filter(pl.col("type") == "dependency")["weight_ns"].to_list().count(0) >= 1
+
+
+def test_step_thread_waiting_for_another_thread_is_not_cpu_time() -> None:
+    """The step's thread idles while the autograd thread runs backward (launching a 300 µs
+    kernel); the idle is not CPU work: the path runs through the other thread and the GPU."""
+    t = Trace()
+    t.step(1, 0, 400)
+    t.op("aten::forward", 0, 50)
+    t.op("autograd::engine::evaluate_function: MmBackward0", 60, 30, tid=TID + 1)
+    t.launch(70, 5, 80, 300, name="ampere_sgemm_128x64_tn", tid=TID + 1)
+    t.runtime("cudaDeviceSynchronize", 100, 281)  # the step's thread waits at the end
+    res = _run(t.model())
+    b = _bound(res)
+    assert b["gpu_compute_bound"] == 300 * US
+    # forward 50, (hand-off), the backward op until its launch 10, launch delay 10, kernel 300, sync 0
+    assert res.per_step["path_ns"][0] == 370 * US
+
+
+def test_dataloader_time_is_data_loading() -> None:
+    t = Trace()
+    t.step(1, 0, 100)
+    t.ann("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 60)
+    t.op("aten::stack", 5, 50)
+    t.op("aten::B", 60, 40)
+    res = _run(t.model())
+    b = _bound(res)
+    # the op, the 5 µs before it and the 5 µs after it all lie in the DataLoader range
+    assert b["data_loading"] == 60 * US
+    assert b["cpu_bound"] == 40 * US
+
+
+@pytest.mark.parametrize("name", ["resnet_like_a100.json.gz", "legacy_pt18.json"])
+def test_planted_dataloader_stalls_are_on_the_path(name: str) -> None:
+    """The generator's planted DataLoader stalls (ground truth in the .truth.json) are each step's
+    data_loading on the path, to within 10 µs (the planted range vs the ops inside it)."""
+    samples = Path(__file__).resolve().parents[1] / "sample_traces"
+    truth = json.loads((samples / (name.split(".json")[0] + ".truth.json")).read_text())
+    res = _run(load_chrome_trace(samples / name))
+    got = res.per_step["data_loading_ns"].to_list()
+    planted = [d["dur_ns"] for d in truth["planted"]["dataloader"]]
+    assert len(got) == len(planted)
+    assert all(abs(g - p) <= 10 * US for g, p in zip(got, planted, strict=True)), (got, planted)
+
+
+def test_longest_path_dp_matches_brute_force() -> None:
+    """The chain DP against a plain topological longest path on a random chain-structured DAG."""
+    rng = np.random.default_rng(7)
+    n = 400
+    seg_start = rng.random(n) < 0.1
+    seg_start[0] = True
+    link_w = rng.integers(0, 50, n).astype(np.int64)
+    # Cross edges go forward in node order (a DAG); several may meet one node.
+    src = rng.integers(0, n - 1, 300)
+    dst = np.minimum(src + rng.integers(1, 40, 300), n - 1)
+    order = np.argsort(dst, kind="stable")
+    src, dst = src[order].astype(np.int64), dst[order].astype(np.int64)
+    xw = rng.integers(0, 30, 300).astype(np.int64)
+    z = np.zeros(n, dtype=np.int64)
+    # Some chains start with a lead (the time before their first node counts on a path from there).
+    lead = seg_start & (rng.random(n) < 0.5)
+    g = CPGraph(node_ts=np.arange(n, dtype=np.int64), node_event=np.arange(n, dtype=np.int64),
+                node_start=np.ones(n, dtype=bool), node_window=z, seg_start=seg_start, link_w=link_w,
+                link_type=z, link_event=z - 1, link_dl=np.zeros(n, dtype=bool), lead=lead, x_src=src, x_dst=dst,
+                x_w=xw, x_type=z[:300] + 4, x_event=z[:300] - 1, events=pl.DataFrame(), sync_source="none")
+    lp = longest_path(g)
+    best = np.where(lead, link_w, 0).astype(np.int64)
+    for i in range(n):
+        if not seg_start[i]:
+            best[i] = max(best[i], best[i - 1] + link_w[i])
+        for k in np.flatnonzero(dst == i):
+            best[i] = max(best[i], best[src[k]] + xw[k])
+    assert np.array_equal(lp.dist, best)
+    assert lp.window_len[0] == best.max()
+    # The walked path's weights add up to its length.
+    assert int(link_w[lp.path_links].sum() + xw[lp.path_x].sum()) == best.max()
+    # The topological pass that takes over after too many rounds gives the same answer.
+    assert lp.rounds > 1
+    topo = longest_path(g, max_rounds=1)
+    assert topo.converged and np.array_equal(topo.dist, best)
+    assert np.array_equal(topo.on_path, lp.on_path)
+
+
+def test_many_syncs_take_the_topological_pass() -> None:
+    """400 launch → kernel → stream sync round trips: the path hops CPU → GPU → CPU 400 times,
+    more than the rounds allow; the topological pass finishes it exactly."""
+    t = Trace()
+    t.step(1, 0, 400 * 30 + 10)
+    for i in range(400):
+        t0 = i * 30
+        t.launch(t0, 2, t0 + 4, 20, name="ampere_sgemm_128x64_tn")  # 2 µs call, 20 µs kernel
+        t.runtime("cudaStreamSynchronize", t0 + 3, 22)  # returns when the kernel ends (t0 + 24)
+    res = _run(t.model())
+    assert res.converged and res.rounds >= 48
+    b = _bound(res)
+    assert b["gpu_compute_bound"] == 400 * 20 * US
+    assert b["gpu_kernel_launch_overhead"] == 400 * 4 * US
+
+
+def test_not_applicable_without_cpu_side() -> None:
+    t = Trace()
+    t.gpu(None, 0, 10)
+    r = run_analyses(t.model(), only=("critical_path",), strict=True)
+    assert "critical_path" in r.skipped
+
+
+def test_json_is_plain() -> None:
+    res = _run(_gpu_bound_trace().model())
+    j = json.loads(json.dumps(res.to_json()))
+    assert j["path_ns_median"] == 537 * US
+    assert {b["bound_by"] for b in j["breakdown"]} >= {"cpu_bound", "gpu_compute_bound"}
+    assert res.summary() and res.tables()
+
+
+# ---- HTA's reference answer: the overlaid trace of critical_path/end_to_end/simple_add
+
+
+def _hta_critical(path: Path) -> set[tuple[str, int]]:
+    with gzip.open(path) as f:
+        doc = json.load(f)
+    return {(e["name"], int(e["ts"])) for e in doc["traceEvents"]
+            if e.get("ph") == "X" and e.get("args", {}).get("critical") == 1}
+
+
+@needs_shared
+def test_agrees_with_hta_overlaid_output() -> None:
+    """With HTA's weights (``cpu_gaps = false``) the set of events on the critical path of the
+    whole trace (no ProfilerStep: one window, as HTA's run over the ``[param|cuda]`` range) is
+    HTA's to within the one place the definitions differ: a kernel queued more than 1.5 ms
+    after its stream's previous one (HTA's KERNEL_KERNEL_DELAY_THRESHOLD_US) gets no edge from
+    HTA, its launch edge from us; here that puts a memset and its two kernels on our path and
+    their two launch calls on HTA's."""
+    base = CP_DIR / "end_to_end" / "simple_add"
+    model = load_chrome_trace(base / "input" / "trace.json.gz")
+    res = _run(model, cpu_gaps=False)
+    assert res.sync_source == "cuda_sync events"
+    ours = {(n, (t - model.meta.base_time_ns) // US) for n, t in
+            zip(res.critical_events["name"], res.critical_events["ts_ns"], strict=True)}
+    hta = _hta_critical(base / "output" / "overlaid_critical_path_trace.json.gz")
+    assert len(hta) == 624
+    only_hta = hta - ours
+    only_ours = ours - hta
+    assert {n for n, _ in only_hta} == {"cudaLaunchKernel"} and len(only_hta) == 2
+    assert len(only_ours) == 3 and {n for n, _ in only_ours} >= {"Memset (Device)"}
+    # HTA's path draws 17 launch delays and 17 syncs; ours one more of each: the memset's launch
+    # edge and the sync that brings the path back to the CPU.
+    kinds = res.path_edges.group_by("type").len()
+    counts = dict(zip(kinds["type"], kinds["len"], strict=True))
+    assert counts["launch_delay"] == 18 and counts["sync"] == 18
+
+
+@needs_shared
+@pytest.mark.parametrize("rel", [
+    "alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
+    "simple_add/benchmark_result_493459_1694039959_trace.json.gz",
+    "cuda_event_sync/event_sync_trace.json.gz",
+    "cuda_event_sync_multi_stream/event_sync_trace.json.gz",
+])
+def test_hta_critical_path_traces_smoke(rel: str) -> None:
+    res = _run(load_chrome_trace(CP_DIR / rel))
+    assert res.converged and res.sync_source == "cuda_sync events"
+    for row in res.per_step.iter_rows(named=True):
+        assert 0 < row["path_ns"] <= row["step_ns"]
+        parts = sum(row[f"{c}_ns"] for c in ("cpu_bound", "data_loading", "gpu_compute_bound",
+                                              "gpu_communication_bound", "gpu_kernel_kernel_overhead",
+                                              "gpu_kernel_launch_overhead"))
+        assert parts == row["path_ns"]
+    assert res.breakdown["pct_of_path"].sum() == pytest.approx(100.0)
+    assert (res.whatif["saved_ns"] >= 0).all()
+
+
+def test_pid_tid_constants_used() -> None:
+    """The hand-built traces run on the support module's CPU thread."""
+    res = _run(_cpu_bound_trace().model())
+    cpu = res.critical_events.filter(pl.col("kind") == "cpu_op")
+    assert set(cpu["pid"]) == {PID} and set(cpu["tid"]) == {TID}

@@ -1,0 +1,717 @@
+"""The critical-path graph of a trace and its longest path (private to the analyses package).
+
+The graph follows HolisticTraceAnalysis' (``docs/critical_path.md`` has the long form):
+
+* **Nodes**: the start and the end of every CPU op and runtime call of positive length, and of
+  every GPU activity (kernel, memcpy, memset) whose launch call is in the graph. Each belongs
+  to the step window its CPU event (or its launch call) starts in.
+* **CPU chains**: per thread and window, the boundaries in nesting order (a parent's start, its
+  children, its end), each linked to the next by an *op* edge weighted by the time between them
+  (zero into the end of a blocking call: its wait is explained by a sync edge). Consecutive
+  top-level ops are linked by a *dependency* edge, weighted by the gap when ``cpu_gaps`` on
+  the step's own thread (the Python between ops; less the time another thread of the process
+  ran an op meanwhile: waiting for it is not work), zero as in HTA otherwise. With
+  ``cpu_gaps``, zero-weight *hand-off* edges join the step's thread to the other threads' ops.
+* **GPU chains**: per stream, a kernel's start → end (its duration), then either a
+  *kernel-kernel* edge (previous kernel's end → this start, weighted by the gap) when the
+  kernel was queued behind it, or a *launch* edge (launch call's start → kernel start,
+  weighted by the launch delay) when the stream's queue was empty at the launch (the previous
+  kernel had ended before the call and no other launch came before the kernel started).
+* **Sync edges** (zero weight): Kineto's ``cuda_sync`` events where the trace has them
+  (context sync: the last activity of every stream → the sync call's end; stream sync: of
+  that stream; event sync: the activity launched before the thread's last
+  ``cudaEventRecord`` → the call's end; stream wait event: that activity → the next activity
+  launched on the waiting stream). Without them, the same from the runtime call names, the
+  stream of a stream sync being that of the thread's last launch. A blocking copy's own
+  activity → the copy call's end.
+
+The longest path is a dynamic programme over the nodes. Every edge inside a chain joins
+consecutive nodes, so along a chain ``dist[i] = P[i] + max_{j ≤ i}(offer[j] − P[j])`` with
+``P`` the chain's prefix sum of weights and ``offer[j]`` the best cross edge into ``j`` (or 0: a
+path may start anywhere): one segmented running maximum over all chains at once. Cross edges
+(launch, sync, stream wait) feed the offers of the next round; rounds repeat until no offer
+changes, which takes as many rounds as the path switches between chains through a sync (a
+launch edge leads onto the GPU, only a sync leads back). Each round is a few numpy passes over
+the nodes. After :data:`MAX_ROUNDS` (a window with thousands of syncs) one pass in topological
+order finishes the job: a Python loop over nodes, linear whatever the depth, the fallback only.
+The path is then walked back one chain segment at a time (a Python loop over segments of the
+path, not over nodes), its nodes marked with a difference array.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from traceanalyzer.analyses._comm import comm_classes
+from traceanalyzer.analyses._intervals import DATALOADER_RE, covered_before
+from traceanalyzer.analyses._kernels import kernel_class, on_distinct
+from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.model import TraceModel
+from traceanalyzer.model.relations import TraceTables, deepest_at, gpu_activity, launches
+from traceanalyzer.timeutil import merge_intervals
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+B = npt.NDArray[np.bool_]
+
+#: Edge types (HTA's CPEdgeType).
+OP, DEPENDENCY, LAUNCH, KERNEL_KERNEL, SYNC = 0, 1, 2, 3, 4
+EDGE_TYPES = ("op", "dependency", "launch_delay", "kernel_kernel_delay", "sync")
+
+#: HTA's bound_by classes, in report order.
+BOUND_CLASSES = (
+    "cpu_bound", "data_loading", "gpu_compute_bound", "gpu_communication_bound",
+    "gpu_kernel_kernel_overhead", "gpu_kernel_launch_overhead",
+)
+
+#: Runtime calls whose CPU span is a wait (HTA's BLOCKING_SYNC_CALLS and their cu*/hip* names):
+#: their own duration gets no weight, the sync edge into their end explains it.
+BLOCKING_CALLS = frozenset({
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventQuery", "cudaEventSynchronize", "cudaMemcpy",
+    "cudaMemcpyAsync", "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpy",
+    "cudaStreamSynchronize_ptsz", "cuStreamSynchronize_ptsz", "cudaThreadSynchronize",
+    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipEventQuery", "hipMemcpy",
+    "hipMemcpyAsync", "hipMemcpyWithStream", "hipCtxSynchronize",
+})
+_DEVICE_SYNC = ("cudaDeviceSynchronize", "cuCtxSynchronize", "cudaThreadSynchronize", "hipDeviceSynchronize",
+                "hipCtxSynchronize")
+_STREAM_SYNC = ("cudaStreamSynchronize", "cuStreamSynchronize", "cudaStreamSynchronize_ptsz",
+                "cuStreamSynchronize_ptsz", "hipStreamSynchronize")
+_EVENT_SYNC = ("cudaEventSynchronize", "cuEventSynchronize", "hipEventSynchronize")
+_EVENT_RECORD = ("cudaEventRecord", "cuEventRecord", "hipEventRecord", "cudaEventRecordWithFlags")
+_STREAM_WAIT = ("cudaStreamWaitEvent", "cuStreamWaitEvent", "hipStreamWaitEvent")
+_SYNC_CALLS = (*_DEVICE_SYNC, *_STREAM_SYNC, *_EVENT_SYNC, *_STREAM_WAIT, "cudaEventQuery", "hipEventQuery")
+# Clock tolerance between a GPU end and the CPU call it releases (the two clocks are aligned
+# to about a microsecond).
+_TOL_NS = 2_000
+#: HTA's KERNEL_KERNEL_DELAY_THRESHOLD_US: queued kernels further apart are not linked.
+KK_MAX_GAP_NS = 1_500_000
+#: A kernel starting this long after its launch call ended, its stream idle, waited for
+#: something (traces without cuda_sync events: see _inferred_waits).
+INFERRED_WAIT_NS = 50_000
+#: DP rounds before :func:`longest_path` switches to one topological pass (a path through
+#: thousands of syncs; a cyclic graph, from bad timestamps, is reported as not converged).
+MAX_ROUNDS = 48
+
+
+@dataclass(frozen=True)
+class CPGraph:
+    """Nodes in chain order (chain-contiguous), chain links, cross edges and the event table.
+
+    Node ``i`` is linked to node ``i − 1`` (same chain) unless ``seg_start[i]``; that link has
+    weight ``link_w[i]``, type ``link_type[i]`` and is attributed to event ``link_event[i]``.
+    Cross edge ``k`` joins ``x_src[k]`` → ``x_dst[k]`` (sorted by ``x_dst``), weight ``x_w``.
+    ``events``: ``event, kind, name, pid, tid, device, stream, ts_ns, end_ns, klass, bound``
+    (``event`` = row number).
+    """
+
+    node_ts: I64
+    node_event: I64
+    node_start: B
+    node_window: I64
+    seg_start: B
+    link_w: I64
+    link_type: I64
+    link_event: I64
+    link_dl: B  # a dependency link (gap between ops, or lead) inside a DataLoader range
+    lead: B  # the chain's first node carries a lead (its link_w: time from the step start)
+    x_src: I64
+    x_dst: I64
+    x_w: I64
+    x_type: I64
+    x_event: I64
+    events: pl.DataFrame
+    sync_source: str  # "cuda_sync events" / "runtime calls" / "none"
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.node_ts.size)
+
+
+def _empty_graph(events: pl.DataFrame, sync_source: str) -> CPGraph:
+    z = np.zeros(0, dtype=np.int64)
+    return CPGraph(z, z, z.astype(bool), z, z.astype(bool), z, z, z, z.astype(bool), z.astype(bool), z, z, z, z, z,
+                   events, sync_source)
+
+
+def _cpu_events(model: TraceModel) -> pl.DataFrame:
+    cols = ["name", "pid", "tid", "ts_ns", "end_ns"]
+    ops = model.cpu_ops.select(cols).with_columns(kind=pl.lit("cpu_op"), correlation=pl.lit(None, pl.Int64))
+    rt = model.runtime.select(*cols, "correlation").with_columns(kind=pl.lit("runtime"))
+    ev = pl.concat([ops, rt.select(ops.columns)]).filter(pl.col("end_ns") > pl.col("ts_ns"))
+    return ev
+
+
+def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps: bool,
+                kk_max_gap_ns: int = KK_MAX_GAP_NS) -> CPGraph:
+    """The graph of the step windows ``keep`` (``windows``: ``window, step, start_ns, end_ns``)."""
+    model = t.model
+    # Events are clipped to their step window: an op that outlives its step (a thread's long
+    # op, a kernel past the next step's start) counts only inside it, so a path never exceeds
+    # its step.
+    bounds = windows.select("window", pl.col("start_ns").alias("_w0"), pl.col("end_ns").alias("_w1"))
+    cpu = assign_steps(_cpu_events(model), windows, "ts_ns").filter(pl.col("window").is_in(keep)).join(
+        bounds, on="window", how="left").with_columns(
+        ts_ns=pl.col("ts_ns").clip(pl.col("_w0"), pl.col("_w1")), end_ns=pl.col("end_ns").clip(pl.col("_w0"),
+                                                                                           pl.col("_w1"))
+    ).filter(pl.col("end_ns") > pl.col("ts_ns")).drop("_w0", "_w1")
+    lj = launches(t).filter(pl.col("gpu_ts_ns").is_not_null())
+    lj = lj.select("correlation", "pid", "tid", "cpu_ts_ns", "cpu_end_ns", "cpu_dur_ns", "api", "gpu_name",
+                   "activity", "gpu_ts_ns", "gpu_end_ns", "device", "stream")
+    # Queue state per stream over the whole trace (HTA reads the queue of the full trace):
+    # empty at the launch (everything launched earlier on the stream had started) and the
+    # kernel was the next to start (no later launch on the stream before it began).
+    lj = lj.sort("device", "stream", "cpu_ts_ns", "gpu_ts_ns").with_columns(
+        _prev_started=pl.col("gpu_ts_ns").cum_max().shift(1).over("device", "stream"),
+        _next_launch=pl.col("cpu_ts_ns").shift(-1).over("device", "stream"),
+    ).with_columns(
+        queue_empty=(pl.col("_prev_started").is_null() | (pl.col("_prev_started") <= pl.col("cpu_ts_ns")))
+        & (pl.col("_next_launch").is_null() | (pl.col("_next_launch") > pl.col("gpu_ts_ns")))
+    ).filter(pl.col("cpu_dur_ns") > 0)  # the queue counts every launch; the graph, calls of positive length
+    # The stream's previous activity among all of them, orphans (no launch call recorded)
+    # included: a kernel queued behind an orphan waited for it, not for its launch.
+    ga = gpu_activity(t).select("device", "stream", pl.col("ts_ns").alias("gpu_ts_ns"), "end_ns", "correlation").filter(
+        pl.col("stream").is_not_null()).sort("device", "stream", "gpu_ts_ns").with_columns(
+        _prev_end_all=pl.col("end_ns").cum_max().shift(1).over("device", "stream")).drop("end_ns").unique(
+        ["device", "stream", "gpu_ts_ns", "correlation"], keep="first")
+    lj = lj.join(ga, on=["device", "stream", "gpu_ts_ns", "correlation"], how="left").with_columns(
+        queue_empty=pl.col("queue_empty") & (pl.col("_prev_end_all").is_null()
+                                             | (pl.col("_prev_end_all") < pl.col("cpu_ts_ns"))))
+    gpu = assign_steps(lj, windows, "cpu_ts_ns").filter(pl.col("window").is_in(keep)).join(
+        bounds, on="window", how="left").with_columns(
+        [pl.col(c).clip(pl.col("_w0"), pl.col("_w1")) for c in ("cpu_ts_ns", "cpu_end_ns", "gpu_ts_ns", "gpu_end_ns")]
+    ).drop("_w0", "_w1")
+
+    # The event table: CPU events, then GPU activities.
+    comm = comm_classes(t).select("is_comm")
+    k_comm = model.kernels.select("name", "ts_ns", "correlation").with_columns(comm["is_comm"]).unique(
+        ["correlation", "ts_ns"], keep="first")
+    gpu = gpu.join(k_comm.select("correlation", pl.col("ts_ns").alias("gpu_ts_ns"), "is_comm"),
+                   on=["correlation", "gpu_ts_ns"], how="left").with_columns(pl.col("is_comm").fill_null(False))
+    gpu = on_distinct(gpu, ["gpu_name", "activity", "is_comm"], klass=pl.when(pl.col("activity") != "kernel").then(
+        pl.col("activity")).when(pl.col("is_comm")).then(pl.lit("communication")).otherwise(
+        kernel_class(pl.col("gpu_name"))))
+    dl = _dataloader_flags(model, cpu)
+    n_cpu = cpu.height
+    cpu = cpu.with_columns(event=pl.int_range(pl.len(), dtype=pl.Int64), dl=dl)
+    gpu = gpu.with_columns(event=pl.int_range(pl.len(), dtype=pl.Int64) + n_cpu)
+    events = pl.concat([
+        cpu.select("event", "window", "kind", "name", "pid", "tid", pl.lit(None, pl.Int64).alias("device"),
+                   pl.lit(None, pl.Int64).alias("stream"), "ts_ns", "end_ns",
+                   pl.lit("cpu").alias("klass"),
+                   pl.when(pl.col("dl")).then(pl.lit("data_loading")).otherwise(pl.lit("cpu_bound")).alias("bound")),
+        gpu.select("event", "window", pl.col("activity").alias("kind"), pl.col("gpu_name").alias("name"), "pid",
+                   "tid", "device", "stream", pl.col("gpu_ts_ns").alias("ts_ns"), pl.col("gpu_end_ns").alias("end_ns"),
+                   "klass", pl.when(pl.col("is_comm")).then(pl.lit("gpu_communication_bound"))
+                   .otherwise(pl.lit("gpu_compute_bound")).alias("bound")),
+    ])
+
+    syncs = model.other_events.filter(pl.col("cat") == "cuda_sync")
+    if cpu.is_empty():
+        return _empty_graph(events, "none")
+
+    # ---- CPU chains: boundaries in nesting order per (window, pid, tid).
+    by = ["window", "pid", "tid"]
+    starts = cpu.select(*by, "event", pl.col("ts_ns").alias("t"), pl.lit(1, pl.Int8).alias("kind"),
+                        (-pl.col("end_ns")).alias("sec"), pl.col("name"))
+    ends = cpu.select(*by, "event", pl.col("end_ns").alias("t"), pl.lit(0, pl.Int8).alias("kind"),
+                      (-pl.col("ts_ns")).alias("sec"), pl.col("name"))
+    b = pl.concat([starts, ends]).with_columns(
+        _oid=pl.when(pl.col("kind") == 1).then(pl.col("event")).otherwise(-pl.col("event")))
+    # At one instant ends come first (half-open intervals); starts longer first; ends of
+    # later-started intervals first (a child closes before its parent).
+    # A plain running sum is the per-chain depth: a chain's rows are contiguous and hold as
+    # many ends as starts, so the sum is back to 0 where the next chain begins.
+    b = b.sort([*by, "t", "kind", "sec", "_oid"]).with_columns(
+        depth=pl.when(pl.col("kind") == 1).then(1).otherwise(-1).cum_sum())
+    b = b.with_columns(
+        first=pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in by]).fill_null(True),
+        prev_t=pl.col("t").shift(1), prev_kind=pl.col("kind").shift(1), prev_event=pl.col("event").shift(1),
+        prev_depth=pl.col("depth").shift(1),
+        pos=pl.int_range(pl.len(), dtype=pl.Int64),
+    )
+    is_dep = (pl.col("prev_depth") == 0) & (pl.col("kind") == 1)
+    blocking_end = (pl.col("kind") == 0) & pl.col("name").is_in(list(BLOCKING_CALLS))
+    gap = (pl.col("t") - pl.col("prev_t")).clip(lower_bound=0)
+    # The time between top-level ops (and before the first) counts, with cpu_gaps, on the
+    # step's own thread only (the ProfilerStep's; without steps, the thread with the most
+    # events): a helper thread's idle between two ops is not work, and as a path it would tie
+    # with the real one.
+    main = model.steps.select("pid", "tid").unique()
+    if main.is_empty():
+        main = cpu.group_by("pid", "tid").len().sort("len", "pid", "tid", descending=[True, False, False]).head(1)
+    b = b.join(main.select("pid", "tid", pl.lit(True).alias("_main")), on=["pid", "tid"], how="left").with_columns(
+        pl.col("_main").fill_null(False))
+    counted = pl.col("_main") if cpu_gaps else pl.lit(False)
+    # While another thread of the process runs an op, the step's thread between its own ops is
+    # waiting for it (backward on the autograd thread), not working: that part of a gap (or
+    # lead) does not count; the other thread's ops carry the path there (hand-off edges below).
+    b = b.join(bounds.select("window", "_w0"), on="window", how="left").with_columns(
+        _gap_from=pl.when(pl.col("first")).then(pl.col("_w0")).otherwise(pl.col("prev_t")))
+    busy = pl.Series("_busy", [0] * b.height, dtype=pl.Int64)
+    others = cpu.join(main.select("pid", "tid", pl.lit(True).alias("_m")), on=["pid", "tid"], how="left").filter(
+        pl.col("_m").is_null() & pl.col("pid").is_in(main["pid"].implode()))
+    if cpu_gaps and others.height:
+        merged = merge_intervals(others.select("pid", "ts_ns", "end_ns"), by=["pid"])
+        pts = b.select("pid", pl.col("_gap_from").fill_null(pl.col("t")).alias("a"), pl.col("t").alias("z"))
+        busy = (covered_before(merged, pts, by=["pid"], point_col="z")
+                - covered_before(merged, pts, by=["pid"], point_col="a")).alias("_busy")
+    b = b.with_columns(busy)
+    own = (pl.col("t") - pl.col("_gap_from") - pl.col("_busy")).clip(lower_bound=0)
+    # A chain's first node: on the step's thread, the time from the step's start to its first
+    # op (a lead: a path may start there with that much behind it).
+    b = b.with_columns(
+        link_type=pl.when(is_dep | pl.col("first")).then(DEPENDENCY).otherwise(OP),
+        link_w=pl.when(pl.col("first")).then(pl.when(counted).then(own).otherwise(0))
+        .when(is_dep).then(pl.when(counted).then(own).otherwise(0))
+        .when(blocking_end).then(0).otherwise(gap),
+        _unexplained=pl.when(blocking_end & pl.lit(cpu_gaps)).then(gap).otherwise(None),
+        # Where a gap (or lead) lies: its middle, for the DataLoader test below.
+        _gap_mid=pl.when(pl.col("first")).then((pl.col("t") + pl.col("_w0")) // 2)
+        .otherwise((pl.col("t") + pl.col("prev_t")) // 2),
+    )
+    b = b.with_columns(link_dl=(pl.col("link_type") == DEPENDENCY) & _dataloader_flags(
+        model, b.select("pid", "tid", pl.col("_gap_mid").alias("ts_ns"))))
+    # Attribution (HTA): start→start and start→end to the source, end→end to the destination,
+    # end→start to the source's parent (the op open between them): the last start at the
+    # depth left open, found by an as-of join on position.
+    opened = b.filter(pl.col("kind") == 1).select(*by, "pos", "depth", pl.col("event").alias("_parent"))
+    b = b.with_columns(_pd=pl.col("prev_depth"))
+    end_start = (pl.col("prev_kind") == 0) & (pl.col("kind") == 1) & ~is_dep
+    par = b.filter(end_start).select(*by, "pos", "_pd").sort("pos").join_asof(
+        opened.rename({"depth": "_pd"}).sort("pos"), on="pos", by=[*by, "_pd"], strategy="backward",
+        check_sortedness=False).select("pos", "_parent")
+    b = b.join(par, on="pos", how="left").sort("pos").with_columns(
+        link_event=pl.when(pl.col("first") | (pl.col("link_type") == DEPENDENCY)).then(-1)
+        .when(pl.col("prev_kind") == 1).then(pl.col("prev_event"))
+        .when(pl.col("kind") == 0).then(pl.col("event"))
+        .otherwise(pl.col("_parent").fill_null(-1)),
+    )
+    cpu_nodes = b.select(
+        pl.col("t").alias("ts"), "event", (pl.col("kind") == 1).alias("start"), "window",
+        pl.col("first").alias("seg"), "link_w", "link_type", "link_event", "link_dl", "_unexplained")
+    # Hand-offs (with cpu_gaps): another thread's top-level op may have waited for the step's
+    # thread (the autograd engine's backward, a worker fed by the loop): a zero-weight edge
+    # from the step thread's last node at or before its start. Without it a helper thread, its
+    # gaps weightless, would start every path it carries from nothing. (CPU nodes are the
+    # first nodes, ``pos`` their index.)
+    handoff = pl.DataFrame(schema={c: pl.Int64 for c in ("src", "dst", "w", "type", "ev")})
+    if cpu_gaps:
+        helper = b.filter(~pl.col("_main") & (pl.col("kind") == 1) & (pl.col("first") | is_dep)).select(
+            "window", "t", pl.col("pos").alias("dst"))
+        mains = b.filter(pl.col("_main")).select("window", pl.col("t").alias("_mt"), pl.col("pos").alias("src"))
+        if helper.height and mains.height:
+            h = helper.sort("t").join_asof(mains.sort("_mt"), left_on="t", right_on="_mt", by="window",
+                                           strategy="backward", check_sortedness=False)
+            handoff = h.filter(pl.col("src").is_not_null()).select(
+                "src", "dst", pl.lit(0).alias("w"), pl.lit(DEPENDENCY).alias("type"),
+                pl.lit(-1).alias("ev")).with_columns(pl.all().cast(pl.Int64))
+
+    # ---- sync and stream-wait edges, GPU side.
+    act = gpu.select("event", "window", "correlation", "pid", "tid", "cpu_ts_ns", "cpu_end_ns", "gpu_ts_ns",
+                     "gpu_end_ns", "device", "stream", "queue_empty", "api", "_prev_end_all")
+    rt = cpu.filter(pl.col("kind") == "runtime").select("event", "window", "name", "pid", "tid", "ts_ns", "end_ns",
+                                                         "correlation")
+    sync_calls, waits, source = _sync_calls(syncs, rt, act)
+    if source != "cuda_sync events":
+        waits = pl.concat([waits, _inferred_waits(act)])
+
+    # ---- GPU chains per (window, device, stream), kernels by start.
+    g = act.sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns").with_columns(
+        prev_end=pl.col("gpu_end_ns").shift(1).over("window", "device", "stream"),
+        prev_event=pl.col("event").shift(1).over("window", "device", "stream"),
+    )
+    if waits.height:
+        g = g.join(waits.select(pl.col("dst").alias("event"), pl.col("src_end").alias("wait_end")).group_by(
+            "event").agg(pl.col("wait_end").max()), on="event", how="left")
+    else:
+        g = g.with_columns(wait_end=pl.lit(None, pl.Int64))
+    g = g.sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns")
+    w_ok_launch = pl.col("wait_end").is_null() | (pl.col("wait_end") < pl.col("cpu_ts_ns"))
+    launch = pl.col("queue_empty") & (pl.col("prev_end").is_null() | (pl.col("prev_end") < pl.col("cpu_ts_ns"))) \
+        & w_ok_launch
+    # HTA links queued kernels only up to KERNEL_KERNEL_DELAY_THRESHOLD_US apart: a longer
+    # gap is not queueing. HTA then leaves the kernel without an edge; it waited for its
+    # launch, so it gets the launch edge instead.
+    near = (pl.col("gpu_ts_ns") - pl.col("prev_end")) < kk_max_gap_ns
+    kk = ~launch & pl.col("prev_end").is_not_null() & near & (
+        pl.col("wait_end").is_null() | (pl.col("wait_end") < pl.col("prev_end")))
+    launch = launch | (~kk & (pl.col("prev_end").is_null() | ~near) & w_ok_launch & (
+        pl.col("_prev_end_all").is_null() | (pl.col("_prev_end_all") < pl.col("cpu_ts_ns"))))
+    g = g.with_columns(_launch=launch, _kk=kk)
+    gs = g.select(pl.col("gpu_ts_ns").alias("ts"), "event", pl.lit(True).alias("start"), "window",
+                  (~pl.col("_kk")).alias("seg"),
+                  pl.when(pl.col("_kk")).then((pl.col("gpu_ts_ns") - pl.col("prev_end")).clip(lower_bound=0))
+                  .otherwise(0).alias("link_w"),
+                  pl.when(pl.col("_kk")).then(KERNEL_KERNEL).otherwise(OP).alias("link_type"),
+                  pl.when(pl.col("_kk")).then(pl.col("prev_event")).otherwise(-1).alias("link_event"),
+                  pl.lit(False).alias("link_dl"), pl.lit(None, pl.Int64).alias("_unexplained"))
+    ge = g.select(pl.col("gpu_end_ns").alias("ts"), "event", pl.lit(False).alias("start"), "window",
+                  pl.lit(False).alias("seg"), (pl.col("gpu_end_ns") - pl.col("gpu_ts_ns")).alias("link_w"),
+                  pl.lit(OP).alias("link_type"), pl.col("event").alias("link_event"), pl.lit(False).alias("link_dl"),
+                  pl.lit(None, pl.Int64).alias("_unexplained"))
+    gpu_nodes = pl.concat([gs.with_row_index("_r"), ge.with_row_index("_r")]).sort("_r", "start",
+                                                                                 descending=[False, True]).drop("_r")
+    nodes = pl.concat([cpu_nodes.with_columns(pl.col("link_type").cast(pl.Int64), pl.col("link_w").cast(pl.Int64),
+                                              pl.col("link_event").cast(pl.Int64)),
+                       gpu_nodes.with_columns(pl.col("link_type").cast(pl.Int64), pl.col("link_w").cast(pl.Int64),
+                                              pl.col("link_event").cast(pl.Int64))])
+    nodes = nodes.with_columns(node=pl.int_range(pl.len(), dtype=pl.Int64))
+    start_of = nodes.filter(pl.col("start")).select("event", pl.col("node").alias("s"))
+    end_of = nodes.filter(~pl.col("start")).select("event", pl.col("node").alias("e"))
+    ev_nodes = start_of.join(end_of, on="event")
+
+    # ---- cross edges: src node, dst node, weight, type, attributed event.
+    parts = []
+    le = g.filter(pl.col("_launch")).join(
+        rt.select(pl.col("event").alias("rt_event"), "correlation", "pid", "tid"), on=["correlation", "pid", "tid"],
+        how="inner")
+    if le.height:
+        parts.append(le.join(ev_nodes.rename({"event": "rt_event", "s": "src", "e": "_e"}), on="rt_event").join(
+            ev_nodes.rename({"s": "dst", "e": "_e2"}), on="event").select(
+            "src", "dst", (pl.col("gpu_ts_ns") - pl.col("cpu_ts_ns")).clip(lower_bound=0).alias("w"),
+            pl.lit(LAUNCH).alias("type"), pl.col("rt_event").alias("ev")))
+    if sync_calls.height:
+        # GPU → CPU: the activity's end → the call's end.
+        parts.append(sync_calls.join(ev_nodes.rename({"event": "src_event", "s": "_s", "e": "src"}), on="src_event")
+                     .join(ev_nodes.rename({"event": "call", "s": "_s2", "e": "dst"}), on="call")
+                     .select("src", "dst", pl.lit(0).alias("w"), pl.lit(SYNC).alias("type"),
+                             pl.col("call").alias("ev")))
+    if waits.height:
+        parts.append(waits.join(ev_nodes.rename({"event": "src_event", "s": "_s", "e": "src"}), on="src_event")
+                     .join(ev_nodes.rename({"event": "dst", "s": "_dst", "e": "_e"}), on="dst")
+                     .select("src", pl.col("_dst").alias("dst"), pl.lit(0).alias("w"), pl.lit(SYNC).alias("type"),
+                             pl.col("src_event").alias("ev")))
+    if handoff.height:
+        parts.append(handoff)
+    if parts:
+        x = pl.concat([p.with_columns(pl.all().cast(pl.Int64)) for p in parts]).unique(["src", "dst"]).sort("dst")
+    else:
+        x = pl.DataFrame(schema={c: pl.Int64 for c in ("src", "dst", "w", "type", "ev")})
+
+    # A blocking call's wait weighs nothing only where a sync edge explains it; one without
+    # (its stream guessed wrong, a copy that returned early) keeps its CPU time (with
+    # cpu_gaps; HTA's weights zero it regardless).
+    synced = x.filter(pl.col("type") == SYNC)["dst"].unique()
+    nodes = nodes.with_columns(link_w=pl.when(pl.col("_unexplained").is_not_null() & ~pl.col("node").is_in(
+        synced.implode())).then(pl.col("_unexplained")).otherwise(pl.col("link_w")))
+
+    def arr(s: pl.Series) -> I64:
+        return s.cast(pl.Int64).to_numpy().astype(np.int64, copy=False)
+
+    return CPGraph(
+        node_ts=arr(nodes["ts"]), node_event=arr(nodes["event"]), node_start=nodes["start"].to_numpy(),
+        node_window=arr(nodes["window"]), seg_start=nodes["seg"].to_numpy(), link_w=arr(nodes["link_w"]),
+        link_type=arr(nodes["link_type"]), link_event=arr(nodes["link_event"]),
+        link_dl=nodes["link_dl"].to_numpy(), lead=(nodes["seg"] & (nodes["link_w"] > 0)).to_numpy(),
+        x_src=arr(x["src"]), x_dst=arr(x["dst"]), x_w=arr(x["w"]), x_type=arr(x["type"]), x_event=arr(x["ev"]),
+        events=events.drop("window"), sync_source=source,
+    )
+
+
+def _inferred_waits(act: pl.DataFrame) -> pl.DataFrame:
+    """Cross-stream waits read from the timeline, for traces without ``cuda_sync`` events: an
+    activity that starts more than :data:`INFERRED_WAIT_NS` after its launch call ended, on a
+    stream with nothing before it, waited for something; where another stream of its device
+    finished within :data:`_TOL_NS` before it started (and after the call ended), that is taken
+    as what it waited for (a ``cudaStreamWaitEvent`` on another thread, or the device being
+    full). Without it the whole wait would read as launch overhead."""
+    a = act.sort("window", "device", "stream", "gpu_ts_ns").with_columns(
+        _prev_end=pl.col("gpu_end_ns").shift(1).over("window", "device", "stream"))
+    late = a.filter((pl.col("gpu_ts_ns") - pl.col("cpu_end_ns") > INFERRED_WAIT_NS)
+                    & (pl.col("_prev_end").is_null() | (pl.col("_prev_end") < pl.col("cpu_end_ns"))))
+    empty = pl.DataFrame(schema={"src_event": pl.Int64, "dst": pl.Int64, "src_end": pl.Int64})
+    if late.is_empty():
+        return empty
+    ends = act.select("window", "device", pl.col("stream").alias("src_stream"), pl.col("gpu_end_ns").alias("src_end"),
+                      pl.col("event").alias("src_event")).sort("src_end")
+    q = late.select("window", "device", "stream", "cpu_end_ns", pl.col("event").alias("dst"),
+                    (pl.col("gpu_ts_ns") + _TOL_NS).alias("_t")).sort("_t")
+    # The latest end on the device before the start; another stream's only (a same-stream end
+    # is the previous activity, already ruled out).
+    m = q.join_asof(ends, left_on="_t", right_on="src_end", by=["window", "device"], strategy="backward",
+                    check_sortedness=False)
+    m = m.filter(pl.col("src_event").is_not_null() & (pl.col("src_stream") != pl.col("stream"))
+                 & (pl.col("src_end") > pl.col("cpu_end_ns")) & (pl.col("_t") - pl.col("src_end") <= 2 * _TOL_NS))
+    return m.select("src_event", "dst", "src_end").with_columns(pl.all().cast(pl.Int64)) if m.height else empty
+
+
+def _dataloader_flags(model: TraceModel, cpu: pl.DataFrame) -> pl.Series:
+    """Per row of ``cpu`` (``pid, tid, ts_ns``): inside a DataLoader range (annotation or op)
+    of its thread."""
+    dl = pl.concat([
+        model.annotations.filter(pl.col("name").str.contains(DATALOADER_RE)).select("pid", "tid", "ts_ns", "end_ns"),
+        model.cpu_ops.filter(pl.col("name").str.contains(DATALOADER_RE)).select("pid", "tid", "ts_ns", "end_ns"),
+    ]).filter(pl.col("end_ns") > pl.col("ts_ns"))
+    if dl.is_empty() or cpu.is_empty():
+        return pl.Series("dl", [False] * cpu.height, dtype=pl.Boolean)
+    ids = deepest_at(dl.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64)), cpu.select("pid", "tid",
+                                                                                                   "ts_ns"))
+    return ids.is_not_null().alias("dl")
+
+
+def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, str]:
+    """``(sync edges: src_event → call, wait edges: src_event → dst with src_end, source)``.
+
+    ``rt``: runtime events in the graph; ``act``: GPU activities in the graph."""
+    # A launch row per activity, for "the thread's last launch before t" look-ups.
+    last_act = act.sort("gpu_end_ns").unique("correlation", keep="last").select(
+        "pid", "tid", "cpu_ts_ns", "event", "gpu_end_ns", "stream", "device", "window").sort("cpu_ts_ns")
+    first_act = act.sort("gpu_ts_ns").unique("correlation", keep="first").select(
+        "pid", "tid", "cpu_ts_ns", "event", "stream", "window").sort("cpu_ts_ns")
+    calls = rt.filter(pl.col("name").is_in(list(_SYNC_CALLS)))
+    if syncs.height:
+        source = "cuda_sync events"
+        s = syncs.select("name", pl.col("tid").cast(pl.Int64, strict=False).alias("sync_stream"),
+                         pl.col("ts_ns").alias("_mid"), pl.col("end_ns").alias("s_end"))
+        # The cuda_sync record starts inside its runtime call, within a few µs of its start (same
+        # correlation, which the model does not keep): the sync call starting last before it.
+        c = calls.select(pl.col("event").alias("call"), pl.col("name").alias("api"), "window", "pid", "tid",
+                         "ts_ns", "end_ns").sort("ts_ns")
+        m = s.sort("_mid").join_asof(c, left_on="_mid", right_on="ts_ns", strategy="backward",
+                                     check_sortedness=False).filter(pl.col("call").is_not_null() & (
+                                         pl.col("_mid") <= pl.col("end_ns") + _TOL_NS))
+        m = m.with_columns(kind=pl.col("name").replace_strict(
+            {"Context Sync": "context", "Stream Sync": "stream", "Event Sync": "event",
+             "Stream Wait Event": "wait"}, default=None))
+    else:
+        source = "runtime calls" if calls.height else "none"
+        m = calls.select(pl.col("event").alias("call"), pl.col("name").alias("api"), "window", "pid", "tid", "ts_ns",
+                         "end_ns").with_columns(
+            kind=pl.when(pl.col("api").is_in(list(_DEVICE_SYNC))).then(pl.lit("context"))
+            .when(pl.col("api").is_in(list(_STREAM_SYNC))).then(pl.lit("stream"))
+            .when(pl.col("api").is_in(list(_EVENT_SYNC))).then(pl.lit("event"))
+            .when(pl.col("api").is_in(list(_STREAM_WAIT))).then(pl.lit("wait")).otherwise(None),
+            sync_stream=pl.lit(None, pl.Int64), s_end=pl.col("end_ns"))
+        # A stream sync's stream: that of the thread's last launch before it.
+        lastl = last_act.select("pid", "tid", "cpu_ts_ns", pl.col("stream").alias("_ls"))
+        m = m.sort("ts_ns").join_asof(lastl, left_on="ts_ns", right_on="cpu_ts_ns", by=["pid", "tid"],
+                                      strategy="backward", check_sortedness=False).with_columns(
+            sync_stream=pl.when(pl.col("kind") == "stream").then(pl.col("_ls"))).drop("_ls", "cpu_ts_ns")
+    m = m.filter(pl.col("kind").is_not_null())
+    parts: list[pl.DataFrame] = []
+    # Context / stream sync: per stream, the last activity of the window started before the
+    # sync ended (HTA sorts syncs by their end among kernels by start) and ended by then.
+    cs = m.filter(pl.col("kind").is_in(["context", "stream"]))
+    if cs.height and act.height:
+        streams = act.select("window", "device", "stream").unique()
+        q = cs.join(streams, on="window").filter(
+            (pl.col("kind") == "context") | (pl.col("stream") == pl.col("sync_stream")))
+        last = act.select("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", pl.col("event").alias("src_event"))
+        q = q.sort("s_end").join_asof(last.sort("gpu_ts_ns"), left_on="s_end", right_on="gpu_ts_ns",
+                                      by=["window", "device", "stream"], strategy="backward", check_sortedness=False)
+        q = q.filter(pl.col("src_event").is_not_null() & (pl.col("gpu_end_ns") <= pl.col("end_ns") + _TOL_NS))
+        parts.append(q.select("src_event", "call"))
+    # Event sync / stream wait: the activity launched before the thread's last event record.
+    ew = m.filter(pl.col("kind").is_in(["event", "wait"]))
+    waits = pl.DataFrame(schema={"src_event": pl.Int64, "dst": pl.Int64, "src_end": pl.Int64})
+    if ew.height and act.height:
+        rec = rt.filter(pl.col("name").is_in(list(_EVENT_RECORD))).select(
+            "pid", "tid", pl.col("ts_ns").alias("rec_ts"))
+        q = ew.sort("ts_ns").join_asof(
+            rec.sort("rec_ts"), left_on="ts_ns", right_on="rec_ts", by=["pid", "tid"], strategy="backward",
+            check_sortedness=False).filter(pl.col("rec_ts").is_not_null())
+        q = q.sort("rec_ts").join_asof(
+            last_act.select("pid", "tid", "cpu_ts_ns", pl.col("event").alias("src_event"), "gpu_end_ns",
+                            pl.col("stream").alias("src_stream"), pl.col("window").alias("src_window")),
+            left_on="rec_ts", right_on="cpu_ts_ns", by=["pid", "tid"], strategy="backward", check_sortedness=False,
+        ).filter(pl.col("src_event").is_not_null() & (pl.col("src_window") == pl.col("window")))
+        ev = q.filter((pl.col("kind") == "event") & (pl.col("gpu_end_ns") <= pl.col("end_ns") + _TOL_NS))
+        parts.append(ev.select("src_event", "call"))
+        wq = q.filter(pl.col("kind") == "wait")
+        if wq.height:
+            # The next activity launched from the thread after the wait call: on the waiting
+            # stream (the cuda_sync record's) when known, else whatever stream comes next.
+            nxt = first_act.select("pid", "tid", pl.col("cpu_ts_ns").alias("n_ts"), pl.col("event").alias("dst"),
+                                   pl.col("stream").alias("dst_stream"), pl.col("window").alias("dst_window"))
+            has_stream = wq.filter(pl.col("sync_stream").is_not_null() & (pl.col("sync_stream") >= 0))
+            no_stream = wq.filter(pl.col("sync_stream").is_null() | (pl.col("sync_stream") < 0))
+            got = []
+            if has_stream.height:
+                got.append(has_stream.sort("end_ns").join_asof(
+                    nxt.sort("n_ts"), left_on="end_ns", right_on="n_ts", by_left=["pid", "tid", "sync_stream"],
+                    by_right=["pid", "tid", "dst_stream"], strategy="forward", check_sortedness=False,
+                ).with_columns(dst_stream=pl.col("sync_stream")))
+            if no_stream.height:
+                got.append(no_stream.sort("end_ns").join_asof(
+                    nxt.sort("n_ts"), left_on="end_ns", right_on="n_ts", by=["pid", "tid"], strategy="forward",
+                    check_sortedness=False))
+            w = pl.concat([x.select("src_event", "gpu_end_ns", "src_stream", "dst", "dst_stream", "dst_window",
+                                    "window") for x in got])
+            waits = w.filter(pl.col("dst").is_not_null() & (pl.col("dst_window") == pl.col("window"))
+                             & (pl.col("dst_stream") != pl.col("src_stream"))).select(
+                "src_event", "dst", pl.col("gpu_end_ns").alias("src_end"))
+    # A blocking copy call waits for its own copy.
+    copies = act.filter(pl.col("api").is_in(list(BLOCKING_CALLS)) & (pl.col("gpu_end_ns") <= pl.col("cpu_end_ns")
+                                                                     + _TOL_NS))
+    if copies.height:
+        cp = copies.join(rt.select(pl.col("event").alias("call"), "correlation", "pid", "tid"),
+                         on=["correlation", "pid", "tid"])
+        parts.append(cp.select(pl.col("event").alias("src_event"), "call"))
+    sync = (pl.concat([p.with_columns(pl.all().cast(pl.Int64)) for p in parts]).unique() if parts
+            else pl.DataFrame(schema={"src_event": pl.Int64, "call": pl.Int64}))
+    return sync, waits, source
+
+
+@dataclass(frozen=True)
+class LongestPath:
+    """The longest path of each window: ``dist`` per node, the path's nodes and edges."""
+
+    dist: I64
+    rounds: int
+    converged: bool
+    window_len: dict[int, int]  # window → path length (ns)
+    on_path: B  # per node
+    path_links: I64  # node indices i whose chain link (i−1 → i) is on a path
+    path_x: I64  # indices of cross edges on a path
+
+
+def _seg_ids(seg_start: B) -> I64:
+    return np.cumsum(seg_start).astype(np.int64) - 1
+
+
+def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
+                 max_rounds: int = MAX_ROUNDS) -> LongestPath:
+    """The longest path of every window of ``g`` (weights overridable: the what-ifs)."""
+    n = g.n_nodes
+    lw = g.link_w if link_w is None else link_w
+    xw = g.x_w if x_w is None else x_w
+    if n == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return LongestPath(z, 0, True, {}, z.astype(bool), z, z)
+    seg = _seg_ids(g.seg_start)
+    w = np.where(g.seg_start, 0, lw).astype(np.int64)
+    csum = np.cumsum(w)
+    seg_first = np.flatnonzero(g.seg_start)
+    prefix = csum - csum[seg_first][seg]  # P: weights from the segment's first node
+    # Segmented running maximum: offset each segment far above the previous one so a plain
+    # running maximum never carries a value across segments.
+    span = int(w.clip(min=0).sum()) + int(xw.clip(min=0).sum() if xw.size else 0) + 1
+    big = np.int64(2 * span + 1)
+    if float(big) * float(seg[-1] + 1) >= 2.0**62:  # cannot offset: fall back to a per-segment loop
+        big = np.int64(0)
+    # A lead (time from the step start to a thread's first op) is where a path may start with
+    # that much behind it: the floor of the node's offer.
+    floor = np.where(g.lead, lw, 0).astype(np.int64)
+    offer = floor.copy()
+    x_dst_first = np.flatnonzero(np.r_[True, g.x_dst[1:] != g.x_dst[:-1]]) if g.x_dst.size else np.zeros(0, np.int64)
+    x_dst_u = g.x_dst[x_dst_first] if g.x_dst.size else np.zeros(0, np.int64)
+    rounds, converged = 0, True
+    while True:
+        rounds += 1
+        dist = _chain_dist(offer, prefix, seg, seg_first, big)
+        if not g.x_dst.size:
+            break
+        cand = dist[g.x_src] + xw
+        best = np.maximum.reduceat(cand, x_dst_first)
+        new = floor.copy()
+        new[x_dst_u] = np.maximum(floor[x_dst_u], best)
+        if np.array_equal(new, offer):
+            break
+        offer = new
+        if rounds >= max_rounds:
+            # Many chain switches (thousands of syncs in one window): finish with one pass in
+            # topological order instead, linear in nodes and edges whatever the depth.
+            dist, converged = _topological_dist(g, lw, xw, floor)
+            cand = dist[g.x_src] + xw
+            offer = floor.copy()
+            offer[x_dst_u] = np.maximum(floor[x_dst_u], np.maximum.reduceat(cand, x_dst_first))
+            break
+    return _extract(g, dist, offer, prefix, seg, seg_first, lw, xw, rounds, converged)
+
+
+def _topological_dist(g: CPGraph, lw: I64, xw: I64, floor: I64) -> tuple[I64, bool]:
+    """Longest distance to every node by Kahn's algorithm (a Python loop over nodes: the
+    fallback of :func:`longest_path` for graphs whose paths switch chains too often for its
+    rounds). False when some node is never reached (a cycle)."""
+    n = g.n_nodes
+    chain = ~g.seg_start[1:]  # link i → i + 1
+    src = np.concatenate([np.flatnonzero(chain), g.x_src]).astype(np.int64)
+    dst = np.concatenate([np.flatnonzero(chain) + 1, g.x_dst]).astype(np.int64)
+    wt = np.concatenate([lw[1:][chain], xw]).astype(np.int64)
+    order = np.argsort(src, kind="stable")
+    src, dst, wt = src[order], dst[order], wt[order]
+    starts = np.searchsorted(src, np.arange(n + 1)).tolist()
+    indeg = np.bincount(dst, minlength=n).tolist()
+    dst_l, wt_l = dst.tolist(), wt.tolist()
+    dist = floor.tolist()
+    ready = [i for i in range(n) if indeg[i] == 0]
+    seen = 0
+    while ready:
+        u = ready.pop()
+        seen += 1
+        du = dist[u]
+        for k in range(starts[u], starts[u + 1]):
+            v = dst_l[k]
+            if du + wt_l[k] > dist[v]:
+                dist[v] = du + wt_l[k]
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                ready.append(v)
+    return np.asarray(dist, dtype=np.int64), seen == n
+
+
+def _chain_dist(offer: I64, prefix: I64, seg: I64, seg_first: I64, big: np.int64) -> I64:
+    v = offer - prefix
+    if big:
+        off = seg * big
+        m = np.maximum.accumulate(v + off) - off
+    else:
+        m = np.empty_like(v)
+        bounds = np.r_[seg_first, v.size]
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            m[a:b] = np.maximum.accumulate(v[a:b])
+    out: I64 = prefix + m
+    return out
+
+
+def _extract(g: CPGraph, dist: I64, offer: I64, prefix: I64, seg: I64, seg_first: I64, lw: I64, xw: I64,
+             rounds: int, converged: bool) -> LongestPath:
+    n = dist.size
+    # Where along its segment each node's best start lies: the last j ≤ i at which
+    # offer[j] − P[j] reached the running maximum.
+    v = offer - prefix
+    m = dist - prefix
+    hit = v == m
+    idx = np.where(hit, np.arange(n), -1)
+    big = np.int64(n + 1)
+    jstar = np.maximum.accumulate(np.where(idx >= 0, idx + seg * big, -1)) - seg * big
+    # Best cross edge into each node (the one whose offer won).
+    cand = dist[g.x_src] + xw if g.x_src.size else np.zeros(0, np.int64)
+    win = g.node_window
+    order = np.lexsort((-dist, win))
+    firsts = np.flatnonzero(np.r_[True, win[order][1:] != win[order][:-1]])
+    ends = order[firsts]
+    window_len: dict[int, int] = {}
+    mark = np.zeros(n + 1, dtype=np.int64)
+    links: list[I64] = []
+    xs: list[int] = []
+    for e in ends.tolist():
+        window_len[int(win[e])] = int(dist[e])
+        i = e
+        # One iteration per segment of the path (a chain stretch entered by a cross edge).
+        for _ in range(n):
+            j = int(jstar[i])
+            mark[j] += 1
+            mark[i + 1] -= 1
+            if i > j:
+                links.append(np.arange(j + 1, i + 1, dtype=np.int64))
+            if offer[j] <= 0:
+                break
+            k = -1
+            a, b = int(np.searchsorted(g.x_dst, j)), int(np.searchsorted(g.x_dst, j, side="right"))
+            if a < b:
+                k = a + int(np.argmax(cand[a:b]))
+            if k < 0 or cand[k] != offer[j]:
+                if g.lead[j] and offer[j] == lw[j]:
+                    links.append(np.array([j], dtype=np.int64))  # the path starts with the lead
+                break
+            xs.append(k)
+            i = int(g.x_src[k])
+    on_path = np.cumsum(mark[:-1]) > 0
+    path_links = np.concatenate(links) if links else np.zeros(0, np.int64)
+    return LongestPath(dist, rounds, converged, window_len, on_path, path_links, np.asarray(xs, dtype=np.int64))

@@ -1,0 +1,319 @@
+"""Critical path: per steady step, the chain of CPU ops, launches, kernels and syncs that sets
+the step time, its breakdown by what bounds it, and what-ifs.
+
+Definitions (``docs/critical_path.md`` has the long form)
+---------------------------------------------------------
+* The **graph** of a step (``_cpgraph``: HolisticTraceAnalysis' construction): start and end
+  nodes of every CPU op, runtime call and GPU activity of the step window; CPU nesting and
+  order per thread, launch → kernel (*launch delay* when the stream's queue was empty),
+  stream order (*kernel-kernel delay* otherwise), sync edges from Kineto's ``cuda_sync``
+  events (context, stream, event sync, stream wait event) or, without them, from the runtime
+  call names; a blocking call's own span weighs nothing, the sync edge into its end explains
+  it.
+* The **critical path** is the longest path of that graph; its **length** (``path_ns``) is
+  at most the step window. With ``critical_path.cpu_gaps`` (default true) the time between
+  top-level ops of the step's thread (Python between ops), and before its first op, counts as
+  CPU time on the path; HTA gives those edges no weight (``false`` reproduces it).
+* **Bound by** (HTA's classes) each path edge: ``cpu_bound`` (CPU ops, runtime calls, gaps
+  between ops), ``data_loading`` (CPU time inside a DataLoader range), ``gpu_compute_bound``
+  (kernels, copies, memsets), ``gpu_communication_bound`` (communication kernels as every
+  analysis counts them, ``_comm``), ``gpu_kernel_kernel_overhead`` (gaps between queued
+  kernels of a stream), ``gpu_kernel_launch_overhead`` (launch call start → kernel start when
+  the queue was empty). Shares are **% of the path** (summed over steady steps); per-step
+  figures are means over steady steps.
+* **What-if**: the path recomputed with the weights of one target divided by a factor
+  (``critical_path.whatif_target`` / ``whatif_factor``; by default every kernel class on a
+  path, ``cpu``, ``data_loading`` and ``launch_overhead`` at 2×). Estimated step = step −
+  (path − new path): the time outside the path (slack) is assumed unchanged; step, saving and
+  new step are medians over steady steps (``saved_pct_of_step``: % of the median step).
+  ``path_moved_steps``: steady steps whose new longest path is not the old one. Targets: a
+  kernel class (``gemm``, ``attention``, ``communication``, ``elementwise``, ``reduction``,
+  ``other``, ``memcpy``, ``memset``), ``cpu`` (CPU ops, runtime calls and the gaps between them
+  outside DataLoader ranges), ``data_loading`` (inside them), ``launch_overhead``, ``op:NAME``
+  (the CPU time of op NAME, nested calls included), ``kernel:REGEX`` (kernels by name).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from traceanalyzer.analyses import AnalysisContext, analysis
+from traceanalyzer.analyses._cpgraph import (
+    BOUND_CLASSES,
+    DEPENDENCY,
+    EDGE_TYPES,
+    KERNEL_KERNEL,
+    LAUNCH,
+    OP,
+    CPGraph,
+    LongestPath,
+    build_graph,
+    longest_path,
+)
+from traceanalyzer.analyses._intervals import ms
+from traceanalyzer.analyses.steps import StepsResult
+from traceanalyzer.errors import NotApplicable
+from traceanalyzer.model import TraceModel
+from traceanalyzer.model.relations import deepest_at
+
+#: Kernel classes a what-if may name (``_kernels.kernel_class``, communication from ``_comm``,
+#: and the copy activities).
+KERNEL_CLASSES = ("gemm", "attention", "communication", "reduction", "elementwise", "other", "memcpy", "memset")
+
+_STEP_SCHEMA = {"window": pl.Int64, "step": pl.Int64, "step_ns": pl.Int64, "path_ns": pl.Int64,
+                **{f"{c}_ns": pl.Int64 for c in BOUND_CLASSES}}
+_WHATIF_SCHEMA = {"target": pl.String, "factor": pl.Float64, "step_ns": pl.Int64, "new_step_ns": pl.Int64,
+                  "saved_ns": pl.Int64, "saved_pct_of_step": pl.Float64, "path_moved_steps": pl.Int64,
+                  "path_overlap_pct": pl.Float64, "requested": pl.Boolean}
+
+
+@dataclass(frozen=True)
+class CriticalPathResult:
+    """Critical path per steady step, its breakdown and what-ifs. See the module docstring."""
+
+    per_step: pl.DataFrame  # _STEP_SCHEMA, one row per steady step
+    breakdown: pl.DataFrame  # bound_by, ns_per_step, pct_of_path
+    top_events: pl.DataFrame  # name, kind, bound_by, ns_per_step, pct_of_path, count
+    whatif: pl.DataFrame  # _WHATIF_SCHEMA
+    critical_events: pl.DataFrame  # events on a path: kind, name, pid, tid, device, stream, ts_ns, end_ns, bound
+    path_edges: pl.DataFrame  # every path edge: window, type, bound_by, weight_ns, event name
+    sync_source: str
+    cpu_gaps: bool
+    rounds: int
+    converged: bool
+    graph_nodes: int
+    graph_cross_edges: int
+    whatif_error: str | None = None  # why the requested what-if could not run
+
+    def median_step(self) -> tuple[int, int]:
+        """(step_ns, path_ns) medians over steady steps."""
+        med = [self.per_step[c].median() for c in ("step_ns", "path_ns")]
+        return (int(med[0]) if isinstance(med[0], int | float) else 0,
+                int(med[1]) if isinstance(med[1], int | float) else 0)
+
+    def to_json(self) -> dict[str, Any]:
+        step_ns, path_ns = self.median_step()
+        return {
+            "steady_steps": self.per_step.height,
+            "step_ns_median": step_ns,
+            "path_ns_median": path_ns,
+            "sync_source": self.sync_source,
+            "cpu_gaps": self.cpu_gaps,
+            "rounds": self.rounds,
+            "converged": self.converged,
+            "graph_nodes": self.graph_nodes,
+            "graph_cross_edges": self.graph_cross_edges,
+            "breakdown": self.breakdown.to_dicts(),
+            "top_events": self.top_events.to_dicts(),
+            "whatif": self.whatif.to_dicts(),
+            "whatif_error": self.whatif_error,
+            "per_step": self.per_step.to_dicts(),
+        }
+
+    def summary(self) -> list[tuple[str, str]]:
+        step_ns, path_ns = self.median_step()
+        parts = [f"{r['bound_by']} {r['pct_of_path']:.1f} %" for r in self.breakdown.iter_rows(named=True)
+                 if r["pct_of_path"] and r["pct_of_path"] >= 0.05]
+        out = [("Critical path (steady step, median)",
+                f"{ms(path_ns)} of a {ms(step_ns)} step; " + (", ".join(parts) + " of the path" if parts else
+                                                             "empty"))]
+        wi = self.whatif.filter(pl.col("saved_ns") > 0).sort("saved_ns", descending=True).head(3)
+        if wi.height:
+            out.append(("What-if (estimated step)", "; ".join(
+                f"{r['target']} {r['factor']:g}× faster: −{ms(r['saved_ns'])} "
+                f"({r['saved_pct_of_step']:.1f} % of step)" + (", path moves" if r["path_moved_steps"] else "")
+                for r in wi.iter_rows(named=True))))
+        if self.whatif_error:
+            out.append(("What-if not run", self.whatif_error))
+        if self.sync_source != "cuda_sync events":
+            out.append(("Sync edges", f"from {self.sync_source} (the trace has no cuda_sync events: "
+                                      "event and stream-wait dependencies are inferred)"))
+        return out
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        return {
+            "Critical path by bound (% of path)": self.breakdown,
+            "Events on the critical path": self.top_events,
+            "What-if (estimated step time)": self.whatif,
+        }
+
+
+def _event_scale(g: CPGraph, target: str, model: TraceModel) -> tuple[np.ndarray, bool]:
+    """Per event: whether ``target`` scales it; and whether it scales launch delays instead."""
+    ev = g.events
+    if target == "launch_overhead":
+        return np.zeros(ev.height, dtype=bool), True
+    if target in ("cpu", "data_loading"):
+        return ((ev["klass"] == "cpu") & ((ev["bound"] == "data_loading") == (target == "data_loading"))).to_numpy(), \
+            False
+    if target.startswith("kernel:"):
+        rx = target[len("kernel:"):]
+        try:
+            hit = ev.select((pl.col("klass") != "cpu") & pl.col("name").str.contains(rx).fill_null(False))
+        except pl.exceptions.ComputeError as err:
+            raise _BadTarget(f"{target!r}: bad regular expression ({str(err).splitlines()[0]})") from err
+        return hit.to_series().to_numpy(), False
+    if target.startswith("op:"):
+        name = target[len("op:"):]
+        ops = model.cpu_ops.filter((pl.col("name") == name) & (pl.col("end_ns") > pl.col("ts_ns"))).select(
+            "pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+        cpu = ev.filter(pl.col("klass") == "cpu")
+        inside = np.zeros(ev.height, dtype=bool)
+        if ops.height and cpu.height:
+            # An event inside the op: its start is covered by one (nested ops share the thread).
+            got = deepest_at(ops, cpu.select("pid", "tid", "ts_ns")).is_not_null().to_numpy()
+            inside[cpu["event"].to_numpy()] = got
+        return inside, False
+    if target not in KERNEL_CLASSES:
+        raise _BadTarget(f"unknown target {target!r} (a kernel class: {', '.join(KERNEL_CLASSES)}; cpu, "
+                         "data_loading, launch_overhead, op:NAME or kernel:REGEX)")
+    return (ev["klass"] == target).to_numpy(), False
+
+
+class _BadTarget(ValueError):
+    """A ``critical_path.whatif_target`` that names nothing: reported, the other what-ifs kept."""
+
+
+def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: TraceModel,
+            step_of: dict[int, int]) -> dict[str, Any]:
+    """One what-if row: ``target``'s edges ``factor``× lighter, the longest paths recomputed.
+    Step, saving and new step are medians over the steady steps (the step every report cites)."""
+    scaled, launch = _event_scale(g, target, model)
+    steps = [step_of[w] for w in base.window_len]
+    step_med = float(np.median(steps)) if steps else 0.0
+    lw, xw = g.link_w, g.x_w
+    if launch:
+        x_hit = g.x_type == LAUNCH
+        touched = bool(x_hit[base.path_x].any())
+        xw = np.where(x_hit, np.floor(g.x_w / factor), g.x_w).astype(np.int64)
+    else:
+        ev_ok = g.link_event >= 0
+        hit = np.zeros(g.link_event.size, dtype=bool)
+        hit[ev_ok] = scaled[g.link_event[ev_ok]]
+        hit &= g.link_type == OP
+        if target in ("cpu", "data_loading"):  # the time between a thread's ops is CPU time too
+            hit |= (g.link_type == DEPENDENCY) & (g.link_dl == (target == "data_loading"))
+        touched = bool(hit[base.path_links].any())
+        lw = np.where(hit, np.floor(g.link_w / factor), g.link_w).astype(np.int64)
+        if target == "cpu":  # hand-offs between threads: CPU time of the step's thread
+            x_hit = g.x_type == DEPENDENCY
+            touched |= bool(x_hit[base.path_x].any())
+            xw = np.where(x_hit, np.floor(g.x_w / factor), g.x_w).astype(np.int64)
+    if not touched:
+        # Weights only shrink: a target with no edge on any path leaves every path as it is.
+        return {"target": target, "factor": factor, "step_ns": round(step_med), "new_step_ns": round(step_med),
+                "saved_ns": 0, "saved_pct_of_step": 0.0, "path_moved_steps": 0, "path_overlap_pct": 100.0}
+    new = longest_path(g, lw, xw)
+    saved = [base.window_len[w] - new.window_len.get(w, 0) for w in base.window_len]
+    # Per window: nodes whose membership changed, nodes on both paths, nodes on the new one.
+    wins = np.array(sorted(base.window_len), dtype=np.int64)
+    at = np.searchsorted(wins, g.node_window)
+    changed = np.bincount(at, weights=base.on_path != new.on_path, minlength=wins.size)
+    both = np.bincount(at, weights=base.on_path & new.on_path, minlength=wins.size)
+    on_new = np.bincount(at, weights=new.on_path, minlength=wins.size)
+    moved = int((changed > 0).sum())
+    overlap = (100.0 * both / np.maximum(on_new, 1)).tolist()
+    saved_med = float(np.median(saved)) if saved else 0.0
+    return {"target": target, "factor": factor, "step_ns": round(step_med),
+            "new_step_ns": round(step_med - saved_med), "saved_ns": round(saved_med),
+            "saved_pct_of_step": 100.0 * saved_med / step_med if step_med else 0.0,
+            "path_moved_steps": moved, "path_overlap_pct": float(np.mean(overlap)) if overlap else 100.0}
+
+
+@analysis(
+    "critical_path", depends_on=("steps",), title="Critical path", order=85,
+    shared=("gpu_activity", "launches", "comm_classes", "op_nesting"),
+    params={"cpu_gaps": True, "whatif_target": "", "whatif_factor": 2.0, "top_n": 15},
+)
+def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
+    """Per steady step, the longest dependency chain through CPU ops, launches, kernels and
+    syncs; its breakdown by bound (HTA's classes), top events and what-ifs."""
+    model = ctx.model
+    steps = ctx.need("steps", StepsResult)
+    factor = float(ctx.params.whatif_factor)
+    if not factor > 0:
+        raise NotApplicable("critical_path.whatif_factor must be > 0")
+    if model.cpu_ops.is_empty() and model.runtime.is_empty():
+        raise NotApplicable("no CPU ops or runtime calls: the critical path needs the CPU side of the trace")
+    keep = steps.steady_windows()
+    g = build_graph(ctx.tables, steps.windows(), keep, bool(ctx.params.cpu_gaps))
+    if g.n_nodes == 0:
+        raise NotApplicable("no CPU op or runtime call of positive length in a steady step")
+    lp = longest_path(g)
+    step_of = dict(zip(steps.table["window"].to_list(), steps.table["dur_ns"].to_list(), strict=True))
+    step_label = dict(zip(steps.table["window"].to_list(), steps.table["step"].to_list(), strict=True))
+
+    # Path edges: chain links and cross edges on a path, with their bound class.
+    ev = g.events
+    bound = ev["bound"].to_numpy()
+    li = lp.path_links
+    l_ev = g.link_event[li]
+    l_type = g.link_type[li]
+    l_bound = np.where(l_type == KERNEL_KERNEL, "gpu_kernel_kernel_overhead",
+                       np.where(l_type == DEPENDENCY, np.where(g.link_dl[li], "data_loading", "cpu_bound"),
+                                np.where(l_ev >= 0, bound[np.maximum(l_ev, 0)], "cpu_bound")))
+    xi = lp.path_x
+    x_type = g.x_type[xi]
+    x_bound = np.where(x_type == LAUNCH, "gpu_kernel_launch_overhead", np.where(x_type == DEPENDENCY, "cpu_bound", ""))
+    x_ev = g.x_event[xi]
+    edges = pl.DataFrame({
+        "window": np.concatenate([g.node_window[li], g.node_window[g.x_dst[xi]]]),
+        "type": [EDGE_TYPES[t] for t in np.concatenate([l_type, x_type]).tolist()],
+        "bound_by": np.concatenate([l_bound, x_bound]).astype(str),
+        "weight_ns": np.concatenate([g.link_w[li], g.x_w[xi]]),
+        "event": np.concatenate([l_ev, x_ev]),
+    }, schema={"window": pl.Int64, "type": pl.String, "bound_by": pl.String, "weight_ns": pl.Int64,
+               "event": pl.Int64})
+    edges = edges.join(ev.select("event", "name", "kind"), on="event", how="left")
+    n_steps = len(lp.window_len)
+    total_path = sum(lp.window_len.values())
+    per_class = edges.group_by("window", "bound_by").agg(pl.col("weight_ns").sum())
+    rows = []
+    for w, length in sorted(lp.window_len.items()):
+        pc = {r["bound_by"]: r["weight_ns"] for r in per_class.filter(pl.col("window") == w).iter_rows(named=True)}
+        rows.append({"window": w, "step": step_label.get(w), "step_ns": step_of.get(w, 0), "path_ns": length,
+                     **{f"{c}_ns": int(pc.get(c, 0)) for c in BOUND_CLASSES}})
+    per_step = pl.DataFrame(rows, schema=_STEP_SCHEMA)
+    breakdown = pl.DataFrame({
+        "bound_by": list(BOUND_CLASSES),
+        "ns_per_step": [round(float(per_step[f"{c}_ns"].sum()) / max(n_steps, 1)) for c in BOUND_CLASSES],
+        "pct_of_path": [100.0 * float(per_step[f"{c}_ns"].sum()) / total_path if total_path else 0.0
+                        for c in BOUND_CLASSES],
+    })
+    top_events = (
+        edges.filter((pl.col("event") >= 0) & (pl.col("weight_ns") > 0) & (pl.col("type") != "launch_delay"))
+        .group_by("name", "kind", "bound_by")
+        .agg(total=pl.col("weight_ns").sum(), count=pl.col("event").n_unique().cast(pl.Int64))
+        .with_columns(ns_per_step=(pl.col("total") / max(n_steps, 1)).round().cast(pl.Int64),
+                      pct_of_path=100.0 * pl.col("total") / max(total_path, 1))
+        .sort("total", "name", descending=[True, False])
+        .drop("total")
+        .head(int(ctx.params.top_n))
+        .select("name", "kind", "bound_by", "ns_per_step", "pct_of_path", "count")
+    )
+
+    # What-ifs: the requested one, then each kernel class on the graph, the CPU and launches.
+    target = str(ctx.params.whatif_target).strip()
+    classes = [c for c in ev.filter(pl.col("klass") != "cpu")["klass"].unique().sort().to_list() if c]
+    targets = ([target] if target else []) + [c for c in [*classes, "cpu", "data_loading", "launch_overhead"]
+                                              if c != target]
+    wrows, whatif_error = [], None
+    for t in targets:
+        try:
+            wrows.append({**_whatif(g, lp, t, factor, model, step_of), "requested": t == target})
+        except _BadTarget as err:
+            whatif_error = f"critical_path.whatif_target: {err}"
+    whatif = pl.DataFrame(wrows, schema=_WHATIF_SCHEMA).sort(["requested", "saved_ns"], descending=[True, True])
+
+    crit = np.unique(g.node_event[lp.on_path])
+    critical_events = ev.filter(pl.col("event").is_in(crit.tolist())).drop("event")
+    return CriticalPathResult(
+        per_step=per_step, breakdown=breakdown, top_events=top_events, whatif=whatif,
+        critical_events=critical_events, path_edges=edges, sync_source=g.sync_source,
+        cpu_gaps=bool(ctx.params.cpu_gaps), rounds=lp.rounds, converged=lp.converged, graph_nodes=g.n_nodes,
+        graph_cross_edges=int(g.x_dst.size), whatif_error=whatif_error,
+    )
