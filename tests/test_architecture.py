@@ -16,14 +16,15 @@ import pytest
 PKG = Path(__file__).resolve().parent.parent / "traceanalyzer"
 
 #: Lower first. The base modules know nothing of the pipeline; models know only the base;
-#: loaders fill models; analyses read models; rules read results; the report renders them;
+#: loaders fill models; the store caches and exports loaded models; analyses read models; rules
+#: read results; the report renders them;
 #: the pipeline strings these together; batch and compare drive the pipeline; commands parse
 #: options and call them; the CLI registers the commands.
 RANK = {
     "errors": 0, "units": 0, "timeutil": 0, "plugins": 0, "progress": 0,
     "config": 1, "model": 1,
     "load": 2, "analyses": 2,
-    "rules": 3,
+    "rules": 3, "store": 3,
     "params": 4, "report": 4,
     "pipeline": 5,
     "batch": 6,
