@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from traceanalyzer.commands.cache import no_cache_option
 from traceanalyzer.commands.options import (
     config_options,
     fail_on_option,
@@ -42,9 +43,10 @@ Examples:
 @click.option("--open", "open_report", is_flag=True,
               help="Open report.html in the default browser when done (implies the html format).")
 @fail_on_option()
+@no_cache_option
 @config_options
 def command(path: str, outdir: str | None, formats: tuple[str, ...], quiet: bool, open_report: bool,
-            fail_on: str | None, config_path: str | None, assignments: tuple[str, ...]) -> None:
+            fail_on: str | None, no_cache: bool, config_path: str | None, assignments: tuple[str, ...]) -> None:
     """Analyze one trace (.json/.json.gz) or memory snapshot (.pickle).
 
     The input kind is recognised by content. Writes the report files into OUTDIR
@@ -57,7 +59,7 @@ def command(path: str, outdir: str | None, formats: tuple[str, ...], quiet: bool
         fmts.append("html")
     show = False if quiet else None  # None: only on a terminal
     with progress(f"Loading {Path(path).name}", enabled=show):
-        model = load(path)
+        model = load(path, use_cache=False if no_cache else None)
     with progress("Analysing", enabled=show):
         report = build_report(model, config, source=str(path))
     out = Path(outdir) if outdir else default_outdir(path)
