@@ -80,6 +80,22 @@ def shared_params(files: Iterable[Path]) -> list[Any]:
     return out
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The model cache (traceanalyzer.store.cache) is off for the whole session and points into a
+    temporary directory: tests load real files and must exercise the loaders, never a cached model,
+    and nothing may land in the user's ~/.cache. Tests of the cache itself turn it on for a
+    temporary directory of their own (tests/test_model_cache.py). Set on os.environ, so the
+    subprocesses a test starts (batch workers, the CLI) inherit it."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg_cache")))
+    mp.setenv("TRACEANALYZER_NO_CACHE", "1")
+    mp.delenv("TRACEANALYZER_CACHE_DIR", raising=False)
+    mp.delenv("TRACEANALYZER_CACHE_MAX", raising=False)
+    yield
+    mp.undo()
+
+
 def write_trace(path: Path, doc: Any) -> Path:
     data = orjson.dumps(doc)
     if path.name.endswith(".gz"):
