@@ -23,7 +23,8 @@ from conftest import SHARED_TRACES, needs_shared
 
 import traceanalyzer.load as load_pkg
 from traceanalyzer.cli import cli
-from traceanalyzer.model import SCHEMAS
+from traceanalyzer.load.cache_version import LOADER_VERSION
+from traceanalyzer.model import SCHEMAS, TraceModel
 from traceanalyzer.pipeline import build_report, load, write_outputs
 from traceanalyzer.store import cache as cache_mod
 from traceanalyzer.store.cache import ENTRY_FILE, ModelCache
@@ -60,6 +61,12 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
 def _entries(root: Path) -> list[str]:
     models = root / "models"
     return sorted(p.name for p in models.iterdir() if not p.name.startswith(".")) if models.exists() else []
+
+
+def _trace(path: Path) -> TraceModel:
+    model = load(path)
+    assert isinstance(model, TraceModel)
+    return model
 
 
 def _summary(path: Path, out: Path) -> bytes:
@@ -111,11 +118,11 @@ def test_changed_file_misses(tmp_path: Path, cache_dir: Path, loads: list[Path])
     path = tmp_path / "t.json"
     data = bytearray(LEGACY.read_bytes())
     path.write_bytes(data)
-    first = load(path)
+    first = _trace(path)
     i = data.index(b'"dur":14052') + len(b'"dur":')
     data[i] = ord("9")  # same size, the first step's duration changed
     path.write_bytes(data)
-    second = load(path)
+    second = _trace(path)
     assert len(loads) == 2 and len(_entries(cache_dir)) == 2
     assert first.steps["dur_ns"][0] == 14_052_000 and second.steps["dur_ns"][0] == 94_052_000
 
@@ -124,7 +131,7 @@ def test_loader_version_bump_misses(cache_dir: Path, loads: list[Path], monkeypa
     load(SAMPLE)
     load(SAMPLE)
     assert len(loads) == 1
-    monkeypatch.setattr(cache_mod, "LOADER_VERSION", cache_mod.LOADER_VERSION + 1)
+    monkeypatch.setattr(cache_mod, "LOADER_VERSION", LOADER_VERSION + 1)
     load(SAMPLE)
     assert len(loads) == 2 and len(_entries(cache_dir)) == 2
 
@@ -228,7 +235,7 @@ def test_unwritable_cache_never_fails_a_run(tmp_path: Path, monkeypatch: pytest.
     blocker.write_text("not a directory")
     monkeypatch.setenv("TRACEANALYZER_CACHE_DIR", str(blocker / "cache"))
     monkeypatch.delenv("TRACEANALYZER_NO_CACHE", raising=False)
-    assert load(SAMPLE).kernels.height > 0
+    assert _trace(SAMPLE).kernels.height > 0
 
 
 def test_cache_info_and_clear(tmp_path: Path, cache_dir: Path) -> None:
@@ -251,7 +258,7 @@ def test_export_writes_documented_parquet(tmp_path: Path, cache_dir: Path) -> No
     out = tmp_path / "tables"
     res = CliRunner().invoke(cli, ["export", str(SAMPLE), "-o", str(out)])
     assert res.exit_code == 0, res.output
-    model = load(SAMPLE)
+    model = _trace(SAMPLE)
     doc = orjson.loads((out / "meta.json").read_bytes())
     assert doc["kind"] == "trace" and doc["meta"] == model.meta.to_json()
     assert set(doc["tables"]) == set(SCHEMAS)
