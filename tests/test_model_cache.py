@@ -285,3 +285,13 @@ def test_bad_input_is_still_one_line(tmp_path: Path, cache_dir: Path) -> None:
     bad.write_bytes(b"hello")
     res = CliRunner().invoke(cli, ["export", str(bad), "-o", str(tmp_path / "o")])
     assert res.exit_code != 0 and _entries(cache_dir) == []
+
+
+def test_file_over_the_input_budget_is_refused_as_without_cache(cache_dir: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceanalyzer.errors import InputError
+
+    monkeypatch.setenv("TRACEANALYZER_MAX_INPUT_BYTES", "10K")
+    with pytest.raises(InputError, match="over the input size limit"):
+        load(LEGACY)
+    assert _entries(cache_dir) == []

@@ -348,13 +348,17 @@ def load(path: str | Path, use_cache: bool | None = None, cache: ModelCache | No
         return load_file(p)
     kind = sniff(p)
     store = cache or ModelCache()
+    before = check_regular(p)
+    if before.st_size > Budget.from_env().max_input_bytes:
+        return load_file(p, kind=kind)  # its refusal, without hashing the whole file first
     try:
-        before = check_regular(p)
         parts = key_parts(p, kind)
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - the loader gives the user's error; the cache just steps aside
         _note(f"not using the cache for {p} ({type(exc).__name__}: {exc})")
+        parts = None
+    if parts is None:
         return load_file(p, kind=kind)
     key = key_of(parts)
     model = store.get(key, str(p))
