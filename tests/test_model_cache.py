@@ -143,7 +143,8 @@ def test_budget_change_misses(cache_dir: Path, loads: list[Path], monkeypatch: p
     assert len(loads) == 2
 
 
-@pytest.mark.parametrize("damage", ["truncated_table", "garbage_entry_json", "missing_table", "edited_rows"])
+@pytest.mark.parametrize("damage", ["truncated_table", "flipped_bit", "garbage_entry_json", "missing_table",
+                                    "edited_rows"])
 def test_damaged_entry_is_ignored_and_rebuilt(tmp_path: Path, cache_dir: Path, loads: list[Path],
                                               damage: str, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
@@ -153,6 +154,10 @@ def test_damaged_entry_is_ignored_and_rebuilt(tmp_path: Path, cache_dir: Path, l
     kernels = entry / "kernels.arrow"
     if damage == "truncated_table":
         kernels.write_bytes(kernels.read_bytes()[: kernels.stat().st_size // 2])
+    elif damage == "flipped_bit":  # a value changed on disk: the digest catches what the IPC reader would not
+        data = bytearray(kernels.read_bytes())
+        data[len(data) // 2] ^= 0x10
+        kernels.write_bytes(bytes(data))
     elif damage == "garbage_entry_json":
         (entry / ENTRY_FILE).write_bytes(b"{not json")
     elif damage == "missing_table":

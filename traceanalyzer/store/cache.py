@@ -20,11 +20,11 @@ file rewritten while it was parsed is not stored under the hash of its old bytes
 
 **Entry**: ``models/<key>/`` holding one ``<table>.arrow`` per table (IPC,
 :data:`IPC_COMPRESSION`) and ``entry.json`` (the key's parts, meta, warnings, each table's
-rows and schema). It is written in a temporary directory renamed into place, so an entry is
-whole or absent. One that fails to read (truncated, edited, a schema or row count differing
-from ``entry.json``) is removed and the file is loaded again; the note goes to stderr only in
-verbose mode (``TRACEANALYZER_VERBOSE=1``). Load warnings are stored with the model: a hit
-reports the same warnings.
+rows, schema and BLAKE2b digest). It is written in a temporary directory renamed into place, so
+an entry is whole or absent. One that fails to read (a file truncated, edited or missing, its
+digest, schema or row count differing from ``entry.json``) is removed and the file is loaded
+again; the note goes to stderr only in verbose mode (``TRACEANALYZER_VERBOSE=1``). Load
+warnings are stored with the model: a hit reports the same warnings.
 
 **Size cap**: ``TRACEANALYZER_CACHE_MAX`` (a size such as ``5G``, ``500M``; default
 :data:`DEFAULT_MAX_BYTES`; ``0`` stores nothing). After each write the least recently used
@@ -74,7 +74,7 @@ DEFAULT_MAX_BYTES = 5 << 30
 #: (docs/performance.md, "Model cache").
 IPC_COMPRESSION: Literal["uncompressed", "lz4", "zstd"] = "lz4"
 #: Layout of an entry directory; part of the key, bumped when this module writes differently.
-ENTRY_FORMAT = 1
+ENTRY_FORMAT = 2
 ENTRY_FILE = "entry.json"
 MODELS_DIR = "models"
 _TMP_PREFIX = ".tmp-"
@@ -178,6 +178,11 @@ class Entry:
     source: str | None
 
 
+def _digest(data: bytes) -> str:
+    """BLAKE2b-128 of an entry file's bytes (recorded in ``entry.json``, checked on reading)."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
 def _dir_bytes(path: Path) -> int:
     total = 0
     for p in path.iterdir():
@@ -213,12 +218,20 @@ class ModelCache:
             doc = orjson.loads(entry_file.read_bytes())
             tables: dict[str, pl.DataFrame] = {}
             for name, spec in doc["tables"].items():
-                df = pl.read_ipc(where / f"{name}.arrow")
+                data = (where / f"{name}.arrow").read_bytes()
+                # Checked before polars parses it: a flipped bit never becomes a wrong value, and a
+                # mangled file never reaches the reader (which may panic on one).
+                if _digest(data) != spec["blake2b"]:
+                    raise ValueError(f"{name}.arrow does not match its digest")
+                df = pl.read_ipc(data)
                 if df.height != spec["rows"] or schema_doc(df) != spec["schema"]:
                     raise ValueError(f"table {name} differs from {ENTRY_FILE}")
                 tables[name] = df
             model = join_model(doc["model"], tables, path)
-        except Exception as exc:  # noqa: BLE001 - any damage (I/O, IPC, JSON, a missing key) means: rebuild
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - any damage (I/O, IPC, JSON, a key missing; a reader's
+            # panic on a mangled file is pyo3's PanicException, a BaseException) means: rebuild
             _note(f"ignoring damaged entry {where} ({type(exc).__name__}: {exc}); loading the file again")
             _rmtree(where)
             return None
@@ -246,11 +259,16 @@ class ModelCache:
             return False
         tmp = self.models / f"{_TMP_PREFIX}{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
-            tmp.mkdir(parents=True)
+            # Private to the user: entries hold the trace's names, shapes and timings.
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.models.mkdir(exist_ok=True, mode=0o700)
+            tmp.mkdir()
             doc: dict[str, Any] = {"key": parts, "source": source, "model": model_doc, "tables": {}}
             for name, df in tables.items():
-                df.write_ipc(tmp / f"{name}.arrow", compression=IPC_COMPRESSION)
-                doc["tables"][name] = {"rows": df.height, "schema": schema_doc(df)}
+                target = tmp / f"{name}.arrow"
+                df.write_ipc(target, compression=IPC_COMPRESSION)
+                doc["tables"][name] = {"rows": df.height, "schema": schema_doc(df),
+                                       "blake2b": _digest(target.read_bytes())}
             (tmp / ENTRY_FILE).write_bytes(orjson.dumps(doc))
             size = _dir_bytes(tmp)
             if size > self.max_bytes:
