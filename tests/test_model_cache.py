@@ -300,3 +300,8 @@ def test_file_over_the_input_budget_is_refused_as_without_cache(cache_dir: Path,
     with pytest.raises(InputError, match="over the input size limit"):
         load(LEGACY)
     assert _entries(cache_dir) == []
+
+
+def test_snapshot_hit_gives_identical_summary(tmp_path: Path, cache_dir: Path, loads: list[Path]) -> None:
+    """Memory snapshots go through the cache too (Categorical and UInt64 columns included)."""
+    _hit_is_identical(REPO / "tests" / "data" / "snapshot_2.13_oom_small.pickle", tmp_path, cache_dir, loads)
