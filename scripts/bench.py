@@ -694,10 +694,12 @@ def cache_rows(path: Path, copies: int, repeats: int, args: argparse.Namespace) 
     directory: ``analyze --format json`` with the cache off, then the first run with it on (it
     writes the entry), then a second run of the unchanged file with other thresholds (a hit)."""
     limit = int(args.max_rss_gb * 2**20)
-    runs: dict[str, list[dict[str, Any]]] = {"off": [], "first": [], "second": []}
+    runs: dict[str, list[dict[str, Any]]] = {"first": [], "second": []} if args.cache_skip_off else \
+        {"off": [], "first": [], "second": []}
     for _ in range(repeats):
-        with _model_cache_env(None):
-            runs["off"].append(run_once(args.python, "ours-analyze", path, limit, args.timeout))
+        if "off" in runs:
+            with _model_cache_env(None):
+                runs["off"].append(run_once(args.python, "ours-analyze", path, limit, args.timeout))
         root = tempfile.mkdtemp(prefix="ta_bench_cache_")
         try:
             with _model_cache_env(root):
@@ -714,7 +716,8 @@ def cache_rows(path: Path, copies: int, repeats: int, args: argparse.Namespace) 
         out[name] = {k: _median([r[k] for r in ok if k in r])
                      for k in ("wall_s", "import_s", "load_s", "analyses_s", "write_s", "peak_rss_mb")}
     out["ratio"] = out["second"]["wall_s"] / out["first"]["wall_s"]
-    out["write_overhead"] = out["first"]["wall_s"] / out["off"]["wall_s"]
+    if "off" in out:
+        out["write_overhead"] = out["first"]["wall_s"] / out["off"]["wall_s"]
     target = TARGET_CACHE_RATIO.get(copies)
     out["ok"] = None if target is None else out["ratio"] <= target
     print(f"  {'cache ' + str(copies) + 'x':<34} {path.name:<36} second/first {out['ratio']:.2f}", file=sys.stderr,
@@ -732,7 +735,7 @@ def cache_table(rows: list[dict[str, Any]]) -> str:
             body.append(f"| {r['copies']}x | {r['json_bytes'] / 1e6:.0f} | {r['error']} | | | | | | |")
             continue
         target = TARGET_CACHE_RATIO.get(r["copies"])
-        body.append(f"| {r['copies']}x | {r['json_bytes'] / 1e6:.0f} | {r['off']['wall_s']:.2f} "
+        body.append(f"| {r['copies']}x | {r['json_bytes'] / 1e6:.0f} | {_f(r.get('off', {}).get('wall_s'))} "
                     f"| {r['first']['wall_s']:.2f} | {r['second']['wall_s']:.2f} "
                     f"| {_f(r['first']['load_s'])} → {_f(r['second']['load_s'])} | {r['ratio']:.2f} "
                     f"| {'≤ ' + format(target, 'g') if target else '(info)'} | {_mark(r['ok'])} |")
@@ -762,6 +765,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-stages", action="store_true", help="skip the per-stage rows")
     ap.add_argument("--cache-sizes", type=int, nargs="*", default=None,
                     help="sizes of the model-cache rows (default 1 16; --quick: 1; none: skip)")
+    ap.add_argument("--cache-skip-off", action="store_true",
+                    help="model-cache rows without the cache-off run (its wall is for information only)")
     ap.add_argument("--only-issue23", action="store_true",
                     help="only the per-stage and model-cache sections (skip the comparison and scaling)")
     ap.add_argument("--worker", nargs=2, metavar=("MODE", "FILE"), help=argparse.SUPPRESS)
