@@ -184,8 +184,13 @@ def _digest(data: bytes) -> str:
 
 
 def _dir_bytes(path: Path) -> int:
+    """Bytes of the files in ``path`` (0 once another process has removed it)."""
     total = 0
-    for p in path.iterdir():
+    try:
+        children = list(path.iterdir())
+    except OSError:
+        return 0
+    for p in children:
         try:
             total += p.stat().st_size
         except OSError:
