@@ -305,3 +305,20 @@ def test_file_over_the_input_budget_is_refused_as_without_cache(cache_dir: Path,
 def test_snapshot_hit_gives_identical_summary(tmp_path: Path, cache_dir: Path, loads: list[Path]) -> None:
     """Memory snapshots go through the cache too (Categorical and UInt64 columns included)."""
     _hit_is_identical(REPO / "tests" / "data" / "snapshot_2.13_oom_small.pickle", tmp_path, cache_dir, loads)
+
+
+def test_hit_tables_are_one_chunk(cache_dir: Path) -> None:
+    """Tables come back as one chunk each, however many rows (polars would otherwise read one chunk
+    per record batch of its default size, and every analysis on a big trace would pay for it)."""
+    import dataclasses
+
+    model = _trace(SAMPLE)
+    k = model.kernels
+    big = dataclasses.replace(model, kernels=pl.concat([k] * (300_000 // k.height + 1), rechunk=True))
+    cache = ModelCache(cache_dir)
+    parts = cache_mod.key_parts(SAMPLE, "trace")
+    assert cache.put("0" * 32, parts, big)
+    hit = cache.get("0" * 32)
+    assert isinstance(hit, TraceModel)
+    assert hit.kernels.height > 300_000 and hit.kernels.n_chunks() == 1
+    assert hit.kernels.equals(big.kernels)
