@@ -134,11 +134,10 @@ def rule_inputs(*rule_ids: str) -> tuple[str, ...]:
 
 def fail_writes(monkeypatch: Any, err_no: int, after: int = 0) -> dict[str, int]:
     """Make every output write after the first ``after`` fail with ``err_no`` (a full disk, a
-    read-only mount), half of its data written first. Only writes: ``fsutil.os`` is the os
-    module, and the loader opens inputs with ``os.fdopen`` too. Returns the write counter."""
+    read-only mount), half of its data written first. Only writes: ``os.fdopen`` (what
+    ``report/fsutil.py`` writes through) is patched for the whole process, and the loader opens
+    inputs with it too. Returns the write counter."""
     import os
-
-    from traceanalyzer.report import fsutil
 
     real_fdopen = os.fdopen
     calls = {"n": 0}
@@ -160,6 +159,6 @@ def fail_writes(monkeypatch: Any, err_no: int, after: int = 0) -> dict[str, int]
             self.f.write(data[: len(data) // 2])
             raise OSError(err_no, os.strerror(err_no))
 
-    monkeypatch.setattr(fsutil.os, "fdopen", lambda fd, mode="r", *a, **k: (
+    monkeypatch.setattr(os, "fdopen", lambda fd, mode="r", *a, **k: (
         _Full(fd) if "w" in mode else real_fdopen(fd, mode, *a, **k)))
     return calls
