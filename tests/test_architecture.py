@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,7 +113,7 @@ def test_every_public_module_registers_itself() -> None:
     from traceanalyzer.report import registry as renderers
     from traceanalyzer.rules import registry as rules
 
-    def owners(specs: dict[str, object]) -> set[str]:
+    def owners(specs: dict[str, Any]) -> set[str]:
         return {s.func.__module__.rsplit(".", 1)[1] for s in specs.values()}
 
     assert _public_modules("analyses") == owners(dict(analyses()))
