@@ -30,6 +30,16 @@ Cases (``FILE`` = the real trace, by default ``hta/df_index_resolver``):
 and a scaling series on ``bench_data/<stem>_x{1,4,16,40}.json`` (and ``.json.gz``),
 which ``scripts/make_big_trace.py`` builds when missing (40x ≈ 2 GB).
 
+Issue 23 adds two sections (``--only-issue23`` runs them alone):
+
+* ``stages``        — one default run taken apart in one process (model cache off): import,
+  decode, model build, analyses, rules, each output format, and the model cache's key,
+  write and read on that model;
+* ``model cache``   — ``analyze --format json`` with the cache off, the first run with it on
+  (writes the entry), a second run of the unchanged file with other thresholds (a hit), at
+  ``--cache-sizes`` (default 1x and 16x); target second ÷ first ≤ 0.4 at 1x, ≤ 0.25 at 16x.
+  Every other case runs with the model cache off.
+
 Targets (issue 9), marked pass/MISS in the tables:
 
 * HTA wall / ours wall ≥ 5 and ours RSS / HTA RSS ≤ 1/3 (analyze, same file);
@@ -45,6 +55,7 @@ Usage::
     python scripts/bench.py --quick         # comparison on the .json.gz + 1x/4x
     python scripts/bench.py --repeats 5 --json bench.json
     python scripts/bench.py --sizes 1 4 --no-hta
+    python scripts/bench.py --only-issue23 --cache-sizes 1 16
 
 Only the standard library is imported here: the same file is the worker for the
 HTA virtualenv, our venv and the orjson case.
