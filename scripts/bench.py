@@ -30,6 +30,16 @@ Cases (``FILE`` = the real trace, by default ``hta/df_index_resolver``):
 and a scaling series on ``bench_data/<stem>_x{1,4,16,40}.json`` (and ``.json.gz``),
 which ``scripts/make_big_trace.py`` builds when missing (40x ≈ 2 GB).
 
+Issue 23 adds two sections (``--only-issue23`` runs them alone):
+
+* ``stages``        — one default run taken apart in one process (model cache off): import,
+  decode, model build, analyses, rules, each output format, and the model cache's key,
+  write and read on that model;
+* ``model cache``   — ``analyze --format json`` with the cache off, the first run with it on
+  (writes the entry), a second run of the unchanged file with other thresholds (a hit), at
+  ``--cache-sizes`` (default 1x and 16x); target second ÷ first ≤ 0.4 at 1x, ≤ 0.25 at 16x.
+  Every other case runs with the model cache off.
+
 Targets (issue 9), marked pass/MISS in the tables:
 
 * HTA wall / ours wall ≥ 5 and ours RSS / HTA RSS ≤ 1/3 (analyze, same file);
@@ -45,6 +55,7 @@ Usage::
     python scripts/bench.py --quick         # comparison on the .json.gz + 1x/4x
     python scripts/bench.py --repeats 5 --json bench.json
     python scripts/bench.py --sizes 1 4 --no-hta
+    python scripts/bench.py --only-issue23 --cache-sizes 1 16
 
 Only the standard library is imported here: the same file is the worker for the
 HTA virtualenv, our venv and the orjson case.
@@ -64,6 +75,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -104,9 +117,9 @@ def _worker_ours_analyze(path: str) -> dict[str, Any]:
         return wrapper
 
     # The command imported these names; wrapping them times the phases of the real CLI.
-    cmd.load = timed("load_s", cmd.load)
-    cmd.build_report = timed("analyses_s", cmd.build_report)
-    cmd.write_outputs = timed("write_s", cmd.write_outputs)
+    names = vars(cmd)
+    for name, phase in (("load", "load_s"), ("build_report", "analyses_s"), ("write_outputs", "write_s")):
+        names[name] = timed(phase, names[name])
     out = tempfile.mkdtemp(prefix="ta_bench_")
     try:
         t1 = time.perf_counter()
@@ -194,7 +207,7 @@ def _worker_hta(path: str) -> dict[str, Any]:
     import logging
 
     logging.disable(logging.WARNING)  # HTA logs every step at INFO/WARNING
-    from hta.trace_analysis import TraceAnalysis
+    from hta.trace_analysis import TraceAnalysis  # type: ignore[import-not-found]  # HTA's own venv, not ours
 
     t_import = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hta_bench_") as tmp:
@@ -216,12 +229,121 @@ def _worker_hta(path: str) -> dict[str, Any]:
             "ranks": ranks, "joined_launches": int(sum(len(v) for v in launches.values()))}
 
 
+# Per-stage and model-cache rows (issue 23): workers of their own, tables further down.
+#: ``--set`` of the second run of the cache rows: other thresholds, the same input.
+OTHER_THRESHOLDS = ("idle_gaps.long_gap_us=250", "rules.min_cost_pct=0.5")
+
+
+def _worker_ours_analyze_other(path: str) -> dict[str, Any]:
+    """``ours-analyze`` with other thresholds (:data:`OTHER_THRESHOLDS`): the re-run the model
+    cache serves. The same phase times as ``_worker_ours_analyze``."""
+    t0 = time.perf_counter()
+    import traceanalyzer.commands.analyze as cmd
+    from traceanalyzer.cli import main
+
+    t_import = time.perf_counter()
+    phases: dict[str, float] = {}
+
+    def timed(name: str, fn: Any) -> Any:
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                phases[name] = phases.get(name, 0.0) + time.perf_counter() - t
+        return wrapper
+
+    names = vars(cmd)  # the names the command imported: wrapping them times the real CLI's phases
+    for name, phase in (("load", "load_s"), ("build_report", "analyses_s"), ("write_outputs", "write_s")):
+        names[name] = timed(phase, names[name])
+    out = tempfile.mkdtemp(prefix="ta_bench_")
+    argv = ["analyze", path, "-o", out, "--format", "json", "-q"]
+    for item in OTHER_THRESHOLDS:
+        argv += ["--set", item]
+    try:
+        t1 = time.perf_counter()
+        try:
+            main(argv)
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                raise
+        work = time.perf_counter() - t1
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return {"import_s": t_import - t0, "work_s": work, **phases}
+
+
+def _worker_ours_stages(path: str) -> dict[str, Any]:
+    """One default run taken apart, in one process, model cache off: import, decode (bytes →
+    raw tables), model build (raw tables → TraceModel: ``assembly._assemble``), analyses, rules
+    (and the Report), each output format written alone; then the model cache's own costs on
+    this model: key (content hash), write, read."""
+    os.environ["TRACEANALYZER_NO_CACHE"] = "1"
+    t0 = time.perf_counter()
+    import traceanalyzer.cli  # noqa: F401  (what the CLI imports before it reads a byte)
+
+    t_import = time.perf_counter()
+    import traceanalyzer.load.chrome_trace as chrome_trace
+    from traceanalyzer import pipeline
+    from traceanalyzer.analyses import run_analyses
+    from traceanalyzer.config import Config
+    from traceanalyzer.load.chrome_trace import framing
+    from traceanalyzer.report import registry as renderers
+    from traceanalyzer.store.cache import ModelCache, key_of, key_parts
+
+    build = {"s": 0.0}
+    assemble = vars(framing)["_assemble"]
+
+    def timed_assemble(*a: Any, **kw: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return assemble(*a, **kw)
+        finally:
+            build["s"] += time.perf_counter() - t
+
+    # Both callers of the model build (the chunked and the simple path) imported it by name.
+    vars(framing)["_assemble"] = vars(chrome_trace)["_assemble"] = timed_assemble
+    t1 = time.perf_counter()
+    model = pipeline.load(path, use_cache=False)
+    t2 = time.perf_counter()
+    config = Config()
+    results = run_analyses(model, config)
+    t3 = time.perf_counter()
+    report = pipeline.report_from_results(model, results, config, source=path)
+    t4 = time.perf_counter()
+    out = Path(tempfile.mkdtemp(prefix="ta_bench_"))
+    formats: dict[str, float] = {}
+    try:
+        for fmt in renderers():
+            t = time.perf_counter()
+            pipeline.write_outputs(report, out / "report", [fmt])
+            formats[fmt] = time.perf_counter() - t
+        cache = ModelCache(out / "cache", max_bytes=1 << 50)
+        t = time.perf_counter()
+        parts = key_parts(Path(path), model.kind)
+        key = key_of(parts)
+        t_key = time.perf_counter()
+        cache.put(key, parts, model)
+        t_put = time.perf_counter()
+        again = cache.get(key, path)
+        t_get = time.perf_counter()
+        cache_bytes = sum(e.bytes for e in cache.entries())
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return {"import_s": t_import - t0, "load_s": t2 - t1, "decode_s": t2 - t1 - build["s"], "build_s": build["s"],
+            "analyses_s": t3 - t2, "rules_s": t4 - t3, "format_s": formats, "cache_key_s": t_key - t,
+            "cache_write_s": t_put - t_key, "cache_read_s": t_get - t_put, "cache_bytes": cache_bytes,
+            "cache_hit": again is not None, "work_s": t_get - t1}
+
+
 WORKERS = {
     "ours-analyze": _worker_ours_analyze,
     "ours-load": _worker_ours_load,
     "orjson": _worker_orjson,
     "msgspec": _worker_msgspec,
     "hta": _worker_hta,
+    "ours-analyze-other": _worker_ours_analyze_other,
+    "ours-stages": _worker_ours_stages,
 }
 
 
@@ -463,7 +585,8 @@ def scaling_table(series: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any
                 mark = f"RSS {_mark(rss_ok)}, linear {_mark(lin_ok)}"
                 checks.append({"ratio": f"peak RSS / size at {c['copies']}x ({suffix})",
                                "value": c["rss_per_size"], "target": f"≤ {TARGET_RSS_PER_SIZE:g}", "ok": rss_ok})
-                checks.append({"ratio": f"s/GB at {c['copies']}x ÷ s/GB at {ref['copies']}x ({suffix})",
+                ref_copies = ref["copies"] if ref else "?"
+                checks.append({"ratio": f"s/GB at {c['copies']}x ÷ s/GB at {ref_copies}x ({suffix})",
                                "value": lin, "target": f"≤ {TARGET_LINEARITY:g}", "ok": lin_ok})
             analyses = (c.get("analyses_s") or 0.0) + (c.get("write_s") or 0.0)
             rows.append(
@@ -506,6 +629,131 @@ def environment(hta_python: Path | None) -> dict[str, Any]:
     return env
 
 
+# --------------------------------------------------------------------------------------
+# per-stage and model-cache sections (issue 23)
+# --------------------------------------------------------------------------------------
+
+TARGET_CACHE_RATIO = {1: 0.4, 16: 0.25}
+
+
+def _median(vals: list[float]) -> float | None:
+    return statistics.median(vals) if vals else None
+
+
+def stage_rows(path: Path, repeats: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Medians of ``repeats`` ``ours-stages`` runs of ``path`` (each its own process)."""
+    runs = [run_once(args.python, "ours-stages", path, int(args.max_rss_gb * 2**20), args.timeout)
+            for _ in range(repeats)]
+    ok = [r for r in runs if r["ok"]]
+    out: dict[str, Any] = {"file": str(path), "json_bytes": uncompressed_size(path), "runs": runs}
+    if not ok:
+        out["error"] = runs[-1].get("error", "failed")
+        return out
+    for key in ("wall_s", "import_s", "load_s", "decode_s", "build_s", "analyses_s", "rules_s", "cache_key_s",
+                "cache_write_s", "cache_read_s", "cache_bytes", "peak_rss_mb"):
+        out[key] = _median([r[key] for r in ok if key in r])
+    out["format_s"] = {f: _median([r["format_s"][f] for r in ok if f in r.get("format_s", {})])
+                       for f in ok[0].get("format_s", {})}
+    print(f"  {'stages':<34} {path.name:<36} {out['wall_s']:7.2f} s wall", file=sys.stderr, flush=True)
+    return out
+
+
+def stage_table(st: dict[str, Any]) -> str:
+    """Stage → seconds and share of the stages' sum."""
+    if "error" in st:
+        return f"stages failed: {st['error']}"
+    rows = [("import (`traceanalyzer.cli`)", st["import_s"]), ("decode (bytes → raw tables)", st["decode_s"]),
+            ("model build (raw tables → TraceModel)", st["build_s"]), ("analyses", st["analyses_s"]),
+            ("rules + Report", st["rules_s"])]
+    rows += [(f"format `{f}`", v) for f, v in st["format_s"].items() if v is not None]
+    total = sum(v for _, v in rows if v is not None)
+    cache = [("model cache: key (BLAKE2b of the file)", st["cache_key_s"]),
+             ("model cache: write (Arrow IPC, lz4)", st["cache_write_s"]),
+             ("model cache: read back", st["cache_read_s"])]
+    head = "| stage | s | % of the stages |\n|---|---:|---:|"
+    body = [f"| {name} | {_f(v)} | {_f(100 * v / total if v is not None and total else None, '{:.0f}')} |"
+            for name, v in rows]
+    body.append(f"| **sum of the stages** | {total:.2f} | 100 |")
+    body += [f"| {name} | {_f(v)} | |" for name, v in cache]
+    size = st.get("cache_bytes")
+    note = (f"\n\n{Path(st['file']).name}, {st['json_bytes'] / 1e6:.0f} MB of JSON; cache entry "
+            f"{size / 1e6:.1f} MB on disk. Formats in registry order: `html` draws the charts, `png` "
+            "writes the ones it drew (report/charts.py keeps the last report's)." if size else "")
+    return head + "\n" + "\n".join(body) + note
+
+
+@contextmanager
+def _model_cache_env(root: str | None) -> Iterator[None]:
+    """The children started inside use the model cache in ``root`` (None: cache off)."""
+    saved = {k: os.environ.get(k) for k in ("TRACEANALYZER_NO_CACHE", "TRACEANALYZER_CACHE_DIR")}
+    if root is None:
+        os.environ["TRACEANALYZER_NO_CACHE"] = "1"
+    else:
+        os.environ.pop("TRACEANALYZER_NO_CACHE", None)
+        os.environ["TRACEANALYZER_CACHE_DIR"] = root
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def cache_rows(path: Path, copies: int, repeats: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The re-run the model cache serves, ``repeats`` times interleaved, each in a fresh cache
+    directory: ``analyze --format json`` with the cache off, then the first run with it on (it
+    writes the entry), then a second run of the unchanged file with other thresholds (a hit)."""
+    limit = int(args.max_rss_gb * 2**20)
+    runs: dict[str, list[dict[str, Any]]] = {"first": [], "second": []} if args.cache_skip_off else \
+        {"off": [], "first": [], "second": []}
+    for _ in range(repeats):
+        if "off" in runs:
+            with _model_cache_env(None):
+                runs["off"].append(run_once(args.python, "ours-analyze", path, limit, args.timeout))
+        root = tempfile.mkdtemp(prefix="ta_bench_cache_")
+        try:
+            with _model_cache_env(root):
+                runs["first"].append(run_once(args.python, "ours-analyze", path, limit, args.timeout))
+                runs["second"].append(run_once(args.python, "ours-analyze-other", path, limit, args.timeout))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    out: dict[str, Any] = {"copies": copies, "file": str(path), "json_bytes": uncompressed_size(path), "runs": runs}
+    for name, rs in runs.items():
+        ok = [r for r in rs if r["ok"]]
+        if not ok:
+            out["error"] = f"{name}: {rs[-1].get('error', 'failed')}"
+            return out
+        out[name] = {k: _median([r[k] for r in ok if k in r])
+                     for k in ("wall_s", "import_s", "load_s", "analyses_s", "write_s", "peak_rss_mb")}
+    out["ratio"] = out["second"]["wall_s"] / out["first"]["wall_s"]
+    if "off" in out:
+        out["write_overhead"] = out["first"]["wall_s"] / out["off"]["wall_s"]
+    target = TARGET_CACHE_RATIO.get(copies)
+    out["ok"] = None if target is None else out["ratio"] <= target
+    print(f"  {'cache ' + str(copies) + 'x':<34} {path.name:<36} second/first {out['ratio']:.2f}", file=sys.stderr,
+          flush=True)
+    return out
+
+
+def cache_table(rows: list[dict[str, Any]]) -> str:
+    head = ("| size | JSON MB | no cache s | first (writes the entry) s | second (hit, other thresholds) s "
+            "| load s (first → second) | second ÷ first | target | |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---|---|")
+    body = []
+    for r in rows:
+        if "error" in r:
+            body.append(f"| {r['copies']}x | {r['json_bytes'] / 1e6:.0f} | {r['error']} | | | | | | |")
+            continue
+        target = TARGET_CACHE_RATIO.get(r["copies"])
+        body.append(f"| {r['copies']}x | {r['json_bytes'] / 1e6:.0f} | {_f(r.get('off', {}).get('wall_s'))} "
+                    f"| {r['first']['wall_s']:.2f} | {r['second']['wall_s']:.2f} "
+                    f"| {_f(r['first']['load_s'])} → {_f(r['second']['load_s'])} | {r['ratio']:.2f} "
+                    f"| {'≤ ' + format(target, 'g') if target else '(info)'} | {_mark(r['ok'])} |")
+    return head + "\n" + "\n".join(body)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -526,6 +774,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="orjson case only on files up to this many GB of JSON (its objects take ~10x)")
     ap.add_argument("--timeout", type=float, default=1200.0, help="seconds per run (default 1200)")
     ap.add_argument("--json", type=Path, default=None, help="save every number here")
+    ap.add_argument("--no-stages", action="store_true", help="skip the per-stage rows")
+    ap.add_argument("--cache-sizes", type=int, nargs="*", default=None,
+                    help="sizes of the model-cache rows (default 1 16; --quick: 1; none: skip)")
+    ap.add_argument("--cache-skip-off", action="store_true",
+                    help="model-cache rows without the cache-off run (its wall is for information only)")
+    ap.add_argument("--only-issue23", action="store_true",
+                    help="only the per-stage and model-cache sections (skip the comparison and scaling)")
     ap.add_argument("--worker", nargs=2, metavar=("MODE", "FILE"), help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -554,6 +809,11 @@ def main(argv: list[str] | None = None) -> int:
         msgspec_python = None
     env = environment(hta_python)
     t_start = time.perf_counter()
+    # The model cache would make repeats 2 and 3 of every case a cache hit: off for every child,
+    # except in the cache rows, which give it a private directory (_model_cache_env).
+    os.environ["TRACEANALYZER_NO_CACHE"] = "1"
+    if args.only_issue23:
+        return issue23_sections(args, env, t_start)
 
     # 1. the real trace, as shipped (.json.gz) and unpacked (.json)
     variants = [args.source] if args.quick else [args.source, ensure_unpacked(args.source)]
@@ -608,14 +868,50 @@ def main(argv: list[str] | None = None) -> int:
           "### Targets", "", ratio_table(ratios)]
     if scaling_md:
         md += ["", "### Scaling (replicated steps, `ours analyze`)", "", scaling_md]
+    extra_md, extra_json = stage_and_cache_sections(args)
+    md += extra_md
     md += [f"\n_{n}_" for n in notes]
     md.append(f"\n_bench took {time.perf_counter() - t_start:.0f} s_")
     print("\n".join(md))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"environment": env, "notes": notes, "comparison": comparison,
-                                         "scaling": series, "ratios": ratios,
+                                         "scaling": series, "ratios": ratios, **extra_json,
                                          "argv": sys.argv[1:]}, indent=1) + "\n")
+    return 0
+
+
+def stage_and_cache_sections(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
+    """The per-stage table (1x, median of --repeats) and the model-cache table (--cache-sizes)."""
+    md: list[str] = []
+    data: dict[str, Any] = {}
+    if not args.no_stages:
+        print(f"stages on {args.source.name} ({args.repeats} runs)", file=sys.stderr)
+        st = stage_rows(args.source, args.repeats, args)
+        data["stages"] = st
+        md += ["", "### Where the time goes (1x, one process, model cache off)", "", stage_table(st)]
+    sizes = args.cache_sizes if args.cache_sizes is not None else ([1] if args.quick else [1, 16])
+    if sizes:
+        rows = []
+        big = ensure_big(args.source, [n for n in sizes if n != 1], gz=False) if any(n != 1 for n in sizes) else {}
+        print(f"model cache rows {sizes}", file=sys.stderr)
+        for n in sorted(sizes):
+            path = args.source if n == 1 else big[n][0]
+            rows.append(cache_rows(path, n, args.repeats if n < 16 else args.repeats_big, args))
+        data["cache"] = rows
+        md += ["", "### Model cache: second `analyze --format json` of an unchanged file, other thresholds",
+               "", cache_table(rows)]
+    return md, data
+
+
+def issue23_sections(args: argparse.Namespace, env: dict[str, Any], t_start: float) -> int:
+    """``--only-issue23``: the per-stage and model-cache sections alone."""
+    md, data = stage_and_cache_sections(args)
+    md.append(f"\n_bench took {time.perf_counter() - t_start:.0f} s; commit {env.get('git_commit', '?')}_")
+    print("\n".join(md))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"environment": env, **data, "argv": sys.argv[1:]}, indent=1) + "\n")
     return 0
 
 

@@ -80,6 +80,22 @@ def shared_params(files: Iterable[Path]) -> list[Any]:
     return out
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The model cache (traceanalyzer.store.cache) is off for the whole session and points into a
+    temporary directory: tests load real files and must exercise the loaders, never a cached model,
+    and nothing may land in the user's ~/.cache. Tests of the cache itself turn it on for a
+    temporary directory of their own (tests/test_model_cache.py). Set on os.environ, so the
+    subprocesses a test starts (batch workers, the CLI) inherit it."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg_cache")))
+    mp.setenv("TRACEANALYZER_NO_CACHE", "1")
+    mp.delenv("TRACEANALYZER_CACHE_DIR", raising=False)
+    mp.delenv("TRACEANALYZER_CACHE_MAX", raising=False)
+    yield
+    mp.undo()
+
+
 def write_trace(path: Path, doc: Any) -> Path:
     data = orjson.dumps(doc)
     if path.name.endswith(".gz"):
@@ -118,11 +134,10 @@ def rule_inputs(*rule_ids: str) -> tuple[str, ...]:
 
 def fail_writes(monkeypatch: Any, err_no: int, after: int = 0) -> dict[str, int]:
     """Make every output write after the first ``after`` fail with ``err_no`` (a full disk, a
-    read-only mount), half of its data written first. Only writes: ``fsutil.os`` is the os
-    module, and the loader opens inputs with ``os.fdopen`` too. Returns the write counter."""
+    read-only mount), half of its data written first. Only writes: ``os.fdopen`` (what
+    ``report/fsutil.py`` writes through) is patched for the whole process, and the loader opens
+    inputs with it too. Returns the write counter."""
     import os
-
-    from traceanalyzer.report import fsutil
 
     real_fdopen = os.fdopen
     calls = {"n": 0}
@@ -144,6 +159,6 @@ def fail_writes(monkeypatch: Any, err_no: int, after: int = 0) -> dict[str, int]
             self.f.write(data[: len(data) // 2])
             raise OSError(err_no, os.strerror(err_no))
 
-    monkeypatch.setattr(fsutil.os, "fdopen", lambda fd, mode="r", *a, **k: (
+    monkeypatch.setattr(os, "fdopen", lambda fd, mode="r", *a, **k: (
         _Full(fd) if "w" in mode else real_fdopen(fd, mode, *a, **k)))
     return calls

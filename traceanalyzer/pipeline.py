@@ -13,21 +13,23 @@ from pathlib import Path
 from traceanalyzer.analyses import Results, run_analyses
 from traceanalyzer.config import Config
 from traceanalyzer.errors import ConfigError
-from traceanalyzer.load import load as _load
 from traceanalyzer.model import Model
 from traceanalyzer.report import registry as renderer_registry
 from traceanalyzer.report.document import Report
 from traceanalyzer.rules import Finding, Severity, run_rules
 from traceanalyzer.rules import registry as rule_registry
+from traceanalyzer.store.cache import load as _cached_load
 
 #: Of a chrome trace, ``memory`` runs only the memory analyses; snapshots and timelines run all theirs.
 TRACE_MEMORY_ANALYSES = ("trace_memory",)
 
 
-def load(path: str | Path) -> Model:
-    """Load any supported input (trace, snapshot, memory timeline), sniffed by content."""
-    model: Model = _load(path)
-    return model
+def load(path: str | Path, use_cache: bool | None = None) -> Model:
+    """Load any supported input (trace, snapshot, memory timeline), sniffed by content, through
+    the model cache (:mod:`traceanalyzer.store.cache`): an unchanged file is read back from its
+    Arrow IPC entry. ``use_cache=False`` parses the file and leaves the cache alone; None
+    follows ``TRACEANALYZER_NO_CACHE``."""
+    return _cached_load(path, use_cache)
 
 
 def build_report(model: Model, config: Config | None = None, source: str | None = None) -> Report:

@@ -4,11 +4,13 @@ multi-rank summary of its ranks."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from traceanalyzer.commands.cache import no_cache_option
 from traceanalyzer.commands.options import (
     config_options,
     fail_on_option,
@@ -58,9 +60,11 @@ Examples:
               help="What the perfetto format exports (implies it): milliseconds from the trace start, or "
                    "ProfilerStep numbers [default: the steady steps, at most trace_window.max_steps].")
 @fail_on_option()
+@no_cache_option
 @config_options
 def command(paths: tuple[str, ...], outdir: str | None, formats: tuple[str, ...], quiet: bool, open_report: bool,
-            window: str | None, fail_on: str | None, config_path: str | None, assignments: tuple[str, ...]) -> None:
+            window: str | None, fail_on: str | None, no_cache: bool, config_path: str | None,
+            assignments: tuple[str, ...]) -> None:
     """Analyze one trace (.json/.json.gz) or memory snapshot (.pickle), or one run.
 
     The input kind is recognised by content. Writes the report files into OUTDIR
@@ -72,6 +76,10 @@ def command(paths: tuple[str, ...], outdir: str | None, formats: tuple[str, ...]
     Formats available:
     """
     config = make_config(config_path, assignments)
+    if no_cache:  # every load of this run, the run-directory and ranks modes included
+        from traceanalyzer.store.cache import ENV_NO_CACHE
+
+        os.environ[ENV_NO_CACHE] = "1"
     fmts = resolve_formats(formats)
     if open_report and "html" not in fmts:
         fmts.append("html")
@@ -91,7 +99,7 @@ def command(paths: tuple[str, ...], outdir: str | None, formats: tuple[str, ...]
         report = _run_report(found, config, show, " ".join(paths))
     else:
         with progress(f"Loading {Path(path).name}", enabled=show):
-            model = load(path)
+            model = load(path, use_cache=False if no_cache else None)
         with progress("Analysing", enabled=show):
             report = build_report(model, config, source=str(path))
     if window is not None and "trace_window" in report.results.skipped:

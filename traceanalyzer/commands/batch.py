@@ -38,7 +38,8 @@ Examples:
 @click.option("-j", "--jobs", type=click.IntRange(min=0, max=4096), default=0, show_default="all cores",
               help="Worker processes (0: one per core; 1: no subprocesses).")
 @formats_option("Per-file report formats [default: json,md]; html and png are slower.")
-@click.option("--no-cache", is_flag=True, help="Re-analyse every file even when its content is unchanged.")
+@click.option("--no-cache", is_flag=True, help="Re-analyse every file even when its content is unchanged, "
+              "parsing it (the model cache is neither read nor written).")
 @click.option("--scheduler", metavar="tcp://HOST:PORT", default=None,
               help="Run on an existing Dask distributed cluster (needs traceanalyzer[dask]).")
 @click.option("--dask", "use_dask", is_flag=True,
@@ -74,6 +75,10 @@ def command(inputs: tuple[str, ...], outdir: str, jobs: int, formats: tuple[str,
     from traceanalyzer.pipeline import resolve_formats
 
     config = make_config(config_path, assignments)
+    if no_cache:  # the model cache too, in this process and the local workers it starts
+        from traceanalyzer.store.cache import ENV_NO_CACHE
+
+        os.environ[ENV_NO_CACHE] = "1"
     fmts = resolve_formats(formats) if formats else ["json", "md"]
     if scheduler and not scheduler.strip():
         raise ConfigError("--scheduler: expected an address like tcp://host:8786")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from traceanalyzer.commands.cache import no_cache_option
 from traceanalyzer.commands.options import config_options, formats_option, make_config, outdir_option, quiet_option
 from traceanalyzer.pipeline import build_memory_report, default_outdir, load, resolve_formats, write_outputs
 from traceanalyzer.report.terminal import memory_summary, written_line
@@ -24,8 +25,9 @@ Examples:
 @outdir_option("Directory for report files [default: ./<input>.traceanalyzer].")
 @formats_option("Output formats (comma-separated or repeated); 'all' for every default format.")
 @quiet_option()
+@no_cache_option
 @config_options
-def command(path: str, outdir: str | None, formats: tuple[str, ...], quiet: bool,
+def command(path: str, outdir: str | None, formats: tuple[str, ...], quiet: bool, no_cache: bool,
             config_path: str | None, assignments: tuple[str, ...]) -> None:
     """Memory report: peak and what is live then, fragmentation, leaks, OOM.
 
@@ -35,7 +37,7 @@ def command(path: str, outdir: str | None, formats: tuple[str, ...], quiet: bool
     """
     fmts = resolve_formats(formats)
     config = make_config(config_path, assignments)
-    report = build_memory_report(load(path), config, source=path)
+    report = build_memory_report(load(path, use_cache=False if no_cache else None), config, source=path)
     out = Path(outdir) if outdir else default_outdir(path)
     written = write_outputs(report, out, fmts)
     if not quiet:
