@@ -72,7 +72,7 @@ _OUT_OF_RANGE_MEM = "[memory] events with ts out of range (non-finite, or beyond
 _RAW_COLS: dict[str, list[str]] = {
     "cpu_ops": [
         "name", "ts", "dur", "pid", "tid", "cat", "external_id", "seq_num", "fwd_thread_id",
-        "ev_idx", "input_dims", "input_types", "comm_name", "comm_dtype", "comm_in_nelems",
+        "ev_idx", "input_dims", "input_types", "concrete_inputs", "comm_name", "comm_dtype", "comm_in_nelems",
         "comm_out_nelems", "comm_group_size", "comm_pg_name", "comm_pg_desc",
     ],
     "annotations": ["name", "ts", "dur", "pid", "tid", "external_id"],
