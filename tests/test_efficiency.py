@@ -151,3 +151,24 @@ def test_real_gemm_flops_match_an_independent_count_and_stay_under_peak(rel: str
     big = e.ops.filter(pl.col("bytes") > 256e6)
     assert (big["pct_of_bandwidth"].drop_nulls() <= 100.0).all()
     assert e.coverage["pct_of_kernel_time"] is not None and e.coverage["pct_of_kernel_time"] > 50
+
+
+def test_rules_price_slow_gemms_and_name_the_shape() -> None:
+    from traceanalyzer.rules import run_rules
+    from traceanalyzer.rules.gemm_efficiency import shape_reason
+
+    assert shape_reason(1, 4097, 1024, 1024, 64, 128).startswith("dimension not a multiple of 8 (M=4097)")
+    assert shape_reason(1, 16, 1024, 1024, 64, 128).startswith("tiny dimension (M=16)")
+    assert shape_reason(512, 96, 96, 64, 64, 128).startswith("batch of 512 skinny")
+    assert shape_reason(1, 4096, 4096, 4096, 64, 128) == ""
+    model = _planted(steps=6)
+    results = run_analyses(model, strict=True)
+    out = run_rules(results, Config(overrides={"rules.min_cost_pct": 0.0, "gemm_efficiency.min_pct_of_step": 0.0}),
+                    strict=True)
+    findings = {f.rule_id: f for f in [*out.findings, *out.below_floor]}
+    g = findings["gemm_efficiency"]
+    # mm at 21.7 % of the bf16 peak: roof time = 2·1024³ / 989.5 TFLOP/s = 2.170 µs; at 60 %: 3.617 µs; the
+    # 10 µs kernel would save 6.383 µs per step.
+    roof_us = 2 * 1024**3 / 989.5e12 * 1e6
+    assert g.cost_ms_per_step == pytest.approx(round((10 - roof_us / 0.6) / 1000, 3))
+    assert g.evidence["ops"][0]["op"] == "aten::mm"
