@@ -172,3 +172,18 @@ def test_rules_price_slow_gemms_and_name_the_shape() -> None:
     roof_us = 2 * 1024**3 / 989.5e12 * 1e6
     assert g.cost_ms_per_step == pytest.approx(round((10 - roof_us / 0.6) / 1000, 3))
     assert g.evidence["ops"][0]["op"] == "aten::mm"
+
+
+def test_modelled_ops_without_kernels_give_empty_tables() -> None:
+    t = Trace()
+    t.step(1, 0, 1000)
+    _op(t, "aten::mm", 10, 20, [[64, 64], [64, 64]], [BF16, BF16])  # nothing launched inside (a graph replay)
+    _op(t, "aten::my_custom_op", 100, 20, [[4]], ["float"])
+    t.launch(101, 5, 200, 7, name="custom_kernel")
+    doc = t.doc()
+    doc["deviceProperties"] = [H100]
+    e = _eff(build_model(Path("x.json"), doc))
+    assert e.ops.is_empty() and e.by_op.is_empty() and e.by_kernel.is_empty() and e.no_kernel_calls == 1
+    assert e.coverage["pct_of_kernel_time"] == 0.0 and e.totals["tflops"] is None
+    assert e.by_op.schema["op"] == pl.String and json.dumps(e.to_json())
+    assert e.summary()[0][0] == "Device peaks"

@@ -233,9 +233,9 @@ def efficiency(ctx: AnalysisContext[TraceModel]) -> EfficiencyResult:
     no_kernel = int(rows.filter(pl.col("kernel_ns").is_null() & pl.col("flops").is_not_null()).height)
     rows = rows.filter(pl.col("kernel_ns").is_not_null() & (pl.col("kernel_ns") > 0) & pl.col("flops").is_not_null()
                        & ~pl.col("unparsed"))
-    rows = _with_peaks(rows, peaks, model.meta.vendor)
+    rows = _with_peaks(rows, peaks, model.meta.vendor).with_columns(pl.col("bytes").round().cast(pl.Int64))
     roof, bound = _roof(pl.col("peak_tflops"), bw)
-    rows = _metrics(rows.with_columns(roof_ns=roof, bound=bound), bw)
+    rows = _metrics(rows.with_columns(roof_ns=roof.round().cast(pl.Int64), bound=bound), bw)
 
     by_op = _by_op(rows, bw)
     by_kernel = _by_kernel(rows, bw)
@@ -252,7 +252,7 @@ def efficiency(ctx: AnalysisContext[TraceModel]) -> EfficiencyResult:
                       roof_ns=pl.col("roof_ns").sum()).row(0, named=True)
     kns = float(tot["kernel_ns"] or 0)
     totals = {
-        "ops": rows.height, "flops": float(tot["flops"] or 0), "bytes": float(tot["bytes"] or 0),
+        "ops": rows.height, "flops": float(tot["flops"] or 0), "bytes": int(tot["bytes"] or 0),
         "kernel_ns": int(kns),
         "tflops": round(float(tot["flops"] or 0) / kns / 1e3, 3) if kns else None,
         "gb_per_s": round(float(tot["bytes"] or 0) / kns, 3) if kns else None,
@@ -296,23 +296,20 @@ def _agg(df: pl.DataFrame, keys: list[str], bw: float | None) -> pl.DataFrame:
         calls=pl.len().cast(pl.Int64), kernels=pl.col("kernels").sum().cast(pl.Int64),
         kernel_ns=pl.col("kernel_ns").sum().cast(pl.Int64),
         steady_kernel_ns=pl.col("kernel_ns").filter(pl.col("steady")).sum().cast(pl.Int64),
-        flops=pl.col("flops").sum(), bytes=pl.col("bytes").sum(),
-        roof_ns=pl.col("roof_ns").sum(), steady_roof_ns=pl.col("roof_ns").filter(pl.col("steady")).sum(),
+        flops=pl.col("flops").sum(), bytes=pl.col("bytes").sum().cast(pl.Int64),
+        roof_ns=pl.col("roof_ns").sum().cast(pl.Int64),
+        steady_roof_ns=pl.col("roof_ns").filter(pl.col("steady")).sum().cast(pl.Int64),
     ).with_columns(bound=bound.alias("bound"))
     return _metrics(out, bw).sort(["kernel_ns", *keys], descending=[True, *([False] * len(keys))])
 
 
 def _by_op(rows: pl.DataFrame, bw: float | None) -> pl.DataFrame:
-    if rows.is_empty():
-        return pl.DataFrame(schema={c: pl.Float64 for c in _OP_COLS})
     return _agg(rows, ["op", "family", "precision", "unit", "peak_key", "peak_tflops"], bw).select(_OP_COLS)
 
 
 def _by_kernel(rows: pl.DataFrame, bw: float | None) -> pl.DataFrame:
     single = rows.filter(pl.col("kernels") == 1).with_columns(kernel=normalize_kernel_names(pl.col("main_kernel")))
     cols = ["kernel", *_OP_COLS]
-    if single.is_empty():
-        return pl.DataFrame(schema={c: pl.Float64 for c in cols})
     return _agg(single, ["kernel", "op", "family", "precision", "unit", "peak_key", "peak_tflops"], bw).select(cols)
 
 
@@ -322,8 +319,8 @@ def _per_step(rows: pl.DataFrame, k: pl.DataFrame, bw: float | None) -> pl.DataF
         window_kernel_ns=pl.col("dur_ns").sum().cast(pl.Int64))
     per = rows.filter(pl.col("window").is_not_null()).group_by("window").agg(
         steady=pl.col("steady").first(), ops=pl.len().cast(pl.Int64), flops=pl.col("flops").sum(),
-        bytes=pl.col("bytes").sum(), kernel_ns=pl.col("kernel_ns").sum().cast(pl.Int64),
-        roof_ns=pl.col("roof_ns").sum())
+        bytes=pl.col("bytes").sum().cast(pl.Int64), kernel_ns=pl.col("kernel_ns").sum().cast(pl.Int64),
+        roof_ns=pl.col("roof_ns").sum().cast(pl.Int64))
     out = total.join(per, on="window", how="left").with_columns(peak_tflops=pl.lit(None, pl.Float64))
     out = _metrics(out, bw).drop("peak_tflops", "pct_of_peak")
     return out.sort("window").select("window", "step", "steady", "ops", "window_kernel_ns", "kernel_ns", "flops",
