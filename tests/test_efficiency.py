@@ -187,3 +187,21 @@ def test_modelled_ops_without_kernels_give_empty_tables() -> None:
     assert e.coverage["pct_of_kernel_time"] == 0.0 and e.totals["tflops"] is None
     assert e.by_op.schema["op"] == pl.String and json.dumps(e.to_json())
     assert e.summary()[0][0] == "Device peaks"
+
+
+def test_roofline_chart_draws_the_heaviest_ops() -> None:
+    from traceanalyzer.report import discover
+    from traceanalyzer.report.charts import draw, registry
+    from traceanalyzer.report.roofline import roofline_points
+
+    discover()
+    results = run_analyses(_planted(), only=("steps", "efficiency"), strict=True)
+    e = results["efficiency"]
+    assert isinstance(e, EfficiencyResult)
+    pts = roofline_points(e)
+    assert pts["op"].to_list() == ["aten::scaled_dot_product_attention", "aten::mm"]  # heaviest first
+    png = draw(registry()["roofline"], results)
+    assert png is not None and png.startswith(b"\x89PNG")
+    # No bandwidth known: no roof to draw.
+    bare = run_analyses(_planted(props=None), only=("steps", "efficiency"), strict=True)
+    assert draw(registry()["roofline"], bare) is None
