@@ -118,8 +118,11 @@ class EfficiencyResult:
         return out
 
     def tables(self) -> dict[str, pl.DataFrame]:
-        return {"Efficiency by op": self.by_op.head(self.top_n),
-                "Efficiency by kernel (single-kernel ops)": self.by_kernel.head(self.top_n),
+        # The first seven columns are what the Markdown report has room for.
+        shown = ["op", "precision", "kernel_ns", "tflops", "pct_of_peak", "pct_of_bandwidth", "bound", "gb_per_s",
+                 "calls", "pct_of_roofline", "peak_key"]
+        return {"Efficiency by op": self.by_op.head(self.top_n).select(shown),
+                "Efficiency by kernel (single-kernel ops)": self.by_kernel.head(self.top_n).select(["kernel", *shown]),
                 "Kernel time with no FLOP/byte model": self.no_model.head(self.top_n)}
 
 
