@@ -28,7 +28,7 @@ def _op(t: Trace, name: str, ts: float, dur: float, dims: list[Any], types: list
                                                  "Concrete Inputs": conc or [""] * len(dims)}))
 
 
-def _planted(steps: int = 4, props: dict[str, Any] | None = H100) -> TraceModel:
+def _planted(steps: int = 4, props: dict[str, Any] | None = H100, slow_add: bool = False) -> TraceModel:
     """Per step (1000 µs): an mm 1024³ bf16 whose kernel runs 10 µs; an SDPA (2×8×512×64, causal) with
     the flash op nested in it, a cast kernel (2 µs) and the attention kernel (20 µs); an op with no model."""
     t = Trace()
@@ -49,6 +49,9 @@ def _planted(steps: int = 4, props: dict[str, Any] | None = H100) -> TraceModel:
         t.launch(b + 64, 5, b + 130, 20, name="flash_fwd_kernel")
         _op(t, "aten::my_custom_op", b + 200, 10, [[4]], ["float"])
         t.launch(b + 201, 5, b + 200, 7, name="custom_kernel")
+        if slow_add:  # 1024² fp32 + 1024² fp32 in 100 µs: 12.6 MB at 126 GB/s
+            _op(t, "aten::add", b + 300, 10, [[1024, 1024], [1024, 1024], []], ["float", "float", "Scalar"])
+            t.launch(b + 301, 5, b + 300, 100, name="vectorized_elementwise_kernel")
     doc = t.doc()
     if props is not None:
         doc["deviceProperties"] = [props]
@@ -205,3 +208,20 @@ def test_roofline_chart_draws_the_heaviest_ops() -> None:
     # No bandwidth known: no roof to draw.
     bare = run_analyses(_planted(props=None), only=("steps", "efficiency"), strict=True)
     assert draw(registry()["roofline"], bare) is None
+
+
+def test_memory_bound_rule_prices_a_slow_elementwise_op_only() -> None:
+    from traceanalyzer.rules import run_rules
+
+    results = run_analyses(_planted(steps=6, slow_add=True), strict=True)
+    e = results["efficiency"]
+    assert isinstance(e, EfficiencyResult)
+    add = e.by_op.filter(pl.col("op") == "aten::add").row(0, named=True)
+    nbytes = 3 * 1024 * 1024 * 4
+    assert add["bytes"] == 6 * nbytes and add["bound"] == "memory"
+    assert add["pct_of_bandwidth"] == pytest.approx(100 * nbytes / 100_000 / 3.35e3)
+    out = run_rules(results, Config(overrides={"rules.min_cost_pct": 0.0}), strict=True)
+    f = {x.rule_id: x for x in [*out.findings, *out.below_floor]}["memory_bound_efficiency"]
+    roof_ns = nbytes / 3.35e3
+    assert f.cost_ms_per_step == pytest.approx(round((100_000 - roof_ns / 0.7) / 1e6, 3))
+    assert [o["op"] for o in f.evidence["ops"]] == ["aten::add"]  # the GEMM and attention are not its

@@ -20,23 +20,26 @@ from traceanalyzer.rules._util import ms, pct_of_step, time_finding
 
 
 @rule("memory_bound_efficiency", needs=("steps", "efficiency"), uses=("context",), severity=Severity.INFO,
-      params={"max_pct_of_bandwidth": 30.0, "target_pct_of_roofline": 70.0, "min_pct_of_step": 2.0})
+      params={"max_pct_of_bandwidth": 30.0, "target_pct_of_roofline": 70.0, "min_pct_of_step": 2.0,
+              "min_kernel_us": 3.0})
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Memory-bound operations moving their bytes far below the device's memory bandwidth.
 
     Signal
-        ``efficiency``: the operations of the steady steps that sit under the memory roof
-        (``bound`` = memory: elementwise, reductions, normalisation, softmax, copies, embedding,
-        and matrix work of low arithmetic intensity), per op name and precision: achieved GB/s
-        against the device's bandwidth (``pct_of_bandwidth``) and their roofline time.
+        ``efficiency``: the vector-unit operations of the steady steps that sit under the memory
+        roof (``bound`` = memory: elementwise, reductions, normalisation, softmax, copies,
+        embedding), per op name and precision: achieved GB/s against the device's bandwidth
+        (``pct_of_bandwidth``) and their roofline time. Matrix work (GEMM, convolution, attention)
+        is ``gemm_efficiency``'s, even when its intensity puts it under the memory roof.
     Threshold
         ``pct_of_bandwidth`` < ``max_pct_of_bandwidth`` (30) % for an op name, and the saving
         below ≥ ``min_pct_of_step`` (2) % of the median step.
     Cost
         The time per steady step that running those ops at ``target_pct_of_roofline`` (70) % of
-        the roofline would save: Σ max(0, time − roof time ÷ 0.7) ÷ steady steps (70 %: what
-        PyTorch's vectorised elementwise kernels reach on large tensors). Small tensors never
-        reach it (launch latency dominates): their share is what fusion wins back. Confidence 0.4.
+        the roofline would save: Σ max(0, time − max(roof time ÷ 0.7, kernels × ``min_kernel_us``
+        (3 µs))) ÷ steady steps (70 %: what PyTorch's vectorised elementwise kernels reach on
+        large tensors; no kernel runs in less than a few µs, so what small tensors lose beyond
+        that floor is only won back by fusing them). Confidence 0.4.
     Fix
         Fuse chains of elementwise/normalisation ops (``torch.compile``; fused LayerNorm/RMSNorm
         kernels; ``foreach``/fused optimizers), avoid dtype round trips (casts are copies), and keep
@@ -45,11 +48,13 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
     e = results.need("efficiency", EfficiencyResult)
     if not e.peaks.get("mem_bw_tbs"):
         return
-    rows = e.ops.filter(pl.col("steady") & (pl.col("bound") == "memory"))
+    rows = e.ops.filter(pl.col("steady") & (pl.col("bound") == "memory") & (pl.col("unit") == "vector"))
     if rows.is_empty():
         return
     frac = max(float(params.target_pct_of_roofline), 1.0) / 100.0
-    rows = rows.with_columns(saving_ns=(pl.col("kernel_ns") - pl.col("roof_ns") / frac).clip(lower_bound=0))
+    floor = pl.col("kernels") * float(params.min_kernel_us) * 1e3  # no kernel runs in less than a few µs
+    target = pl.max_horizontal(pl.col("roof_ns") / frac, floor)
+    rows = rows.with_columns(saving_ns=(pl.col("kernel_ns") - target).clip(lower_bound=0))
     bw = float(e.peaks["mem_bw_tbs"])
     by = rows.group_by("op", "precision").agg(
         calls=pl.len(), kernel_ns=pl.col("kernel_ns").sum(), bytes=pl.col("bytes").sum(),
