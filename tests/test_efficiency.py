@@ -225,3 +225,41 @@ def test_memory_bound_rule_prices_a_slow_elementwise_op_only() -> None:
     roof_ns = nbytes / 3.35e3
     assert f.cost_ms_per_step == pytest.approx(round((100_000 - roof_ns / 0.7) / 1e6, 3))
     assert [o["op"] for o in f.evidence["ops"]] == ["aten::add"]  # the GEMM and attention are not its
+
+
+def test_sdpa_on_the_math_path_is_priced_and_the_fused_one_is_not() -> None:
+    from traceanalyzer.rules import run_rules
+
+    t = Trace()
+    q = [4, 16, 1024, 64]
+    for s in range(6):
+        b = 2000.0 * s
+        t.step(s + 1, b, 2000)
+        # math path: bmm, softmax, bmm kernels under the SDPA call, 600 µs in all
+        _op(t, "aten::scaled_dot_product_attention", b + 10, 100, [q, q, q, [], [], [], [], []],
+            [BF16] * 3 + [""] * 5, ["", "", "", "", "0.", "False", "", "False"])
+        _op(t, "aten::_scaled_dot_product_attention_math", b + 12, 90, [q, q, q, [], [], [], [], [], []],
+            [BF16] * 3 + [""] * 6, ["", "", "", "", "0.", "False", "", "", "False"])
+        _op(t, "aten::bmm", b + 14, 10, [[64, 1024, 64], [64, 64, 1024]], [BF16, BF16])
+        t.launch(b + 15, 5, b + 100, 200, name="sm90_xmma_gemm_bf16bf16_bf16f32")
+        _op(t, "aten::_softmax", b + 30, 10, [[4, 16, 1024, 1024], [], []], [BF16, "Scalar", "Scalar"])
+        t.launch(b + 31, 5, b + 300, 200, name="softmax_warp_forward")
+        _op(t, "aten::bmm", b + 50, 10, [[64, 1024, 1024], [64, 1024, 64]], [BF16, BF16])
+        t.launch(b + 51, 5, b + 500, 200, name="sm90_xmma_gemm_bf16bf16_bf16f32")
+    doc = t.doc()
+    doc["deviceProperties"] = [H100]
+    results = run_analyses(build_model(Path("x.json"), doc), strict=True)
+    e = results["efficiency"]
+    assert isinstance(e, EfficiencyResult)
+    att = e.by_op.row(0, named=True)  # the bmm and softmax belong to the attention call: one operation
+    f_att = 4 * 4 * 16 * 1024 * 1024 * 64
+    assert e.by_op.height == 1 and att["op"] == "aten::scaled_dot_product_attention" and att["flops"] == 6 * f_att
+    assert att["kernel_ns"] == 6 * 600_000
+    out = run_rules(results, Config(overrides={"rules.min_cost_pct": 0.0}), strict=True)
+    f = {x.rule_id: x for x in [*out.findings, *out.below_floor]}["attention_math_fallback"]
+    roof_ns = max(f_att / 989.5e3, 4 * (4 * 16 * 1024 * 64 * 2) / 3.35e3)
+    assert f.cost_ms_per_step == pytest.approx(round((600_000 - roof_ns / 0.5) / 1e6, 3))
+    # The fused flash call of the planted trace is not the rule's.
+    fused = run_analyses(_planted(steps=6), strict=True)
+    out = run_rules(fused, Config(overrides={"rules.min_cost_pct": 0.0}), strict=True)
+    assert "attention_math_fallback" not in {x.rule_id for x in [*out.findings, *out.below_floor]}

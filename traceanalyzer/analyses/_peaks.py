@@ -61,7 +61,9 @@ def device_peaks(props: dict[str, Any] | None, declared: str, overrides: dict[st
     out: dict[str, Any] = {
         "device": row["device"] if row else (declared or trace_name or None),
         "trace_name": trace_name or None, "matched": matched,
-        "source": row["source"] if row else None, "note": (row.get("note") or None) if row else None,
+        "source": row["source"] if row else None, "note": (row.get("note") or None) if row else (
+            f"{declared or trace_name or 'the device'!r} is not in the peak table: set its peaks "
+            "(efficiency.bf16_tensor, efficiency.mem_bw_tbs …) or efficiency.device to a row's name"),
         "scale": scale, "sms": sms if isinstance(sms, int) else None,
     }
     for k in PEAK_KEYS:

@@ -55,6 +55,10 @@ from traceanalyzer.model.relations import op_index
 
 #: NVIDIA kernel names of fp32 GEMMs on TF32 tensor cores (cuBLAS/CUTLASS/cuDNN naming).
 TF32_KERNEL_RE = r"(?i)tf32|tensorop_s1688|tensorop_s16816|_s1688gemm|_s16816gemm|xmma.*_tf32"
+#: Kernel names of fused attention (FlashAttention, memory-efficient/CUTLASS FMHA, cuDNN SDPA, CK/AOTriton
+#: on ROCm, FlashInfer): the ``context`` analysis' list. An attention call with none of them ran the math path.
+FUSED_ATTENTION_KERNEL_RE = (r"(?i)flash|fmha|sdpa|efficient_attention|mem_eff|paged_attention|unified_attention"
+                             r"|attention_fwd|attn_fwd|attn_bwd|attention_bwd|fused_attn|flashinfer|cudnn.*mha")
 _SIG = ["name", "input_dims", "input_types", "concrete_inputs"]
 _OP_COLS = ["op", "family", "precision", "unit", "peak_key", "peak_tflops", "calls", "kernels", "kernel_ns",
             "steady_kernel_ns", "flops", "bytes", "tflops", "gb_per_s", "intensity", "pct_of_peak",
@@ -65,7 +69,8 @@ _OP_COLS = ["op", "family", "precision", "unit", "peak_key", "peak_tflops", "cal
 class EfficiencyResult:
     """See the module docstring. ``ops``: one row per operation (call) with kernels and work
     (``op, family, precision, unit, peak_key, peak_tflops, pid, tid, ts_ns, kernels, kernel_ns,
-    main_kernel, window, steady, flops, bytes, gemm_b/m/n/k, note`` and the achieved columns);
+    main_kernel`` (the longest), ``fused_kernel`` (a fused-attention kernel name among them),
+    ``window, steady, flops, bytes, gemm_b/m/n/k, note`` and the achieved columns);
     ``by_op``/``by_kernel``/``per_step``: its aggregates; ``peaks``: the device and the peaks
     used; ``coverage``; ``no_model``; ``n_steady``: steady steps the per-step figures divide by."""
 
@@ -226,6 +231,7 @@ def efficiency(ctx: AnalysisContext[TraceModel]) -> EfficiencyResult:
     per_group = k.filter(pl.col("gid").is_not_null()).sort("dur_ns", descending=True).group_by("gid").agg(
         kernels=pl.len().cast(pl.Int64), kernel_ns=pl.col("dur_ns").sum().cast(pl.Int64),
         main_kernel=pl.col("name").first(), first_ns=pl.col("ts_ns").min(),
+        fused_kernel=pl.col("name").str.contains(FUSED_ATTENTION_KERNEL_RE).any(),
     )
     first = k.filter(pl.col("gid").is_not_null()).sort("ts_ns").group_by("gid").agg(
         window=pl.col("window").first(), step=pl.col("step").first(), steady=pl.col("steady").first())
