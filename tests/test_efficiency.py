@@ -115,7 +115,11 @@ def test_no_shapes_is_not_applicable() -> None:
 
 PAIRS = [f"tracelens/{d}/{n}" for d in ("h100", "mi300") for n in (
     "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", "facebook_timesformer-base-finetuned-k400__1016002.json.gz",
-    "gaunernst_bert-small-uncased__1016001.json.gz")]
+    "gaunernst_bert-small-uncased__1016001.json.gz")] + [
+    "hta/negative_queue_length_values_check/rank0.json.gz",  # A100 SXM, fp32 and mm/addmm/bmm with out= args
+    pytest.param("hta/trace_diff/test/test.json.gz", marks=pytest.mark.slow),  # V100: no bf16 tensor cores
+    pytest.param("hta/trace_diff/control/control.json.gz", marks=pytest.mark.slow),  # A100 PCIe 40GB
+]
 
 
 def _independent_gemm_flops(model: TraceModel) -> dict[str, float]:
@@ -153,7 +157,9 @@ def test_real_gemm_flops_match_an_independent_count_and_stay_under_peak(rel: str
     # L2) can move faster, so the bound holds for operations whose traffic exceeds it.
     big = e.ops.filter(pl.col("bytes") > 256e6)
     assert (big["pct_of_bandwidth"].drop_nulls() <= 100.0).all()
-    assert e.coverage["pct_of_kernel_time"] is not None and e.coverage["pct_of_kernel_time"] > 50
+    assert e.coverage["pct_of_kernel_time"] is not None
+    if rel.startswith("tracelens"):  # HF models: nearly every kernel comes from a modelled op
+        assert e.coverage["pct_of_kernel_time"] > 50
 
 
 def test_rules_price_slow_gemms_and_name_the_shape() -> None:

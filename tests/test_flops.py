@@ -168,3 +168,19 @@ def test_peaks_scale_with_sms_and_take_overrides() -> None:
     v100 = device_peaks({"name": "Tesla V100-SXM2-16GB"}, "", {})
     assert resolve_peak(v100, "bf16_tensor") == ("fp32", 15.7)  # no bf16 tensor cores on Volta
     assert resolve_peak(v100, "fp32_tensor") == ("fp32", 15.7)
+
+
+def test_out_argument_is_not_read_and_generic_rocm_names_match_by_arch() -> None:
+    # mul(self, other, out=): older traces list out among the inputs; it is the output, not a read
+    r = w("aten::mul", [[512, 2862], [], [512, 2862]], [F32, "double", F32])
+    assert r is not None and r.bytes == 2 * 512 * 2862 * 4 + 8
+    r = w("aten::addcmul_", [[8], [8], [8], []], [F32, F32, F32, "Scalar"])
+    assert r is not None and r.bytes == 4 * 8 * 4
+    mi210 = {"name": "AMD Radeon Graphics", "computeMajor": 9, "computeMinor": 0, "numSms": 104,
+             "totalGlobalMem": 68702699520}
+    p = device_peaks(mi210, "", {})
+    assert p["device"] == "MI210" and p["matched"] == "trace_arch" and p["scale"] == 1.0
+    mi325 = {"name": "AMD Radeon Graphics", "computeMajor": 9, "computeMinor": 4, "numSms": 304,
+             "totalGlobalMem": 274877906944}
+    assert device_peaks(mi325, "", {})["device"] == "MI325X"
+    assert device_peaks({**mi325, "totalGlobalMem": 205571227648}, "", {})["device"] == "MI300X"

@@ -42,17 +42,34 @@ def find_row(name: str) -> dict[str, Any] | None:
     return None
 
 
+def _by_arch(props: dict[str, Any]) -> dict[str, Any] | None:
+    """A row by ``computeMajor.computeMinor`` (ROCm: the gfx version) and the exact CU count, the
+    closest memory size among several: ROCm builds that name every device "AMD Radeon Graphics"."""
+    major, minor, sms = props.get("computeMajor"), props.get("computeMinor"), props.get("numSms")
+    if not isinstance(major, int) or not isinstance(minor, int) or not isinstance(sms, int):
+        return None
+    rows = [r for r in peak_table() if r.get("arch") == f"{major}.{minor}" and r.get("full_sms") == sms]
+    mem = props.get("totalGlobalMem")
+    if len(rows) > 1 and isinstance(mem, int):
+        rows.sort(key=lambda r: abs(float(r.get("mem_gb") or 0) - mem / 1e9))
+    return rows[0] if rows else None
+
+
 def device_peaks(props: dict[str, Any] | None, declared: str, overrides: dict[str, float]) -> dict[str, Any]:
     """The peaks the run is held to: ``{"device", "matched", "source", "scale", "sms", <PEAK_KEYS>}``.
 
     ``declared`` (the ``efficiency.device`` setting) wins over the trace's name; ``overrides``
     (``efficiency.<key>`` settings, > 0) replace single peaks after scaling. ``matched`` says how the
-    device was found: ``declared``, ``trace``, or ``none`` (every peak null unless overridden).
+    device was found: ``declared``, ``trace`` (by name), ``trace_arch`` (a generic ROCm name: by gfx
+    version and CU count), or ``none`` (every peak null unless overridden).
     """
     props = props or {}
     trace_name = str(props.get("name") or "")
     row = find_row(declared) if declared else (find_row(trace_name) if trace_name else None)
     matched = "none" if row is None else ("declared" if declared else "trace")
+    if row is None and not declared:
+        row = _by_arch(props)
+        matched = "none" if row is None else "trace_arch"
     sms = props.get("numSms") or props.get("maxComputeUnits")
     scale = 1.0
     full = row.get("full_sms") if row else None

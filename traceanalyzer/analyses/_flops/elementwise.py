@@ -10,6 +10,10 @@ against the memory roof anyway). ``fill_``/``zero_`` write only.
 Reductions (``sum``, ``mean``, ``amax`` …): bytes = input read + output written; the output
 shape comes from ``dim``/``keepdim`` in Concrete Inputs, all dims reduced when ``dim`` is
 absent (output: one element); FLOPs = E_in. ``cumsum``/``cumprod`` write E_in elements.
+
+Only a function's own inputs are read (one for unary ops, two for binary, three for ``where``,
+``addcmul``, ``addcdiv``, ``lerp``, ``masked_fill``): a further tensor is an ``out=`` argument,
+which older traces list among the inputs.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ _BINARY = (
     "logical_and", "logical_or", "bitwise_and", "bitwise_or", "bitwise_xor", "atan2", "hypot", "xlogy",
     "eq", "ne", "lt", "gt", "le", "ge", "native_dropout_backward",
 )
+_TERNARY = {"where", "addcmul", "addcdiv", "lerp", "masked_fill"}
 _COMPARE = {"eq", "ne", "lt", "gt", "le", "ge", "logical_and", "logical_or", "logical_not"}
 _REDUCE = (
     "sum", "mean", "amax", "amin", "max", "min", "prod", "norm", "linalg_vector_norm", "std", "var", "logsumexp",
@@ -49,7 +54,10 @@ def _base(name: str) -> tuple[str, bool]:
 def elementwise(x: OpArgs) -> Work | None:
     """Every tensor input read, the broadcast output written (see the module docstring)."""
     base, inplace = _base(x.name)
-    tensors = [i for i in range(len(x.types)) if x.shape(i) is not None]
+    # Tensors past the function's own inputs are an ``out=`` argument (older traces record it):
+    # written, not read, and already the output.
+    arity = 1 if base in _UNARY else 3 if base in _TERNARY else 2
+    tensors = [i for i in range(min(len(x.types), arity)) if x.shape(i) is not None]
     if not tensors:
         return None
     shapes = [x.shape(i) for i in tensors]
