@@ -377,6 +377,8 @@ ODD_EVENTS = [
     b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Input Dims":[[1.0, 2], [3]]}}',
     b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Concrete Inputs":["", 1.0, "[1, 1]"]}}',
     b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Concrete Inputs":"False"}}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Input Strides":[[1.0, 2], [0]]}}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Input Strides":"[1]","Input Dims":[[2], []]}}',
     b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Concrete Inputs":["a\\"b", true]}}',
     b'{"ph":"X","cat":"kernel","name":"k","ts":5,"dur":1,"args":{"grid":[1E0,1,1],"block":[1, 2 ,3 ]}}',
     b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":"{\\"External id\\": 5}"}',

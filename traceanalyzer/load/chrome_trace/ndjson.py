@@ -51,7 +51,7 @@ _INT_ARGS = (
 # ``direction`` (MTIA DMA) is only looked up in MTIA_DIRECTION: a non-string value that
 # the reader turns into text matches no key, as in the simple path, so it needs no screen.
 _STR_ARGS = ("Collective name", "dtype", "name", "Process Group Name", "Process Group Description", "direction")
-_DIMS_ARGS = ("Input Dims", "grid", "block")  # JSON text; lists of ints
+_DIMS_ARGS = ("Input Dims", "Input Strides", "grid", "block")  # JSON text; lists of ints
 _ARG_NAMES = (*_INT_ARGS, *_STR_ARGS, *_DIMS_ARGS, "Input type", "Concrete Inputs")
 _INT_TEXT = r"(?s)^(?:.* )?(-?[0-9]+)$"  # ``_int`` on a string: the number, or the last word's
 _FLOAT_TEXT = r"^-?(?:[0-9]+\.[0-9]*|\.[0-9]+)$"
@@ -79,6 +79,7 @@ _SUSPECT_ARGS = (
     r'"grid"\s*:\s*(?:[^\[n\s]|\[[\[\]0-9,\s-]*[.eE])',
     r'"block"\s*:\s*(?:[^\[n\s]|\[[\[\]0-9,\s-]*[.eE])',
     r'"Input Dims"\s*:\s*(?:[^\[n\s]|\[[\[\]0-9,\s-]*[.eE])',
+    r'"Input Strides"\s*:\s*(?:[^\[n\s]|\[[\[\]0-9,\s-]*[.eE])',
     r'"Input type"\s*:\s*(?:[^\[n\s]|\[(?:\s*"(?:[^"\\]|\\.)*"\s*,)*\s*[^"\s\]])',
     r'"Concrete Inputs"\s*:\s*(?:[^\[n\s]|\[(?:\s*"(?:[^"\\]|\\.)*"\s*,)*\s*[^"\s\]])',
 )
@@ -365,7 +366,8 @@ def _x_frame(t: str, p: pl.DataFrame) -> pl.DataFrame:
     if t == "cpu_ops":
         cols = [*base, "pid", "tid", "cat", ext, _A("Sequence number"), _A("Fwd thread id"),
                 pl.coalesce(_A("Ev Idx"), _A("Profiler Event Index")), _json_dims("Input Dims", p),
-                _json_strings("Input type"), _json_strings("Concrete Inputs"), _A("Collective name"), comm_dtype,
+                _json_strings("Input type"), _json_dims("Input Strides", p), _json_strings("Concrete Inputs"),
+                _A("Collective name"), comm_dtype,
                 _A("In msg nelems"), _A("Out msg nelems"), _A("Group size"), _A("Process Group Name"),
                 _A("Process Group Description")]
     elif t == "python_frames":
