@@ -184,3 +184,18 @@ def test_out_argument_is_not_read_and_generic_rocm_names_match_by_arch() -> None
              "totalGlobalMem": 274877906944}
     assert device_peaks(mi325, "", {})["device"] == "MI325X"
     assert device_peaks({**mi325, "totalGlobalMem": 205571227648}, "", {})["device"] == "MI300X"
+
+
+def test_expanded_inputs_are_read_once_per_stored_element() -> None:
+    def ws(name: str, dims: list, types: list, strides: list):  # type: ignore[no-untyped-def]
+        return work(OpArgs.parse(name, json.dumps(dims), json.dumps(types), None, json.dumps(strides)))
+
+    # x [64, 128] + bias.expand(64, 128) (stride 0 along dim 0): the bias is read as 128 elements
+    r = ws("aten::add", [[64, 128], [64, 128], []], [F32, F32, "Scalar"], [[128, 1], [0, 1], []])
+    assert r is not None and r.bytes == (64 * 128 + 128 + 64 * 128) * 4
+    # contiguous copy of an expanded view: 128 elements read, 64 × 128 written
+    r = ws("aten::copy_", [[64, 128], [64, 128], []], [BF16, BF16, "Scalar"], [[128, 1], [0, 1], []])
+    assert r is not None and r.bytes == 64 * 128 * 2 + 128 * 2
+    # no strides recorded: the shape's numel
+    r = ws("aten::add", [[64, 128], [64, 128], []], [F32, F32, "Scalar"], [])
+    assert r is not None and r.bytes == 3 * 64 * 128 * 4

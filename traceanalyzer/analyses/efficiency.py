@@ -6,7 +6,7 @@ What one row measures
 * **Operation** (one call): a CPU op with a FLOP/byte model (:mod:`traceanalyzer.analyses._flops`:
   GEMM, convolution, attention, normalisation, softmax, elementwise/reduction, embedding,
   copy) that is not inside another modelled op. Its **work** comes from its own arguments
-  (``Input Dims``/``Input type``/``Concrete Inputs``), or, when modelled ops of its family
+  (``Input Dims``/``Input type``/``Concrete Inputs``/``Input Strides``), or, when modelled ops of its family
   nest inside it (``scaled_dot_product_attention`` → ``_scaled_dot_product_flash_attention`` →
   ``_flash_attention_forward``), from the innermost ones (under autocast the outer op records
   the fp32 tensors it casts before the inner one runs in bf16). Modelled ops of other families
@@ -59,7 +59,7 @@ TF32_KERNEL_RE = r"(?i)tf32|tensorop_s1688|tensorop_s16816|_s1688gemm|_s16816gem
 #: on ROCm, FlashInfer): the ``context`` analysis' list. An attention call with none of them ran the math path.
 FUSED_ATTENTION_KERNEL_RE = (r"(?i)flash|fmha|sdpa|efficient_attention|mem_eff|paged_attention|unified_attention"
                              r"|attention_fwd|attn_fwd|attn_bwd|attention_bwd|fused_attn|flashinfer|cudnn.*mha")
-_SIG = ["name", "input_dims", "input_types", "concrete_inputs"]
+_SIG = ["name", "input_dims", "input_types", "concrete_inputs", "input_strides"]
 _OP_COLS = ["op", "family", "precision", "unit", "peak_key", "peak_tflops", "calls", "kernels", "kernel_ns",
             "steady_kernel_ns", "flops", "bytes", "tflops", "gb_per_s", "intensity", "pct_of_peak",
             "pct_of_bandwidth", "roof_ns", "steady_roof_ns", "pct_of_roofline", "bound"]

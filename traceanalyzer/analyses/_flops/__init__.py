@@ -57,11 +57,14 @@ def work(args: OpArgs) -> Work | None:
 
 
 def work_of_signatures(sigs: pl.DataFrame) -> pl.DataFrame:
-    """``sigs`` (``name, input_dims, input_types, concrete_inputs``, distinct rows) with
-    :data:`WORK_SCHEMA` columns added; null ``flops`` where no model applies."""
+    """``sigs`` (``name, input_dims, input_types, concrete_inputs`` and, when present, ``input_strides``;
+    distinct rows) with :data:`WORK_SCHEMA` columns added; null ``flops`` where no model applies."""
     rows: list[tuple[object, ...]] = []
-    for name, dims, types, conc in sigs.select("name", "input_dims", "input_types", "concrete_inputs").iter_rows():
-        w = work(OpArgs.parse(name, dims, types, conc)) if name in MODELS else None
+    strides = sigs["input_strides"] if "input_strides" in sigs.columns else pl.repeat(None, sigs.height,
+                                                                                        dtype=pl.String, eager=True)
+    cols = sigs.select("name", "input_dims", "input_types", "concrete_inputs").with_columns(strides.alias("_st"))
+    for name, dims, types, conc, st in cols.iter_rows():
+        w = work(OpArgs.parse(name, dims, types, conc, st)) if name in MODELS else None
         fam = family_of(name)
         shape = (w.bmnk if w is not None else None) or (None, None, None, None)
         rows.append((fam, None, None, None, None, None, *shape) if w is None else

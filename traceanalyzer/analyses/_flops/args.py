@@ -4,8 +4,9 @@
 input: a list of ints for a tensor, ``[]`` for a scalar or None, a list of shapes for a
 TensorList), ``Input type`` (``float``, ``c10::BFloat16``, ``Scalar``, ``ScalarList`` …) and
 ``Concrete Inputs`` (non-tensor arguments as text: ``"[1, 1]"``, ``"True"``, ``"-1"``, ``""``
-for tensors and None). The loader keeps the three as JSON text; :meth:`OpArgs.parse` reads
-them once per distinct signature.
+for tensors and None) and ``Input Strides`` (a stride of 0 marks a dim that a view repeats: an
+input read counts its stored elements, not its shape's). The loader keeps the four as JSON
+text; :meth:`OpArgs.parse` reads them once per distinct signature.
 """
 
 from __future__ import annotations
@@ -57,11 +58,14 @@ class OpArgs:
     dims: tuple[Any, ...]
     types: tuple[str, ...]
     concrete: tuple[str, ...]
+    strides: tuple[Any, ...] = ()
 
     @staticmethod
-    def parse(name: str, dims: str | None, types: str | None, concrete: str | None) -> OpArgs:
+    def parse(name: str, dims: str | None, types: str | None, concrete: str | None,
+              strides: str | None = None) -> OpArgs:
         """The arguments from the loader's JSON texts (a missing or unreadable one is empty)."""
-        return OpArgs(name, _list(dims), tuple(str(t) for t in _list(types)), tuple(str(c) for c in _list(concrete)))
+        return OpArgs(name, _list(dims), tuple(str(t) for t in _list(types)), tuple(str(c) for c in _list(concrete)),
+                      _list(strides))
 
     def dtype(self, i: int) -> str | None:
         """The dtype of input ``i`` when it is a tensor (else None)."""
@@ -82,10 +86,23 @@ class OpArgs:
         t = self.dtype(i)
         return DTYPE_BYTES[t] if t is not None else 0.0
 
-    def nbytes(self, i: int) -> float:
-        """Bytes of tensor input ``i`` (0 when it is not a tensor)."""
+    def distinct(self, i: int) -> int | None:
+        """Elements of tensor input ``i`` stored in memory: its numel, less the dims of stride 0 (a
+        view made by ``expand``/broadcasting repeats one element along them); numel when the trace
+        recorded no strides."""
         s = self.shape(i)
-        return numel(s) * self.itemsize(i) if s is not None else 0.0
+        if s is None:
+            return None
+        st = self.strides[i] if i < len(self.strides) else None
+        if isinstance(st, list) and len(st) == len(s) and all(isinstance(v, int) for v in st):
+            return numel([n for n, v in zip(s, st) if v != 0])
+        return numel(s)
+
+    def nbytes(self, i: int) -> float:
+        """Bytes of tensor input ``i`` as stored (stride-0 dims counted once; 0 when not a tensor):
+        what reading it moves."""
+        n = self.distinct(i)
+        return n * self.itemsize(i) if n is not None else 0.0
 
     def precision(self, i: int = 0) -> str | None:
         t = self.dtype(i)
