@@ -9,9 +9,9 @@ from typing import Any
 
 import polars as pl
 import pytest
+from conftest import SHARED_TRACES, needs_shared, shared_chrome_traces, shared_model, shared_params, shared_results
+from support.events import Trace, x
 
-from tests.conftest import SHARED_TRACES, needs_shared, shared_model, shared_results
-from tests.support.events import Trace, x
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.analyses.efficiency import EfficiencyResult
 from traceanalyzer.config import Config
@@ -269,3 +269,18 @@ def test_sdpa_on_the_math_path_is_priced_and_the_fused_one_is_not() -> None:
     fused = run_analyses(_planted(steps=6), strict=True)
     out = run_rules(fused, Config(overrides={"rules.min_cost_pct": 0.0}), strict=True)
     assert "attention_math_fallback" not in {x.rule_id for x in [*out.findings, *out.below_floor]}
+
+
+@needs_shared
+@pytest.mark.shared
+@pytest.mark.parametrize("path", shared_params(shared_chrome_traces() if SHARED_TRACES.exists() else ()))
+def test_every_shared_trace_runs_or_says_why_and_stays_under_peak(path: Path) -> None:
+    results = shared_results(path)
+    e = results.get("efficiency")
+    if e is None:
+        assert results.skipped["efficiency"]  # a reason ("no kernels", "profile with record_shapes=True")
+        return
+    assert isinstance(e, EfficiencyResult)
+    assert (e.ops["pct_of_peak"].drop_nulls() <= 100.0).all()
+    assert (e.ops.filter(pl.col("bytes") > 256e6)["pct_of_bandwidth"].drop_nulls() <= 100.0).all()
+    assert e.ops.height == 0 or (e.ops["kernel_ns"] > 0).all()
