@@ -14,10 +14,11 @@ from traceanalyzer.analyses import Results
 from traceanalyzer.analyses.efficiency import EfficiencyResult
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
+from traceanalyzer.rules._advice import withhold_on_capture
 from traceanalyzer.rules._util import ms, pct_of_step, time_finding
 
 
-@rule("attention_math_fallback", needs=("steps", "efficiency"), severity=Severity.WARNING,
+@rule("attention_math_fallback", needs=("steps", "efficiency"), uses=("context",), severity=Severity.WARNING,
       params={"target_pct_of_roofline": 50.0, "min_pct_of_step": 1.0})
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """``scaled_dot_product_attention`` calls that ran the math path: no fused attention kernel.
@@ -29,6 +30,8 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
         cuDNN SDPA, CK/AOTriton, FlashInfer names): PyTorch fell back to the math backend, which
         writes the N_q × N_kv scores to memory and runs bmm, softmax and bmm separately. (Attention
         written by hand as bmm + softmax, with no SDPA call at all, is ``unfused_attention``'s.)
+        Withheld on a capture-only trace (``context.capture_only``): kernels recorded under
+        stream capture did not run.
     Threshold
         The saving below ≥ ``min_pct_of_step`` (1) % of the median step.
     Cost
@@ -43,6 +46,7 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
         ``is_causal=True`` would do, a head dimension the kernels do not support (> 256, not a
         multiple of 8), non-contiguous q/k/v, or a GPU/ROCm build without flash kernels.
     """
+    withhold_on_capture(results, "attention efficiency")  # kernels recorded under capture did not run
     e = results.need("efficiency", EfficiencyResult)
     rows = e.ops.filter((pl.col("family") == "attention") & pl.col("steady") & ~pl.col("fused_kernel")
                         & pl.col("roof_ns").is_not_null())

@@ -14,7 +14,7 @@ from traceanalyzer.analyses import Results
 from traceanalyzer.analyses.efficiency import EfficiencyResult
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._advice import context_of
+from traceanalyzer.rules._advice import context_of, withhold_on_capture
 from traceanalyzer.rules._util import ms, pct_of_step, time_finding
 
 
@@ -49,6 +49,8 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
         The likely reason is read from the shapes of the calls holding the most time: a tiny M, N
         or K (< ``tiny_dim``, 64), a batch of skinny GEMMs (min(M, N) < ``skinny_dim``, 128), a
         dimension not a multiple of 8 (no full tensor-core tiles), or not a multiple of 64.
+        Withheld on a capture-only trace (``context.capture_only``): kernels recorded under
+        stream capture did not run.
     Threshold
         ``pct_of_peak`` < ``max_pct_of_peak`` (30) % and the saving below ≥ ``min_pct_of_step``
         (2) % of the median step.
@@ -64,6 +66,7 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
         run larger batches. A compiled run (``context.compiled``) can try
         ``torch.compile(mode="max-autotune")`` for its GEMM templates.
     """
+    withhold_on_capture(results, "GEMM efficiency")  # kernels recorded under capture did not run
     e = results.need("efficiency", EfficiencyResult)
     if not e.peaks.get("bf16_tensor") and not e.peaks.get("fp32"):
         return  # no device peaks: nothing to hold the GEMMs to

@@ -15,7 +15,7 @@ from traceanalyzer.analyses import Results
 from traceanalyzer.analyses.efficiency import EfficiencyResult
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
-from traceanalyzer.rules._advice import context_of
+from traceanalyzer.rules._advice import context_of, withhold_on_capture
 from traceanalyzer.rules._util import ms, pct_of_step, time_finding
 
 
@@ -31,6 +31,8 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
         embedding), per op name and precision: achieved GB/s against the device's bandwidth
         (``pct_of_bandwidth``) and their roofline time. Matrix work (GEMM, convolution, attention)
         is ``gemm_efficiency``'s, even when its intensity puts it under the memory roof.
+        Withheld on a capture-only trace (``context.capture_only``): kernels recorded under
+        stream capture did not run.
     Threshold
         ``pct_of_bandwidth`` < ``max_pct_of_bandwidth`` (30) % for an op name, and the saving
         below ≥ ``min_pct_of_step`` (2) % of the median step.
@@ -45,6 +47,7 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
         kernels; ``foreach``/fused optimizers), avoid dtype round trips (casts are copies), and keep
         tensors contiguous. A compiled run already fuses: look at the ops left outside its graphs.
     """
+    withhold_on_capture(results, "memory-bound efficiency")  # kernels recorded under capture did not run
     e = results.need("efficiency", EfficiencyResult)
     if not e.peaks.get("mem_bw_tbs"):
         return
