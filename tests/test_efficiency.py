@@ -284,3 +284,14 @@ def test_every_shared_trace_runs_or_says_why_and_stays_under_peak(path: Path) ->
     assert (e.ops["pct_of_peak"].drop_nulls() <= 100.0).all()
     assert (e.ops.filter(pl.col("bytes") > 256e6)["pct_of_bandwidth"].drop_nulls() <= 100.0).all()
     assert e.ops.height == 0 or (e.ops["kernel_ns"] > 0).all()
+
+
+@needs_shared
+@pytest.mark.shared
+def test_rules_withhold_on_a_capture_only_trace() -> None:
+    from traceanalyzer.rules import run_rules
+
+    results = shared_results(SHARED_TRACES / "tracelens/inference/vllm_graph_capture_rank_0.pt.trace.json.gz")
+    out = run_rules(results, Config(overrides={"rules.min_cost_pct": 0.0}), strict=True)
+    for rid in ("gemm_efficiency", "memory_bound_efficiency", "attention_math_fallback"):
+        assert "withheld" in out.not_run[rid]
