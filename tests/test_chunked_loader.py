@@ -225,13 +225,16 @@ TRICKY_NAMES = [
 def test_strings_with_brackets_quotes_and_unicode(tmp_path: Path, layout: str, seams: tuple[int, ...]) -> None:
     ev = modern_events(1)
     for i, name in enumerate(TRICKY_NAMES):
-        ev.append(X("cpu_op", name, 2000 + i, 1.0, **{"External id": 100 + i, "Input type": [name, "}", '"']}))
+        ev.append(X("cpu_op", name, 2000 + i, 1.0, **{"External id": 100 + i, "Input type": [name, "}", '"'],
+                                                     "Concrete Inputs": [name, "[1, 1]", ""]}))
         ev.append(X("user_annotation", name + "},{", 2000 + i, 1.0))
     m = assert_paths_agree(write(tmp_path, "t.json", LAYOUTS[layout](doc_of(ev))), chunks=seams)
     names = m.cpu_ops.filter(pl.col("external_id") >= 100)["name"].to_list()
     assert names == TRICKY_NAMES
     assert m.cpu_ops.filter(pl.col("external_id") == 100)["input_types"].item() == orjson.dumps(
         ["a},{b", "}", '"']).decode()
+    assert m.cpu_ops.filter(pl.col("external_id") == 100)["concrete_inputs"].item() == orjson.dumps(
+        ["a},{b", "[1, 1]", ""]).decode()
 
 
 @pytest.mark.parametrize("layout, gz", [
@@ -372,6 +375,11 @@ ODD_EVENTS = [
     b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Input type":[1,"x"],"Input Dims":[[1.5]]}}',
     b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Input type":"float","Input Dims":"[1]"}}',
     b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Input Dims":[[1.0, 2], [3]]}}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Concrete Inputs":["", 1.0, "[1, 1]"]}}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Concrete Inputs":"False"}}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Input Strides":[[1.0, 2], [0]]}}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Input Strides":"[1]","Input Dims":[[2], []]}}',
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":{"Concrete Inputs":["a\\"b", true]}}',
     b'{"ph":"X","cat":"kernel","name":"k","ts":5,"dur":1,"args":{"grid":[1E0,1,1],"block":[1, 2 ,3 ]}}',
     b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":"{\\"External id\\": 5}"}',
     b'{"ph":"X","cat":"cpu_op","name":"a","ts":5,"dur":1,"args":5}',

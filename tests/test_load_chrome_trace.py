@@ -22,7 +22,8 @@ def X(cat: str | None, name: str, ts: float, dur: float, pid: object = 1, tid: o
 MODERN = [
     X("user_annotation", "ProfilerStep#3", 100.0, 50.0),
     X("cpu_op", "aten::mm", 101.5, 10.25,
-      **{"External id": 7, "Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}),
+      **{"External id": 7, "Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"],
+         "Concrete Inputs": ["", ""], "Input Strides": [[3, 1], [0, 1]]}),
     X("cuda_runtime", "cudaLaunchKernel", 102.0, 3.0, correlation=42, **{"External id": 7, "cbid": 211}),
     X("kernel", "volta_sgemm_128x64_nn", 110.001, 20.5, pid=0, tid=7, device=0, stream=7, correlation=42,
       grid=[1, 2, 1], block=[128, 1, 1]),
@@ -58,6 +59,7 @@ def test_modern_layout_tables_and_units(tmp_path: Path) -> None:
     assert (k["device"], k["stream"], k["correlation"], k["grid"]) == (0, 7, 42, "[1,2,1]")
     op = m.cpu_ops.row(0, named=True)
     assert op["dur_ns"] == 10_250 and op["external_id"] == 7 and op["input_dims"] == "[[2,3],[3,4]]"
+    assert op["concrete_inputs"] == '["",""]' and op["input_strides"] == "[[3,1],[0,1]]"
     mc = m.memcpy.row(0, named=True)
     assert (mc["kind"], mc["src"], mc["dst"], mc["bytes"]) == ("HtoD", "Pageable", "Device", 4096)
     assert m.memset["bytes"].to_list() == [128]

@@ -58,6 +58,8 @@ SCHEMAS: dict[str, dict[str, pl.DataType | type[pl.DataType]]] = {
         "ev_idx": pl.Int64,
         "input_dims": pl.String,  # JSON text of args["Input Dims"], as recorded
         "input_types": pl.String,  # JSON text of args["Input type"]
+        "input_strides": pl.String,  # JSON text of args["Input Strides"] (0: a broadcast/expanded dim)
+        "concrete_inputs": pl.String,  # JSON text of args["Concrete Inputs"] (non-tensor args as strings)
         "comm_name": pl.String,  # args["Collective name"] on record_param_comms
         "comm_dtype": pl.String,
         "comm_in_nelems": pl.Int64,

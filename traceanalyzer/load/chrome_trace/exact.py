@@ -108,6 +108,8 @@ class _Collector:
                             _int(a.get("Ev Idx", a.get("Profiler Event Index"))),
                             _json_text(a.get("Input Dims")),
                             _json_text(a.get("Input type")),
+                            _json_text(a.get("Input Strides")),
+                            _json_text(a.get("Concrete Inputs")),
                             a.get("Collective name"),
                             a.get("dtype") if "Collective name" in a else None,
                             _num(a.get("In msg nelems")),

@@ -51,8 +51,8 @@ _INT_ARGS = (
 # ``direction`` (MTIA DMA) is only looked up in MTIA_DIRECTION: a non-string value that
 # the reader turns into text matches no key, as in the simple path, so it needs no screen.
 _STR_ARGS = ("Collective name", "dtype", "name", "Process Group Name", "Process Group Description", "direction")
-_DIMS_ARGS = ("Input Dims", "grid", "block")  # JSON text; lists of ints
-_ARG_NAMES = (*_INT_ARGS, *_STR_ARGS, *_DIMS_ARGS, "Input type")
+_DIMS_ARGS = ("Input Dims", "Input Strides", "grid", "block")  # JSON text; lists of ints
+_ARG_NAMES = (*_INT_ARGS, *_STR_ARGS, *_DIMS_ARGS, "Input type", "Concrete Inputs")
 _INT_TEXT = r"(?s)^(?:.* )?(-?[0-9]+)$"  # ``_int`` on a string: the number, or the last word's
 _FLOAT_TEXT = r"^-?(?:[0-9]+\.[0-9]*|\.[0-9]+)$"
 _DIMS_TEXT = r"^[\[\]0-9, \-]*$"
@@ -63,7 +63,7 @@ _DIMS_TEXT = r"^[\[\]0-9, \-]*$"
 # a non-string where a string is read (``1.0`` → "1" where ``str`` gives "1.0",
 # ``true`` → "true" where ``str`` gives "True"), a string where a list of ints is read
 # (``"[1,1,1]"`` is text, ``_json_text`` quotes it), a float in a list of ints
-# (``[1.0]`` → "[1]"), a non-string in "Input type", a string ``args`` (its text could
+# (``[1.0]`` → "[1]"), a non-string in "Input type" or "Concrete Inputs", a string ``args`` (its text could
 # read as an object). Any match sends the chunk to the slow path; a false match (the
 # pattern inside a string) costs only speed. The patterns run as one alternation in
 # polars' (Rust) regex engine over the chunk's text: one scan with a literal prefilter
@@ -79,7 +79,9 @@ _SUSPECT_ARGS = (
     r'"grid"\s*:\s*(?:[^\[n\s]|\[[\[\]0-9,\s-]*[.eE])',
     r'"block"\s*:\s*(?:[^\[n\s]|\[[\[\]0-9,\s-]*[.eE])',
     r'"Input Dims"\s*:\s*(?:[^\[n\s]|\[[\[\]0-9,\s-]*[.eE])',
+    r'"Input Strides"\s*:\s*(?:[^\[n\s]|\[[\[\]0-9,\s-]*[.eE])',
     r'"Input type"\s*:\s*(?:[^\[n\s]|\[(?:\s*"(?:[^"\\]|\\.)*"\s*,)*\s*[^"\s\]])',
+    r'"Concrete Inputs"\s*:\s*(?:[^\[n\s]|\[(?:\s*"(?:[^"\\]|\\.)*"\s*,)*\s*[^"\s\]])',
 )
 # Keys in every event: their columns are screened first (a value that *could* have
 # been a non-string: starts with a digit, ``-``, ``[``, ``{``, or is true/false), and
@@ -116,6 +118,7 @@ def _args_schema(ints_as_text: bool) -> dict[str, Any]:
     args: dict[str, Any] = {k: it for k in _INT_ARGS}
     args.update({k: pl.String for k in (*_STR_ARGS, *_DIMS_ARGS)})
     args["Input type"] = pl.List(pl.String)
+    args["Concrete Inputs"] = pl.List(pl.String)
     return args
 
 
@@ -363,8 +366,9 @@ def _x_frame(t: str, p: pl.DataFrame) -> pl.DataFrame:
     if t == "cpu_ops":
         cols = [*base, "pid", "tid", "cat", ext, _A("Sequence number"), _A("Fwd thread id"),
                 pl.coalesce(_A("Ev Idx"), _A("Profiler Event Index")), _json_dims("Input Dims", p),
-                _json_strings("Input type"), _A("Collective name"), comm_dtype, _A("In msg nelems"),
-                _A("Out msg nelems"), _A("Group size"), _A("Process Group Name"),
+                _json_strings("Input type"), _json_dims("Input Strides", p), _json_strings("Concrete Inputs"),
+                _A("Collective name"), comm_dtype,
+                _A("In msg nelems"), _A("Out msg nelems"), _A("Group size"), _A("Process Group Name"),
                 _A("Process Group Description")]
     elif t == "python_frames":
         cols = [*base, "pid", "tid", _A("Python id"), _A("Python parent id")]

@@ -1,0 +1,91 @@
+"""The roofline chart of the ``efficiency`` analysis (PNG and the HTML report's efficiency section).
+
+A log-log plot of achieved TFLOP/s against arithmetic intensity (FLOP per byte moved): the
+memory roof is bandwidth × intensity, each compute roof the device's peak for a precision the
+run used (bf16 tensor, fp32 vector …). The heaviest operation types (op name and precision,
+``efficiency.by_op``) are placed on it, each a disc whose area is proportional to its kernel
+time; the gap between a disc and the roof above it is what the efficiency findings price.
+Operations with no FLOPs (copies, embedding lookups) have no place on a log axis and are left
+out. Registered with :func:`traceanalyzer.report.charts.chart`, so PNG and HTML draw it like any
+chart; it only draws what the result holds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from traceanalyzer.analyses.efficiency import EfficiencyResult
+from traceanalyzer.report.charts import BLUE, BROWN, GREEN, GREY, ORANGE, PINK, PURPLE, RED, _short, chart, new_figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+#: How many operation types are placed on the chart (the heaviest by kernel time).
+MAX_POINTS = 12
+#: How many of them are labelled.
+MAX_LABELS = 6
+FAMILY_COLORS = {"gemm": BLUE, "conv": GREEN, "attention": PURPLE, "norm": ORANGE, "softmax": RED,
+                 "elementwise": BROWN, "embedding": PINK, "copy": GREY}
+_PEAK_LABELS = {"fp64": "FP64 vector", "fp64_tensor": "FP64 tensor", "fp32": "FP32 vector",
+                "fp32_tensor": "FP32 matrix", "tf32_tensor": "TF32 tensor", "fp16_tensor": "FP16 tensor",
+                "bf16_tensor": "BF16 tensor", "fp8_tensor": "FP8 tensor", "int8_tensor": "INT8 tensor"}
+
+
+def roofline_points(res: EfficiencyResult, limit: int = MAX_POINTS) -> pl.DataFrame:
+    """The operation types drawn: FLOPs and time > 0, heaviest first (``op, family, precision,
+    peak_key, intensity, tflops, kernel_ns``)."""
+    return res.by_op.filter((pl.col("flops") > 0) & (pl.col("kernel_ns") > 0) & (pl.col("bytes") > 0)).sort(
+        "kernel_ns", descending=True).head(limit).select(
+        "op", "family", "precision", "peak_key", "intensity", "tflops", "kernel_ns")
+
+
+@chart("roofline", section="efficiency", title="Roofline: achieved TFLOP/s against arithmetic intensity", order=90)
+def roofline_chart(res: EfficiencyResult, results: Mapping[str, object]) -> Figure | None:
+    pts = roofline_points(res)
+    bw = res.peaks.get("mem_bw_tbs")
+    if pts.is_empty() or not bw:
+        return None
+    device = res.peaks.get("device") or "device"
+    fig, axes = new_figure(f"Roofline ({device}): heaviest operations, area = kernel time")
+    ax = axes[0, 0]
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ai = [float(v) for v in pts["intensity"]]
+    tf = [float(v) for v in pts["tflops"]]
+    keys = sorted({k for k in pts["peak_key"].drop_nulls().to_list() if res.peaks.get(k)},
+                  key=lambda k: -float(res.peaks[k]))
+    peaks = {k: float(res.peaks[k]) for k in keys}
+    top = max([*peaks.values(), *tf])
+    x_lo = 10 ** math.floor(math.log10(max(min(ai), 1e-3)) - 0.5)
+    x_hi = 10 ** math.ceil(math.log10(max(max(ai), top / bw * 4)) + 0.5)
+    xs = [x_lo * (x_hi / x_lo) ** (i / 200) for i in range(201)]
+    ax.plot(xs, [bw * x for x in xs], color="#444444", linewidth=1.2, linestyle="--",
+            label=f"memory roof {bw:g} TB/s")
+    for k, p in peaks.items():
+        ridge = p / bw
+        ax.plot([ridge, x_hi], [p, p], color="#444444", linewidth=1.2)
+        ax.annotate(f"{_PEAK_LABELS.get(k, k)} {p:,.0f}", (x_hi, p), textcoords="offset points", xytext=(-4, 3),
+                    ha="right", fontsize=9, color="#444444")
+    total = float(pts["kernel_ns"].sum()) or 1.0
+    for i, r in enumerate(pts.iter_rows(named=True)):
+        size = 40 + 1600 * float(r["kernel_ns"]) / total
+        ax.scatter([r["intensity"]], [r["tflops"]], s=size, alpha=0.6, color=FAMILY_COLORS.get(r["family"], GREY),
+                   edgecolors="white", linewidths=0.8, zorder=3)
+        if i >= MAX_LABELS:  # the lighter ones unlabelled: their labels would pile up
+            continue
+        ax.annotate(_short(f"{r['op'].removeprefix('aten::')} {r['precision']}", 28), (r["intensity"], r["tflops"]),
+                    textcoords="offset points", xytext=(6, -3), fontsize=8.5, zorder=4)
+    y_lo = 10 ** math.floor(math.log10(max(min(tf), 1e-4)) - 0.5)
+    ax.set_xlim(x_lo, x_hi)
+    ax.set_ylim(y_lo, top * 3)
+    ax.set_xlabel("arithmetic intensity (FLOP per byte moved)")
+    ax.set_ylabel("achieved TFLOP/s")
+    ax.grid(True, which="major", axis="both", color="#E6E6E6", linewidth=0.8)
+    for fam in dict.fromkeys(pts["family"].to_list()):
+        ax.scatter([], [], s=60, color=FAMILY_COLORS.get(fam, GREY), alpha=0.6, label=fam)
+    ax.legend(loc="upper left", fontsize=9)
+    return fig
