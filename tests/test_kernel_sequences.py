@@ -90,3 +90,13 @@ def test_every_shared_trace(path) -> None:  # type: ignore[no-untyped-def]
         return
     assert (r.top["count"] >= 1).all() and (r.top["total_ns"] >= 0).all()
     r.to_json()
+
+
+def test_fusion_candidates_drop_sequences_inside_longer_ones() -> None:
+    r = _run(_trace(), **{"kernel_sequences.min_n": 2, "kernel_sequences.max_n": 3})
+    fus = r.fusion_candidates()
+    # Every memory-bound 2-gram (add → mul, mul → sum, sum → add) lies inside a memory-bound 3-gram.
+    assert fus["ops"].to_list() == ["aten::add → aten::mul → aten::sum", "aten::sum → aten::add → aten::mul",
+                                    "aten::mul → aten::sum → aten::add"]
+    assert set(r.top.filter(pl.col("fusable") & (pl.col("n") == 2))["ops"]) == {
+        "aten::add → aten::mul", "aten::mul → aten::sum", "aten::sum → aten::add"}

@@ -24,7 +24,8 @@ Definitions
   occurrences each count, so these do not add up to 100), ``cpu_op``: the CPU op that launched
   the first kernel, ``classes``: the kernels' classes (``kernel_class``) joined with ``+``, and
   ``fusable``: every kernel is elementwise or a reduction (memory-bound kernels that a compiler
-  such as torch.compile fuses into one).
+  such as torch.compile fuses into one); ``fusion_candidates()``: those, less the ones inside a
+  longer candidate.
 * ``top``: per ``n``, the ``kernel_sequences.top_n`` (20) sequences with the largest count
   (ties by ``total_ns``), each occurring at least once per steady step (``count_per_step`` ≥ 1)
   unless fewer qualify, then the most frequent of the rest.
@@ -68,28 +69,44 @@ class KernelSequencesResult:
         return {"n_steady_steps": self.n_steady_steps, "n_kernels": self.n_kernels, "kernel_ns": self.kernel_ns,
                 "params": self.params, "top": self.top.to_dicts()}
 
-    def fusion_candidates(self, n: int | None = None) -> pl.DataFrame:
-        """The fusable sequences (every kernel memory-bound), largest device time first."""
-        f = self.top.filter(pl.col("fusable") & ((pl.col("n") == n) if n is not None else pl.lit(True)))
-        return f.sort(["total_ns", "sequence"], descending=[True, False])
+    def fusion_candidates(self) -> pl.DataFrame:
+        """The fusable sequences (every kernel memory-bound), largest device time first, less those
+        inside a longer candidate (``a → b`` within ``a → b → c``: the longer one fuses it too)."""
+        f = self.top.filter(pl.col("fusable")).with_columns(_key=pl.col("ops") + " | " + pl.col("sequence"))
+        if f.height > 1:
+            pairs = f.select("n", "ops", "sequence").join(
+                f.select(pl.col("n").alias("_n2"), pl.col("ops").alias("_o2"), pl.col("sequence").alias("_s2")),
+                how="cross").filter(
+                (pl.col("_n2") > pl.col("n")) & pl.col("_o2").str.contains(pl.col("ops"), literal=True)
+                & pl.col("_s2").str.contains(pl.col("sequence"), literal=True))
+            inside = pairs.select((pl.col("ops") + " | " + pl.col("sequence")).alias("_key")).unique()
+            f = f.join(inside, on="_key", how="anti")
+        return f.drop("_key").sort(["total_ns", "sequence"], descending=[True, False])
 
     def summary(self) -> list[tuple[str, str]]:
-        out = []
-        for n in sorted(set(self.top["n"].to_list())):
-            r = self.top.filter(pl.col("n") == n).row(0, named=True)
-            out.append((f"Most frequent {n}-kernel sequence",
-                        f"{r['ops']} ({r['count_per_step']:.1f} per step, {r['ns_per_step'] / 1e3:,.1f} µs per "
-                        f"step; kernels {r['sequence']})"))
+        # One line: the fusion candidate with the most device time, else the most frequent sequence.
         fus = self.fusion_candidates()
         if fus.height:
             r = fus.row(0, named=True)
-            out.append(("Largest fusion candidate",
-                        f"{r['ops']} ({r['pct_of_kernel_time']:.1f} % of kernel time; kernels {r['sequence']})"))
-        return out
+            return [("Largest fusion candidate",
+                     f"{r['ops']} ({r['count_per_step']:.1f} per step, {r['pct_of_kernel_time']:.1f} % of kernel "
+                     f"time; kernels {r['sequence']})")]
+        if self.top.is_empty():
+            return []
+        r = self.top.row(0, named=True)
+        return [(f"Most frequent {r['n']}-kernel sequence",
+                 f"{r['ops']} ({r['count_per_step']:.1f} per step, {r['pct_of_kernel_time']:.1f} % of kernel time; "
+                 f"kernels {r['sequence']})")]
 
     def tables(self) -> dict[str, pl.DataFrame]:
-        return {f"Most frequent {n}-kernel sequences": self.top.filter(pl.col("n") == n).drop("n")
-                for n in sorted(set(self.top["n"].to_list()))}
+        out: dict[str, pl.DataFrame] = {}
+        fus = self.fusion_candidates()
+        if fus.height:  # first: what a compiler would fuse, by device time
+            out["Fusion candidates (memory-bound sequences)"] = fus.select(
+                "sequence", "ops", "count_per_step", "pct_of_kernel_time", "gap_ns", "n")
+        for n in sorted(set(self.top["n"].to_list())):
+            out[f"Most frequent {n}-kernel sequences"] = self.top.filter(pl.col("n") == n).drop("n")
+        return out
 
 
 def _ngrams(k: pl.DataFrame, n: int) -> pl.DataFrame:

@@ -66,12 +66,10 @@ class MemoryPerOpResult:
         for dev in sorted(set(self.by_op["device"].to_list())):
             d = self.by_op.filter(pl.col("device") == dev)
             top = d.sort(["peak_increase_bytes", "name"], descending=[True, False]).row(0, named=True)
-            out.append((f"{dev}: op raising memory most", f"{top['name']} (+{fmt_bytes(top['peak_increase_bytes'])} "
-                                                          f"at its peak, {top['calls']:,} calls)"))
-            big = d.row(0, named=True)
-            out.append((f"{dev}: op allocating most",
-                        f"{big['name']} ({fmt_bytes(big['total_alloc_bytes'])} in {big['total_alloc_count']:,} "
-                        "allocations, nested ops included)"))
+            if top["peak_increase_bytes"] > 0:
+                out.append((f"{dev}: op raising memory most",
+                            f"{top['name']} (+{fmt_bytes(top['peak_increase_bytes'])} at its peak, "
+                            f"{top['calls']:,} calls)"))
         return out
 
     def tables(self) -> dict[str, pl.DataFrame]:
@@ -158,8 +156,8 @@ def memory_per_op(ctx: AnalysisContext[TraceModel]) -> MemoryPerOpResult:
         alloc_count=(b > 0).sum().cast(pl.Int64), alloc_bytes=b.filter(b > 0).sum().cast(pl.Int64),
         free_count=(b < 0).sum().cast(pl.Int64), free_bytes=(-b.filter(b < 0)).sum().cast(pl.Int64),
         peak=pl.col("total_allocated").max())
-    if self_.is_empty():
-        raise NotApplicable("no [memory] event falls inside a CPU op")
+    if int(self_["alloc_count"].sum()) == 0:
+        raise NotApplicable("no allocation ([memory] event) falls inside a CPU op on its thread")
     iv = ops.select("pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
     links = nest(iv.filter(pl.col("end_ns") > pl.col("ts_ns")))
     parent = pl.repeat(None, ops.height, dtype=pl.Int64, eager=True).scatter(links["id"], links["parent_id"])

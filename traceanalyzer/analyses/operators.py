@@ -71,19 +71,18 @@ class OperatorsResult:
                 "backward": self.backward.head(n).to_dicts(), "modules": self.modules.head(n).to_dicts()}
 
     def summary(self) -> list[tuple[str, str]]:
-        out = []
-        for r in self.by_name.head(3).iter_rows(named=True):
-            out.append((r["name"], f"{r['calls']:,} calls, device {r['device_total_ns'] / 1e6:,.3f} ms, host "
-                                   f"{r['host_total_ns'] / 1e6:,.3f} ms (self {r['host_self_ns'] / 1e6:,.3f} ms)"))
+        # One line: the tables hold the rest.
+        if self.by_name.is_empty():
+            return []
+        r = self.by_name.row(0, named=True)
+        text = (f"{r['name']} ({r['calls']:,} calls, device {r['device_total_ns'] / 1e6:,.3f} ms, host "
+                f"{r['host_total_ns'] / 1e6:,.3f} ms)")
         if self.modules.height:
-            r = self.modules.row(0, named=True)
-            out.append((f"Top module ({self.module_source})",
-                        f"{r['module']}: device {r['device_total_ns'] / 1e6:,.3f} ms, host "
-                        f"{r['host_total_ns'] / 1e6:,.3f} ms over {r['calls']:,} calls"))
+            m = self.modules.row(0, named=True)
+            text += f"; top module {m['module']} (device {m['device_total_ns'] / 1e6:,.3f} ms)"
         if self.backward.height:
-            out.append(("Backward ops linked to forward", f"{int(self.backward['calls'].sum()):,} (by "
-                        f"{'flow events' if self.backward_link == 'flows' else 'sequence number'})"))
-        return out
+            text += f"; {int(self.backward['calls'].sum()):,} backward ops linked to their forward op"
+        return [("Top operator (device time)", text)]
 
     def tables(self) -> dict[str, pl.DataFrame]:
         out = {"Operators": self.by_name.head(self.top_n)}
