@@ -100,3 +100,16 @@ def test_fusion_candidates_drop_sequences_inside_longer_ones() -> None:
                                     "aten::mul → aten::sum → aten::add"]
     assert set(r.top.filter(pl.col("fusable") & (pl.col("n") == 2))["ops"]) == {
         "aten::add → aten::mul", "aten::mul → aten::sum", "aten::sum → aten::add"}
+
+
+def test_unfused_elementwise_cites_the_fusion_candidates() -> None:
+    from conftest import rule_inputs
+
+    from traceanalyzer.rules import run_rules
+
+    results = run_analyses(_trace().model(), only=rule_inputs("unfused_elementwise"), strict=True)
+    f = [x for x in run_rules(results).findings if x.rule_id == "unfused_elementwise"]
+    assert len(f) == 1
+    cands = f[0].evidence["fusion_candidates"]
+    assert cands[0] == {"ops": "aten::add → aten::mul → aten::sum", "count_per_step": 2.0, "ns_per_step": 12_000.0}
+    assert len(cands) == 3

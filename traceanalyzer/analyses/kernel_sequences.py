@@ -25,7 +25,7 @@ Definitions
   the first kernel, ``classes``: the kernels' classes (``kernel_class``) joined with ``+``, and
   ``fusable``: every kernel is elementwise or a reduction (memory-bound kernels that a compiler
   such as torch.compile fuses into one); ``fusion_candidates()``: those, less the ones inside a
-  longer candidate.
+  longer candidate that occurs as often.
 * ``top``: per ``n``, the ``kernel_sequences.top_n`` (20) sequences with the largest count
   (ties by ``total_ns``), each occurring at least once per steady step (``count_per_step`` ≥ 1)
   unless fewer qualify, then the most frequent of the rest.
@@ -71,13 +71,16 @@ class KernelSequencesResult:
 
     def fusion_candidates(self) -> pl.DataFrame:
         """The fusable sequences (every kernel memory-bound), largest device time first, less those
-        inside a longer candidate (``a → b`` within ``a → b → c``: the longer one fuses it too)."""
+        inside a longer candidate that occurs as often (``a → b`` within ``a → b → c``: fusing the
+        longer one fuses it too)."""
         f = self.top.filter(pl.col("fusable")).with_columns(_key=pl.col("ops") + " | " + pl.col("sequence"))
         if f.height > 1:
-            pairs = f.select("n", "ops", "sequence").join(
-                f.select(pl.col("n").alias("_n2"), pl.col("ops").alias("_o2"), pl.col("sequence").alias("_s2")),
+            pairs = f.select("n", "count", "ops", "sequence").join(
+                f.select(pl.col("n").alias("_n2"), pl.col("count").alias("_c2"), pl.col("ops").alias("_o2"),
+                         pl.col("sequence").alias("_s2")),
                 how="cross").filter(
-                (pl.col("_n2") > pl.col("n")) & pl.col("_o2").str.contains(pl.col("ops"), literal=True)
+                (pl.col("_n2") > pl.col("n")) & (pl.col("_c2") >= pl.col("count"))
+                & pl.col("_o2").str.contains(pl.col("ops"), literal=True)
                 & pl.col("_s2").str.contains(pl.col("sequence"), literal=True))
             inside = pairs.select((pl.col("ops") + " | " + pl.col("sequence")).alias("_key")).unique()
             f = f.join(inside, on="_key", how="anti")
