@@ -20,6 +20,8 @@ def _trace(with_flows: bool = False) -> Trace:
     t = Trace()
     t._x("python_function", "nn.Module: Net_0", 0, 55, **{"Python id": 1, "Python parent id": 0})
     t._x("python_function", "nn.Module: Linear_0", 0, 30, **{"Python id": 2, "Python parent id": 1})
+    t._x("python_function", "model.py(12): forward", 0, 30, **{"Python id": 3, "Python parent id": 2})
+    t._x("python_function", "model.py(20): act", 40, 10, **{"Python id": 4, "Python parent id": 1})
     t._x("cpu_op", "aten::linear", 0, 30, **{"Sequence number": 6, "Fwd thread id": 0})
     t._x("cpu_op", "aten::t", 1, 2, **{"Sequence number": 6, "Fwd thread id": 0, "Input Dims": [[4, 3]]})
     t._x("cpu_op", "aten::addmm", 5, 20, **{"Sequence number": 7, "Fwd thread id": 0,
@@ -59,6 +61,8 @@ def test_self_and_total_times_per_op() -> None:
     assert rows["AddmmBackward0"]["host_self_ns"] == ns(10)
     # Largest device total first.
     assert r.by_name["name"][0] in ("aten::linear", "aten::addmm")
+    assert lin["call_site"] == "model.py:12 (forward)" and rows["aten::relu"]["call_site"] == "model.py:20 (act)"
+    assert rows["AddmmBackward0"]["call_site"] is None  # the backward thread runs no Python
     shapes = r.by_shape.filter(pl.col("name") == "aten::addmm").row(0, named=True)
     assert shapes["input_dims"] == "[[4],[2,3],[3,4]]" and shapes["device_total_ns"] == ns(8)
 

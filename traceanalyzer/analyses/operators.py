@@ -31,6 +31,10 @@ Definitions (whole trace, every thread)
   ``ProfilerStep#``). Per module (``module``: the frame's name without ``nn.Module:``,
   ``module_type``: without the instance number, ``parent``: the enclosing module): ``calls``,
   host total/self (self less the nested modules) and device total/self, as for ops.
+* ``call_site`` (traces with Python stacks, ``with_stack=True``): for the ``top_n`` op names, the
+  call site most of their calls come from: the innermost user frame around the call
+  (``file.py:12 (func)``; the tool's one frame filter, as for copies and syncs), or the innermost
+  library frame where no user frame covers it.
 * Tables keep the ``operators.top_n`` (50) largest rows by device total then host total.
 """
 
@@ -42,6 +46,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analyses import AnalysisContext, analysis
+from traceanalyzer.analyses._callsites import has_stacks, innermost_frames, short_site
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import cover_index, launches, nest, op_index
@@ -228,10 +233,27 @@ def operators(ctx: AnalysisContext[TraceModel]) -> OperatorsResult:
                                                    bwd_device_total_ns=pl.col("device_total_ns").sum())
         by_name = by_name.join(per_fwd.rename({"forward": "name"}), on="name", how="left", maintain_order="left")
 
+    by_name = _call_sites(model, ops, by_name, top_n)
     modules, source = _modules(ctx, top_n)
     return OperatorsResult(by_name=by_name, by_shape=by_shape, backward=backward, modules=modules,
                            module_source=source, backward_link=link if backward.height else None, n_ops=n,
                            top_n=top_n)
+
+
+def _call_sites(model: TraceModel, ops: pl.DataFrame, by_name: pl.DataFrame, top_n: int) -> pl.DataFrame:
+    """``by_name`` with ``call_site``: the most frequent call site of each of its first ``top_n``
+    names (null without Python stacks)."""
+    if not has_stacks(model) or by_name.is_empty():
+        return by_name.with_columns(call_site=pl.lit(None, pl.String))
+    calls = ops.filter(pl.col("name").is_in(by_name["name"].head(top_n).implode())).select(
+        "name", "pid", "tid", "ts_ns")
+    fr = innermost_frames(model, calls.select("pid", "tid", "ts_ns"))
+    sites = (
+        pl.concat([calls.select("name"), fr], how="horizontal")
+        .select("name", site=pl.coalesce(short_site(pl.col("user_frame")), short_site(pl.col("any_frame"))))
+        .group_by("name").agg(call_site=pl.col("site").drop_nulls().mode().sort().first())
+    )
+    return by_name.join(sites, on="name", how="left", maintain_order="left")
 
 
 def _modules(ctx: AnalysisContext[TraceModel], top_n: int) -> tuple[pl.DataFrame, str | None]:
