@@ -103,9 +103,12 @@ def test_launch_bound_diagnosis_cites_the_empty_queue() -> None:
 
     trace, _truth = S.scenario_launch_bound()
     res = run_analyses(build_model(Path("launch_bound.json"), trace), only=("diagnosis", "queue_length"), strict=True)
-    d = res["diagnosis"]
+    from traceanalyzer.analyses.diagnosis import DiagnosisResult
+
+    d, q = res["diagnosis"], res["queue_length"]
+    assert isinstance(d, DiagnosisResult) and isinstance(q, QueueLengthResult)
     assert d.verdict == "cpu_bound"
-    busiest = res["queue_length"].busiest()
+    busiest = q.busiest()
     assert busiest is not None and busiest["mean_queue"] < 1.0  # never more than the launch in flight
     line = [e for e in d.evidence if e.startswith("Launch queue of the busiest stream")]
     assert len(line) == 1 and f"{busiest['empty_pct_of_window']:.1f} %" in line[0]
