@@ -73,6 +73,7 @@ def test_counters_joined_to_launching_ops_with_named_metrics_and_flops() -> None
     js = r.to_json()
     assert js["per_kernel"][0]["counters"][SASS.format("ffma")] == 1000.0
     assert dict(r.summary())["sm efficiency"] == "mean 55.8 % of peak over kernels"
+    assert r.n_kernel_events == 0 and "range-profiler mode" in dict(r.summary())["Kernel events"]
 
 
 def test_counts_that_differ_leave_ops_out() -> None:

@@ -7,7 +7,8 @@ A trace made in CUPTI range-profiler mode (``torch.profiler`` with
 ``experimental_config=_ExperimentalConfig(profiler_metrics=[...], profiler_measure_per_kernel=True)``)
 holds one ``cuda_profiler_range`` event per kernel, its counters in ``args`` (the loader keeps
 them as JSON text in ``other_events.args``); the kernels themselves are not recorded as kernel
-events, and the events carry no correlation id.
+events (``n_kernel_events`` 0: the GPU-time analyses see no device activity), and the events carry
+no correlation id.
 
 Definitions
 -----------
@@ -76,6 +77,7 @@ class CountersResult:
     aligned: bool
     n_launches: int
     note: str | None
+    n_kernel_events: int = 0  # kernel events of the trace (none in range-profiler mode)
 
     def to_json(self) -> dict[str, Any]:
         raw = [m for m in self.metrics if m in self.per_kernel.columns]
@@ -84,12 +86,16 @@ class CountersResult:
         rows = [dict(r, counters=c) for r, c in zip(base.to_dicts(), counters or [{}] * base.height)]
         return {"metrics": list(self.metrics), "named": list(self.named), "n_kernels": self.per_kernel.height,
                 "n_launches": self.n_launches, "aligned": self.aligned, "note": self.note,
+                "n_kernel_events": self.n_kernel_events,
                 "per_kernel": rows, "by_op": self.by_op.to_dicts()}
 
     def summary(self) -> list[tuple[str, str]]:
         out = [("Kernels with counters", f"{self.per_kernel.height:,} ({len(self.metrics)} counters each)")]
         if self.note:
             out.append(("Join to launches", self.note))
+        if not self.n_kernel_events:
+            out.append(("Kernel events", "none: in range-profiler mode the kernels are recorded only as counter "
+                                         "ranges, so the GPU-time analyses see no device activity"))
         for m in self.named:
             col = self.per_kernel[m].drop_nulls()
             if col.len() and m.endswith("_pct"):
@@ -175,4 +181,4 @@ def counters(ctx: AnalysisContext[TraceModel]) -> CountersResult:
         .sort(["flops" if "flops" in named else "kernels", "cpu_op"], descending=[True, False])
     )
     return CountersResult(metrics=metrics, named=tuple(named), per_kernel=per_kernel, by_op=by_op, aligned=aligned,
-                          n_launches=calls.height, note=note)
+                          n_launches=calls.height, note=note, n_kernel_events=model.kernels.height)
