@@ -112,3 +112,27 @@ def test_launch_bound_diagnosis_cites_the_empty_queue() -> None:
     assert busiest is not None and busiest["mean_queue"] < 1.0  # never more than the launch in flight
     line = [e for e in d.evidence if e.startswith("Launch queue of the busiest stream")]
     assert len(line) == 1 and f"{busiest['empty_pct_of_window']:.1f} %" in line[0]
+
+
+def test_launch_bound_rule_cites_queue_and_sequences() -> None:
+    from pathlib import Path
+
+    from conftest import rule_inputs
+    from support import synthetic as S
+
+    from traceanalyzer.analyses.kernel_sequences import KernelSequencesResult
+    from traceanalyzer.load.chrome_trace import build_model
+    from traceanalyzer.rules import run_rules
+
+    trace, _truth = S.scenario_launch_bound()
+    res = run_analyses(build_model(Path("launch_bound.json"), trace), only=rule_inputs("launch_bound_kernels"),
+                       strict=True)
+    f = [x for x in run_rules(res).findings if x.rule_id == "launch_bound_kernels"]
+    assert len(f) == 1
+    q, ks = res["queue_length"], res["kernel_sequences"]
+    assert isinstance(q, QueueLengthResult) and isinstance(ks, KernelSequencesResult)
+    busiest = q.busiest()
+    assert busiest is not None
+    assert f[0].evidence["queue_empty_pct_of_steps"] == busiest["empty_pct_of_window"]
+    seqs = f[0].evidence["frequent_sequences"]
+    assert 1 <= len(seqs) <= 3 and seqs[0]["count_per_step"] == ks.top.filter(pl.col("n") == 3)["count_per_step"].max()
