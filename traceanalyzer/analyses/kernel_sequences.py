@@ -25,7 +25,7 @@ Definitions
   the first kernel, ``classes``: the kernels' classes (``kernel_class``) joined with ``+``, and
   ``fusable``: every kernel is elementwise or a reduction (memory-bound kernels that a compiler
   such as torch.compile fuses into one); ``fusion_candidates()``: those, less the ones inside a
-  longer candidate that occurs as often.
+  longer candidate that occurs at least 90 % as often.
 * ``top``: per ``n``, the ``kernel_sequences.top_n`` (20) sequences with the largest count
   (ties by ``total_ns``), each occurring at least once per steady step (``count_per_step`` ≥ 1)
   unless fewer qualify, then the most frequent of the rest.
@@ -53,6 +53,8 @@ SEQ_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
 }
 _SEP = " → "
 _MEMORY_BOUND = ("elementwise", "reduction")
+#: A fusion candidate inside a longer one that occurs at least this share as often is dropped.
+_ABOUT_AS_OFTEN = 0.9
 
 
 @dataclass(frozen=True)
@@ -71,15 +73,16 @@ class KernelSequencesResult:
 
     def fusion_candidates(self) -> pl.DataFrame:
         """The fusable sequences (every kernel memory-bound), largest device time first, less those
-        inside a longer candidate that occurs as often (``a → b`` within ``a → b → c``: fusing the
-        longer one fuses it too)."""
+        inside a longer candidate that occurs about as often (≥ 90 % as many times: ``a → b`` within
+        ``a → b → c``, fusing the longer one fuses it too; a run of one op repeated gives every
+        length a few times less often, and only its longest is kept)."""
         f = self.top.filter(pl.col("fusable")).with_columns(_key=pl.col("ops") + " | " + pl.col("sequence"))
         if f.height > 1:
             pairs = f.select("n", "count", "ops", "sequence").join(
                 f.select(pl.col("n").alias("_n2"), pl.col("count").alias("_c2"), pl.col("ops").alias("_o2"),
                          pl.col("sequence").alias("_s2")),
                 how="cross").filter(
-                (pl.col("_n2") > pl.col("n")) & (pl.col("_c2") >= pl.col("count"))
+                (pl.col("_n2") > pl.col("n")) & (pl.col("_c2") >= _ABOUT_AS_OFTEN * pl.col("count"))
                 & pl.col("_o2").str.contains(pl.col("ops"), literal=True)
                 & pl.col("_s2").str.contains(pl.col("sequence"), literal=True))
             inside = pairs.select((pl.col("ops") + " | " + pl.col("sequence")).alias("_key")).unique()
