@@ -84,6 +84,7 @@ from traceanalyzer.analyses.idle_gaps import IdleGapsResult
 from traceanalyzer.analyses.kernels import KernelsResult
 from traceanalyzer.analyses.launches import LaunchesResult
 from traceanalyzer.analyses.phases import PhasesResult
+from traceanalyzer.analyses.queue_length import QueueLengthResult
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.analyses.syncs import SyncsResult
 from traceanalyzer.errors import NotApplicable
@@ -598,6 +599,13 @@ def _gpu_evidence(verdict: str, tot: dict[str, Any], model: TraceModel, reads: A
                               "(torch.compile(mode='reduce-overhead') or torch.cuda.CUDAGraph) and fuse small ops "
                               "(torch.compile) so fewer, larger kernels are launched; a larger batch per launch "
                               "helps too.")
+        queue = reads.typed("queue_length", QueueLengthResult)
+        busiest = queue.busiest() if queue is not None else None
+        if busiest is not None and busiest["window_ns"]:
+            # A launch-bound stream has nothing queued most of the time (queue_length's definition).
+            ev.append(f"Launch queue of the busiest stream (GPU {busiest['device']} stream {busiest['stream']}): "
+                      f"nothing queued {busiest['empty_pct_of_window']:.1f} % of the steady steps, "
+                      f"{busiest['mean_queue']:.1f} launches queued on average.")
         if kern is not None:
             ev.append(f"Median kernel {kern.duration_ns['median'] / 1e3:,.1f} µs; {kern.n_short:,} of "
                       f"{kern.n_kernels:,} kernels are shorter than {kern.short_kernel_ns / 1e3:g} µs.")
@@ -804,7 +812,7 @@ def _top_ops(ph: PhasesResult | None, phase: str | None, by: str, n: int) -> pl.
 @analysis(
     "diagnosis",
     depends_on=("steps", "baseline", "phases"),
-    after=("gpu_time", "idle_gaps", "kernels", "launches", "syncs", "context", "communication"),
+    after=("gpu_time", "idle_gaps", "kernels", "launches", "syncs", "context", "communication", "queue_length"),
     title="Diagnosis",
     order=1,
     shared=("gpu_activity", "op_nesting", "runtime_by_correlation", "comm_classes"),

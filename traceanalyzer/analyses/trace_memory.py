@@ -30,24 +30,11 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analyses import AnalysisContext, analysis
+from traceanalyzer.analyses._memevents import device_name_expr
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, op_index
 from traceanalyzer.units import device_name
-
-# c10::DeviceType values as written in the [memory] events' "Device Type".
-_DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip", 9: "xla", 12: "xpu", 13: "mps", 15: "hpu", 19: "mtia",
-                 20: "privateuse1"}
-
-
-def _device_name_expr() -> pl.Expr:
-    """``cpu`` for host memory, ``<kind>:<id>`` for devices (``cuda:0``, ``hip:2``, ``type7:0``)."""
-    kind = (
-        pl.col("device_type")
-        .replace_strict(_DEVICE_TYPES, default=None, return_dtype=pl.String)
-        .fill_null(pl.lit("type") + pl.col("device_type").cast(pl.String).fill_null("?"))
-    )
-    return pl.when(kind == "cpu").then(kind).otherwise(kind + ":" + pl.col("device_id").cast(pl.String).fill_null("?"))
 
 
 def _enclosing_ops(ev: pl.DataFrame, t: TraceTables) -> pl.DataFrame:
@@ -157,7 +144,7 @@ def trace_memory(ctx: AnalysisContext[TraceModel]) -> TraceMemoryResult:
     if ev.is_empty():
         raise NotApplicable("no [memory] events: profile with profile_memory=True")
     ev = ev.with_columns(
-        device=_device_name_expr()
+        device=device_name_expr()
     ).sort("ts_ns", maintain_order=True)
     ooms = ev.filter(pl.col("oom"))
     mem = _enclosing_ops(ev.filter(~pl.col("oom")), ctx.tables)

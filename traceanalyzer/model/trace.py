@@ -26,7 +26,9 @@ Tables (all may be empty, never missing):
                    duplicate is not a step), sorted by ``ts_ns``.
 ``other_events``   duration events of categories the model does not interpret
                    (``cuda_sync``, ``overhead``, ``mtia_ccp_events`` …), kept so nothing
-                   is silently lost.
+                   is silently lost. ``args`` holds the JSON text of the
+                   event's args for ``cuda_profiler_range`` events (CUPTI range-profiler
+                   counters, one event per kernel), null for the others.
 ``threads``        ``thread_name`` metadata: (pid, tid) → name.
 """
 
@@ -132,6 +134,7 @@ SCHEMAS: dict[str, dict[str, pl.DataType | type[pl.DataType]]] = {
         **_TIME,
         "pid": pl.String,
         "tid": pl.String,
+        "args": pl.String,  # JSON text of args, kept for cuda_profiler_range (CUPTI counters) only
     },
     "threads": {"pid": pl.Int64, "tid": pl.Int64, "name": pl.String},
 }

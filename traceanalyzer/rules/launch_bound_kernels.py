@@ -12,7 +12,9 @@ import polars as pl
 
 from traceanalyzer.analyses import Results
 from traceanalyzer.analyses.gpu_time import GpuTimeResult
+from traceanalyzer.analyses.kernel_sequences import KernelSequencesResult
 from traceanalyzer.analyses.launches import LaunchesResult
+from traceanalyzer.analyses.queue_length import QueueLengthResult
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
@@ -31,7 +33,8 @@ from traceanalyzer.rules._util import ms, n_steady, pct_of_step, steady, time_fi
 
 
 @rule("launch_bound_kernels", needs=("steps", "launches", "gpu_time"), severity=Severity.WARNING,
-      params={"min_steps_pct": 50.0, "min_pct_of_step": 5.0, "critical_pct": 30.0}, uses=("context", "ops"))
+      params={"min_steps_pct": 50.0, "min_pct_of_step": 5.0, "critical_pct": 30.0},
+      uses=("context", "ops", "queue_length", "kernel_sequences"))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Launch-bound: kernels shorter than their launch, the CPU cannot keep the GPU fed.
 
@@ -62,6 +65,10 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
         graphs: enlarge the captured region; when it is already compiled: what the compiled
         code still lacks (graph replay, graph breaks, recompiles, dynamic shapes: ``context``).
         Not run on a capture-only trace (kernels under capture are recorded, not run).
+        Where they ran, the evidence adds the busiest stream's share of the steady steps with no
+        launch queued (``queue_length``: a launch-bound stream's queue is mostly empty) and the
+        kernel sequences launched most often per step (``kernel_sequences``: what a graph or a
+        fusion would replace).
     """
     withhold_on_capture(results, "launch-boundness")
     la = results.need("launches", LaunchesResult)
@@ -101,6 +108,16 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
         fix = ("Launch fewer, larger kernels: fuse small ops with torch.compile, use foreach/fused optimizers, "
                "give each kernel more work (larger batch).")
     hint = fewer_launches_hint(vendor, ctx)
+    extra: dict[str, object] = {}
+    queue = results.typed("queue_length", QueueLengthResult)
+    busiest = queue.busiest() if queue is not None else None
+    if busiest is not None and busiest["window_ns"]:
+        extra["queue_empty_pct_of_steps"] = busiest["empty_pct_of_window"]
+    seq = results.typed("kernel_sequences", KernelSequencesResult)
+    if seq is not None and seq.top.height:
+        often = seq.top.filter(pl.col("n") == pl.col("n").min()).sort(
+            ["count_per_step", "total_ns"], descending=True).head(3)
+        extra["frequent_sequences"] = often.select("ops", "count_per_step").to_dicts()
     yield time_finding(
         "launch_bound_kernels", Severity.CRITICAL if (pct or 0.0) >= params.critical_pct else Severity.WARNING,
         (f"Launch-bound: in {bound.height} of {per.height} steady steps" if results.need("steps", StepsResult).has_steps
@@ -116,6 +133,6 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
          "median_launch_cpu_us": None if la.cpu_dur_ns["median"] is None else round(la.cpu_dur_ns["median"] / 1e3, 2),
          "median_gpu_us": None if la.gpu_dur_ns["median"] is None else round(la.gpu_dur_ns["median"] / 1e3, 2),
          "graph_launches": graphs,
-         "idle_ms_per_step": ms(float(idle["idle_ns"].sum() or 0) / n_steady(results))},
+         "idle_ms_per_step": ms(float(idle["idle_ns"].sum() or 0) / n_steady(results)), **extra},
         fix, hint, cost, results, confidence=0.6,
     )

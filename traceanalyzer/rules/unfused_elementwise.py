@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from traceanalyzer.analyses import Results
+from traceanalyzer.analyses.kernel_sequences import KernelSequencesResult
 from traceanalyzer.analyses.ops import OpsResult
 from traceanalyzer.config import Config
 from traceanalyzer.rules import Finding, Params, Severity, rule
@@ -20,7 +21,7 @@ from traceanalyzer.rules._util import fmt_count, ms, n_steady, time_finding, top
 
 @rule("unfused_elementwise", needs=("steps", "ops", "kernels"), severity=Severity.INFO,
       params={"min_pct_of_kernel_time": 30.0, "min_pct_of_count": 50.0, "min_kernels_per_step": 100.0,
-              "warning_pct": 50.0, "fusion_savings": 0.5}, uses=("context",))
+              "warning_pct": 50.0, "fusion_savings": 0.5}, uses=("context", "kernel_sequences"))
 def check(results: Results, config: Config, params: Params) -> Iterator[Finding]:
     """Unfused elementwise kernels take a large share of GPU time: fusion (torch.compile) pays.
 
@@ -40,7 +41,9 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
     Fix
         ``torch.compile(model)``; fused layers (fused LayerNorm/RMSNorm, SDPA, fused optimizers).
         A compiled run (``context``) is told instead that these kernels run eagerly outside its
-        compiled regions (graph breaks, fallbacks). Not run on a capture-only trace.
+        compiled regions (graph breaks, fallbacks). Not run on a capture-only trace. The evidence
+        cites the largest fusion candidates of ``kernel_sequences`` (memory-bound kernel sequences
+        recurring in every step, with the ops that launch them) where it ran.
     """
     withhold_on_capture(results, "the steady kernel mix")
     o = results.need("ops", OpsResult)
@@ -69,14 +72,18 @@ def check(results: Results, config: Config, params: Params) -> Iterator[Finding]
         fix = ("Fuse chains of elementwise ops: torch.compile(model) generates one kernel per chain; use fused "
                "layers (fused LayerNorm/RMSNorm, scaled_dot_product_attention) and fused/foreach optimizers.")
         hint = "model = torch.compile(model)"
+    evidence = {"elementwise_ms_per_step": ms(e_ns / n), "pct_of_kernel_time": round(t_pct, 1),
+                "pct_of_kernels": round(c_pct, 1), "kernels_per_step": round(e_n / n, 1),
+                "compiled": o.compiled if ctx is None else bool(ctx.compiled),
+                "top_kernels": top_rows(ew.sort("steady_ns", descending=True), 5,
+                                        ("name", "steady_count", "steady_ns"))}
+    seq = results.typed("kernel_sequences", KernelSequencesResult)
+    if seq is not None and seq.fusion_candidates().height:
+        evidence["fusion_candidates"] = top_rows(seq.fusion_candidates(), 3, ("ops", "count_per_step", "ns_per_step"))
     yield time_finding(
         "unfused_elementwise", sev,
         f"Elementwise kernels are {t_pct:.0f} % of kernel time and {c_pct:.0f} % of kernels "
         f"({fmt_count(e_n / n)} per step): fuse them",
-        {"elementwise_ms_per_step": ms(e_ns / n), "pct_of_kernel_time": round(t_pct, 1),
-         "pct_of_kernels": round(c_pct, 1), "kernels_per_step": round(e_n / n, 1),
-         "compiled": o.compiled if ctx is None else bool(ctx.compiled),
-         "top_kernels": top_rows(ew.sort("steady_ns", descending=True), 5, ("name", "steady_count", "steady_ns"))},
-        fix, hint,
+        evidence, fix, hint,
         params.fusion_savings * e_ns / n, results, confidence=0.4,
     )

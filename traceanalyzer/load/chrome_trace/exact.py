@@ -27,6 +27,7 @@ from traceanalyzer.load.chrome_trace.raw import (
 )
 from traceanalyzer.load.chrome_trace.vocabulary import (
     CAT_TABLE,
+    COUNTER_CAT,
     FLOW_KIND,
     KNOWN_OTHER_CATS,
     MTIA_CCP_CAT,
@@ -190,7 +191,8 @@ class _Collector:
                     scat = str(cat) if cat is not None else "<no category>"
                     if scat not in KNOWN_OTHER_CATS:
                         self.unknown_cats[scat] += 1
-                    other.append((scat, name, ts, dur, str(pid), str(tid)))
+                    other.append((scat, name, ts, dur, str(pid), str(tid),
+                                  _json_text(a) if scat == COUNTER_CAT else None))
             elif ph in ("s", "f", "t"):
                 cat = e.get("cat")
                 kind = FLOW_KIND.get(cat) if isinstance(cat, str) else None

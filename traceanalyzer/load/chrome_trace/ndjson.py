@@ -26,6 +26,7 @@ from traceanalyzer.load.chrome_trace.raw import (
 from traceanalyzer.load.chrome_trace.vocabulary import (
     _KNOWN_PH,
     CAT_TABLE,
+    COUNTER_CAT,
     FLOW_KIND,
     KNOWN_OTHER_CATS,
     MTIA_CCP_CAT,
@@ -183,6 +184,8 @@ def _fast_chunk(nd: bytes, autograd_array: bool) -> tuple[dict[str, pl.DataFrame
     # the slow path wherever it occurs.
     if _matches(nd, _RX_ARGS_IDS):
         raise _NotFast("a value of a type the reader would blur")
+    if COUNTER_CAT.encode() in nd:  # counter args are free-form: the exact decoder keeps them
+        raise _NotFast("CUPTI counter events")
     df, ints_as_text = _read_two_passes(nd)
     try:
         return _fast_tables(df, ints_as_text, autograd_array)
@@ -406,6 +409,7 @@ def _other_frame(p: pl.DataFrame, stats: _Stats) -> pl.DataFrame:
             stats.unknown_cats[c] += n
     return _typed("other_events", p.select(
         "scat", "name", "ts", "dur", pl.col("pid_s").fill_null("None"), pl.col("tid_s").fill_null("None"),
+        pl.lit(None, pl.String).alias("args"),  # only counter events keep theirs: decoded exactly
     ))
 
 

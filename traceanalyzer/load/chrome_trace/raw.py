@@ -93,7 +93,7 @@ _RAW_COLS: dict[str, list[str]] = {
         "ts", "pid", "tid", "device_type", "device_id", "addr", "bytes", "total_allocated",
         "total_reserved", "oom",
     ],
-    "other_events": ["cat", "name", "ts", "dur", "pid", "tid"],
+    "other_events": ["cat", "name", "ts", "dur", "pid", "tid", "args"],
     "threads": ["pid", "tid", "name"],
 }
 

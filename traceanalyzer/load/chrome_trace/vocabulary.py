@@ -61,6 +61,9 @@ KNOWN_OTHER_CATS = frozenset(
 # (``pe_exe``, or the executable or op name: ``remote``, ``add-dtype_Float``,
 # ``hccl::…``) → kernels.
 MTIA_CCP_CAT = "mtia_ccp_events"
+# CUPTI range-profiler events: one per kernel, its counters in ``args`` (kept as JSON text in
+# ``other_events.args``; the columnar reader leaves regions holding them to the exact decoder).
+COUNTER_CAT = "cuda_profiler_range"
 MTIA_DMA = "dma_request"
 MTIA_NOT_BUSY = ("event_record", "event_wait")
 # ``args.direction`` → the memcpy ``kind`` vocabulary (the CUDA spelling).

@@ -1,0 +1,191 @@
+"""Memory per operator and the memory curve of each step, from a trace's ``[memory]`` events
+(TensorBoard's memory view; ``profile_memory=True``).
+
+Definitions
+-----------
+* Each ``[memory]`` event (an allocation, ``bytes`` > 0, or a free, ``bytes`` < 0, on one
+  device; ``total_allocated`` = the device's allocated bytes after it) belongs to the deepest
+  CPU op running on its thread at that instant (**self**), and to every op enclosing that one
+  (**total**). Events outside every op are left out of the per-op numbers.
+* Per (op name, device), over the op's calls: ``alloc_count``/``alloc_bytes`` and
+  ``free_count``/``free_bytes`` (bytes freed, positive) self and total (``total_…``);
+  ``increase_bytes`` = allocated − freed, self (``self_increase_bytes``) and total
+  (``total_increase_bytes``): what the op leaves allocated when it returns (its outputs,
+  or a leak); ``calls``: calls with at least one event of the device.
+* ``peak_increase_bytes``: per call, the highest ``total_allocated`` among the events of the call
+  (its own and its nested ops') less the device's allocated bytes just before the call
+  started; the largest over the calls. It is how far the op raises the device's memory at its
+  worst: what it adds to a peak, temporaries included.
+* ``curve``: per (device, step window), the allocated and reserved bytes over the step in
+  ``memory_per_op.curve_points`` (50) equal slices of the window: the highest value in each
+  slice (the last value before it where no event falls in it); ``t_ns``: the slice's start as
+  an offset from the window's start.
+* Tables keep the ``memory_per_op.top_n`` (30) ops with the largest total allocation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer.analyses import AnalysisContext, analysis
+from traceanalyzer.analyses._memevents import device_name_expr
+from traceanalyzer.analyses._steps import assign_steps
+from traceanalyzer.analyses.steps import StepsResult
+from traceanalyzer.errors import NotApplicable
+from traceanalyzer.model import TraceModel
+from traceanalyzer.model.relations import nest, op_index
+
+_SUMS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes")
+CURVE_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
+    "device": pl.String, "window": pl.Int64, "step": pl.Int64, "point": pl.Int64, "t_ns": pl.Int64,
+    "allocated_bytes": pl.Int64, "reserved_bytes": pl.Int64,
+}
+
+
+@dataclass(frozen=True)
+class MemoryPerOpResult:
+    """Allocations per operator and the memory curve per step. See the module docstring."""
+
+    by_op: pl.DataFrame
+    curve: pl.DataFrame  # CURVE_SCHEMA
+    n_events: int
+    n_outside_ops: int  # events on no op's span
+    top_n: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"n_events": self.n_events, "n_outside_ops": self.n_outside_ops,
+                "by_op": self.by_op.head(self.top_n).to_dicts(), "curve": self.curve.to_dicts()}
+
+    def summary(self) -> list[tuple[str, str]]:
+        from traceanalyzer.units import fmt_bytes
+
+        out = []
+        for dev in sorted(set(self.by_op["device"].to_list())):
+            d = self.by_op.filter(pl.col("device") == dev)
+            top = d.sort(["peak_increase_bytes", "name"], descending=[True, False]).row(0, named=True)
+            if top["peak_increase_bytes"] > 0:
+                out.append((f"{dev}: op raising memory most",
+                            f"{top['name']} (+{fmt_bytes(top['peak_increase_bytes'])} at its peak, "
+                            f"{top['calls']:,} calls)"))
+        return out
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        out = {"Memory per operator": self.by_op.head(self.top_n)}
+        if self.curve.height:
+            out["Memory curve per step"] = self.curve
+        return out
+
+
+def _curve(mem: pl.DataFrame, windows: pl.DataFrame, points: int) -> pl.DataFrame:
+    """Highest allocated/reserved per (device, window, slice), carried forward over empty slices."""
+    ev = assign_steps(mem.select("device", "ts_ns", "total_allocated", "total_reserved"), windows, "ts_ns")
+    ev = ev.filter(pl.col("window").is_not_null())
+    if ev.is_empty() or points <= 0:
+        return pl.DataFrame(schema=CURVE_SCHEMA)
+    w = windows.select("window", "start_ns", "end_ns", length=pl.max_horizontal(pl.col("end_ns") - pl.col("start_ns"),
+                                                                               pl.lit(1)))
+    ev = ev.join(w, on="window").with_columns(
+        point=((pl.col("ts_ns") - pl.col("start_ns")) * points // pl.col("length")).clip(0, points - 1))
+    per = ev.sort("ts_ns", maintain_order=True).group_by("device", "window", "step", "point").agg(
+        allocated_bytes=pl.col("total_allocated").max(), reserved_bytes=pl.col("total_reserved").max(),
+        _al=pl.col("total_allocated").last(), _rl=pl.col("total_reserved").last())
+    grid = (per.select("device", "window", "step").unique()
+            .join(pl.DataFrame({"point": pl.int_range(0, points, eager=True, dtype=pl.Int64)}), how="cross"))
+    # The level before the window's first event: the last event before the window on that device.
+    before = mem.select("device", "ts_ns", "total_allocated", "total_reserved").sort("ts_ns").join_asof(
+        w.select("window", "start_ns").sort("start_ns"), left_on="ts_ns", right_on="start_ns", strategy="forward",
+        allow_exact_matches=False)
+    first = before.filter(pl.col("window").is_not_null()).group_by("device", "window").agg(
+        _a0=pl.col("total_allocated").last(), _r0=pl.col("total_reserved").last())
+    return (
+        grid.join(per, on=["device", "window", "step", "point"], how="left")
+        .join(first, on=["device", "window"], how="left")
+        .join(w.select("window", "length"), on="window")
+        .sort("device", "window", "point")
+        .with_columns(
+            # An empty slice holds the level the last event before it left.
+            allocated_bytes=pl.coalesce("allocated_bytes", pl.col("_al").forward_fill().over("device", "window"),
+                                        "_a0"),
+            reserved_bytes=pl.coalesce("reserved_bytes", pl.col("_rl").forward_fill().over("device", "window"), "_r0"),
+            t_ns=pl.col("point") * pl.col("length") // points,
+        )
+        .select(list(CURVE_SCHEMA)).cast(CURVE_SCHEMA)  # type: ignore[arg-type]  # polars' dict typing
+    )
+
+
+def _up_the_tree(per: pl.DataFrame, parent: pl.Series, depth: pl.Series) -> pl.DataFrame:
+    """Totals per (op id, device): ``per``'s self sums and peak added / maxed into every
+    enclosing op, deepest level first (a few tens of levels, each vectorised)."""
+    rows = per.with_columns(parent_id=parent.gather(per["op"]), depth=depth.gather(per["op"])).rename(
+        {c: f"total_{c}" for c in (*_SUMS, "peak")})
+    acc = rows
+    for d in range(int(rows["depth"].max() or 0), 1, -1):  # type: ignore[arg-type]  # an Int64 max
+        child = acc.filter((pl.col("depth") == d) & pl.col("parent_id").is_not_null())
+        if child.is_empty():
+            continue
+        up = child.group_by("parent_id", "device").agg(
+            *[pl.col(f"total_{c}").sum() for c in _SUMS], pl.col("total_peak").max()).rename({"parent_id": "op"})
+        up = up.with_columns(parent_id=parent.gather(up["op"]), depth=depth.gather(up["op"]))
+        acc = pl.concat([acc, up.select(acc.columns)]).group_by("op", "device").agg(
+            *[pl.col(f"total_{c}").sum() for c in _SUMS], pl.col("total_peak").max(), pl.col("parent_id").first(),
+            pl.col("depth").first())
+    return acc.select("op", "device", *[f"total_{c}" for c in _SUMS], "total_peak")
+
+
+@analysis("memory_per_op", input="trace", depends_on=("steps",), title="Memory per operator", order=61,
+          shared=("op_nesting",), params={"top_n": 30, "curve_points": 50})
+def memory_per_op(ctx: AnalysisContext[TraceModel]) -> MemoryPerOpResult:
+    """Allocations, frees and peak increase per operator (self and with nested ops); memory curve per step."""
+    model = ctx.model
+    top_n, points = int(ctx.params.top_n), int(ctx.params.curve_points)
+    ev = model.memory_events.filter(~pl.col("oom"))
+    if ev.is_empty():
+        raise NotApplicable("no [memory] events: profile with profile_memory=True")
+    mem = ev.with_columns(device=device_name_expr()).sort("ts_ns", maintain_order=True)
+    curve = _curve(mem, ctx.need("steps", StepsResult).windows(), points)
+    ops = model.cpu_ops
+    op_id = (op_index(ctx.tables).lookup(mem.select("ts_ns", "pid", "tid")) if ops.height
+             else pl.Series("id", [None] * mem.height, pl.Int64))
+    mem = mem.with_columns(op=op_id)
+    inside = mem.filter(pl.col("op").is_not_null())
+    b = pl.col("bytes")
+    self_ = inside.group_by("op", "device").agg(
+        alloc_count=(b > 0).sum().cast(pl.Int64), alloc_bytes=b.filter(b > 0).sum().cast(pl.Int64),
+        free_count=(b < 0).sum().cast(pl.Int64), free_bytes=(-b.filter(b < 0)).sum().cast(pl.Int64),
+        peak=pl.col("total_allocated").max())
+    if int(self_["alloc_count"].sum()) == 0:
+        raise NotApplicable("no allocation ([memory] event) falls inside a CPU op on its thread")
+    iv = ops.select("pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+    links = nest(iv.filter(pl.col("end_ns") > pl.col("ts_ns")))
+    parent = pl.repeat(None, ops.height, dtype=pl.Int64, eager=True).scatter(links["id"], links["parent_id"])
+    depth = pl.repeat(0, ops.height, dtype=pl.Int64, eager=True).scatter(links["id"], links["depth"])
+    total = _up_the_tree(self_, parent, depth)
+    # The device's allocated bytes just before each call started (0 before its first event).
+    starts = total.select("op", "device").with_columns(ts_ns=ops["ts_ns"].gather(total["op"]))
+    level = starts.sort("ts_ns").join_asof(
+        mem.select("device", pl.col("ts_ns").alias("_t"), pl.col("total_allocated").alias("before")).sort("_t"),
+        left_on="ts_ns", right_on="_t", by="device", strategy="backward", allow_exact_matches=False,
+        check_sortedness=False)  # sorted by time above; the check cannot run with by= groups
+    calls = (
+        total.join(self_.drop("peak"), on=["op", "device"], how="left")
+        .join(level.select("op", "device", "before"), on=["op", "device"], how="left")
+        .with_columns([pl.col(c).fill_null(0) for c in _SUMS])
+        .with_columns(name=pl.lit(ops["name"]).gather(pl.col("op")),
+                      peak_increase_bytes=(pl.col("total_peak") - pl.col("before").fill_null(0)).clip(lower_bound=0))
+    )
+    by_op = (
+        calls.group_by("name", "device").agg([
+            pl.len().cast(pl.Int64).alias("calls"),
+            *[pl.col(c).sum() for c in _SUMS],
+            *[pl.col(f"total_{c}").sum() for c in _SUMS],
+            pl.col("peak_increase_bytes").max().cast(pl.Int64),
+        ])
+        .with_columns(self_increase_bytes=pl.col("alloc_bytes") - pl.col("free_bytes"),
+                      total_increase_bytes=pl.col("total_alloc_bytes") - pl.col("total_free_bytes"))
+        .sort(["total_alloc_bytes", "peak_increase_bytes", "name", "device"], descending=[True, True, False, False])
+    )
+    return MemoryPerOpResult(by_op=by_op, curve=curve, n_events=mem.height,
+                             n_outside_ops=mem.height - inside.height, top_n=top_n)
