@@ -7,10 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from traceanalyzer import params
 from traceanalyzer.batch.discover import Input
 from traceanalyzer.batch.runner import analyse_one, make_tasks
 from traceanalyzer.errors import ConfigError
@@ -22,10 +24,16 @@ BUDGET_ENV = [s.env for s in budget_settings().values()]
 
 
 @pytest.fixture(autouse=True)
-def _clean_budget_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No budget variable leaks in from the caller's environment or out of a test."""
+def _clean_budget_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No budget variable leaks in from the caller's environment or out of a test: apply_budget
+    writes os.environ itself (what the loaders read), so the whole environment is restored."""
     for env in [*BUDGET_ENV, "TRACEANALYZER_MAX_MEMORY", "TRACEANALYZER_SUPERVISED"]:
         monkeypatch.delenv(env, raising=False)
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+    params._FROM_OPTIONS.clear()
 
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

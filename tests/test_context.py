@@ -356,7 +356,7 @@ def test_real_vllm_capture_trace() -> None:
     assert c.compiled and c.device_arch == "cdna3" and c.vendor == "amd"
     assert r["diagnosis"].verdict == "capture_only"
     mem = _found(out, "memory_capacity")[0]
-    assert mem.title == ("hip:0 peaks at 93.0 % of its 192.0 GiB: vllm's KV-cache preallocation, by design, not a "
+    assert mem.title == ("GPU 0 peaks at 93.0 % of its 192.0 GiB: vllm's KV-cache preallocation, by design, not a "
                          "capacity problem")
     assert mem.severity == Severity.INFO and mem.cost_bytes is None
     for rid in ("launch_bound_kernels", "low_gpu_utilization", "host_bound_gaps"):

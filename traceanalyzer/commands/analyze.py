@@ -4,7 +4,6 @@ multi-rank summary of its ranks."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,10 +75,6 @@ def command(paths: tuple[str, ...], outdir: str | None, formats: tuple[str, ...]
     Formats available:
     """
     config = make_config(config_path, assignments)
-    if no_cache:  # every load of this run, the run-directory and ranks modes included
-        from traceanalyzer.store.cache import ENV_NO_CACHE
-
-        os.environ[ENV_NO_CACHE] = "1"
     fmts = resolve_formats(formats)
     if open_report and "html" not in fmts:
         fmts.append("html")
@@ -96,7 +91,7 @@ def command(paths: tuple[str, ...], outdir: str | None, formats: tuple[str, ...]
         if len(traces) > 1:
             _analyze_ranks(found, traces, out, config, fmts, quiet)
             return
-        report = _run_report(found, config, show, " ".join(paths))
+        report = _run_report(found, config, show, " ".join(paths), use_cache=False if no_cache else None)
     else:
         with progress(f"Loading {Path(path).name}", enabled=show):
             model = load(path, use_cache=False if no_cache else None)
@@ -155,7 +150,8 @@ def _discover(paths: tuple[str, ...], out: Path) -> Discovery:
     return found
 
 
-def _run_report(found: Discovery, config: Config, show: bool | None, source: str) -> Report:
+def _run_report(found: Discovery, config: Config, show: bool | None, source: str, *,
+                use_cache: bool | None = None) -> Report:
     """One report of a run's inputs: at most one trace, one snapshot and one memory-timeline
     export (see :func:`traceanalyzer.pipeline.build_run_report`)."""
     by_kind: dict[str, list[Input]] = {}
@@ -169,7 +165,7 @@ def _run_report(found: Discovery, config: Config, show: bool | None, source: str
     reports = []
     for inp in found.inputs:
         with progress(f"Loading {Path(inp.path).name}", enabled=show):
-            model = load(inp.path)
+            model = load(inp.path, use_cache=use_cache)
         with progress("Analysing", enabled=show):
             reports.append(build_report(model, config, source=inp.path))
     if len(reports) == 1:
