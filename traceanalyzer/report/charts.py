@@ -24,8 +24,15 @@ for it; the Agg backend is selected explicitly there.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import io
+import os
+import select
+import signal
+import struct
 import sys
+import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -152,35 +159,202 @@ def draw(spec: ChartSpec, results: Mapping[str, object], dpi: int = DPI) -> byte
         return figure_png(fig, dpi=dpi)
 
 
+#: Environment variable: how many processes render charts at once (``1``: in this process).
+JOBS_ENV = "TRACEANALYZER_CHART_JOBS"
+#: At most this many rendering processes, whatever the machine (a report has about ten charts).
+_MAX_JOBS = 8
+
+
+def chart_jobs() -> int:
+    """How many processes render charts at once: ``$TRACEANALYZER_CHART_JOBS`` when set, else
+    the CPUs this process may use (at most 8); 1 (in this process) where ``fork`` is not the
+    safe default (anything but Linux)."""
+    env = os.environ.get(JOBS_ENV, "").strip()
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            pass
+    if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
+        return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, _MAX_JOBS))
+
+
 _last: tuple[Any, int, list[Drawn]] | None = None  # (weakref to results, dpi, charts)
 
 
-def draw_all(results: Mapping[str, object], dpi: int = DPI, strict: bool = False) -> list[Drawn]:
-    """Every applicable chart as PNG bytes. A chart that fails is reported, never fatal
-    (``strict`` re-raises: tests use it).
+def draw_all(results: Mapping[str, object], dpi: int = DPI, strict: bool = False,
+             on_drawn: Callable[[Drawn], None] | None = None, jobs: int | None = None) -> list[Drawn]:
+    """Every applicable chart as PNG bytes, in drawing order. A chart that fails is reported,
+    never fatal (``strict`` re-raises: tests use it). ``on_drawn`` is called with each chart as
+    it is done (progress display).
+
+    The figures are built here, one after the other (only this process reads the results'
+    tables), then rasterised by up to ``jobs`` processes (default :func:`chart_jobs`): this
+    one and forked children, each taking its share of the figures. Rasterising (text layout,
+    Agg, PNG encoding) is most of a chart's time, and the charts are independent.
 
     The charts of the last ``results`` drawn are kept (weakly), so writing both the PNG
     files and the HTML page of one report draws each chart once.
     """
     global _last
     if _last is not None and not strict and _last[0]() is results and _last[1] == dpi:
-        return list(_last[2])
-    out: list[Drawn] = []
-    for spec in charts_for(results):
+        cached = list(_last[2])
+        if on_drawn is not None:
+            for d in cached:
+                on_drawn(d)
+        return cached
+    mpl = _mpl()
+    specs = charts_for(results)
+    slots: dict[int, Drawn] = {}
+
+    def done(i: int, drawn: Drawn) -> None:
+        slots[i] = drawn
+        if on_drawn is not None:
+            on_drawn(drawn)
+
+    built: list[tuple[int, ChartSpec, Figure]] = []
+    for i, spec in enumerate(specs):
         try:
-            png = draw(spec, results, dpi=dpi)
+            with mpl.rc_context(_STYLE):
+                fig = spec.func(results[spec.section], results)
         except Exception as exc:  # noqa: BLE001 - one broken chart must not sink the report
             if strict:
                 raise
-            out.append(Drawn(spec, None, f"{type(exc).__name__}: {exc}"))
+            done(i, Drawn(spec, None, f"{type(exc).__name__}: {exc}"))
             continue
-        if png is not None:
-            out.append(Drawn(spec, png))
+        if fig is not None:
+            built.append((i, spec, fig))
+    n_jobs = min(jobs if jobs is not None else chart_jobs(), len(built))
+    with mpl.rc_context(_STYLE):
+        if n_jobs > 1:
+            _render_forked(built, n_jobs, dpi, done, strict)
+        else:
+            for i, spec, fig in built:
+                done(i, _render(spec, fig, dpi, strict))
+    for i, spec, _fig in built:
+        if i not in slots:  # its process died (killed, out of memory)
+            done(i, Drawn(spec, None, "the process drawing it ended before it was done"))
+    out = [slots[i] for i in sorted(slots)]
+    if strict:
+        failed = [d for d in out if d.error is not None]
+        if failed:
+            raise RuntimeError(f"chart {failed[0].spec.name}: {failed[0].error}")
     try:
         _last = (weakref.ref(results), dpi, out)
     except TypeError:  # a plain dict cannot be weakly referenced: no caching
         _last = None
     return out
+
+
+def _render(spec: ChartSpec, fig: Figure, dpi: int, strict: bool) -> Drawn:
+    try:
+        return Drawn(spec, figure_png(fig, dpi=dpi))
+    except Exception as exc:  # noqa: BLE001 - one broken chart must not sink the report
+        if strict:
+            raise
+        return Drawn(spec, None, f"{type(exc).__name__}: {exc}")
+
+
+_INDEX = struct.Struct("<I")  # a chart's number in the work queue
+_FRAME = struct.Struct("<IcI")  # chart number, b"P" (PNG) or b"E" (error text), payload length
+
+
+def _render_forked(built: list[tuple[int, ChartSpec, Figure]], jobs: int, dpi: int,
+                   done: Callable[[int, Drawn], None], strict: bool) -> None:
+    """Rasterise ``built`` in this process and ``jobs - 1`` forked children.
+
+    The work is a queue: a pipe holding the figures' numbers, from which every process
+    takes the next one when it is free, so a slow chart does not hold up the rest. A child
+    inherits the figures (nothing is pickled), writes each PNG (or its error) to its own pipe
+    as a frame (:data:`_FRAME`) and leaves with ``os._exit`` (no atexit handlers, no
+    finalisers: it shares this process's files and locks). This process reads the finished
+    frames between two charts of its own, so the progress display moves. A fork that fails
+    leaves the work to the others; a chart whose child died is reported as an error.
+    """
+    import fcntl  # POSIX only, as fork is: chart_jobs() is 1 elsewhere
+
+    figures = {i: (spec, fig) for i, spec, fig in built}
+    queue_r, queue_w = os.pipe()
+    os.write(queue_w, b"".join(_INDEX.pack(i) for i in figures))  # a few bytes: never blocks
+    os.close(queue_w)
+
+    def take() -> int | None:
+        data = os.read(queue_r, _INDEX.size)  # reads of a few bytes from a pipe are atomic
+        return _INDEX.unpack(data)[0] if len(data) == _INDEX.size else None
+
+    children: dict[int, tuple[int, bytearray]] = {}  # read fd → (pid, bytes not yet framed)
+    for _ in range(jobs - 1):
+        r, w = os.pipe()
+        with contextlib.suppress(OSError, AttributeError):  # room for every PNG: a child never waits
+            fcntl.fcntl(w, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+        try:
+            with warnings.catch_warnings():
+                # Python >= 3.12 warns on fork() in a process with threads (polars' pool, the
+                # progress spinner): the child only rasterises figures and touches neither.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+        except OSError:
+            os.close(r)
+            os.close(w)
+            break
+        if pid == 0:  # the child
+            try:
+                os.close(r)
+                gc.disable()
+                warnings.simplefilter("ignore")  # stderr's lock may be held by a thread of the parent
+                while (i := take()) is not None:
+                    try:
+                        status, payload = b"P", figure_png(figures[i][1], dpi=dpi)
+                    except BaseException as exc:  # noqa: BLE001 - reported by the parent
+                        status, payload = b"E", f"{type(exc).__name__}: {exc}".encode()
+                    view = memoryview(_FRAME.pack(i, status, len(payload)) + payload)
+                    while view:
+                        view = view[os.write(w, view):]
+            finally:
+                os._exit(0)
+        os.close(w)
+        children[r] = (pid, bytearray())
+
+    def read(timeout: float | None) -> None:
+        """Read what the children wrote (waiting up to ``timeout``) and report whole frames."""
+        ready, _, _ = select.select(list(children), [], [], timeout)
+        for fd in ready:
+            pid, buf = children[fd]
+            chunk = os.read(fd, 1 << 20)
+            buf.extend(chunk)
+            while len(buf) >= _FRAME.size:
+                i, status, size = _FRAME.unpack_from(buf)
+                if len(buf) < _FRAME.size + size:
+                    break
+                payload = bytes(buf[_FRAME.size:_FRAME.size + size])
+                del buf[:_FRAME.size + size]
+                spec = figures[i][0]
+                done(i, Drawn(spec, payload) if status == b"P" else Drawn(spec, None, payload.decode(errors="replace")))
+            if not chunk:  # the child is gone
+                del children[fd]
+                os.close(fd)
+                os.waitpid(pid, 0)
+
+    try:
+        while (i := take()) is not None:
+            done(i, _render(figures[i][0], figures[i][1], dpi, strict))
+            if children:
+                read(0)
+        while children:
+            read(None)
+    finally:
+        os.close(queue_r)
+        for fd, (pid, _buf) in children.items():  # an exception here: stop the rest
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.waitpid(pid, 0)
+            os.close(fd)
 
 
 def figure_png(fig: Figure, dpi: int = DPI) -> bytes:
@@ -425,42 +599,48 @@ def timeline_chart(res: IdleGapsResult, results: Mapping[str, object]) -> Figure
     g = gaps.select("device", "start_ns", "end_ns", "dur_ns", "cause")
     longest = g.sort("dur_ns", descending=True).head(5)
     longest_keys = {(r["device"], r["start_ns"]) for r in longest.iter_rows(named=True)}
+    from matplotlib.collections import PolyCollection
     from matplotlib.patches import Patch
 
-    used_causes: set[str] = set()
-    max_len = 0.0
-    labels = []
-    marks: dict[tuple[Any, Any], tuple[int, float, int, str]] = {}
-    for y, (_window, step, dev, ws, we) in enumerate(rows):
-        length = _ms(we - ws)
-        max_len = max(max_len, length)
-        labels.append((f"#{step}" if step is not None else "trace") + (f" · GPU {dev}" if len(devices) > 1 else ""))
-        ax.broken_barh([(0, length)], (y - 0.3, 0.6), facecolors=IDLE, edgecolor="none")
+    labels = [(f"#{step}" if step is not None else "trace") + (f" · GPU {dev}" if len(devices) > 1 else "")
+              for _window, step, dev, _ws, _we in rows]
+    lengths = [_ms(we - ws) for _window, _step, _dev, ws, we in rows]
+    max_len = max(lengths, default=0.0)
+    busy: list[tuple[int, float, float]] = []  # (row, x, width) of the span between first and last kernel
+    for y, (_window, _step, dev, ws, we) in enumerate(rows):
         fl = first_last.get(dev)
         lo, hi = (max(ws, fl[0]), min(we, fl[1])) if fl else (ws, we)
         if hi > lo:
-            ax.broken_barh([(_ms(lo - ws), _ms(hi - lo))], (y - 0.3, 0.6), facecolors=GREEN, edgecolor="none")
-        in_row = g.filter((g["device"] == dev) & (g["end_ns"] > ws) & (g["start_ns"] < we))
-        if in_row.height == 0:
+            busy.append((y, _ms(lo - ws), _ms(hi - lo)))
+    # Every gap clipped to every row it overlaps, at once: a step has thousands of short gaps,
+    # and one collection per colour draws them in a fraction of the time of one bar each.
+    row_frame = pl.DataFrame({"y": list(range(nrow)), "device": [r[2] for r in rows],
+                              "ws": [r[3] for r in rows], "we": [r[4] for r in rows]},
+                             schema_overrides={"device": g.schema["device"]})
+    clipped = (
+        g.join(row_frame, on="device")
+        .filter((pl.col("end_ns") > pl.col("ws")) & (pl.col("start_ns") < pl.col("we")))
+        .with_columns(lo=pl.max_horizontal("start_ns", "ws"), hi=pl.min_horizontal("end_ns", "we"))
+        .with_columns(x=(pl.col("lo") - pl.col("ws")) / 1e6, w=(pl.col("hi") - pl.col("lo")) / 1e6)
+    )
+    _bars(ax, [(y, 0.0, length) for y, length in enumerate(lengths)], IDLE)
+    _bars(ax, busy, GREEN)
+    used_causes = set(clipped["cause"].unique().to_list())
+    for cause in CAUSE_COLORS:
+        if cause in used_causes:
+            c = clipped.filter(pl.col("cause") == cause)
+            ax.add_collection(PolyCollection(_bar_verts(c["y"].to_numpy(), c["x"].to_numpy(), c["w"].to_numpy()),
+                                             facecolors=CAUSE_COLORS[cause], edgecolors="none"))
+    # a gap spanning a step boundary is marked once, in the row holding most of it
+    marks: dict[tuple[Any, Any], tuple[int, float, int, str]] = {}
+    for r in clipped.filter(pl.col("start_ns").is_in([s for _d, s in longest_keys])).sort("y").iter_rows(named=True):
+        key = (r["device"], r["start_ns"])
+        if key not in longest_keys:
             continue
-        for cause in CAUSE_COLORS:
-            c = in_row.filter(in_row["cause"] == cause)
-            if c.height == 0:
-                continue
-            used_causes.add(cause)
-            segs = [
-                (_ms(max(s, ws) - ws), _ms(min(e, we) - max(s, ws)))
-                for s, e in zip(c["start_ns"].to_list(), c["end_ns"].to_list())
-            ]
-            ax.broken_barh(segs, (y - 0.3, 0.6), facecolors=CAUSE_COLORS[cause], edgecolor="none")
-        for r in in_row.iter_rows(named=True):
-            key = (r["device"], r["start_ns"])
-            if key in longest_keys:
-                # a gap spanning a step boundary is marked once, in the row holding most of it
-                overlap = min(r["end_ns"], we) - max(r["start_ns"], ws)
-                mid = _ms((max(r["start_ns"], ws) + min(r["end_ns"], we)) / 2 - ws)
-                if key not in marks or overlap > marks[key][0]:
-                    marks[key] = (overlap, mid, y, fmt_ns_short(r["dur_ns"]))
+        overlap = r["hi"] - r["lo"]
+        mid = _ms((r["lo"] + r["hi"]) / 2 - r["ws"])
+        if key not in marks or overlap > marks[key][0]:
+            marks[key] = (overlap, mid, r["y"], fmt_ns_short(r["dur_ns"]))
     for _, mid, y, text in marks.values():
         edge = mid / max_len if max_len else 0.5
         ha = "left" if edge < 0.08 else ("right" if edge > 0.92 else "center")
@@ -479,6 +659,25 @@ def timeline_chart(res: IdleGapsResult, results: Mapping[str, object]) -> Figure
                 if c in used_causes]
     fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)), frameon=False)
     return fig
+
+
+def _bar_verts(y: Any, x: Any, w: Any, half: float = 0.3) -> Any:
+    """The corners of horizontal bars (row ``y``, from ``x``, ``w`` long) as an (n, 4, 2) array."""
+    import numpy as np
+
+    y0, y1, x1 = y - half, y + half, x + w
+    return np.stack([np.stack([x, y0], -1), np.stack([x, y1], -1), np.stack([x1, y1], -1), np.stack([x1, y0], -1)],
+                    axis=1)
+
+
+def _bars(ax: Axes, bars: list[tuple[int, float, float]], color: str) -> None:
+    """One collection of horizontal bars ``(row, x, width)`` in ``color``."""
+    import numpy as np
+    from matplotlib.collections import PolyCollection
+
+    if bars:
+        y, x, w = (np.asarray(v, dtype=float) for v in zip(*bars))
+        ax.add_collection(PolyCollection(_bar_verts(y, x, w), facecolors=color, edgecolors="none"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -930,4 +1129,5 @@ def export_timeline_chart(res: ExportTimelineResult, results: Mapping[str, objec
     return fig
 
 
-__all__ = ["ChartSpec", "Drawn", "chart", "charts_for", "draw", "draw_all", "figure_png", "new_figure", "registry"]
+__all__ = ["JOBS_ENV", "ChartSpec", "Drawn", "chart", "chart_jobs", "charts_for", "draw", "draw_all", "figure_png",
+           "new_figure", "registry"]
