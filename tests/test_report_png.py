@@ -108,3 +108,14 @@ def test_json_only_run_does_not_import_matplotlib(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_charts_rendered_in_forked_processes_are_the_same_bytes(report: Any) -> None:
+    """Rasterising in forked children (the default on Linux) gives the bytes one process gives,
+    in the same order, and reports every chart as it is done."""
+    seen: list[str] = []
+    forked = draw_all(report.results, strict=True, jobs=3, on_drawn=lambda d: seen.append(d.spec.name))
+    alone = draw_all(report.results, strict=True, jobs=1)
+    assert [d.spec.name for d in forked] == [d.spec.name for d in alone] == [s.name for s in charts_for(report.results)]
+    assert sorted(seen) == sorted(d.spec.name for d in forked)
+    assert all(a.png == b.png and a.png is not None for a, b in zip(forked, alone))

@@ -24,6 +24,7 @@ from traceanalyzer.pipeline import (
 )
 from traceanalyzer.progress import progress
 from traceanalyzer.report import registry as renderer_registry
+from traceanalyzer.report.charts import CHART_FORMATS, charts_for, draw_all
 from traceanalyzer.report.terminal import analyze_summary, fail_on_line, written_line
 from traceanalyzer.report.text import clean_text
 
@@ -61,9 +62,16 @@ def command(path: str, outdir: str | None, formats: tuple[str, ...], quiet: bool
     with progress("Analysing", enabled=show):
         report = build_report(model, config, source=str(path))
     out = Path(outdir) if outdir else default_outdir(path)
-    with progress(f"Writing {', '.join(fmts)}", total=len(fmts), enabled=show) as bar:
+    # One unit per chart and per format, so the bar moves while the charts are drawn (most of
+    # this step). The charts are drawn first, once: the png and html renderers reuse them.
+    charts = charts_for(report.results) if CHART_FORMATS & set(fmts) else []
+    with progress(f"Writing {', '.join(fmts)}", total=len(charts) + len(fmts), enabled=show) as bar:
+        if charts:
+            bar.update(0, note="charts")
+            draw_all(report.results, on_drawn=lambda d: bar.update(1, note=f"chart {d.spec.name}"))
         written: list[Path] = []
         for fmt in fmts:
+            bar.update(0, note=fmt)
             written += write_outputs(report, out, [fmt])
             bar.update(1)
     if not quiet:

@@ -159,6 +159,10 @@ def draw(spec: ChartSpec, results: Mapping[str, object], dpi: int = DPI) -> byte
         return figure_png(fig, dpi=dpi)
 
 
+#: The output formats that show the charts (``png`` writes them, ``html`` embeds them): the
+#: others never import matplotlib.
+CHART_FORMATS = frozenset({"png", "html"})
+
 #: Environment variable: how many processes render charts at once (``1``: in this process).
 JOBS_ENV = "TRACEANALYZER_CHART_JOBS"
 #: At most this many rendering processes, whatever the machine (a report has about ten charts).
@@ -1129,5 +1133,5 @@ def export_timeline_chart(res: ExportTimelineResult, results: Mapping[str, objec
     return fig
 
 
-__all__ = ["JOBS_ENV", "ChartSpec", "Drawn", "chart", "chart_jobs", "charts_for", "draw", "draw_all", "figure_png",
-           "new_figure", "registry"]
+__all__ = ["CHART_FORMATS", "JOBS_ENV", "ChartSpec", "Drawn", "chart", "chart_jobs", "charts_for", "draw", "draw_all",
+           "figure_png", "new_figure", "registry"]
