@@ -1020,22 +1020,8 @@ def trace_memory_chart(res: TraceMemoryResult, results: Mapping[str, object]) ->
 _MAX_LINE_POINTS = 20_000
 
 
-@chart("memory_timeline", section="memory_timeline", also=("memory_peak",), order=10,
-       title="GPU memory over time, peak annotated")
-def memory_timeline_chart(res: MemoryTimelineResult, results: Mapping[str, object]) -> Figure | None:
-    """Allocated and reserved bytes after each allocator event (per device, up to 4); the
-    peak is marked, and the right panel shows what was live at it by category and site."""
-    series = res.series
-    if series.height == 0:
-        return None
-    peak = _also(results, "memory_peak", MemoryPeakResult)
-    sites = peak.top_sites if peak is not None else pl.DataFrame()
-    has_live = sites.height > 0 and "bytes" in sites.columns
-    by_time = res.x_axis == "time" and series["ts_ns"].null_count() < series.height
-    fig, axes = new_figure("GPU memory over time, peak annotated", ncols=2 if has_live else 1,
-                           figsize=(FIGSIZE[0] + (3.0 if has_live else 0), FIGSIZE[1]),
-                           gridspec_kw={"width_ratios": [3, 2]} if has_live else {})
-    ax = axes[0][0]
+def _memory_lines(ax: Axes, series: pl.DataFrame, by_time: bool) -> None:
+    """Allocated (solid) and reserved (dashed) bytes after each event, per device; the peak marked."""
     devices = sorted(d for d in series["device"].unique().to_list() if d is not None)[:4]
     colors = [BLUE, PURPLE, GREEN, CYAN]
     first = series["ts_ns"].min() if by_time else None
@@ -1050,6 +1036,7 @@ def memory_timeline_chart(res: MemoryTimelineResult, results: Mapping[str, objec
         if d.height > _MAX_LINE_POINTS:  # millions of events: per-bucket maxima keep the peak
             from traceanalyzer.analyses._memory import decimate
             d = decimate(d, _MAX_LINE_POINTS)
+        xs: list[Any]
         if by_time:
             xs = [(t - t0) / 1e9 if t is not None else None for t in d["ts_ns"].to_list()]
         else:
@@ -1069,6 +1056,45 @@ def memory_timeline_chart(res: MemoryTimelineResult, results: Mapping[str, objec
     ax.set_xlabel("Time since first event (s)" if by_time else "Allocator event #")
     ax.set_ylabel(f"Memory ({unit})")
     ax.legend(loc="lower right", ncol=2)
+
+
+def _no_history_note(ax: Axes, res: MemoryTimelineResult) -> None:
+    """The panel of a snapshot without allocator history: why there is no line, and the state
+    at the dump (the one point there is)."""
+    ax.set_axis_off()
+    lines = ["No allocator history in this snapshot, so no memory over time:",
+             "it is recorded only while torch.cuda.memory._record_memory_history()",
+             "is on. What the dump itself holds:", ""]
+    for d in res.devices[:4]:
+        lines.append(f"cuda:{d.device}  allocated {fmt_bytes_short(d.final_allocated)}"
+                     f" · reserved {fmt_bytes_short(d.final_reserved)}")
+    ax.text(0.0, 0.95, "\n".join(lines), transform=ax.transAxes, ha="left", va="top", fontsize=11,
+            color="#333333", linespacing=1.5)
+
+
+@chart("memory_timeline", section="memory_timeline", also=("memory_peak",), order=10,
+       title="GPU memory over time, peak annotated")
+def memory_timeline_chart(res: MemoryTimelineResult, results: Mapping[str, object]) -> Figure | None:
+    """Allocated and reserved bytes after each allocator event (per device, up to 4); the
+    peak is marked, and the right panel shows what was live at it by category and site."""
+    series = res.series
+    if series.height == 0:
+        return None
+    peak = _also(results, "memory_peak", MemoryPeakResult)
+    sites = peak.top_sites if peak is not None else pl.DataFrame()
+    has_live = sites.height > 0 and "bytes" in sites.columns
+    by_time = res.x_axis == "time" and series["ts_ns"].null_count() < series.height
+    fig, axes = new_figure("GPU memory over time, peak annotated", ncols=2 if has_live else 1,
+                           figsize=(FIGSIZE[0] + (3.0 if has_live else 0), FIGSIZE[1]),
+                           gridspec_kw={"width_ratios": [3, 2]} if has_live else {})
+    ax = axes[0][0]
+    points = series.group_by("device").len()["len"].max()
+    if res.history and isinstance(points, int) and points >= 2:
+        _memory_lines(ax, series, by_time)
+    else:  # one point per device: a line would be an empty axis with fractional ticks
+        _no_history_note(ax, res)
+        fig.suptitle("GPU memory at the dump (no allocator history recorded)", fontsize=_TITLE_SIZE,
+                     fontweight="bold", x=0.01, ha="left")
     if has_live:
         ax2 = axes[0][1]
         top = sites.head(8)
