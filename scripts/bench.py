@@ -32,9 +32,9 @@ which ``scripts/make_big_trace.py`` builds when missing (40x ≈ 2 GB), and the 
 
 * ``ours default formats`` — ``traceanalyzer analyze FILE -o TMP -q`` (json, md, html and
   png: every chart drawn), beside ``ours json only`` (the ``ours analyze`` case), on FILE
-  (1x) and ``bench_data/<stem>_x16.json.gz`` (``--report-sizes``); the worker times the
-  charts (``draw_all``, matplotlib's import included) and every format's files: together,
-  the time spent writing the reports.
+  (1x) and ``bench_data/<stem>_x16.json.gz`` (``--report-sizes``); writing the reports is
+  everything the command does after the analyses (charts, matplotlib's import, every
+  format's files), the worker's in-process time less load and analyses.
 
 Targets (issue 9), marked pass/MISS in the tables:
 
@@ -122,14 +122,10 @@ def _analyze_cli(path: str, format_args: list[str]) -> dict[str, Any]:
                 phases[name] = phases.get(name, 0.0) + time.perf_counter() - t
         return wrapper
 
-    # The command imported these names; wrapping them times the phases of the real CLI:
-    # charts_s (drawing every chart, once, for png and html; matplotlib's import included)
-    # + write_s (every format's files) is the time spent writing the reports.
+    # The command imported these names; wrapping them times the phases of the real CLI.
     cmd.load = timed("load_s", cmd.load)
     cmd.build_report = timed("analyses_s", cmd.build_report)
     cmd.write_outputs = timed("write_s", cmd.write_outputs)
-    if hasattr(cmd, "draw_all"):
-        cmd.draw_all = timed("charts_s", cmd.draw_all)
     out = tempfile.mkdtemp(prefix="ta_bench_")
     try:
         t1 = time.perf_counter()
@@ -143,7 +139,9 @@ def _analyze_cli(path: str, format_args: list[str]) -> dict[str, Any]:
         out_bytes = summary.stat().st_size if summary.exists() else 0
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    phases["reports_s"] = phases.get("charts_s", 0.0) + phases.get("write_s", 0.0)
+    # Writing the reports: everything the command does after the analyses (charts drawn while
+    # other formats are written, matplotlib's import, every format's files).
+    phases["reports_s"] = work - phases.get("load_s", 0.0) - phases.get("analyses_s", 0.0)
     return {"import_s": t_import - t0, "work_s": work, **phases, "output_bytes": out_bytes}
 
 
@@ -328,7 +326,7 @@ def measure(label: str, python: str, mode: str, path: Path, repeats: int, args: 
         case["error"] = runs[-1].get("error", "failed")
     else:
         for key in ("wall_s", "cpu_s", "peak_rss_mb", "import_s", "load_s", "analyses_s", "write_s", "work_s",
-                    "loads_s", "read_s", "decode_s", "columns_s", "charts_s", "reports_s"):
+                    "loads_s", "read_s", "decode_s", "columns_s", "reports_s"):
             vals = [r[key] for r in ok if key in r]
             if vals:
                 case[key] = statistics.median(vals)
@@ -501,19 +499,19 @@ def scaling_table(series: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any
 def reports_table(pairs: list[tuple[int, dict[str, Any], dict[str, Any]]]) -> tuple[str, list[dict[str, Any]]]:
     """The default run (every default format) beside the json-only run, per size: how much of the
     default run's wall time writing the reports takes (charts + every format's files)."""
-    head = ("| trace | file | default run wall s | json-only wall s | load s | analyses s | charts s | reports s "
-            "| reports ÷ default run | target | |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    head = ("| trace | file | default run wall s | json-only wall s | load s | analyses s | reports s "
+            "| reports ÷ default run | target | |\n|---|---|---:|---:|---:|---:|---:|---:|---|---|")
     rows, checks = [], []
     for n, d, j in pairs:
         name = Path(d["file"]).name
         if "error" in d:
-            rows.append(f"| {n}x | {name} | {d['error']} | | | | | | | | |")
+            rows.append(f"| {n}x | {name} | {d['error']} | | | | | | | |")
             continue
         share = d["reports_s"] / d["wall_s"] if d.get("reports_s") is not None else None
         ok = share is not None and share <= TARGET_REPORTS_FRACTION
         rows.append(
             f"| {n}x | {name} | {d['wall_s']:.2f} | {_f(j.get('wall_s'))} | {_f(d.get('load_s'))} "
-            f"| {_f(d.get('analyses_s'))} | {_f(d.get('charts_s'))} | {_f(d.get('reports_s'))} "
+            f"| {_f(d.get('analyses_s'))} | {_f(d.get('reports_s'))} "
             f"| {_f(share, '{:.0%}')} | ≤ {TARGET_REPORTS_FRACTION:.0%} | {_mark(ok if share is not None else None)} |")
         if share is not None:
             checks.append({"ratio": f"reports ÷ default run ({n}x, {name})", "value": share,

@@ -193,66 +193,106 @@ _last: tuple[Any, int, list[Drawn]] | None = None  # (weakref to results, dpi, c
 
 def draw_all(results: Mapping[str, object], dpi: int = DPI, strict: bool = False,
              on_drawn: Callable[[Drawn], None] | None = None, jobs: int | None = None) -> list[Drawn]:
-    """Every applicable chart as PNG bytes, in drawing order. A chart that fails is reported,
-    never fatal (``strict`` re-raises: tests use it). ``on_drawn`` is called with each chart as
-    it is done (progress display).
+    """Every applicable chart as PNG bytes, in drawing order (:class:`ChartDrawing`, finished at
+    once). A chart that fails is reported, never fatal (``strict`` re-raises: tests use it).
+    ``on_drawn`` is called with each chart as it is done (progress display)."""
+    with ChartDrawing(results, dpi=dpi, strict=strict, on_drawn=on_drawn, jobs=jobs) as drawing:
+        return drawing.finish()
 
-    The figures are built here, one after the other (only this process reads the results'
-    tables), then rasterised by up to ``jobs`` processes (default :func:`chart_jobs`): this
-    one and forked children, each taking its share of the figures. Rasterising (text layout,
-    Agg, PNG encoding) is most of a chart's time, and the charts are independent.
+
+class ChartDrawing:
+    """The charts of ``results``, being drawn.
+
+    Creating it builds the figures, one after the other (only this process reads the
+    results' tables), and forks up to ``jobs - 1`` children (default :func:`chart_jobs`)
+    that start rasterising them (text layout, Agg, PNG encoding: most of a chart's time) from
+    a shared queue. The caller may do other work meanwhile (``analyze`` writes the formats
+    without charts), then :meth:`finish` takes the rest of the queue here and collects the
+    children's charts. Leaving the ``with`` block stops children still running.
 
     The charts of the last ``results`` drawn are kept (weakly), so writing both the PNG
     files and the HTML page of one report draws each chart once.
     """
-    global _last
-    if _last is not None and not strict and _last[0]() is results and _last[1] == dpi:
-        cached = list(_last[2])
-        if on_drawn is not None:
-            for d in cached:
-                on_drawn(d)
-        return cached
-    mpl = _mpl()
-    specs = charts_for(results)
-    slots: dict[int, Drawn] = {}
 
-    def done(i: int, drawn: Drawn) -> None:
-        slots[i] = drawn
-        if on_drawn is not None:
-            on_drawn(drawn)
-
-    built: list[tuple[int, ChartSpec, Figure]] = []
-    for i, spec in enumerate(specs):
-        try:
-            with mpl.rc_context(_STYLE):
-                fig = spec.func(results[spec.section], results)
-        except Exception as exc:  # noqa: BLE001 - one broken chart must not sink the report
-            if strict:
-                raise
-            done(i, Drawn(spec, None, f"{type(exc).__name__}: {exc}"))
-            continue
-        if fig is not None:
-            built.append((i, spec, fig))
-    n_jobs = min(jobs if jobs is not None else chart_jobs(), len(built))
-    with mpl.rc_context(_STYLE):
+    def __init__(self, results: Mapping[str, object], dpi: int = DPI, strict: bool = False,
+                 on_drawn: Callable[[Drawn], None] | None = None, jobs: int | None = None) -> None:
+        self.results, self.dpi, self.strict, self.on_drawn = results, dpi, strict, on_drawn
+        self.slots: dict[int, Drawn] = {}
+        self.out: list[Drawn] | None = None
+        self.built: list[tuple[int, ChartSpec, Figure]] = []
+        self.pool: _ForkedRender | None = None
+        if _last is not None and not strict and _last[0]() is results and _last[1] == dpi:
+            self.out = list(_last[2])
+            for d in self.out:
+                self._report(d)
+            return
+        mpl = _mpl()
+        for i, spec in enumerate(charts_for(results)):
+            try:
+                with mpl.rc_context(_STYLE):
+                    fig = spec.func(results[spec.section], results)
+            except Exception as exc:  # noqa: BLE001 - one broken chart must not sink the report
+                if strict:
+                    raise
+                self._done(i, Drawn(spec, None, f"{type(exc).__name__}: {exc}"))
+                continue
+            if fig is not None:
+                self.built.append((i, spec, fig))
+        n_jobs = min(jobs if jobs is not None else chart_jobs(), len(self.built))
         if n_jobs > 1:
-            _render_forked(built, n_jobs, dpi, done, strict)
-        else:
-            for i, spec, fig in built:
-                done(i, _render(spec, fig, dpi, strict))
-    for i, spec, _fig in built:
-        if i not in slots:  # its process died (killed, out of memory)
-            done(i, Drawn(spec, None, "the process drawing it ended before it was done"))
-    out = [slots[i] for i in sorted(slots)]
-    if strict:
-        failed = [d for d in out if d.error is not None]
-        if failed:
-            raise RuntimeError(f"chart {failed[0].spec.name}: {failed[0].error}")
-    try:
-        _last = (weakref.ref(results), dpi, out)
-    except TypeError:  # a plain dict cannot be weakly referenced: no caching
-        _last = None
-    return out
+            with mpl.rc_context(_STYLE):
+                self.pool = _ForkedRender(self.built, n_jobs - 1, dpi, self._done)
+
+    def _report(self, drawn: Drawn) -> None:
+        if self.on_drawn is not None:
+            self.on_drawn(drawn)
+
+    def _done(self, i: int, drawn: Drawn) -> None:
+        self.slots[i] = drawn
+        self._report(drawn)
+
+    def poll(self) -> None:
+        """Collect the charts children finished so far (progress), without waiting."""
+        if self.pool is not None and self.out is None:
+            self.pool.read(0)
+
+    def finish(self) -> list[Drawn]:
+        """Every chart, in drawing order: this process rasterises what no child has taken yet."""
+        global _last
+        if self.out is not None:
+            return list(self.out)
+        mpl = _mpl()
+        with mpl.rc_context(_STYLE):
+            if self.pool is not None:
+                self.pool.finish(lambda i, spec, fig: self._done(i, _render(spec, fig, self.dpi, self.strict)))
+            else:
+                for i, spec, fig in self.built:
+                    self._done(i, _render(spec, fig, self.dpi, self.strict))
+        for i, spec, _fig in self.built:
+            if i not in self.slots:  # its process died (killed, out of memory)
+                self._done(i, Drawn(spec, None, "the process drawing it ended before it was done"))
+        out = [self.slots[i] for i in sorted(self.slots)]
+        if self.strict:
+            failed = [d for d in out if d.error is not None]
+            if failed:
+                raise RuntimeError(f"chart {failed[0].spec.name}: {failed[0].error}")
+        self.out = out
+        try:
+            _last = (weakref.ref(self.results), self.dpi, out)
+        except TypeError:  # a plain dict cannot be weakly referenced: no caching
+            _last = None
+        return list(out)
+
+    def close(self) -> None:
+        """Stop and reap children still running (the caller failed before :meth:`finish`)."""
+        if self.pool is not None:
+            self.pool.close()
+
+    def __enter__(self) -> ChartDrawing:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _render(spec: ChartSpec, fig: Figure, dpi: int, strict: bool) -> Drawn:
@@ -268,67 +308,75 @@ _INDEX = struct.Struct("<I")  # a chart's number in the work queue
 _FRAME = struct.Struct("<IcI")  # chart number, b"P" (PNG) or b"E" (error text), payload length
 
 
-def _render_forked(built: list[tuple[int, ChartSpec, Figure]], jobs: int, dpi: int,
-                   done: Callable[[int, Drawn], None], strict: bool) -> None:
-    """Rasterise ``built`` in this process and ``jobs - 1`` forked children.
+class _ForkedRender:
+    """Rasterise built figures in ``children`` forked processes (and, at :meth:`finish`, in
+    this one).
 
-    The work is a queue: a pipe holding the figures' numbers, from which every process
-    takes the next one when it is free, so a slow chart does not hold up the rest. A child
-    inherits the figures (nothing is pickled), writes each PNG (or its error) to its own pipe
-    as a frame (:data:`_FRAME`) and leaves with ``os._exit`` (no atexit handlers, no
-    finalisers: it shares this process's files and locks). This process reads the finished
-    frames between two charts of its own, so the progress display moves. A fork that fails
-    leaves the work to the others; a chart whose child died is reported as an error.
+    The work is a queue: a pipe holding the figures' numbers, from which every process takes
+    the next one when it is free, so a slow chart does not hold up the rest. A child inherits
+    the figures (nothing is pickled), writes each PNG (or its error) to its own pipe as a
+    frame (:data:`_FRAME`) and leaves with ``os._exit`` (no atexit handlers, no finalisers: it
+    shares this process's files and locks). A fork that fails leaves the work to the others;
+    a chart whose child died is reported as an error by the caller.
     """
-    import fcntl  # POSIX only, as fork is: chart_jobs() is 1 elsewhere
 
-    figures = {i: (spec, fig) for i, spec, fig in built}
-    queue_r, queue_w = os.pipe()
-    os.write(queue_w, b"".join(_INDEX.pack(i) for i in figures))  # a few bytes: never blocks
-    os.close(queue_w)
+    def __init__(self, built: list[tuple[int, ChartSpec, Figure]], children: int, dpi: int,
+                 done: Callable[[int, Drawn], None]) -> None:
+        import fcntl  # POSIX only, as fork is: chart_jobs() is 1 elsewhere
 
-    def take() -> int | None:
-        data = os.read(queue_r, _INDEX.size)  # reads of a few bytes from a pipe are atomic
+        self.figures = {i: (spec, fig) for i, spec, fig in built}
+        self.done = done
+        self.queue, queue_w = os.pipe()
+        os.write(queue_w, b"".join(_INDEX.pack(i) for i in self.figures))  # a few bytes: never blocks
+        os.close(queue_w)
+        self.children: dict[int, tuple[int, bytearray]] = {}  # read fd → (pid, bytes not yet framed)
+        for _ in range(children):
+            r, w = os.pipe()
+            with contextlib.suppress(OSError, AttributeError):  # room for every PNG: a child never waits
+                fcntl.fcntl(w, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+            try:
+                with warnings.catch_warnings():
+                    # Python >= 3.12 warns on fork() in a process with threads (polars' pool, the
+                    # progress spinner): the child only rasterises figures and touches neither.
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    pid = os.fork()
+            except OSError:
+                os.close(r)
+                os.close(w)
+                break
+            if pid == 0:  # the child
+                try:
+                    os.close(r)
+                    self._child(w, dpi)
+                finally:
+                    os._exit(0)
+            os.close(w)
+            self.children[r] = (pid, bytearray())
+
+    def take(self) -> int | None:
+        """The next figure's number from the queue (``None``: the queue is empty)."""
+        data = os.read(self.queue, _INDEX.size)  # reads of a few bytes from a pipe are atomic
         return _INDEX.unpack(data)[0] if len(data) == _INDEX.size else None
 
-    children: dict[int, tuple[int, bytearray]] = {}  # read fd → (pid, bytes not yet framed)
-    for _ in range(jobs - 1):
-        r, w = os.pipe()
-        with contextlib.suppress(OSError, AttributeError):  # room for every PNG: a child never waits
-            fcntl.fcntl(w, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
-        try:
-            with warnings.catch_warnings():
-                # Python >= 3.12 warns on fork() in a process with threads (polars' pool, the
-                # progress spinner): the child only rasterises figures and touches neither.
-                warnings.simplefilter("ignore", DeprecationWarning)
-                pid = os.fork()
-        except OSError:
-            os.close(r)
-            os.close(w)
-            break
-        if pid == 0:  # the child
+    def _child(self, w: int, dpi: int) -> None:
+        gc.disable()
+        warnings.simplefilter("ignore")  # stderr's lock may be held by a thread of the parent
+        while (i := self.take()) is not None:
             try:
-                os.close(r)
-                gc.disable()
-                warnings.simplefilter("ignore")  # stderr's lock may be held by a thread of the parent
-                while (i := take()) is not None:
-                    try:
-                        status, payload = b"P", figure_png(figures[i][1], dpi=dpi)
-                    except BaseException as exc:  # noqa: BLE001 - reported by the parent
-                        status, payload = b"E", f"{type(exc).__name__}: {exc}".encode()
-                    view = memoryview(_FRAME.pack(i, status, len(payload)) + payload)
-                    while view:
-                        view = view[os.write(w, view):]
-            finally:
-                os._exit(0)
-        os.close(w)
-        children[r] = (pid, bytearray())
+                status, payload = b"P", figure_png(self.figures[i][1], dpi=dpi)
+            except BaseException as exc:  # noqa: BLE001 - reported by the parent
+                status, payload = b"E", f"{type(exc).__name__}: {exc}".encode()
+            view = memoryview(_FRAME.pack(i, status, len(payload)) + payload)
+            while view:
+                view = view[os.write(w, view):]
 
-    def read(timeout: float | None) -> None:
+    def read(self, timeout: float | None) -> None:
         """Read what the children wrote (waiting up to ``timeout``) and report whole frames."""
-        ready, _, _ = select.select(list(children), [], [], timeout)
+        if not self.children:
+            return
+        ready, _, _ = select.select(list(self.children), [], [], timeout)
         for fd in ready:
-            pid, buf = children[fd]
+            pid, buf = self.children[fd]
             chunk = os.read(fd, 1 << 20)
             buf.extend(chunk)
             while len(buf) >= _FRAME.size:
@@ -337,28 +385,43 @@ def _render_forked(built: list[tuple[int, ChartSpec, Figure]], jobs: int, dpi: i
                     break
                 payload = bytes(buf[_FRAME.size:_FRAME.size + size])
                 del buf[:_FRAME.size + size]
-                spec = figures[i][0]
-                done(i, Drawn(spec, payload) if status == b"P" else Drawn(spec, None, payload.decode(errors="replace")))
+                spec = self.figures[i][0]
+                self.done(i, Drawn(spec, payload) if status == b"P"
+                          else Drawn(spec, None, payload.decode(errors="replace")))
             if not chunk:  # the child is gone
-                del children[fd]
+                del self.children[fd]
                 os.close(fd)
                 os.waitpid(pid, 0)
 
-    try:
-        while (i := take()) is not None:
-            done(i, _render(figures[i][0], figures[i][1], dpi, strict))
-            if children:
-                read(0)
-        while children:
-            read(None)
-    finally:
-        os.close(queue_r)
-        for fd, (pid, _buf) in children.items():  # an exception here: stop the rest
+    def finish(self, render: Callable[[int, ChartSpec, Figure], None]) -> None:
+        """Render what is left in the queue here (reading the children's frames between two
+        charts, so the progress display moves), then wait for the children."""
+        try:
+            while (i := self.take()) is not None:
+                render(i, *self.figures[i])
+                self.read(0)
+            while self.children:
+                self.read(None)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop and reap the children still running; close the queue."""
+        for fd, (pid, _buf) in self.children.items():
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(OSError):
                 os.waitpid(pid, 0)
             os.close(fd)
+        self.children.clear()
+        if self.queue >= 0:
+            os.close(self.queue)
+            self.queue = -1
+
+
+#: zlib level of the PNGs: 1 encodes several times faster than PIL's default 6, for files
+#: about a tenth larger (flat-coloured charts compress well at any level).
+PNG_COMPRESS_LEVEL = 1
 
 
 def figure_png(fig: Figure, dpi: int = DPI) -> bytes:
@@ -367,7 +430,8 @@ def figure_png(fig: Figure, dpi: int = DPI) -> bytes:
 
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None},
+                pil_kwargs={"compress_level": PNG_COMPRESS_LEVEL})
     return buf.getvalue()
 
 
@@ -1159,5 +1223,5 @@ def export_timeline_chart(res: ExportTimelineResult, results: Mapping[str, objec
     return fig
 
 
-__all__ = ["CHART_FORMATS", "JOBS_ENV", "ChartSpec", "Drawn", "chart", "chart_jobs", "charts_for", "draw", "draw_all",
-           "figure_png", "new_figure", "registry"]
+__all__ = ["CHART_FORMATS", "JOBS_ENV", "ChartDrawing", "ChartSpec", "Drawn", "chart", "chart_jobs", "charts_for",
+           "draw", "draw_all", "figure_png", "new_figure", "registry"]
