@@ -17,6 +17,9 @@ A chart is registered with :func:`chart`::
   nothing worth drawing (e.g. one step).
 * Figures are made with :class:`matplotlib.figure.Figure` and rendered with the Agg
   canvas: no pyplot state, no GUI, safe in threads and on headless machines.
+* Drawing (:class:`ChartDrawing`, :func:`draw_all`): the figures are built in this process,
+  then rasterised to PNG by it and by forked children (:func:`chart_jobs`) from one queue;
+  each chart is drawn once per report and shared by the PNG files and the HTML page.
 
 matplotlib is imported lazily (:func:`_mpl`) so ``analyze --format json`` never pays
 for it; the Agg backend is selected explicitly there.
