@@ -28,7 +28,13 @@ Cases (``FILE`` = the real trace, by default ``hta/df_index_resolver``):
   with a note otherwise (``pip install msgspec``; not a dependency of the tool).
 
 and a scaling series on ``bench_data/<stem>_x{1,4,16,40}.json`` (and ``.json.gz``),
-which ``scripts/make_big_trace.py`` builds when missing (40x ≈ 2 GB).
+which ``scripts/make_big_trace.py`` builds when missing (40x ≈ 2 GB), and the default run:
+
+* ``ours default formats`` — ``traceanalyzer analyze FILE -o TMP -q`` (json, md, html and
+  png: every chart drawn), beside ``ours json only`` (the ``ours analyze`` case), on FILE
+  (1x) and ``bench_data/<stem>_x16.json.gz`` (``--report-sizes``); writing the reports is
+  everything the command does after the analyses (charts, matplotlib's import, every
+  format's files), the worker's in-process time less load and analyses.
 
 Issue 23 adds two sections (``--only-issue23`` runs them alone):
 
@@ -47,7 +53,9 @@ Targets (issue 9), marked pass/MISS in the tables:
   constant costs, are excluded on both sides);
 * analyses (+ rules + JSON output) ≤ 25 % of load time ("a small fraction");
 * at the largest size: peak RSS ≤ 1.5 × uncompressed size, and s/GB no more than
-  1.25 × the s/GB at 4x (linear growth; 1x carries the fixed start-up cost).
+  1.25 × the s/GB at 4x (linear growth; 1x carries the fixed start-up cost);
+* writing every report (charts + files) ≤ 25 % of the default run's wall time, at 1x and 16x
+  (issue 22).
 
 Usage::
 
@@ -56,6 +64,7 @@ Usage::
     python scripts/bench.py --repeats 5 --json bench.json
     python scripts/bench.py --sizes 1 4 --no-hta
     python scripts/bench.py --only-issue23 --cache-sizes 1 16
+    python scripts/bench.py --reports-only --report-sizes 1     # the default run's report share
 
 Only the standard library is imported here: the same file is the worker for the
 HTA virtualenv, our venv and the orjson case.
@@ -92,6 +101,7 @@ TARGET_ORJSON_RATIO = 2.0
 TARGET_ANALYSES_FRACTION = 0.25
 TARGET_RSS_PER_SIZE = 1.5
 TARGET_LINEARITY = 1.25
+TARGET_REPORTS_FRACTION = 0.25
 
 
 # --------------------------------------------------------------------------------------
@@ -100,6 +110,15 @@ TARGET_LINEARITY = 1.25
 
 
 def _worker_ours_analyze(path: str) -> dict[str, Any]:
+    return _analyze_cli(path, ["--format", "json"])
+
+
+def _worker_ours_default(path: str) -> dict[str, Any]:
+    """``traceanalyzer analyze FILE -o TMP -q``: every default format (json, md, html, png)."""
+    return _analyze_cli(path, [])
+
+
+def _analyze_cli(path: str, format_args: list[str]) -> dict[str, Any]:
     t0 = time.perf_counter()
     import traceanalyzer.commands.analyze as cmd
     from traceanalyzer.cli import main
@@ -124,7 +143,7 @@ def _worker_ours_analyze(path: str) -> dict[str, Any]:
     try:
         t1 = time.perf_counter()
         try:
-            main(["analyze", path, "-o", out, "--format", "json", "-q"])
+            main(["analyze", path, "-o", out, *format_args, "-q"])
         except SystemExit as exc:  # the CLI always exits; only a non-zero code is a failure
             if exc.code not in (0, None):
                 raise
@@ -133,6 +152,9 @@ def _worker_ours_analyze(path: str) -> dict[str, Any]:
         out_bytes = summary.stat().st_size if summary.exists() else 0
     finally:
         shutil.rmtree(out, ignore_errors=True)
+    # Writing the reports: everything the command does after the analyses (charts drawn while
+    # other formats are written, matplotlib's import, every format's files).
+    phases["reports_s"] = work - phases.get("load_s", 0.0) - phases.get("analyses_s", 0.0)
     return {"import_s": t_import - t0, "work_s": work, **phases, "output_bytes": out_bytes}
 
 
@@ -338,6 +360,7 @@ def _worker_ours_stages(path: str) -> dict[str, Any]:
 
 WORKERS = {
     "ours-analyze": _worker_ours_analyze,
+    "ours-default": _worker_ours_default,
     "ours-load": _worker_ours_load,
     "orjson": _worker_orjson,
     "msgspec": _worker_msgspec,
@@ -425,7 +448,7 @@ def measure(label: str, python: str, mode: str, path: Path, repeats: int, args: 
         case["error"] = runs[-1].get("error", "failed")
     else:
         for key in ("wall_s", "cpu_s", "peak_rss_mb", "import_s", "load_s", "analyses_s", "write_s", "work_s",
-                    "loads_s", "read_s", "decode_s", "columns_s"):
+                    "loads_s", "read_s", "decode_s", "columns_s", "reports_s"):
             vals = [r[key] for r in ok if key in r]
             if vals:
                 case[key] = statistics.median(vals)
@@ -593,6 +616,29 @@ def scaling_table(series: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any
                 f"| {c['copies']}x | {Path(c['file']).name} | {gb:.2f} | {c['wall_s']:.1f} | {c['cpu_s']:.1f} "
                 f"| {spg:.1f} | {_f(lin)} | {_f(c.get('load_s'), '{:.1f}')} | {analyses:.1f} "
                 f"| {c['peak_rss_mb']:.0f} | {c['rss_per_size']:.2f} | {mark} |")
+    return head + "\n" + "\n".join(rows), checks
+
+
+def reports_table(pairs: list[tuple[int, dict[str, Any], dict[str, Any]]]) -> tuple[str, list[dict[str, Any]]]:
+    """The default run (every default format) beside the json-only run, per size: how much of the
+    default run's wall time writing the reports takes (charts + every format's files)."""
+    head = ("| trace | file | default run wall s | json-only wall s | load s | analyses s | reports s "
+            "| reports ÷ default run | target | |\n|---|---|---:|---:|---:|---:|---:|---:|---|---|")
+    rows, checks = [], []
+    for n, d, j in pairs:
+        name = Path(d["file"]).name
+        if "error" in d:
+            rows.append(f"| {n}x | {name} | {d['error']} | | | | | | | |")
+            continue
+        share = d["reports_s"] / d["wall_s"] if d.get("reports_s") is not None else None
+        ok = share is not None and share <= TARGET_REPORTS_FRACTION
+        rows.append(
+            f"| {n}x | {name} | {d['wall_s']:.2f} | {_f(j.get('wall_s'))} | {_f(d.get('load_s'))} "
+            f"| {_f(d.get('analyses_s'))} | {_f(d.get('reports_s'))} "
+            f"| {_f(share, '{:.0%}')} | ≤ {TARGET_REPORTS_FRACTION:.0%} | {_mark(ok if share is not None else None)} |")
+        if share is not None:
+            checks.append({"ratio": f"reports ÷ default run ({n}x, {name})", "value": share,
+                           "target": f"≤ {TARGET_REPORTS_FRACTION:g}", "ok": ok})
     return head + "\n" + "\n".join(rows), checks
 
 
@@ -764,6 +810,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="comparison on the .json.gz only, sizes 1 4")
     ap.add_argument("--no-hta", action="store_true", help="skip HTA")
     ap.add_argument("--no-gz", action="store_true", help="scaling series on .json only")
+    ap.add_argument("--report-sizes", type=int, nargs="*", default=None,
+                    help="sizes of the default-format rows (default 1 16; none: skip them)")
+    ap.add_argument("--reports-only", action="store_true",
+                    help="only the default-format rows (default run vs json-only, report-writing share)")
     ap.add_argument("--hta-python", type=Path, default=DEFAULT_HTA_PYTHON)
     ap.add_argument("--python", default=sys.executable, help="python of our venv (default: this one)")
     ap.add_argument("--msgspec-python", default=None,
@@ -816,7 +866,8 @@ def main(argv: list[str] | None = None) -> int:
         return issue23_sections(args, env, t_start)
 
     # 1. the real trace, as shipped (.json.gz) and unpacked (.json)
-    variants = [args.source] if args.quick else [args.source, ensure_unpacked(args.source)]
+    variants = [] if args.reports_only else [args.source] if args.quick else [args.source,
+                                                                              ensure_unpacked(args.source)]
     comparison: list[dict[str, Any]] = []
     print(f"comparison on {args.source.name} ({args.repeats} runs each)", file=sys.stderr)
     for path in variants:
@@ -837,7 +888,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # 2. scaling
     series: list[dict[str, Any]] = []
-    if sizes:
+    if sizes and not args.reports_only:
         files = ensure_big(args.source, sizes, gz=not args.no_gz)
         print(f"scaling series {sizes}", file=sys.stderr)
         for n in sorted(sizes):
@@ -858,25 +909,46 @@ def main(argv: list[str] | None = None) -> int:
     scaling_md, scaling_checks = scaling_table(series) if series else ("", [])
     ratios += scaling_checks
 
-    load_avgs = [r["loadavg_1m"] for c in comparison + series for r in c.get("runs", [])]
+    # 3. the default run (every default format) vs json only: the share of writing the reports
+    report_sizes = args.report_sizes if args.report_sizes is not None else ([1] if args.quick else [1, 16])
+    pairs: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
+    if report_sizes:
+        print(f"default formats vs json only, sizes {report_sizes}", file=sys.stderr)
+        big = [n for n in report_sizes if n != 1]
+        files = ensure_big(args.source, big, gz=True) if big else {}
+        for n in sorted(report_sizes):
+            path = args.source if n == 1 else (files[n][1] or files[n][0])
+            size = uncompressed_size(path)
+            reps = args.repeats if n < 16 else args.repeats_big
+            d = measure(f"ours default formats {n}x", args.python, "ours-default", path, reps, args, size)
+            j = measure(f"ours json only {n}x", args.python, "ours-analyze", path, reps, args, size)
+            pairs.append((n, d, j))
+    reports_md, reports_checks = reports_table(pairs) if pairs else ("", [])
+    ratios += reports_checks
+
+    report_cases = [c for _n, d, j in pairs for c in (d, j)]
+    load_avgs = [r["loadavg_1m"] for c in comparison + series + report_cases for r in c.get("runs", [])]
     md = [f"Machine: {env.get('cpus')} CPUs ({env.get('cpu_model', '?')}), {env.get('mem_total_gb', '?')} GB RAM; "
           f"1-min load average during runs {min(load_avgs):.1f}–{max(load_avgs):.1f}; "
           f"median of {args.repeats} runs ({args.repeats_big} at 16x and above); commit {env.get('git_commit', '?')}"
           f"{' + uncommitted ' + ', '.join(env['uncommitted']) if env.get('uncommitted') else ''}; "
           f"ours {env.get('ours')}, HTA {env.get('hta', 'skipped')}." if load_avgs else "",
-          "", "### Same file: traceanalyzer vs HTA 0.5.0 vs orjson", "", comparison_table(comparison), "",
-          "### Targets", "", ratio_table(ratios)]
+          *(["", "### Same file: traceanalyzer vs HTA 0.5.0 vs orjson", "", comparison_table(comparison)]
+            if comparison else []),
+          "", "### Targets", "", ratio_table(ratios)]
     if scaling_md:
         md += ["", "### Scaling (replicated steps, `ours analyze`)", "", scaling_md]
     extra_md, extra_json = stage_and_cache_sections(args)
     md += extra_md
+    if reports_md:
+        md += ["", "### Default run (json, md, html, png) vs json only: writing the reports", "", reports_md]
     md += [f"\n_{n}_" for n in notes]
     md.append(f"\n_bench took {time.perf_counter() - t_start:.0f} s_")
     print("\n".join(md))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"environment": env, "notes": notes, "comparison": comparison,
-                                         "scaling": series, "ratios": ratios, **extra_json,
+                                         "scaling": series, "reports": report_cases, "ratios": ratios, **extra_json,
                                          "argv": sys.argv[1:]}, indent=1) + "\n")
     return 0
 

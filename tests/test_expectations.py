@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import functools
 import re
-import tomllib
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import REPO, REPRESENTATIVE, SHARED_TRACES, shared_model, shared_results
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: tomli, a dependency there
+    import tomli as tomllib
 
 EXPECT_DIR = Path(__file__).resolve().parent / "expectations"
 SAMPLES = REPO / "sample_traces"

@@ -108,3 +108,37 @@ def test_json_only_run_does_not_import_matplotlib(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_charts_rendered_in_forked_processes_are_the_same_bytes(report: Any) -> None:
+    """Rasterising in forked children (the default on Linux) gives the bytes one process gives,
+    in the same order, and reports every chart as it is done."""
+    seen: list[str] = []
+    forked = draw_all(report.results, strict=True, jobs=3, on_drawn=lambda d: seen.append(d.spec.name))
+    alone = draw_all(report.results, strict=True, jobs=1)
+    assert [d.spec.name for d in forked] == [d.spec.name for d in alone] == [s.name for s in charts_for(report.results)]
+    assert sorted(seen) == sorted(d.spec.name for d in forked)
+    assert all(a.png == b.png and a.png is not None for a, b in zip(forked, alone))
+
+
+OOM_SNAPSHOT = SNAPSHOT.parent / "Yiyi__oom_snapshot.pickle"
+
+
+@pytest.mark.skipif(not OOM_SNAPSHOT.exists(), reason="../shared reference snapshot not present")
+def test_memory_chart_of_a_snapshot_without_history_says_why() -> None:
+    """A snapshot dumped without allocator history has one point: the chart says why there is
+    no line and gives the state at the dump, instead of an empty axis with fractional ticks."""
+    from traceanalyzer.pipeline import analyze
+    from traceanalyzer.report.charts import _STYLE, _mpl, registry
+
+    report = analyze(OOM_SNAPSHOT)
+    assert report.results["memory_timeline"].history is False
+    spec = registry()["memory_timeline"]
+    with _mpl().rc_context(_STYLE):
+        fig = spec.func(report.results["memory_timeline"], report.results)
+    left = fig.axes[0]
+    text = " ".join(t.get_text() for t in left.texts)
+    assert not left.axison and not left.lines
+    assert "No allocator history" in text and "cuda:0  allocated 11.0 GiB" in text
+    drawn = {d.spec.name: d for d in draw_all(report.results, strict=True)}
+    assert_readable_chart(drawn["memory_timeline"].png, "memory_timeline")

@@ -17,11 +17,16 @@ A config file is TOML with one table per owner::
 from __future__ import annotations
 
 import math
-import tomllib
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, published as tomli (a dependency there)
+    import tomli as tomllib
 
 from traceanalyzer.errors import ConfigError
 

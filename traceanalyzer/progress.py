@@ -7,7 +7,10 @@ Usage::
     with progress("Analysing", total=len(paths)) as bar:
         for p in paths:
             ...
-            bar.update(1)
+            bar.update(1, note=p.name)   # the note: what was just done, after the count
+
+``analyze`` (loading, analysing, writing each chart and format) and ``batch`` (one unit per
+file) both draw through this one component.
 
 It draws only when ``enabled`` (default: stderr is a terminal) so logs, pipes and CI
 stay clean; a disabled progress costs nothing and ``update`` is then a no-op. The
@@ -36,6 +39,7 @@ class Progress:
         self.label = label
         self.total = total
         self.done = 0
+        self.note = ""
         self._stream = stream
         self._interval = interval
         self._start = time.monotonic()
@@ -52,9 +56,12 @@ class Progress:
     def enabled(self) -> bool:
         return self._stream is not None
 
-    def update(self, n: int = 1) -> None:
-        """Advance by ``n`` units of ``total`` (ignored when there is no total)."""
+    def update(self, n: int = 1, note: str | None = None) -> None:
+        """Advance by ``n`` units of ``total`` (ignored when there is no total); ``note``, when
+        given, replaces the short text shown after the count (e.g. the file or chart just done)."""
         self.done += n
+        if note is not None:
+            self.note = note
         if self._stream is not None and self.total:
             self._draw()
 
@@ -65,7 +72,8 @@ class Progress:
             width = 24
             full = int(frac * width)
             bar = "#" * full + "-" * (width - full)
-            return f"{self.label} [{bar}] {self.done}/{self.total} {elapsed:5.1f}s"
+            note = f" {self.note[:40]}" if self.note else ""
+            return f"{self.label} [{bar}] {self.done}/{self.total} {elapsed:5.1f}s{note}"
         frame = self._frames[tick % len(self._frames)]
         return f"{frame} {self.label}… {elapsed:5.1f}s"
 

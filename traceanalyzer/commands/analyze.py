@@ -4,6 +4,7 @@ multi-rank summary of its ranks."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,7 @@ from traceanalyzer.pipeline import (
 )
 from traceanalyzer.progress import progress
 from traceanalyzer.report import registry as renderer_registry
+from traceanalyzer.report.charts import CHART_FORMATS, ChartDrawing, charts_for
 from traceanalyzer.report.terminal import analyze_summary, fail_on_line, written_line
 from traceanalyzer.report.text import clean_text
 
@@ -99,11 +101,27 @@ def command(paths: tuple[str, ...], outdir: str | None, formats: tuple[str, ...]
             report = build_report(model, config, source=str(path))
     if window is not None and "trace_window" in report.results.skipped:
         raise ConfigError(f"--window: {report.results.skipped['trace_window']}")
-    with progress(f"Writing {', '.join(fmts)}", total=len(fmts), enabled=show) as bar:
-        written: list[Path] = []
-        for fmt in fmts:
-            written += write_outputs(report, out, [fmt])
-            bar.update(1)
+    # One unit per chart and per format, so the bar moves while the charts are drawn (most of
+    # this step). The charts are drawn once, for the png and html renderers both: forked
+    # processes rasterise them while this one writes the formats without charts.
+    charts = charts_for(report.results) if CHART_FORMATS & set(fmts) else []
+    with progress(f"Writing {', '.join(fmts)}", total=len(charts) + len(fmts), enabled=show) as bar:
+        by_format: dict[str, list[Path]] = {}
+        with contextlib.ExitStack() as stack:
+            drawing = None
+            if charts:
+                bar.update(0, note="charts")
+                drawing = stack.enter_context(
+                    ChartDrawing(report.results, on_drawn=lambda d: bar.update(1, note=f"chart {d.spec.name}")))
+            for fmt in sorted(fmts, key=lambda f: f in CHART_FORMATS):  # those without charts first
+                if drawing is not None and fmt in CHART_FORMATS:
+                    drawing.finish()
+                bar.update(0, note=fmt)
+                by_format[fmt] = write_outputs(report, out, [fmt])
+                bar.update(1)
+                if drawing is not None:
+                    drawing.poll()
+        written = [p for fmt in fmts for p in by_format[fmt]]
     if not quiet:
         click.echo(clean_text(analyze_summary(report)))
         click.echo(written_line(written))

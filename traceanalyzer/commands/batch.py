@@ -18,6 +18,7 @@ from traceanalyzer.commands.options import (
     quiet_option,
 )
 from traceanalyzer.errors import ConfigError
+from traceanalyzer.progress import progress
 from traceanalyzer.report.terminal import batch_failure_lines, batch_interrupted_line, batch_start_line, batch_summary
 from traceanalyzer.supervise import ENV_MAX_MEMORY
 
@@ -109,14 +110,10 @@ def _run(found: Discovery, out: Path, backend: LocalBackend | DaskBackend, overr
     """:func:`run_batch`, with a progress bar on a terminal."""
     from traceanalyzer.batch.runner import run_batch
 
-    if show:
-        def current(row: dict[str, Any] | None) -> str:
-            return os.path.basename(str(row["file"])) if row else ""
-
-        with click.progressbar(length=n, label="Analysing", file=sys.stderr, show_pos=True,
-                               item_show_func=current) as bar:
+    if show:  # the one progress display, as analyze's
+        with progress("Analysing", total=n, enabled=True) as bar:
             def step(row: dict[str, Any]) -> None:
-                bar.update(1, row)
+                bar.update(1, note=os.path.basename(str(row["file"])) if row else "")
 
             return run_batch(found, out, backend, overrides=overrides, formats=fmts, use_cache=use_cache,
                              on_result=step)

@@ -17,6 +17,9 @@ A chart is registered with :func:`chart`::
   nothing worth drawing (e.g. one step).
 * Figures are made with :class:`matplotlib.figure.Figure` and rendered with the Agg
   canvas: no pyplot state, no GUI, safe in threads and on headless machines.
+* Drawing (:class:`ChartDrawing`, :func:`draw_all`): the figures are built in this process,
+  then rasterised to PNG by it and by forked children (:func:`chart_jobs`) from one queue;
+  each chart is drawn once per report and shared by the PNG files and the HTML page.
 
 matplotlib is imported lazily (:func:`_mpl`) so ``analyze --format json`` never pays
 for it; the Agg backend is selected explicitly there.
@@ -24,8 +27,15 @@ for it; the Agg backend is selected explicitly there.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import io
+import os
+import select
+import signal
+import struct
 import sys
+import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -152,35 +162,269 @@ def draw(spec: ChartSpec, results: Mapping[str, object], dpi: int = DPI) -> byte
         return figure_png(fig, dpi=dpi)
 
 
+#: The output formats that show the charts (``png`` writes them, ``html`` embeds them): the
+#: others never import matplotlib.
+CHART_FORMATS = frozenset({"png", "html"})
+
+#: Environment variable: how many processes render charts at once (``1``: in this process).
+JOBS_ENV = "TRACEANALYZER_CHART_JOBS"
+#: At most this many rendering processes, whatever the machine (a report has about ten charts).
+_MAX_JOBS = 8
+
+
+def chart_jobs() -> int:
+    """How many processes render charts at once: ``$TRACEANALYZER_CHART_JOBS`` when set, else
+    the CPUs this process may use (at most 8); 1 (in this process) where ``fork`` is not the
+    safe default (anything but Linux)."""
+    env = os.environ.get(JOBS_ENV, "").strip()
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            pass
+    if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
+        return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, _MAX_JOBS))
+
+
 _last: tuple[Any, int, list[Drawn]] | None = None  # (weakref to results, dpi, charts)
 
 
-def draw_all(results: Mapping[str, object], dpi: int = DPI, strict: bool = False) -> list[Drawn]:
-    """Every applicable chart as PNG bytes. A chart that fails is reported, never fatal
-    (``strict`` re-raises: tests use it).
+def draw_all(results: Mapping[str, object], dpi: int = DPI, strict: bool = False,
+             on_drawn: Callable[[Drawn], None] | None = None, jobs: int | None = None) -> list[Drawn]:
+    """Every applicable chart as PNG bytes, in drawing order (:class:`ChartDrawing`, finished at
+    once). A chart that fails is reported, never fatal (``strict`` re-raises: tests use it).
+    ``on_drawn`` is called with each chart as it is done (progress display)."""
+    with ChartDrawing(results, dpi=dpi, strict=strict, on_drawn=on_drawn, jobs=jobs) as drawing:
+        return drawing.finish()
+
+
+class ChartDrawing:
+    """The charts of ``results``, being drawn.
+
+    Creating it builds the figures, one after the other (only this process reads the
+    results' tables), and forks up to ``jobs - 1`` children (default :func:`chart_jobs`)
+    that start rasterising them (text layout, Agg, PNG encoding: most of a chart's time) from
+    a shared queue. The caller may do other work meanwhile (``analyze`` writes the formats
+    without charts), then :meth:`finish` takes the rest of the queue here and collects the
+    children's charts. Leaving the ``with`` block stops children still running.
 
     The charts of the last ``results`` drawn are kept (weakly), so writing both the PNG
     files and the HTML page of one report draws each chart once.
     """
-    global _last
-    if _last is not None and not strict and _last[0]() is results and _last[1] == dpi:
-        return list(_last[2])
-    out: list[Drawn] = []
-    for spec in charts_for(results):
+
+    def __init__(self, results: Mapping[str, object], dpi: int = DPI, strict: bool = False,
+                 on_drawn: Callable[[Drawn], None] | None = None, jobs: int | None = None) -> None:
+        self.results, self.dpi, self.strict, self.on_drawn = results, dpi, strict, on_drawn
+        self.slots: dict[int, Drawn] = {}
+        self.out: list[Drawn] | None = None
+        self.built: list[tuple[int, ChartSpec, Figure]] = []
+        self.pool: _ForkedRender | None = None
+        if _last is not None and not strict and _last[0]() is results and _last[1] == dpi:
+            self.out = list(_last[2])
+            for d in self.out:
+                self._report(d)
+            return
+        mpl = _mpl()
+        for i, spec in enumerate(charts_for(results)):
+            try:
+                with mpl.rc_context(_STYLE):
+                    fig = spec.func(results[spec.section], results)
+            except Exception as exc:  # noqa: BLE001 - one broken chart must not sink the report
+                if strict:
+                    raise
+                self._done(i, Drawn(spec, None, f"{type(exc).__name__}: {exc}"))
+                continue
+            if fig is not None:
+                self.built.append((i, spec, fig))
+        n_jobs = min(jobs if jobs is not None else chart_jobs(), len(self.built))
+        if n_jobs > 1:
+            with mpl.rc_context(_STYLE):
+                self.pool = _ForkedRender(self.built, n_jobs - 1, dpi, self._done)
+
+    def _report(self, drawn: Drawn) -> None:
+        if self.on_drawn is not None:
+            self.on_drawn(drawn)
+
+    def _done(self, i: int, drawn: Drawn) -> None:
+        self.slots[i] = drawn
+        self._report(drawn)
+
+    def poll(self) -> None:
+        """Collect the charts children finished so far (progress), without waiting."""
+        if self.pool is not None and self.out is None:
+            self.pool.read(0)
+
+    def finish(self) -> list[Drawn]:
+        """Every chart, in drawing order: this process rasterises what no child has taken yet."""
+        global _last
+        if self.out is not None:
+            return list(self.out)
+        mpl = _mpl()
+        with mpl.rc_context(_STYLE):
+            if self.pool is not None:
+                self.pool.finish(lambda i, spec, fig: self._done(i, _render(spec, fig, self.dpi, self.strict)))
+            else:
+                for i, spec, fig in self.built:
+                    self._done(i, _render(spec, fig, self.dpi, self.strict))
+        for i, spec, _fig in self.built:
+            if i not in self.slots:  # its process died (killed, out of memory)
+                self._done(i, Drawn(spec, None, "the process drawing it ended before it was done"))
+        out = [self.slots[i] for i in sorted(self.slots)]
+        if self.strict:
+            failed = [d for d in out if d.error is not None]
+            if failed:
+                raise RuntimeError(f"chart {failed[0].spec.name}: {failed[0].error}")
+        self.out = out
         try:
-            png = draw(spec, results, dpi=dpi)
-        except Exception as exc:  # noqa: BLE001 - one broken chart must not sink the report
-            if strict:
-                raise
-            out.append(Drawn(spec, None, f"{type(exc).__name__}: {exc}"))
-            continue
-        if png is not None:
-            out.append(Drawn(spec, png))
+            _last = (weakref.ref(self.results), self.dpi, out)
+        except TypeError:  # a plain dict cannot be weakly referenced: no caching
+            _last = None
+        return list(out)
+
+    def close(self) -> None:
+        """Stop and reap children still running (the caller failed before :meth:`finish`)."""
+        if self.pool is not None:
+            self.pool.close()
+
+    def __enter__(self) -> ChartDrawing:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _render(spec: ChartSpec, fig: Figure, dpi: int, strict: bool) -> Drawn:
     try:
-        _last = (weakref.ref(results), dpi, out)
-    except TypeError:  # a plain dict cannot be weakly referenced: no caching
-        _last = None
-    return out
+        return Drawn(spec, figure_png(fig, dpi=dpi))
+    except Exception as exc:  # noqa: BLE001 - one broken chart must not sink the report
+        if strict:
+            raise
+        return Drawn(spec, None, f"{type(exc).__name__}: {exc}")
+
+
+_INDEX = struct.Struct("<I")  # a chart's number in the work queue
+_FRAME = struct.Struct("<IcI")  # chart number, b"P" (PNG) or b"E" (error text), payload length
+
+
+class _ForkedRender:
+    """Rasterise built figures in ``children`` forked processes (and, at :meth:`finish`, in
+    this one).
+
+    The work is a queue: a pipe holding the figures' numbers, from which every process takes
+    the next one when it is free, so a slow chart does not hold up the rest. A child inherits
+    the figures (nothing is pickled), writes each PNG (or its error) to its own pipe as a
+    frame (:data:`_FRAME`) and leaves with ``os._exit`` (no atexit handlers, no finalisers: it
+    shares this process's files and locks). A fork that fails leaves the work to the others;
+    a chart whose child died is reported as an error by the caller.
+    """
+
+    def __init__(self, built: list[tuple[int, ChartSpec, Figure]], children: int, dpi: int,
+                 done: Callable[[int, Drawn], None]) -> None:
+        import fcntl  # POSIX only, as fork is: chart_jobs() is 1 elsewhere
+
+        self.figures = {i: (spec, fig) for i, spec, fig in built}
+        self.done = done
+        self.queue, queue_w = os.pipe()
+        os.write(queue_w, b"".join(_INDEX.pack(i) for i in self.figures))  # a few bytes: never blocks
+        os.close(queue_w)
+        self.children: dict[int, tuple[int, bytearray]] = {}  # read fd → (pid, bytes not yet framed)
+        for _ in range(children):
+            r, w = os.pipe()
+            with contextlib.suppress(OSError, AttributeError):  # room for every PNG: a child never waits
+                fcntl.fcntl(w, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+            try:
+                with warnings.catch_warnings():
+                    # Python >= 3.12 warns on fork() in a process with threads (polars' pool, the
+                    # progress spinner): the child only rasterises figures and touches neither.
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    pid = os.fork()
+            except OSError:
+                os.close(r)
+                os.close(w)
+                break
+            if pid == 0:  # the child
+                try:
+                    os.close(r)
+                    self._child(w, dpi)
+                finally:
+                    os._exit(0)
+            os.close(w)
+            self.children[r] = (pid, bytearray())
+
+    def take(self) -> int | None:
+        """The next figure's number from the queue (``None``: the queue is empty)."""
+        data = os.read(self.queue, _INDEX.size)  # reads of a few bytes from a pipe are atomic
+        return _INDEX.unpack(data)[0] if len(data) == _INDEX.size else None
+
+    def _child(self, w: int, dpi: int) -> None:
+        gc.disable()
+        warnings.simplefilter("ignore")  # stderr's lock may be held by a thread of the parent
+        while (i := self.take()) is not None:
+            try:
+                status, payload = b"P", figure_png(self.figures[i][1], dpi=dpi)
+            except BaseException as exc:  # noqa: BLE001 - reported by the parent
+                status, payload = b"E", f"{type(exc).__name__}: {exc}".encode()
+            view = memoryview(_FRAME.pack(i, status, len(payload)) + payload)
+            while view:
+                view = view[os.write(w, view):]
+
+    def read(self, timeout: float | None) -> None:
+        """Read what the children wrote (waiting up to ``timeout``) and report whole frames."""
+        if not self.children:
+            return
+        ready, _, _ = select.select(list(self.children), [], [], timeout)
+        for fd in ready:
+            pid, buf = self.children[fd]
+            chunk = os.read(fd, 1 << 20)
+            buf.extend(chunk)
+            while len(buf) >= _FRAME.size:
+                i, status, size = _FRAME.unpack_from(buf)
+                if len(buf) < _FRAME.size + size:
+                    break
+                payload = bytes(buf[_FRAME.size:_FRAME.size + size])
+                del buf[:_FRAME.size + size]
+                spec = self.figures[i][0]
+                self.done(i, Drawn(spec, payload) if status == b"P"
+                          else Drawn(spec, None, payload.decode(errors="replace")))
+            if not chunk:  # the child is gone
+                del self.children[fd]
+                os.close(fd)
+                os.waitpid(pid, 0)
+
+    def finish(self, render: Callable[[int, ChartSpec, Figure], None]) -> None:
+        """Render what is left in the queue here (reading the children's frames between two
+        charts, so the progress display moves), then wait for the children."""
+        try:
+            while (i := self.take()) is not None:
+                render(i, *self.figures[i])
+                self.read(0)
+            while self.children:
+                self.read(None)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop and reap the children still running; close the queue."""
+        for fd, (pid, _buf) in self.children.items():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.waitpid(pid, 0)
+            os.close(fd)
+        self.children.clear()
+        if self.queue >= 0:
+            os.close(self.queue)
+            self.queue = -1
+
+
+#: zlib level of the PNGs: 1 encodes several times faster than PIL's default 6, for files
+#: about a tenth larger (flat-coloured charts compress well at any level).
+PNG_COMPRESS_LEVEL = 1
 
 
 def figure_png(fig: Figure, dpi: int = DPI) -> bytes:
@@ -189,7 +433,8 @@ def figure_png(fig: Figure, dpi: int = DPI) -> bytes:
 
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None},
+                pil_kwargs={"compress_level": PNG_COMPRESS_LEVEL})
     return buf.getvalue()
 
 
@@ -425,43 +670,49 @@ def timeline_chart(res: IdleGapsResult, results: Mapping[str, object]) -> Figure
     g = gaps.select("device", "start_ns", "end_ns", "dur_ns", "cause")
     longest = g.sort("dur_ns", descending=True).head(5)
     longest_keys = {(r["device"], r["start_ns"]) for r in longest.iter_rows(named=True)}
+    from matplotlib.collections import PolyCollection
     from matplotlib.patches import Patch
 
-    used_causes: set[str] = set()
-    max_len = 0.0
-    labels = []
-    marks: dict[tuple[Any, Any], tuple[int, float, int, str]] = {}
-    for y, (_window, step, dev, ws, we) in enumerate(rows):
-        length = _ms(we - ws)
-        max_len = max(max_len, length)
-        labels.append((f"#{step}" if step is not None else "trace")
-                      + (f" · {device_name(dev, res.vendor)}" if len(devices) > 1 else ""))
-        ax.broken_barh([(0, length)], (y - 0.3, 0.6), facecolors=IDLE, edgecolor="none")
+    labels = [(f"#{step}" if step is not None else "trace")
+              + (f" · {device_name(dev, res.vendor)}" if len(devices) > 1 else "")
+              for _window, step, dev, _ws, _we in rows]
+    lengths = [_ms(we - ws) for _window, _step, _dev, ws, we in rows]
+    max_len = max(lengths, default=0.0)
+    busy: list[tuple[int, float, float]] = []  # (row, x, width) of the span between first and last kernel
+    for y, (_window, _step, dev, ws, we) in enumerate(rows):
         fl = first_last.get(dev)
         lo, hi = (max(ws, fl[0]), min(we, fl[1])) if fl else (ws, we)
         if hi > lo:
-            ax.broken_barh([(_ms(lo - ws), _ms(hi - lo))], (y - 0.3, 0.6), facecolors=GREEN, edgecolor="none")
-        in_row = g.filter((g["device"] == dev) & (g["end_ns"] > ws) & (g["start_ns"] < we))
-        if in_row.height == 0:
+            busy.append((y, _ms(lo - ws), _ms(hi - lo)))
+    # Every gap clipped to every row it overlaps, at once: a step has thousands of short gaps,
+    # and one collection per colour draws them in a fraction of the time of one bar each.
+    row_frame = pl.DataFrame({"y": list(range(nrow)), "device": [r[2] for r in rows],
+                              "ws": [r[3] for r in rows], "we": [r[4] for r in rows]},
+                             schema_overrides={"device": g.schema["device"]})
+    clipped = (
+        g.join(row_frame, on="device")
+        .filter((pl.col("end_ns") > pl.col("ws")) & (pl.col("start_ns") < pl.col("we")))
+        .with_columns(lo=pl.max_horizontal("start_ns", "ws"), hi=pl.min_horizontal("end_ns", "we"))
+        .with_columns(x=(pl.col("lo") - pl.col("ws")) / 1e6, w=(pl.col("hi") - pl.col("lo")) / 1e6)
+    )
+    _bars(ax, [(y, 0.0, length) for y, length in enumerate(lengths)], IDLE)
+    _bars(ax, busy, GREEN)
+    used_causes = set(clipped["cause"].unique().to_list())
+    for cause in CAUSE_COLORS:
+        if cause in used_causes:
+            c = clipped.filter(pl.col("cause") == cause)
+            ax.add_collection(PolyCollection(_bar_verts(c["y"].to_numpy(), c["x"].to_numpy(), c["w"].to_numpy()),
+                                             facecolors=CAUSE_COLORS[cause], edgecolors="none"))
+    # a gap spanning a step boundary is marked once, in the row holding most of it
+    marks: dict[tuple[Any, Any], tuple[int, float, int, str]] = {}
+    for r in clipped.filter(pl.col("start_ns").is_in([s for _d, s in longest_keys])).sort("y").iter_rows(named=True):
+        key = (r["device"], r["start_ns"])
+        if key not in longest_keys:
             continue
-        for cause in CAUSE_COLORS:
-            c = in_row.filter(in_row["cause"] == cause)
-            if c.height == 0:
-                continue
-            used_causes.add(cause)
-            segs = [
-                (_ms(max(s, ws) - ws), _ms(min(e, we) - max(s, ws)))
-                for s, e in zip(c["start_ns"].to_list(), c["end_ns"].to_list())
-            ]
-            ax.broken_barh(segs, (y - 0.3, 0.6), facecolors=CAUSE_COLORS[cause], edgecolor="none")
-        for r in in_row.iter_rows(named=True):
-            key = (r["device"], r["start_ns"])
-            if key in longest_keys:
-                # a gap spanning a step boundary is marked once, in the row holding most of it
-                overlap = min(r["end_ns"], we) - max(r["start_ns"], ws)
-                mid = _ms((max(r["start_ns"], ws) + min(r["end_ns"], we)) / 2 - ws)
-                if key not in marks or overlap > marks[key][0]:
-                    marks[key] = (overlap, mid, y, fmt_ns_short(r["dur_ns"]))
+        overlap = r["hi"] - r["lo"]
+        mid = _ms((r["lo"] + r["hi"]) / 2 - r["ws"])
+        if key not in marks or overlap > marks[key][0]:
+            marks[key] = (overlap, mid, r["y"], fmt_ns_short(r["dur_ns"]))
     for _, mid, y, text in marks.values():
         edge = mid / max_len if max_len else 0.5
         ha = "left" if edge < 0.08 else ("right" if edge > 0.92 else "center")
@@ -480,6 +731,25 @@ def timeline_chart(res: IdleGapsResult, results: Mapping[str, object]) -> Figure
                 if c in used_causes]
     fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)), frameon=False)
     return fig
+
+
+def _bar_verts(y: Any, x: Any, w: Any, half: float = 0.3) -> Any:
+    """The corners of horizontal bars (row ``y``, from ``x``, ``w`` long) as an (n, 4, 2) array."""
+    import numpy as np
+
+    y0, y1, x1 = y - half, y + half, x + w
+    return np.stack([np.stack([x, y0], -1), np.stack([x, y1], -1), np.stack([x1, y1], -1), np.stack([x1, y0], -1)],
+                    axis=1)
+
+
+def _bars(ax: Axes, bars: list[tuple[int, float, float]], color: str) -> None:
+    """One collection of horizontal bars ``(row, x, width)`` in ``color``."""
+    import numpy as np
+    from matplotlib.collections import PolyCollection
+
+    if bars:
+        y, x, w = (np.asarray(v, dtype=float) for v in zip(*bars))
+        ax.add_collection(PolyCollection(_bar_verts(y, x, w), facecolors=color, edgecolors="none"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -819,22 +1089,8 @@ def trace_memory_chart(res: TraceMemoryResult, results: Mapping[str, object]) ->
 _MAX_LINE_POINTS = 20_000
 
 
-@chart("memory_timeline", section="memory_timeline", also=("memory_peak",), order=10,
-       title="GPU memory over time, peak annotated")
-def memory_timeline_chart(res: MemoryTimelineResult, results: Mapping[str, object]) -> Figure | None:
-    """Allocated and reserved bytes after each allocator event (per device, up to 4); the
-    peak is marked, and the right panel shows what was live at it by category and site."""
-    series = res.series
-    if series.height == 0:
-        return None
-    peak = _also(results, "memory_peak", MemoryPeakResult)
-    sites = peak.top_sites if peak is not None else pl.DataFrame()
-    has_live = sites.height > 0 and "bytes" in sites.columns
-    by_time = res.x_axis == "time" and series["ts_ns"].null_count() < series.height
-    fig, axes = new_figure("GPU memory over time, peak annotated", ncols=2 if has_live else 1,
-                           figsize=(FIGSIZE[0] + (3.0 if has_live else 0), FIGSIZE[1]),
-                           gridspec_kw={"width_ratios": [3, 2]} if has_live else {})
-    ax = axes[0][0]
+def _memory_lines(ax: Axes, series: pl.DataFrame, by_time: bool) -> None:
+    """Allocated (solid) and reserved (dashed) bytes after each event, per device; the peak marked."""
     devices = sorted(d for d in series["device"].unique().to_list() if d is not None)[:4]
     colors = [BLUE, PURPLE, GREEN, CYAN]
     first = series["ts_ns"].min() if by_time else None
@@ -849,6 +1105,7 @@ def memory_timeline_chart(res: MemoryTimelineResult, results: Mapping[str, objec
         if d.height > _MAX_LINE_POINTS:  # millions of events: per-bucket maxima keep the peak
             from traceanalyzer.analyses._memory import decimate
             d = decimate(d, _MAX_LINE_POINTS)
+        xs: list[Any]
         if by_time:
             xs = [(t - t0) / 1e9 if t is not None else None for t in d["ts_ns"].to_list()]
         else:
@@ -868,6 +1125,45 @@ def memory_timeline_chart(res: MemoryTimelineResult, results: Mapping[str, objec
     ax.set_xlabel("Time since first event (s)" if by_time else "Allocator event #")
     ax.set_ylabel(f"Memory ({unit})")
     ax.legend(loc="lower right", ncol=2)
+
+
+def _no_history_note(ax: Axes, res: MemoryTimelineResult) -> None:
+    """The panel of a snapshot without allocator history: why there is no line, and the state
+    at the dump (the one point there is)."""
+    ax.set_axis_off()
+    lines = ["No allocator history in this snapshot, so no memory over time:",
+             "it is recorded only while torch.cuda.memory._record_memory_history()",
+             "is on. What the dump itself holds:", ""]
+    for d in res.devices[:4]:
+        lines.append(f"cuda:{d.device}  allocated {fmt_bytes_short(d.final_allocated)}"
+                     f" · reserved {fmt_bytes_short(d.final_reserved)}")
+    ax.text(0.0, 0.95, "\n".join(lines), transform=ax.transAxes, ha="left", va="top", fontsize=11,
+            color="#333333", linespacing=1.5)
+
+
+@chart("memory_timeline", section="memory_timeline", also=("memory_peak",), order=10,
+       title="GPU memory over time, peak annotated")
+def memory_timeline_chart(res: MemoryTimelineResult, results: Mapping[str, object]) -> Figure | None:
+    """Allocated and reserved bytes after each allocator event (per device, up to 4); the
+    peak is marked, and the right panel shows what was live at it by category and site."""
+    series = res.series
+    if series.height == 0:
+        return None
+    peak = _also(results, "memory_peak", MemoryPeakResult)
+    sites = peak.top_sites if peak is not None else pl.DataFrame()
+    has_live = sites.height > 0 and "bytes" in sites.columns
+    by_time = res.x_axis == "time" and series["ts_ns"].null_count() < series.height
+    fig, axes = new_figure("GPU memory over time, peak annotated", ncols=2 if has_live else 1,
+                           figsize=(FIGSIZE[0] + (3.0 if has_live else 0), FIGSIZE[1]),
+                           gridspec_kw={"width_ratios": [3, 2]} if has_live else {})
+    ax = axes[0][0]
+    points = series.group_by("device").len()["len"].max()
+    if res.history and isinstance(points, int) and points >= 2:
+        _memory_lines(ax, series, by_time)
+    else:  # one point per device: a line would be an empty axis with fractional ticks
+        _no_history_note(ax, res)
+        fig.suptitle("GPU memory at the dump (no allocator history recorded)", fontsize=_TITLE_SIZE,
+                     fontweight="bold", x=0.01, ha="left")
     if has_live:
         ax2 = axes[0][1]
         top = sites.head(8)
@@ -932,4 +1228,5 @@ def export_timeline_chart(res: ExportTimelineResult, results: Mapping[str, objec
     return fig
 
 
-__all__ = ["ChartSpec", "Drawn", "chart", "charts_for", "draw", "draw_all", "figure_png", "new_figure", "registry"]
+__all__ = ["CHART_FORMATS", "JOBS_ENV", "ChartDrawing", "ChartSpec", "Drawn", "chart", "chart_jobs", "charts_for",
+           "draw", "draw_all", "figure_png", "new_figure", "registry"]
