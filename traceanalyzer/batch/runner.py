@@ -199,16 +199,17 @@ class Backend(Protocol):
 
 @contextlib.contextmanager
 def _worker_env(jobs: int) -> Iterator[None]:
-    """Cap each worker's polars thread pool so ``jobs`` processes do not oversubscribe."""
-    key = "POLARS_MAX_THREADS"
-    if key in os.environ:
-        yield
-        return
-    os.environ[key] = str(max(1, (os.cpu_count() or 1) // max(1, jobs)))
+    """Cap each worker's polars thread pool and chart processes so ``jobs`` processes do not
+    oversubscribe the machine (the batch already runs files in parallel)."""
+    share = str(max(1, (os.cpu_count() or 1) // max(1, jobs)))
+    added = [key for key in ("POLARS_MAX_THREADS", "TRACEANALYZER_CHART_JOBS") if key not in os.environ]
+    for key in added:
+        os.environ[key] = share
     try:
         yield
     finally:
-        os.environ.pop(key, None)
+        for key in added:
+            os.environ.pop(key, None)
 
 
 class StopFlag:
