@@ -352,7 +352,7 @@ def communication(ctx: AnalysisContext[TraceModel]) -> CommunicationResult:
         "overlap_verdict": verdict,
         "bytes": int(sized["bytes"].sum()) if sized.height else None,
         "n_sized_collectives": int(sized.height),
-        "kernels_by_signal": {s: int(v) for s, v in k.group_by("comm_signal").len().iter_rows()},
+        "kernels_by_signal": {s: int(v) for s, v in k.group_by("comm_signal").len().sort("comm_signal").iter_rows()},
         "weak_kernels": int(weak.height),
         "weak_ns": int(weak["dur_ns"].sum()) if weak.height else 0,
         "weak_reasons": reasons,

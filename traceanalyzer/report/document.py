@@ -22,7 +22,7 @@ from traceanalyzer.units import fmt_bytes, fmt_cell, fmt_ns
 #: Evidence keys every time finding carries (the step it is priced against): never "the" evidence line.
 _CONTEXT_KEYS = frozenset({"median_step_ms", "steady_steps", "device", "pct_of_step", "confidence"})
 
-JSON_SCHEMA_VERSION = "1.0"
+JSON_SCHEMA_VERSION = "1.1"
 
 
 @dataclass(frozen=True)
