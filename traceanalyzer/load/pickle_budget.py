@@ -79,4 +79,19 @@ class PickleBudget:
             "docs/memory.md, 'Input budget')")
 
 
-__all__ = ["BudgetExceeded", "ENV_PREFIX", "PickleBudget"]
+# (what the limit counts, what trips it) per field, for the budget table
+# (:data:`traceanalyzer.load.budget.LIMITS`).
+LIMIT_TEXT: dict[str, tuple[str, str]] = {
+    "max_objects": ("objects a snapshot pickle builds, each memo reference counted as the whole object again",
+                    "a 'billion laughs' pickle (one list referenced thousands of times)"),
+    "max_items": ("elements of one list/dict/tuple of a snapshot pickle",
+                  "a pickle of 10^9 APPENDS, a forged container length"),
+    "max_string_bytes": ("bytes of one string of a snapshot pickle", "a forged or huge string"),
+    "max_depth": ("nesting levels of a snapshot pickle's containers (real snapshots nest 9 deep)",
+                  "nested lists/tuples built to overflow a stack"),
+    "max_gzip_ratio": ("unpacked bytes per compressed byte of a .pickle.gz, beyond a free 32 MB",
+                       "a gzip bomb"),
+}
+
+
+__all__ = ["BudgetExceeded", "ENV_PREFIX", "LIMIT_TEXT", "PickleBudget"]
