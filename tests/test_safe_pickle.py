@@ -10,7 +10,7 @@ import pytest
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.load.safe_pickle import UnsafePickleError, safe_loads, scan_opcodes
-from traceanalyzer.load.snapshot import load_snapshot, read_snapshot_object
+from traceanalyzer.load.snapshot import _TooLargeToBuild, load_snapshot, read_snapshot_object
 
 
 def _reduce_os_system(marker: Path) -> bytes:
@@ -80,11 +80,14 @@ def test_loader_reports_hostile_file_as_input_error(tmp_path: Path, name: str) -
 
 
 def test_hostile_gzip_streamed_path_refused(tmp_path: Path) -> None:
-    # Large-file path (no scan, streamed through gzip) must refuse too.
+    # Large-file path (the streaming reader, through gzip) must refuse too; the C unpickler
+    # never takes bytes the scan has not passed.
     marker = tmp_path / "pwned"
     f = tmp_path / "snap.pickle.gz"
     f.write_bytes(gzip.compress(HOSTILE["pickled_object_p4"](marker)))
     with pytest.raises(InputError, match="refused"):
+        load_snapshot(f, streaming=True)
+    with pytest.raises(_TooLargeToBuild):
         read_snapshot_object(f, scan_limit=0)
     assert not marker.exists()
 
