@@ -192,7 +192,6 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
         return tuples.setdefault(t, t) if len(tuples) < _MAX_INTERNED else t
 
     def get(i: int) -> Any:
-        nonlocal total
         try:
             o = memo[i]
         except IndexError:
@@ -201,14 +200,19 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
             if o is ABSORBED:
                 raise StreamFallback("a memo reference to an absorbed trace entry")
             raise ValueError(f"memo index {i} not defined")
-        if type(o) in _CONTAINERS:
-            w, d = measure(o, weights, max_objects)
-            total += w - 1  # the reference itself is counted as one element where it is added
-            if total > max_objects:
-                raise too_many_objects()
-            if d > max_depth:
-                raise too_deep(d)
         return o
+
+    def ref(o: Any) -> int:
+        """A memo reference to container ``o``: the objects it repeats beyond the one element
+        the reference counts where it is added (refused past the depth limit)."""
+        h = weights.get(id(o))
+        if h is not None and h[0] is o and h[1] == len(o):
+            w, d = h[2], h[3]
+        else:
+            w, d = measure(o, weights, max_objects)
+        if d > max_depth:
+            raise too_deep(d)
+        return w - 1
 
     def put(i: int) -> None:
         n = len(memo)
@@ -241,8 +245,14 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
             pos += 1
             # Ordered by frequency in real snapshots (BINGET first: the most common).
             if op == 0x68:    # BINGET
-                stack.append(get(buf[pos]))
+                o = get(buf[pos])
                 pos += 1
+                ot = type(o)
+                if ot is not str and ot in _CONTAINERS:
+                    total += ref(o)
+                    if total > max_objects:
+                        raise too_many_objects()
+                stack.append(o)
             elif op == 0x8a:  # LONG1
                 n = buf[pos]
                 stack.append(int.from_bytes(buf[pos + 1:pos + 1 + n], "little", signed=True))
@@ -305,8 +315,14 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
                 else:
                     lst.extend(items)
             elif op == 0x6a:  # LONG_BINGET
-                stack.append(get(unpack_from("<I", buf, pos)[0]))
+                o = get(unpack_from("<I", buf, pos)[0])
                 pos += 4
+                ot = type(o)
+                if ot is not str and ot in _CONTAINERS:
+                    total += ref(o)
+                    if total > max_objects:
+                        raise too_many_objects()
+                stack.append(o)
             elif op == 0x95:  # FRAME: framing is only a read-ahead hint
                 pos += 8
             elif op == 0x5d:  # EMPTY_LIST
@@ -492,7 +508,12 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
                 elif op == 0x70:
                     put(int(line))
                 else:
-                    stack.append(get(int(line)))
+                    o = get(int(line))
+                    if type(o) in _CONTAINERS:
+                        total += ref(o)
+                        if total > max_objects:
+                            raise too_many_objects()
+                    stack.append(o)
             else:
                 raise _refuse(buf, pos - 1, base + pos - 1)
     except (EOFError, IndexError, struct_error) as exc:
@@ -569,7 +590,6 @@ def measure(obj: Any, cache: _Cache, cap: int) -> tuple[int, int]:
     path = [(obj, children(obj))]
     acc = [[1 + (len(obj) if type(obj) is dict else 0), 1]]
     onpath = {id(obj)}
-    total = 0
     while True:
         o, it = path[-1]
         top = acc[-1]
@@ -595,7 +615,6 @@ def measure(obj: Any, cache: _Cache, cap: int) -> tuple[int, int]:
             w, d = acc.pop()
             onpath.discard(id(o))
             cache[id(o)] = (o, len(o), w, d)
-            total += w
             if not acc:
                 return w, d
             acc[-1][0] += w
