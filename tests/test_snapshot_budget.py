@@ -194,12 +194,13 @@ def test_every_snapshot_path_is_budgeted(tmp_path: Path, monkeypatch: pytest.Mon
     # The C unpickler only takes bytes the opcode scan passed: a plain file over the scan
     # limit is never unpickled by it, but streamed (with the same budget).
     from traceanalyzer.load import snapshot as snapshot_mod
+    from traceanalyzer.load.safe_pickle import DEFAULT_SCAN_LIMIT
     from traceanalyzer.load.snapshot import _TooLargeToBuild, read_snapshot_object
 
     p = _write(tmp_path, {"segments": [], "x": _laughs(40), "pad": "p" * 4000})
     with pytest.raises(_TooLargeToBuild):
         read_snapshot_object(p, scan_limit=1000)
-    assert snapshot_mod.STREAM_MIN_BYTES == snapshot_mod.DEFAULT_SCAN_LIMIT
+    assert snapshot_mod.STREAM_MIN_BYTES == DEFAULT_SCAN_LIMIT
     monkeypatch.setattr(snapshot_mod, "STREAM_MIN_BYTES", 1000)
     with pytest.raises(InputError, match="max_objects"):
         load_snapshot(p)  # streamed by size

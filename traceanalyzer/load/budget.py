@@ -21,10 +21,12 @@ exhaust memory. The loaders check, while they read:
   10⁸ tiny events is refused once the count passes the limit, with the model built so far
   (bounded by the limit) as all that was spent.
 * **String length** (``TRACEANALYZER_MAX_STRING_BYTES``, default 1 MiB): bytes of one
-  JSON string. A longer string is *kept truncated* to the limit (cut at a character
-  boundary) with one counted warning, and the file loads: one absurd event name is no
-  reason to lose a trace, and the bytes past the limit are dropped as they stream in
-  (never held), so memory stays bounded by the limit, not by the string.
+  JSON string as written in the file (an escape counts its bytes). A longer string is
+  *kept truncated* to the limit (cut at a character boundary, never inside an escape)
+  with one counted warning, and the file loads: one absurd event name is no reason to
+  lose a trace, and the bytes past the limit are dropped as they stream in (never
+  held), so memory stays bounded by the limit, not by the string. Refusing would buy
+  nothing: the rest of the file is as valid as before.
 * **Nesting depth** (``TRACEANALYZER_MAX_DEPTH``, default 1,000): levels of nested
   arrays/objects in the document (a real trace nests 7 deep). JSON nested deeper is
   refused with the depth reached. Both decoders stop near 1,024 levels on their own, so

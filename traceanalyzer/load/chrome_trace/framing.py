@@ -263,7 +263,7 @@ class _ChunkedLoader:
             self.longest_clipped = max(self.longest_clipped, longest)
             if open_len:
                 self.open_clipped = open_len
-                self.skipper.start()
+                self.skipper.start(buf)
         return out
 
     def _count(self, buf: bytes, end: int, n: int | None = None) -> None:

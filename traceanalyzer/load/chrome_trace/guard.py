@@ -186,8 +186,11 @@ class StringSkipper:
         self.escaped = False  # the bytes dropped so far end in an odd run of backslashes
         self.dropped = 0
 
-    def start(self) -> None:
-        self.active, self.escaped, self.dropped = True, False, 0
+    def start(self, text: bytes) -> None:
+        """Skip from the end of ``text`` (the buffer the string was cut in: its trailing
+        backslashes may escape the first byte of the next block)."""
+        run = len(text) - len(text.rstrip(b"\\"))
+        self.active, self.escaped, self.dropped = True, bool(run & 1), 0
 
     def feed(self, block: bytes) -> bytes | None:
         """The part of ``block`` from the closing quote on (the skip is then over), or
