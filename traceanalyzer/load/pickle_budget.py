@@ -4,7 +4,7 @@ A pickle is a program: a few bytes can name one object many times through the me
 (``MEMOIZE``/``GET``), so a 184-byte file can describe a billion-element tree, and a
 gzip can expand a megabyte into a gigabyte of ``APPENDS``. The opcode walk of
 :func:`~traceanalyzer.load.safe_pickle.scan_opcodes` (and the streaming reader for
-large files) checks each limit as it goes and refuses the file with one line naming
+large files, :mod:`~traceanalyzer.load.pickle_stream`) checks each limit as it goes and refuses the file with one line naming
 the limit and how to raise it, before the loader builds anything from it.
 
 Limits, each raised with an environment variable (``TRACEANALYZER_SNAPSHOT_<NAME>``,
@@ -45,11 +45,9 @@ class PickleBudget:
 
     Defaults leave a wide margin over the real snapshots in ``../shared`` (largest:
     0.21 M objects counted with memo references (0.43 per file byte), 5,163 elements
-    in one container, strings ≤ 122 bytes, depth 9, gzip ratio ≤ 37). ``max_objects``
-    is checked by the opcode scan, which covers the files built whole in memory
-    (≤ 16 MB unpacked: ≤ 7 M objects at the real density); larger files are read by the
-    streaming reader, whose memory is bounded by design, and are checked for
-    ``max_items``, ``max_string_bytes`` and ``max_gzip_ratio``."""
+    in one container, strings ≤ 122 bytes, depth 9, gzip ratio ≤ 37). Every limit is
+    checked on every path: by the opcode scan of the files built whole in memory
+    (≤ 16 MB unpacked), and by the streaming reader that takes the larger ones."""
 
     max_objects: int = 500_000_000
     max_items: int = 200_000_000
