@@ -599,3 +599,36 @@ def test_cli_event_and_depth_refusals_are_one_line_exit_2(tmp_path: Path) -> Non
     p.write_bytes(_doc(b"[" * 50_000 + b"]" * 50_000))
     r = _cli(p, tmp_path)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "levels deep" in r.stderr, r.stderr
+
+
+def test_string_cuts_stay_valid_json_whatever_the_escapes() -> None:
+    # Random strings of escapes, multi-byte characters and surrogate pairs, cut at every
+    # limit from 1 to 60 bytes: the result decodes, and is the beginning of the original.
+    import random
+
+    from traceanalyzer.load.chrome_trace.guard import StringSkipper, clip_strings
+    rng = random.Random(1)
+    atoms = [b"a", b"\\\\", b'\\"', b"\\n", b"\\u00e9", b"\\ud83d\\ude00", "é".encode(), "😀".encode()]
+    for _ in range(1500):
+        s = b"".join(rng.choice(atoms) for _ in range(rng.randint(1, 60)))
+        limit = rng.randint(1, 60)
+        doc = b'["x", "' + s + b'", "y"]'
+        out, n, longest, open_len = clip_strings(doc, limit)
+        got = orjson.loads(out)
+        assert got[0] == "x" and got[2] == "y" and json.loads(doc)[1].startswith(got[1]), (s, limit)
+        assert (n, longest) == ((1, len(s)) if len(s) > limit else (0, 0)) and not open_len
+        # cut while still open (the rest streams in blocks): the skipper finds the real end
+        head = doc[: rng.randint(7, max(7, len(doc) - 9))]
+        clipped, n, _, open_len = clip_strings(head, limit)
+        if not open_len:
+            continue
+        skip = StringSkipper()
+        skip.start(head)
+        rest, i = doc[len(head):], 0
+        while True:
+            j = i + rng.randint(1, 5)
+            found = skip.feed(rest[i:j])
+            if found is not None:
+                assert orjson.loads(clipped + found + rest[j:])[2] == "y", (s, limit, head)
+                break
+            i = j
