@@ -25,7 +25,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-from make_fuzz_corpus import MARKER_NAME, generate  # noqa: E402
+from make_fuzz_corpus import MARKER_NAME, generate  # type: ignore[import-not-found]  # noqa: E402 - scripts/ is put on sys.path above
 
 #: Address-space limit of every call (RLIMIT_AS); a blow-up fails with MemoryError, caught.
 AS_LIMIT = 4 * 1024**3

@@ -24,8 +24,16 @@ from traceanalyzer.errors import ConfigError, InputError
 from traceanalyzer.load import budget, load, sniff
 from traceanalyzer.load.budget import ENV_MAX_GZIP_RATIO, ENV_MAX_INPUT_BYTES, Budget
 from traceanalyzer.load.jsonio import ByteStream, read_bytes
+from traceanalyzer.model.trace import TraceModel
 
 EV = b'{"ph":"X","cat":"cpu_op","name":"aten::a","ts":%s,"dur":%s,"pid":1,"tid":1,"args":{"External id":%s}}'
+
+
+def _trace(path: Path) -> TraceModel:
+    """:func:`load` of a file that must be a trace."""
+    m = load(path)
+    assert isinstance(m, TraceModel), m
+    return m
 
 
 def _doc(*events: bytes) -> bytes:
@@ -138,11 +146,11 @@ def test_gzip_junk_after_the_data_and_truncated_second_member(tmp_path: Path) ->
     data = _doc()
     p = tmp_path / "junk.json.gz"
     p.write_bytes(gzip.compress(data) + b"junk")
-    m = load(p)
+    m = _trace(p)
     assert m.cpu_ops.height == 4 and m.warnings == ("ignored 4 bytes after the end of the gzip data (not gzip)",)
     second = gzip.compress(data[200:])
     p.write_bytes(gzip.compress(data[:200]) + second[: len(second) // 2])
-    m = load(p)
+    m = _trace(p)
     assert any("gzip stream is truncated" in w for w in m.warnings)
 
 
@@ -209,7 +217,7 @@ def test_gzip_bomb_refused_by_ratio_while_decompressing(tmp_path: Path, where: s
     # Raised, the same file loads (its whitespace is valid JSON) or fails on its content.
     monkeypatch.setenv(ENV_MAX_GZIP_RATIO, "5000")
     try:
-        m = load(p)
+        m = _trace(p)
     except InputError as exc:
         assert "limit" not in str(exc)
     else:
@@ -229,14 +237,14 @@ def test_gzip_bomb_refused_by_size(tmp_path: Path, small_floor: None, monkeypatc
                                          r"--max-input-size 1G \(or TRACEANALYZER_MAX_INPUT_BYTES=1G\)"):
         load(plain)
     monkeypatch.setenv(ENV_MAX_INPUT_BYTES, "4M")
-    assert load(plain).cpu_ops.height == 4
+    assert _trace(plain).cpu_ops.height == 4
 
 
 def test_small_files_never_trip_the_ratio(tmp_path: Path) -> None:
     # 1,000x, but under the floor: harmless, loads.
     p = tmp_path / "small.json.gz"
     p.write_bytes(_bomb(*BOMBS["inside the events"], n=2 << 20))
-    assert load(p).cpu_ops.height == 2
+    assert _trace(p).cpu_ops.height == 2
 
 
 def test_budget_env_values(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -331,7 +339,7 @@ def test_symlink_loop_and_broken_link_named(tmp_path: Path) -> None:
     good.write_bytes(_doc())
     link = tmp_path / "link.json"
     link.symlink_to(good)
-    assert load(link).cpu_ops.height == 4
+    assert _trace(link).cpu_ops.height == 4
 
 
 def test_cli_fifo_exit_2_one_line(tmp_path: Path) -> None:
@@ -346,7 +354,7 @@ def test_cli_fifo_exit_2_one_line(tmp_path: Path) -> None:
 def test_plain_loading_is_unchanged(tmp_path: Path) -> None:
     p = tmp_path / "ok.json"
     p.write_bytes(orjson.dumps(orjson.loads(_doc())))
-    m = load(p)
+    m = _trace(p)
     assert m.warnings == () and m.cpu_ops.height == 4
 
 
@@ -354,7 +362,7 @@ def test_sniff_reads_past_an_empty_first_member(tmp_path: Path) -> None:
     p = tmp_path / "e.json.gz"
     p.write_bytes(gzip.compress(b"") + gzip.compress(b"\n") + gzip.compress(_doc()))
     assert sniff(p) == "trace"
-    m = load(p)
+    m = _trace(p)
     assert m.cpu_ops.height == 4 and m.warnings == ()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,7 @@ class _Evil:
         return (os.system, (f"touch {self.marker}",))
 
 
-HOSTILE = {
+HOSTILE: dict[str, Callable[[Path], bytes]] = {
     "reduce_os_system": _reduce_os_system,
     "stack_global_exec": _stack_global_eval,
     "pickled_object_p4": lambda m: pickle.dumps({"segments": [], "device_traces": [[_Evil(m)]]}, protocol=4),

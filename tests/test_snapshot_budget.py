@@ -10,6 +10,7 @@ import pickle
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,9 +28,9 @@ def _write(tmp_path: Path, obj: object, name: str = "s.pickle") -> Path:
     return p
 
 
-def _laughs(levels: int) -> list:
+def _laughs(levels: int) -> list[Any]:
     """A list whose expanded size doubles per level (each level names the previous twice)."""
-    x: list = [1]
+    x: list[Any] = [1]
     for _ in range(levels):
         x = [x, x]
     return x
@@ -108,7 +109,7 @@ def test_blocks_sharing_an_address_are_dropped_and_analysis_stays_small(tmp_path
     blocks = [{"address": a, "size": 512, "requested_size": 512, "state": "active_allocated", "frames": []}
               for _ in range(1000)]
     segs = [{"device": 0, "address": a, "total_size": 512, "blocks": [b]} for b in blocks]
-    tr = [{"action": act, "addr": a, "size": 512, "stream": 0, "time_us": i, "frames": []}
+    tr: list[dict[str, Any]] = [{"action": act, "addr": a, "size": 512, "stream": 0, "time_us": i, "frames": []}
           for i in range(500) for act in ("alloc", "free_completed")]
     p = _write(tmp_path, {"segments": segs, "device_traces": [tr]})
     m = load_snapshot(p)
@@ -137,7 +138,7 @@ def test_string_and_container_limits(tmp_path: Path, streaming: bool) -> None:
 
 @pytest.mark.parametrize("streaming", [False, True])
 def test_nesting_depth_limit(tmp_path: Path, streaming: bool) -> None:
-    x: list = []
+    x: list[Any] = []
     for _ in range(50):
         x = [x]
     p = _write(tmp_path, {"segments": [], "deep": x})
@@ -230,11 +231,11 @@ def test_cli_refusal_is_one_line_exit_2(tmp_path: Path) -> None:
     assert "Traceback" not in r.stderr and "max_objects" in r.stderr
 
 
-def _snapshot(n_segs: int = 40, n_entries: int = 300) -> dict:
+def _snapshot(n_segs: int = 40, n_entries: int = 300) -> dict[str, Any]:
     segs = [{"device": 0, "address": 1 << 20 * (i + 1), "total_size": 1024, "segment_pool_id": (0, 0),
              "blocks": [{"address": 1 << 20 * (i + 1), "size": 1024, "state": "inactive", "frames": []}]}
             for i in range(n_segs)]
-    tr = [{"action": "alloc" if i % 2 == 0 else "free_completed", "addr": 1 << 20, "size": 1024,
+    tr: list[dict[str, Any]] = [{"action": "alloc" if i % 2 == 0 else "free_completed", "addr": 1 << 20, "size": 1024,
            "stream": 0, "time_us": i, "frames": []} for i in range(n_entries)]
     return {"segments": segs, "device_traces": [tr]}
 
@@ -280,7 +281,7 @@ def test_gzip_appends_bomb_refused_before_parsing(tmp_path: Path) -> None:
     assert time.perf_counter() - t < 20
 
 
-def _small_snapshot() -> dict:
+def _small_snapshot() -> dict[str, Any]:
     fr = [{"name": "f", "filename": "a.py", "line": 1}]
     seg = {"device": 0, "address": 4096, "total_size": 512, "segment_type": "large", "segment_pool_id": (0, 0),
            "frames": [], "blocks": [{"address": 4096, "size": 512, "state": "active_allocated",

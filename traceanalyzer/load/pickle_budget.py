@@ -4,8 +4,9 @@ A pickle is a program: a few bytes can name one object many times through the me
 (``MEMOIZE``/``GET``), so a 184-byte file can describe a billion-element tree, and a
 gzip can expand a megabyte into a gigabyte of ``APPENDS``. The opcode walk of
 :func:`~traceanalyzer.load.safe_pickle.scan_opcodes` (and the streaming reader for
-large files, :mod:`~traceanalyzer.load.pickle_stream`) checks each limit as it goes and refuses the file with one line naming
-the limit and how to raise it, before the loader builds anything from it.
+large files, :mod:`~traceanalyzer.load.pickle_stream`) checks each limit as it goes and
+refuses the file with one line naming the limit and how to raise it, before the loader
+builds anything from it.
 
 Limits, each raised with an environment variable (``TRACEANALYZER_SNAPSHOT_<NAME>``,
 e.g. ``TRACEANALYZER_SNAPSHOT_MAX_OBJECTS=4000000000``) or
