@@ -651,7 +651,7 @@ def test_regions_of_tiny_events_are_cut_by_count(tmp_path: Path, monkeypatch: py
     p.write_bytes(b'{"traceEvents":[' + b",".join(tiny % i for i in range(3000)) + b'], "traceName": "t"}')
     whole = framing._ChunkedLoader(p, 1 << 20, 1).load()
     sizes: list[int] = []
-    from traceanalyzer.load.chrome_trace.ndjson import _decode_region as real
+    real = framing._decode_region
 
     def spy(region: bytes, *args: Any) -> Any:
         sizes.append(region.count(b'"ph"'))
