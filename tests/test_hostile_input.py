@@ -640,27 +640,3 @@ def test_string_cuts_stay_valid_json_whatever_the_escapes() -> None:
                 assert orjson.loads(clipped + found + rest[j:])[2] == "y", (s, limit, head)
                 break
             i = j
-
-
-def test_regions_of_tiny_events_are_cut_by_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The reader's memory grows with rows, not bytes: a region holds at most about
-    # REGION_EVENTS events, however small, and the model is the same as in one region.
-    from traceanalyzer.load.chrome_trace import framing
-    tiny = b'{"ph":"X","cat":"cpu_op","name":"a","ts":%d,"dur":1,"pid":1,"tid":1}'
-    p = tmp_path / "tiny.json"
-    p.write_bytes(b'{"traceEvents":[' + b",".join(tiny % i for i in range(3000)) + b'], "traceName": "t"}')
-    whole = framing._ChunkedLoader(p, 1 << 20, 1).load()
-    sizes: list[int] = []
-    real = framing._decode_region
-
-    def spy(region: bytes, *args: Any) -> Any:
-        sizes.append(region.count(b'"ph"'))
-        return real(region, *args)
-
-    monkeypatch.setattr(framing, "REGION_EVENTS", 500)
-    monkeypatch.setattr(framing, "_decode_region", spy)
-    for workers in (1, 2):
-        sizes.clear()
-        m = framing._ChunkedLoader(p, 1 << 20, workers).load()
-        assert m.cpu_ops.equals(whole.cpu_ops) and m.meta == whole.meta and m.cpu_ops.height == 3000
-        assert len(sizes) >= 6 and max(sizes) <= 550, sizes  # about: cut in proportion to the count

@@ -59,10 +59,6 @@ CHUNK_BYTES = 4 << 20
 # Regions when two are decoded at once (see _ChunkedLoader): the same peak as one region
 # of CHUNK_BYTES at a time.
 PARALLEL_CHUNK_BYTES = 2 << 20
-# Events in one region, at most (about): the reader's working set grows with the rows
-# (~1 KB each, whatever their size), so 2 MB of 3-byte events would cost 800 MB. Real
-# regions hold 10-25 k events.
-REGION_EVENTS = 50_000
 
 
 _WS = b" \t\r\n"
@@ -228,20 +224,6 @@ class _ChunkedLoader:
         del parts
         if len(carry) > limit:
             carry = self._clip(carry)
-        if tail_parts is None and self.sep is None and not self.expect_comma:
-            self._learn_sep(carry)
-        while tail_parts is None and self.sep and carry.count(self.sep) > REGION_EVENTS:
-            # The last buffer holds too many events for one region: regions as above first.
-            before = len(carry)
-            try:
-                carry, tail = self._step(carry)
-            except _Rollback as rb:
-                carry, tail = self._step(rb.carry)
-            if tail is not None:
-                tail_parts = [tail]
-                carry = b""
-            elif len(carry) >= before:
-                break
         if tail_parts is None:
             try:
                 self._drain(carry)
@@ -432,11 +414,7 @@ class _ChunkedLoader:
             # The last boundary within one chunk, so that a region (whose decode working
             # set is many times its size) is never much more than CHUNK_BYTES; the whole
             # buffer only when one event is longer than that.
-            end = min(self.chunk + len(self.sep), len(carry))
-            n = carry.count(self.sep, 0, end)
-            if n > REGION_EVENTS:  # tiny events: a shorter region, in proportion
-                end = max(len(self.sep), end * REGION_EVENTS // n)
-            p = carry.rfind(self.sep, 0, end)
+            p = carry.rfind(self.sep, 0, self.chunk + len(self.sep))
             if p <= 0:
                 p = carry.rfind(self.sep)
         if p > 0:
