@@ -128,12 +128,31 @@ def wrong_types(out: Path, rng: random.Random) -> None:
 
 
 def deep_nesting(out: Path, rng: random.Random) -> None:
-    """Deeply nested arrays in args and at the top level."""
+    """Deeply nested arrays in args, as an event, at the top level (past the depth limit:
+    refused with the depth reached), and a real trace's depth in args (loads)."""
     deep = b"[" * 5000 + b"]" * 5000
     ev = _dump(_doc(_events(10)))
     (out / "deep_args.json").write_bytes(ev.replace(b'"args": {}', b'"args": {"x": ' + deep + b"}", 1))
     (out / "deep_top.json").write_bytes(b'{"traceEvents": ' + deep + b"}")
     (out / "deep_unclosed.json").write_bytes(b"[" * 100_000)
+    deep = b"[" * 90_000 + b"]" * 90_000
+    (out / "deep_event_90k.json").write_bytes(ev.replace(b'"traceEvents": [', b'"traceEvents": [' + deep + b", ", 1))
+    (out / "deep_args_shallow.json").write_bytes(ev.replace(b'"args": {}', b'"args": {"x": [[[[1]]]]}', 1))
+
+
+def budget_trace(out: Path, rng: random.Random) -> None:
+    """Inputs for the event and string limits, small enough for the corpus: they load under
+    the default budget and trip a lowered one (``TRACEANALYZER_MAX_EVENTS``,
+    ``TRACEANALYZER_MAX_STRING_BYTES``) in tests/test_fuzz_corpus.py."""
+    tiny = b'{"ph":"X","cat":"cpu_op","name":"a","ts":%d,"dur":1,"pid":1,"tid":1}'
+    (out / "events_many_tiny.json").write_bytes(
+        b'{"traceEvents":[' + b",".join(tiny % i for i in range(2500)) + b"]}")
+    ev = _events(10)
+    ev[0]["name"] = "x" * 150_000
+    (out / "string_long_name.json").write_bytes(_dump(_doc(ev)))
+    ev = _events(10)
+    ev[3]["name"] = "é\"😀\\" * 6_000
+    (out / "string_long_escapes.json").write_bytes(_dump(_doc(ev)))
 
 
 def bom(out: Path, rng: random.Random) -> None:
@@ -248,6 +267,17 @@ def memo_laughs(out: Path, rng: random.Random) -> None:
     (out / "laughs_bare.pickle").write_bytes(pickle.dumps(x, protocol=2))
 
 
+def deep_snapshots(out: Path, rng: random.Random) -> None:
+    """Snapshot pickles nested 100,000 deep, three ways (nested 1-tuples, EMPTY_LIST pushes
+    closed by single APPENDs, lists built one memo reference inside the next): a few hundred
+    KB of opcodes, refused by ``max_depth``."""
+    head = b"\x80\x04}\x94(\x8c\x08segments\x94]\x94\x8c\x01x\x94"
+    n = 100_000
+    (out / "snapshot_deep_tuples.pickle").write_bytes(head + b"K\x01" + b"\x85" * n + b"u.")
+    (out / "snapshot_deep_appends.pickle").write_bytes(head + b"]" * (n // 2) + b"a" * (n // 2 - 1) + b"u.")
+    (out / "snapshot_deep_memo.pickle").write_bytes(head + b"]q\x000" + b"]h\x00aq\x000" * (n // 4) + b"h\x00u.")
+
+
 def damaged_snapshots(out: Path, rng: random.Random) -> None:
     """Non-string frame names, nested pool ids, a cut-short file, duplicate block addresses."""
     s = _snapshot()
@@ -279,8 +309,8 @@ def damaged_snapshots(out: Path, rng: random.Random) -> None:
 
 
 CLASSES: tuple[Callable[[Path, random.Random], None], ...] = (
-    truncated, wrong_top_level, non_finite, missing_fields, wrong_types, deep_nesting, bom, gzip_odd,
-    random_bytes, execution_trace, osc_escapes, hostile_pickles, memo_laughs, damaged_snapshots,
+    truncated, wrong_top_level, non_finite, missing_fields, wrong_types, deep_nesting, budget_trace, bom, gzip_odd,
+    random_bytes, execution_trace, osc_escapes, hostile_pickles, memo_laughs, deep_snapshots, damaged_snapshots,
 )
 
 

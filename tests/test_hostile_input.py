@@ -13,6 +13,7 @@ import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -23,8 +24,16 @@ from traceanalyzer.errors import ConfigError, InputError
 from traceanalyzer.load import budget, load, sniff
 from traceanalyzer.load.budget import ENV_MAX_GZIP_RATIO, ENV_MAX_INPUT_BYTES, Budget
 from traceanalyzer.load.jsonio import ByteStream, read_bytes
+from traceanalyzer.model.trace import TraceModel
 
 EV = b'{"ph":"X","cat":"cpu_op","name":"aten::a","ts":%s,"dur":%s,"pid":1,"tid":1,"args":{"External id":%s}}'
+
+
+def _trace(path: Path) -> TraceModel:
+    """:func:`load` of a file that must be a trace."""
+    m = load(path)
+    assert isinstance(m, TraceModel), m
+    return m
 
 
 def _doc(*events: bytes) -> bytes:
@@ -137,11 +146,11 @@ def test_gzip_junk_after_the_data_and_truncated_second_member(tmp_path: Path) ->
     data = _doc()
     p = tmp_path / "junk.json.gz"
     p.write_bytes(gzip.compress(data) + b"junk")
-    m = load(p)
+    m = _trace(p)
     assert m.cpu_ops.height == 4 and m.warnings == ("ignored 4 bytes after the end of the gzip data (not gzip)",)
     second = gzip.compress(data[200:])
     p.write_bytes(gzip.compress(data[:200]) + second[: len(second) // 2])
-    m = load(p)
+    m = _trace(p)
     assert any("gzip stream is truncated" in w for w in m.warnings)
 
 
@@ -208,7 +217,7 @@ def test_gzip_bomb_refused_by_ratio_while_decompressing(tmp_path: Path, where: s
     # Raised, the same file loads (its whitespace is valid JSON) or fails on its content.
     monkeypatch.setenv(ENV_MAX_GZIP_RATIO, "5000")
     try:
-        m = load(p)
+        m = _trace(p)
     except InputError as exc:
         assert "limit" not in str(exc)
     else:
@@ -228,14 +237,14 @@ def test_gzip_bomb_refused_by_size(tmp_path: Path, small_floor: None, monkeypatc
                                          r"--max-input-size 1G \(or TRACEANALYZER_MAX_INPUT_BYTES=1G\)"):
         load(plain)
     monkeypatch.setenv(ENV_MAX_INPUT_BYTES, "4M")
-    assert load(plain).cpu_ops.height == 4
+    assert _trace(plain).cpu_ops.height == 4
 
 
 def test_small_files_never_trip_the_ratio(tmp_path: Path) -> None:
     # 1,000x, but under the floor: harmless, loads.
     p = tmp_path / "small.json.gz"
     p.write_bytes(_bomb(*BOMBS["inside the events"], n=2 << 20))
-    assert load(p).cpu_ops.height == 2
+    assert _trace(p).cpu_ops.height == 2
 
 
 def test_budget_env_values(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -330,7 +339,7 @@ def test_symlink_loop_and_broken_link_named(tmp_path: Path) -> None:
     good.write_bytes(_doc())
     link = tmp_path / "link.json"
     link.symlink_to(good)
-    assert load(link).cpu_ops.height == 4
+    assert _trace(link).cpu_ops.height == 4
 
 
 def test_cli_fifo_exit_2_one_line(tmp_path: Path) -> None:
@@ -345,7 +354,7 @@ def test_cli_fifo_exit_2_one_line(tmp_path: Path) -> None:
 def test_plain_loading_is_unchanged(tmp_path: Path) -> None:
     p = tmp_path / "ok.json"
     p.write_bytes(orjson.dumps(orjson.loads(_doc())))
-    m = load(p)
+    m = _trace(p)
     assert m.warnings == () and m.cpu_ops.height == 4
 
 
@@ -353,7 +362,7 @@ def test_sniff_reads_past_an_empty_first_member(tmp_path: Path) -> None:
     p = tmp_path / "e.json.gz"
     p.write_bytes(gzip.compress(b"") + gzip.compress(b"\n") + gzip.compress(_doc()))
     assert sniff(p) == "trace"
-    m = load(p)
+    m = _trace(p)
     assert m.cpu_ops.height == 4 and m.warnings == ()
 
 
@@ -409,3 +418,225 @@ def test_a_protocol0_pickle_naming_code_is_refused_by_name(tmp_path: Path) -> No
     assert proc.stderr.strip() == (f"error: {evil}: a protocol 0/1 pickle that starts by naming code to run "
                                    "(os.system); memory snapshots start with the protocol byte 0x80 and are never "
                                    "unpickled with code: refused")
+
+
+# ---------------------------------------------------------------------------
+# 10. Events, string length and nesting depth (both decode paths)
+# ---------------------------------------------------------------------------
+
+def _paths(path: Path) -> list[tuple[str, Any]]:
+    """Every way a trace is decoded: the simple path, the chunked one at a few chunk sizes
+    with one and two regions at once, and the default entry point."""
+    from test_chunked_loader import chunked
+
+    from traceanalyzer.load.chrome_trace import load_chrome_trace, load_chrome_trace_simple
+    out: list[tuple[str, Any]] = [("simple", lambda: load_chrome_trace_simple(path)),
+                                  ("default", lambda: load_chrome_trace(path))]
+    for cb in (300, 4096):
+        for workers in (1, 2):
+            out.append((f"chunked {cb}/{workers}", lambda cb=cb, workers=workers: chunked(path, cb, workers)))
+    return out
+
+
+def _events(n: int) -> list[bytes]:
+    return [EV % (str(10 * i).encode(), b"5", str(i).encode()) for i in range(n)]
+
+
+def test_event_limit_refuses_past_it_on_every_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a trace of 500 events and a limit of 100
+    monkeypatch.setenv(budget.ENV_MAX_EVENTS, "100")
+    p = tmp_path / "many.json"
+    p.write_bytes(b'{"traceEvents": [\n  ' + b",\n  ".join(_events(500)) + b"\n]}")
+    # WHEN loaded any way THEN refused with one line naming the file, limit, figure and variable
+    for name, load_it in _paths(p):
+        with pytest.raises(InputError) as e:
+            load_it()
+        msg = str(e.value)
+        assert str(p) in msg and "more than 100 events" in msg and "TRACEANALYZER_MAX_EVENTS=" in msg, (name, msg)
+        assert "\n" not in msg
+    # and at the limit it loads
+    p.write_bytes(b'{"traceEvents": [\n  ' + b",\n  ".join(_events(100)) + b"\n]}")
+    for name, load_it in _paths(p):
+        assert load_it().cpu_ops.height == 100, name
+
+
+def test_event_separators_inside_strings_do_not_refuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Separators counted as events are only a bound: a name full of them is recounted exactly.
+    monkeypatch.setenv(budget.ENV_MAX_EVENTS, "20")
+    name = b'aten::x},\\n  {' * 50
+    evs = [b'{"ph":"X","cat":"cpu_op","name":"' + name + b'","ts":%d,"dur":1,"pid":1,"tid":1}' % i for i in range(20)]
+    p = tmp_path / "seps.json"
+    p.write_bytes(b'{"traceEvents": [\n  ' + b",\n  ".join(evs) + b"\n]}")
+    for name_, load_it in _paths(p):
+        assert load_it().cpu_ops.height == 20, name_
+
+
+def _named(*names: bytes) -> bytes:
+    evs = [b'{"ph":"X","cat":"cpu_op","name":"' + n + b'","ts":%d,"dur":1,"pid":1,"tid":1}' % (10 * i)
+           for i, n in enumerate(names)]
+    return b'{"traceEvents": [\n  ' + b",\n  ".join([*_events(3), *evs]) + b'\n], "traceName": "t"}'
+
+
+@pytest.mark.parametrize("long", [
+    b"a" * 5000,
+    "é".encode() * 2500,  # a cut inside a 2-byte character
+    "😀".encode() * 1250,  # inside a 4-byte one
+    b"a" * 998 + b"\\u00e9" * 500,  # inside a \u escape
+    b"a" * 999 + b'\\"' * 2000,  # inside \" (and a string of escaped quotes: no plain quote in it)
+    b"a" * 997 + b"\\ud83d\\ude00" * 300,  # between the halves of a surrogate pair
+    b"\\\\" * 3000,  # runs of escaped backslashes
+])
+def test_long_strings_are_kept_truncated_the_same_on_every_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 long: bytes) -> None:
+    # GIVEN a string limit of 1,000 bytes and one long name among short ones
+    monkeypatch.setenv(budget.ENV_MAX_STRING_BYTES, "1000")
+    p = tmp_path / "long.json"
+    p.write_bytes(_named(b"short", long, b"after"))
+    # WHEN loaded THEN every path keeps the same model: the name cut to at most 1,000 bytes of
+    # valid text, the events around it intact, one counted warning
+    m = assert_paths_agree(p, chunks=(300, 700, 4096, 1 << 20))
+    assert not isinstance(m, tuple), m
+    names = m.cpu_ops["name"].to_list()
+    assert names[:3] == ["aten::a"] * 3 and names[3] == "short" and names[-1] == "after"
+    cut = names[4]
+    # the limit counts the string as written (an escape is several bytes): what is kept
+    # decodes to at most that many bytes, and is the string's beginning
+    assert 400 <= len(cut.encode("utf-8", "surrogatepass")) <= 1000
+    assert json.loads(b'"' + long + b'"').startswith(cut)
+    assert m.meta.trace_name == "t"  # the keys after the array survive the cut
+    assert any(w.startswith("truncated 1 string longer than the string limit of 1,000 bytes") for w in m.warnings), \
+        m.warnings
+
+
+def test_a_string_longer_than_the_buffer_is_dropped_as_it_streams(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a 4 MB name (gzipped, so it streams block by block) and a string limit of 1,000
+    monkeypatch.setenv(budget.ENV_MAX_STRING_BYTES, "1000")
+    p = tmp_path / "huge.json.gz"
+    p.write_bytes(gzip.compress(_named(b"x" * (4 << 20), b"after"), 1))
+    from test_chunked_loader import chunked
+    # WHEN read in 64 KB chunks THEN the name is cut and the event after it kept
+    m = chunked(p, 64 << 10, 1)
+    assert m.cpu_ops["name"].to_list()[-2:] == ["x" * 1000, "after"]
+    assert any("longest: 4.0 MiB" in w for w in m.warnings), m.warnings
+
+
+def test_default_string_limit_keeps_a_50_mb_name_bounded(tmp_path: Path) -> None:
+    p = tmp_path / "name50.json"
+    p.write_bytes(_named(b"n" * (50 << 20)))
+    from traceanalyzer.load.chrome_trace import load_chrome_trace
+    m = load_chrome_trace(p)
+    assert len(m.cpu_ops["name"][-1]) == budget.DEFAULT_MAX_STRING_BYTES
+    assert any("longest: 50.0 MiB" in w for w in m.warnings), m.warnings
+
+
+@pytest.mark.parametrize("where", ["args", "item", "unclosed"])
+def test_deep_nesting_is_refused_with_the_depth_reached(tmp_path: Path, where: str) -> None:
+    # GIVEN JSON nested 100,000 deep (in an event's args, as an item of the events array, or
+    # opened and never closed)
+    n = 100_000
+    if where == "args":
+        odd = b'{"ph":"X","cat":"cpu_op","name":"x","ts":1,"dur":1,"pid":1,"tid":1,"args":{"z":' + \
+              b"[" * n + b"]" * n + b"}}"
+    elif where == "item":
+        odd = b"[" * n + b"]" * n
+    else:
+        odd = b"[" * n
+    p = tmp_path / "deep.json"
+    p.write_bytes(_doc(odd))
+    # WHEN loaded any way THEN refused by the depth limit, naming the depth reached
+    for name, load_it in _paths(p):
+        with pytest.raises(InputError) as e:
+            load_it()
+        msg = str(e.value)
+        assert "levels deep" in msg and "past the nesting depth limit of 1,000" in msg, (name, msg)
+        assert "\n" not in msg
+
+
+def test_lowered_depth_limit_is_exact_on_every_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Document levels: the object, traceEvents, the event, args, "Input Dims", its inner lists: 6.
+    ev = b'{"ph":"X","cat":"cpu_op","name":"x","ts":1,"dur":1,"pid":1,"tid":1,"args":{"Input Dims":[[1,2],[3]]}}'
+    p = tmp_path / "six.json"
+    p.write_bytes(_doc(ev))
+    monkeypatch.setenv(budget.ENV_MAX_DEPTH, "6")
+    for name, load_it in _paths(p):
+        assert load_it().cpu_ops.height == 5, name
+    monkeypatch.setenv(budget.ENV_MAX_DEPTH, "5")
+    for _, load_it in _paths(p):
+        with pytest.raises(InputError, match="JSON nested 6 levels deep.*limit of 5.*TRACEANALYZER_MAX_DEPTH=N"):
+            load_it()
+
+
+def test_trace_budget_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Budget.from_env().max_events == budget.DEFAULT_MAX_EVENTS
+    for env, value, match in ((budget.ENV_MAX_EVENTS, "lots", "whole number"),
+                              (budget.ENV_MAX_DEPTH, "2000", "at most"),
+                              (budget.ENV_MAX_STRING_BYTES, "-5", "size"),
+                              (budget.ENV_MAX_EVENTS, "0", "positive")):
+        monkeypatch.setenv(env, value)
+        with pytest.raises(ConfigError, match=match):
+            Budget.from_env()
+        monkeypatch.delenv(env)
+    monkeypatch.setenv(budget.ENV_MAX_STRING_BYTES, "4M")
+    monkeypatch.setenv(budget.ENV_MAX_EVENTS, "1e8")
+    b = Budget.from_env()
+    assert (b.max_string_bytes, b.max_events) == (4 << 20, 100_000_000)
+
+
+def test_limits_registry_names_every_limit() -> None:
+    from dataclasses import fields
+
+    from traceanalyzer.load.pickle_budget import PickleBudget
+    trace = [lim.name for lim in budget.LIMITS if lim.applies_to == "trace"]
+    snap = [lim.name for lim in budget.LIMITS if lim.applies_to == "snapshot"]
+    assert trace == [f.name for f in fields(Budget)] and snap == [f.name for f in fields(PickleBudget)]
+    assert len({lim.env for lim in budget.LIMITS}) == len(budget.LIMITS)
+    for lim in budget.LIMITS:
+        assert lim.env.startswith("TRACEANALYZER_") and lim.description and lim.trips and lim.default > 0
+        assert lim.kind in ("size", "count", "ratio")
+    assert {lim.name: lim.default for lim in budget.TRACE_LIMITS} == {f.name: f.default for f in fields(Budget)}
+
+
+def test_cli_event_and_depth_refusals_are_one_line_exit_2(tmp_path: Path) -> None:
+    p = tmp_path / "many.json"
+    p.write_bytes(b'{"traceEvents": [\n  ' + b",\n  ".join(_events(50)) + b"\n]}")
+    r = _cli(p, tmp_path, {budget.ENV_MAX_EVENTS: "10"})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "TRACEANALYZER_MAX_EVENTS" in r.stderr and "Traceback" not in r.stderr
+    p = tmp_path / "deep.json"
+    p.write_bytes(_doc(b"[" * 50_000 + b"]" * 50_000))
+    r = _cli(p, tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "levels deep" in r.stderr, r.stderr
+
+
+def test_string_cuts_stay_valid_json_whatever_the_escapes() -> None:
+    # Random strings of escapes, multi-byte characters and surrogate pairs, cut at every
+    # limit from 1 to 60 bytes: the result decodes, and is the beginning of the original.
+    import random
+
+    from traceanalyzer.load.chrome_trace.guard import StringSkipper, clip_strings
+    rng = random.Random(1)
+    atoms = [b"a", b"\\\\", b'\\"', b"\\n", b"\\u00e9", b"\\ud83d\\ude00", "é".encode(), "😀".encode()]
+    for _ in range(1500):
+        s = b"".join(rng.choice(atoms) for _ in range(rng.randint(1, 60)))
+        limit = rng.randint(1, 60)
+        doc = b'["x", "' + s + b'", "y"]'
+        out, n, longest, open_len = clip_strings(doc, limit)
+        got = orjson.loads(out)
+        assert got[0] == "x" and got[2] == "y" and json.loads(doc)[1].startswith(got[1]), (s, limit)
+        assert (n, longest) == ((1, len(s)) if len(s) > limit else (0, 0)) and not open_len
+        # cut while still open (the rest streams in blocks): the skipper finds the real end
+        head = doc[: rng.randint(7, max(7, len(doc) - 9))]
+        clipped, n, _, open_len = clip_strings(head, limit)
+        if not open_len:
+            continue
+        skip = StringSkipper()
+        skip.start(head)
+        rest, i = doc[len(head):], 0
+        while True:
+            j = i + rng.randint(1, 5)
+            found = skip.feed(rest[i:j])
+            if found is not None:
+                assert orjson.loads(clipped + found + rest[j:])[2] == "y", (s, limit, head)
+                break
+            i = j

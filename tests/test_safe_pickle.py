@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import gzip
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.load.safe_pickle import UnsafePickleError, safe_loads, scan_opcodes
-from traceanalyzer.load.snapshot import load_snapshot, read_snapshot_object
+from traceanalyzer.load.snapshot import _TooLargeToBuild, load_snapshot, read_snapshot_object
 
 
 def _reduce_os_system(marker: Path) -> bytes:
@@ -40,7 +41,7 @@ class _Evil:
         return (os.system, (f"touch {self.marker}",))
 
 
-HOSTILE = {
+HOSTILE: dict[str, Callable[[Path], bytes]] = {
     "reduce_os_system": _reduce_os_system,
     "stack_global_exec": _stack_global_eval,
     "pickled_object_p4": lambda m: pickle.dumps({"segments": [], "device_traces": [[_Evil(m)]]}, protocol=4),
@@ -80,11 +81,14 @@ def test_loader_reports_hostile_file_as_input_error(tmp_path: Path, name: str) -
 
 
 def test_hostile_gzip_streamed_path_refused(tmp_path: Path) -> None:
-    # Large-file path (no scan, streamed through gzip) must refuse too.
+    # Large-file path (the streaming reader, through gzip) must refuse too; the C unpickler
+    # never takes bytes the scan has not passed.
     marker = tmp_path / "pwned"
     f = tmp_path / "snap.pickle.gz"
     f.write_bytes(gzip.compress(HOSTILE["pickled_object_p4"](marker)))
     with pytest.raises(InputError, match="refused"):
+        load_snapshot(f, streaming=True)
+    with pytest.raises(_TooLargeToBuild):
         read_snapshot_object(f, scan_limit=0)
     assert not marker.exists()
 

@@ -10,6 +10,7 @@ import pickle
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,9 +28,9 @@ def _write(tmp_path: Path, obj: object, name: str = "s.pickle") -> Path:
     return p
 
 
-def _laughs(levels: int) -> list:
+def _laughs(levels: int) -> list[Any]:
     """A list whose expanded size doubles per level (each level names the previous twice)."""
-    x: list = [1]
+    x: list[Any] = [1]
     for _ in range(levels):
         x = [x, x]
     return x
@@ -41,7 +42,7 @@ def test_memo_references_count_toward_the_object_budget(tmp_path: Path, streamin
     p = _write(tmp_path, {"segments": [], "device_traces": [], "extra": [big] * 100})
     assert p.stat().st_size < 5000
     with pytest.raises(InputError) as e:
-        load_snapshot(p, streaming=False, budget=PickleBudget(max_objects=50_000))
+        load_snapshot(p, streaming=streaming, budget=PickleBudget(max_objects=50_000))
     msg = str(e.value)
     assert "max_objects = 50,000" in msg and "TRACEANALYZER_SNAPSHOT_MAX_OBJECTS" in msg and str(p) in msg
     assert "\n" not in msg
@@ -108,7 +109,7 @@ def test_blocks_sharing_an_address_are_dropped_and_analysis_stays_small(tmp_path
     blocks = [{"address": a, "size": 512, "requested_size": 512, "state": "active_allocated", "frames": []}
               for _ in range(1000)]
     segs = [{"device": 0, "address": a, "total_size": 512, "blocks": [b]} for b in blocks]
-    tr = [{"action": act, "addr": a, "size": 512, "stream": 0, "time_us": i, "frames": []}
+    tr: list[dict[str, Any]] = [{"action": act, "addr": a, "size": 512, "stream": 0, "time_us": i, "frames": []}
           for i in range(500) for act in ("alloc", "free_completed")]
     p = _write(tmp_path, {"segments": segs, "device_traces": [tr]})
     m = load_snapshot(p)
@@ -135,14 +136,75 @@ def test_string_and_container_limits(tmp_path: Path, streaming: bool) -> None:
         load_snapshot(p, streaming=streaming, budget=PickleBudget(max_items=500))
 
 
-def test_nesting_depth_limit(tmp_path: Path) -> None:
-    x: list = []
+@pytest.mark.parametrize("streaming", [False, True])
+def test_nesting_depth_limit(tmp_path: Path, streaming: bool) -> None:
+    x: list[Any] = []
     for _ in range(50):
         x = [x]
     p = _write(tmp_path, {"segments": [], "deep": x})
     with pytest.raises(InputError, match="max_depth = 20"):
-        load_snapshot(p, budget=PickleBudget(max_depth=20))
-    assert load_snapshot(p).meta.n_segments == 0
+        load_snapshot(p, streaming=streaming, budget=PickleBudget(max_depth=20))
+    assert load_snapshot(p, streaming=streaming).meta.n_segments == 0
+
+
+def _raw_pickle(body: bytes) -> bytes:
+    """A protocol-4 pickle of ``{"segments": [], "x": <body>}`` (``body`` pushes one object)."""
+    return (b"\x80\x04}\x94(\x8c\x08segments\x94]\x94\x8c\x01x\x94" + body + b"u.")
+
+
+@pytest.mark.parametrize("shape", ["appends", "marks", "tuples", "memo"])
+def test_streaming_reader_refuses_deep_nesting_at_once(tmp_path: Path, shape: str) -> None:
+    # GIVEN 100,000 levels built four ways: EMPTY_LIST pushes closed by single APPENDs (no
+    # MARK at all), nested MARK ... LIST, nested 1-tuples (whose hashing once cost depth
+    # squared), and lists built one memo reference inside the next
+    n = 100_000
+    if shape == "appends":
+        body = b"]" * n + b"a" * (n - 1)
+    elif shape == "marks":
+        body = b"(" * n + b"l" * n
+    elif shape == "tuples":
+        body = b"K\x01" + b"\x85" * n
+    else:  # memo slot 0 holds the last level; each new list appends it, then takes the slot
+        body = b"]q\x000" + b"]h\x00aq\x000" * n + b"h\x00"
+    p = tmp_path / "deep.pickle"
+    p.write_bytes(_raw_pickle(body))
+    # WHEN streamed THEN refused by the depth limit in well under a second of work
+    with pytest.raises(InputError, match="max_depth = 100") as e:
+        load_snapshot(p, streaming=True)
+    assert "TRACEANALYZER_SNAPSHOT_MAX_DEPTH" in str(e.value) and "\n" not in str(e.value)
+    # and the small-file path (opcode scan) refuses it the same way
+    with pytest.raises(InputError, match="max_depth = 100"):
+        load_snapshot(p, streaming=False)
+
+
+def test_streaming_reader_counts_memo_references_of_nested_containers(tmp_path: Path) -> None:
+    # GIVEN billion laughs: 40 levels, each a list naming the previous level twice
+    p = _write(tmp_path, {"segments": [], "x": _laughs(40)})
+    # WHEN streamed THEN refused by max_objects while reading, in a moment
+    with pytest.raises(InputError, match="max_objects = 500,000,000"):
+        load_snapshot(p, streaming=True)
+    # and a lowered limit trips on a flat list referenced a few times
+    big = list(range(1000))
+    p = _write(tmp_path, {"segments": [], "x": [big] * 20}, "flat.pickle")
+    with pytest.raises(InputError, match="max_objects = 10,000"):
+        load_snapshot(p, streaming=True, budget=PickleBudget(max_objects=10_000))
+    assert load_snapshot(p, streaming=True, budget=PickleBudget(max_objects=30_000)).meta.n_segments == 0
+
+
+def test_every_snapshot_path_is_budgeted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The C unpickler only takes bytes the opcode scan passed: a plain file over the scan
+    # limit is never unpickled by it, but streamed (with the same budget).
+    from traceanalyzer.load import snapshot as snapshot_mod
+    from traceanalyzer.load.safe_pickle import DEFAULT_SCAN_LIMIT
+    from traceanalyzer.load.snapshot import _TooLargeToBuild, read_snapshot_object
+
+    p = _write(tmp_path, {"segments": [], "x": _laughs(40), "pad": "p" * 4000})
+    with pytest.raises(_TooLargeToBuild):
+        read_snapshot_object(p, scan_limit=1000)
+    assert snapshot_mod.STREAM_MIN_BYTES == DEFAULT_SCAN_LIMIT
+    monkeypatch.setattr(snapshot_mod, "STREAM_MIN_BYTES", 1000)
+    with pytest.raises(InputError, match="max_objects"):
+        load_snapshot(p)  # streamed by size
 
 
 def test_gzip_bomb_refused_by_ratio(tmp_path: Path) -> None:
@@ -169,11 +231,11 @@ def test_cli_refusal_is_one_line_exit_2(tmp_path: Path) -> None:
     assert "Traceback" not in r.stderr and "max_objects" in r.stderr
 
 
-def _snapshot(n_segs: int = 40, n_entries: int = 300) -> dict:
+def _snapshot(n_segs: int = 40, n_entries: int = 300) -> dict[str, Any]:
     segs = [{"device": 0, "address": 1 << 20 * (i + 1), "total_size": 1024, "segment_pool_id": (0, 0),
              "blocks": [{"address": 1 << 20 * (i + 1), "size": 1024, "state": "inactive", "frames": []}]}
             for i in range(n_segs)]
-    tr = [{"action": "alloc" if i % 2 == 0 else "free_completed", "addr": 1 << 20, "size": 1024,
+    tr: list[dict[str, Any]] = [{"action": "alloc" if i % 2 == 0 else "free_completed", "addr": 1 << 20, "size": 1024,
            "stream": 0, "time_us": i, "frames": []} for i in range(n_entries)]
     return {"segments": segs, "device_traces": [tr]}
 
@@ -219,7 +281,7 @@ def test_gzip_appends_bomb_refused_before_parsing(tmp_path: Path) -> None:
     assert time.perf_counter() - t < 20
 
 
-def _small_snapshot() -> dict:
+def _small_snapshot() -> dict[str, Any]:
     fr = [{"name": "f", "filename": "a.py", "line": 1}]
     seg = {"device": 0, "address": 4096, "total_size": 512, "segment_type": "large", "segment_pool_id": (0, 0),
            "frames": [], "blocks": [{"address": 4096, "size": 512, "state": "active_allocated",

@@ -4,8 +4,9 @@ A pickle is a program: a few bytes can name one object many times through the me
 (``MEMOIZE``/``GET``), so a 184-byte file can describe a billion-element tree, and a
 gzip can expand a megabyte into a gigabyte of ``APPENDS``. The opcode walk of
 :func:`~traceanalyzer.load.safe_pickle.scan_opcodes` (and the streaming reader for
-large files) checks each limit as it goes and refuses the file with one line naming
-the limit and how to raise it, before the loader builds anything from it.
+large files, :mod:`~traceanalyzer.load.pickle_stream`) checks each limit as it goes and
+refuses the file with one line naming the limit and how to raise it, before the loader
+builds anything from it.
 
 Limits, each raised with an environment variable (``TRACEANALYZER_SNAPSHOT_<NAME>``,
 e.g. ``TRACEANALYZER_SNAPSHOT_MAX_OBJECTS=4000000000``) or
@@ -45,11 +46,9 @@ class PickleBudget:
 
     Defaults leave a wide margin over the real snapshots in ``../shared`` (largest:
     0.21 M objects counted with memo references (0.43 per file byte), 5,163 elements
-    in one container, strings ≤ 122 bytes, depth 9, gzip ratio ≤ 37). ``max_objects``
-    is checked by the opcode scan, which covers the files built whole in memory
-    (≤ 16 MB unpacked: ≤ 7 M objects at the real density); larger files are read by the
-    streaming reader, whose memory is bounded by design, and are checked for
-    ``max_items``, ``max_string_bytes`` and ``max_gzip_ratio``."""
+    in one container, strings ≤ 122 bytes, depth 9, gzip ratio ≤ 37). Every limit is
+    checked on every path: by the opcode scan of the files built whole in memory
+    (≤ 16 MB unpacked), and by the streaming reader that takes the larger ones."""
 
     max_objects: int = 500_000_000
     max_items: int = 200_000_000
@@ -79,4 +78,19 @@ class PickleBudget:
             "docs/memory.md, 'Input budget')")
 
 
-__all__ = ["BudgetExceeded", "ENV_PREFIX", "PickleBudget"]
+# (what the limit counts, what trips it) per field, for the budget table
+# (:data:`traceanalyzer.load.budget.LIMITS`).
+LIMIT_TEXT: dict[str, tuple[str, str]] = {
+    "max_objects": ("objects a snapshot pickle builds, each memo reference counted as the whole object again",
+                    "a 'billion laughs' pickle (one list referenced thousands of times)"),
+    "max_items": ("elements of one list/dict/tuple of a snapshot pickle",
+                  "a pickle of 10^9 APPENDS, a forged container length"),
+    "max_string_bytes": ("bytes of one string of a snapshot pickle", "a forged or huge string"),
+    "max_depth": ("nesting levels of a snapshot pickle's containers (real snapshots nest 9 deep)",
+                  "nested lists/tuples built to overflow a stack"),
+    "max_gzip_ratio": ("unpacked bytes per compressed byte of a .pickle.gz, beyond a free 32 MB",
+                       "a gzip bomb"),
+}
+
+
+__all__ = ["BudgetExceeded", "ENV_PREFIX", "LIMIT_TEXT", "PickleBudget"]

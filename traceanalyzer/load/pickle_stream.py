@@ -105,9 +105,13 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
     passed to ``on_batch(target_list, items)`` and *not* appended: the lists of
     trace entries come back empty and the caller keeps what it took from them.
 
-    ``budget`` (default :meth:`PickleBudget.from_env`): ``max_string_bytes`` is checked
-    before a string is read, ``max_items`` on every batch and container; memory stays
-    bounded by design, so ``max_objects`` is left to the opcode scan of small files.
+    ``budget`` (default :meth:`PickleBudget.from_env`), the same budget as the opcode
+    scan of small files: ``max_string_bytes`` is checked before a string is read,
+    ``max_items`` on every batch and container, ``max_objects`` on every batch and every
+    memo reference to a container (which counts all that container holds again, see
+    :func:`measure`), ``max_depth`` on every ``MARK`` (each open one is a container being
+    filled), every memo reference to a container, and on the tree as built before it is
+    returned (the nesting that ``APPEND``/``SETITEM`` alone can build).
 
     ``salvage``: on data cut short, raise :class:`StreamTruncated` carrying what was
     read before the cut (trace entries read so far are handed to ``on_batch``) instead
@@ -120,6 +124,27 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
     """
     b = budget or PickleBudget.from_env()
     max_items, max_str = b.max_items, b.max_string_bytes
+    max_objects, max_depth = b.max_objects, b.max_depth
+    # Objects built, counted as the opcode scan counts them: each element added to a
+    # container (per batch, not per opcode), and for a memo reference to a container,
+    # everything it holds again (its weight, see :func:`measure`).
+    total = 0
+    weights: _Cache = {}
+
+    def too_many_objects() -> Exception:
+        return b.exceeded("max_objects", f"more than {max_objects:,} objects, memo references counted as the "
+                                         f"objects they repeat (byte {base + pos})")
+
+    def too_deep(d: int) -> Exception:
+        return b.exceeded("max_depth", f"nesting {d:,} deep, deeper than {max_depth:,} (byte {base + pos})")
+
+    def check_tree(root: Any) -> None:
+        """The whole tree as built (trace entries excepted: handed over), measured afresh."""
+        w, d = measure(root, {}, max_objects)
+        if d > max_depth:
+            raise too_deep(d)
+        if w > max_objects:
+            raise too_many_objects()
 
     def too_long(n: int) -> Exception:
         return b.exceeded("max_string_bytes", f"a string of {n:,} bytes (byte {base + pos})")
@@ -159,10 +184,12 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
         return s
 
     def dedup(t: tuple[Any, ...]) -> tuple[Any, ...]:
-        try:
-            return tuples.setdefault(t, t) if len(tuples) < _MAX_INTERNED else t
-        except TypeError:  # holds a list/dict
-            return t
+        # Tuples of scalars only: hashing a nested tuple walks it (recursively, in C), so
+        # a chain of nested tuples would cost its depth squared, and its depth in C stack.
+        for x in t:
+            if type(x) not in _FLAT:
+                return t
+        return tuples.setdefault(t, t) if len(tuples) < _MAX_INTERNED else t
 
     def get(i: int) -> Any:
         try:
@@ -174,6 +201,18 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
                 raise StreamFallback("a memo reference to an absorbed trace entry")
             raise ValueError(f"memo index {i} not defined")
         return o
+
+    def ref(o: Any) -> int:
+        """A memo reference to container ``o``: the objects it repeats beyond the one element
+        the reference counts where it is added (refused past the depth limit)."""
+        h = weights.get(id(o))
+        if h is not None and h[0] is o and h[1] == len(o):
+            w, d = h[2], h[3]
+        else:
+            w, d = measure(o, weights, max_objects)
+        if d > max_depth:
+            raise too_deep(d)
+        return w - 1
 
     def put(i: int) -> None:
         n = len(memo)
@@ -206,8 +245,14 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
             pos += 1
             # Ordered by frequency in real snapshots (BINGET first: the most common).
             if op == 0x68:    # BINGET
-                stack.append(get(buf[pos]))
+                o = get(buf[pos])
                 pos += 1
+                ot = type(o)
+                if ot is not str and ot in _CONTAINERS:
+                    total += ref(o)
+                    if total > max_objects:
+                        raise too_many_objects()
+                stack.append(o)
             elif op == 0x8a:  # LONG1
                 n = buf[pos]
                 stack.append(int.from_bytes(buf[pos + 1:pos + 1 + n], "little", signed=True))
@@ -216,6 +261,8 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
                 metastack.append(stack)
                 stack = []
                 markmemo.append(len(memo))
+                if len(metastack) > max_depth:  # each open MARK is a container being filled
+                    raise too_deep(len(metastack))
             elif op == 0x94:  # MEMOIZE
                 if not stack:
                     raise ValueError("MEMOIZE on an empty stack")
@@ -236,6 +283,9 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
                     raise ValueError("SETITEMS with an odd number of items")
                 if len(items) + 2 * len(d) > 2 * max_items:
                     raise too_many(len(items) // 2 + len(d))
+                total += len(items)
+                if total > max_objects:
+                    raise too_many_objects()
                 for i in range(0, len(items), 2):
                     d[items[i]] = items[i + 1]
             elif op == 0x4a:  # BININT
@@ -257,13 +307,22 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
                     raise ValueError("APPENDS on a non-list")
                 if len(items) + len(lst) > max_items:
                     raise too_many(len(items) + len(lst))
+                total += len(items)
+                if total > max_objects:
+                    raise too_many_objects()
                 if _is_entry_batch(items):
                     absorb(lst, items, m0)
                 else:
                     lst.extend(items)
             elif op == 0x6a:  # LONG_BINGET
-                stack.append(get(unpack_from("<I", buf, pos)[0]))
+                o = get(unpack_from("<I", buf, pos)[0])
                 pos += 4
+                ot = type(o)
+                if ot is not str and ot in _CONTAINERS:
+                    total += ref(o)
+                    if total > max_objects:
+                        raise too_many_objects()
+                stack.append(o)
             elif op == 0x95:  # FRAME: framing is only a read-ahead hint
                 pos += 8
             elif op == 0x5d:  # EMPTY_LIST
@@ -294,11 +353,15 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
                 if type(d) is not dict:
                     raise ValueError("SETITEM on a non-dict")
                 d[k] = v
+                total += 2
             elif op == 0x61:  # APPEND
                 v = stack.pop()
                 lst = stack[-1]
                 if type(lst) is not list:
                     raise ValueError("APPEND on a non-list")
+                total += 1
+                if len(lst) >= max_items:
+                    raise too_many(len(lst) + 1)
                 if type(v) is dict and "action" in v:
                     absorb(lst, [v], len(memo))
                     # its own memo slot (memoized before the APPEND) is freed too
@@ -330,6 +393,7 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
                 items = stack
                 stack = metastack.pop()
                 markmemo.pop()
+                total += len(items)
                 stack.append(dedup(tuple(items)))
             elif op == 0x6c:  # LIST
                 items = stack
@@ -337,6 +401,7 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
                 markmemo.pop()
                 if len(items) > max_items:
                     raise too_many(len(items))
+                total += len(items)
                 stack.append(items)
             elif op == 0x64:  # DICT
                 items = stack
@@ -344,6 +409,9 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
                 markmemo.pop()
                 if len(items) & 1:
                     raise ValueError("DICT with an odd number of items")
+                if len(items) > 2 * max_items:
+                    raise too_many(len(items) // 2)
+                total += len(items)
                 stack.append({items[i]: items[i + 1] for i in range(0, len(items), 2)})
             elif op == 0x8b:  # LONG4
                 n = unpack_from("<i", buf, pos)[0]
@@ -388,6 +456,7 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
                 s = stack[-1]
                 if type(s) is not set:
                     raise ValueError("ADDITEMS on a non-set")
+                total += len(items)
                 s.update(items)
             elif op == 0x91:  # FROZENSET
                 items = stack
@@ -412,6 +481,9 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
             elif op == 0x2e:  # STOP
                 if len(stack) != 1 or metastack:
                     raise ValueError("STOP with an unbalanced stack")
+                if total > max_objects:
+                    raise too_many_objects()
+                check_tree(stack[0])
                 return stack[0]
             elif op in (0x49, 0x4c, 0x46, 0x53, 0x56, 0x70, 0x67):
                 # Text opcodes (INT, LONG, FLOAT, STRING, UNICODE, PUT, GET): newline-terminated.
@@ -436,7 +508,12 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
                 elif op == 0x70:
                     put(int(line))
                 else:
-                    stack.append(get(int(line)))
+                    o = get(int(line))
+                    if type(o) in _CONTAINERS:
+                        total += ref(o)
+                        if total > max_objects:
+                            raise too_many_objects()
+                    stack.append(o)
             else:
                 raise _refuse(buf, pos - 1, base + pos - 1)
     except (EOFError, IndexError, struct_error) as exc:
@@ -473,8 +550,78 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
                         top[items[i]] = items[i + 1]
                     except TypeError:  # an unhashable key: the pair is lost
                         pass
+        if stack:
+            check_tree(stack[0])
         raise StreamTruncated(stack[0] if stack else None, at) from None
 
+
+
+_CONTAINERS = frozenset({list, dict, tuple, set, frozenset})
+_FLAT = frozenset({str, int, float, bool, type(None), bytes})
+
+# id(container) → (the container, its length then, weight, depth): the container is held so
+# that its id cannot be reused while the entry stands.
+_Cache = dict[int, tuple[Any, int, int, int]]
+
+
+def measure(obj: Any, cache: _Cache, cap: int) -> tuple[int, int]:
+    """(weight, depth) of ``obj``, counted as :func:`~traceanalyzer.load.safe_pickle.scan_opcodes`
+    counts them: weight = objects, every reference to a shared container counting all it
+    holds again (a dict's keys included); depth = nesting levels of containers (a flat
+    list: 1). Iterative (no recursion however deep); a container met again inside itself
+    (a cycle) counts 1. Results are cached per container while its length stays the same,
+    so repeated references cost one lookup. Stops early, returning a weight over ``cap``,
+    once the weight passes ``cap``."""
+    if type(obj) not in _CONTAINERS:
+        return 1, 0
+
+    def hit(x: Any) -> tuple[int, int] | None:
+        h = cache.get(id(x))
+        if h is not None and h[0] is x and h[1] == len(x):
+            return h[2], h[3]
+        return None
+
+    def children(x: Any) -> Any:
+        return iter(x.values()) if type(x) is dict else iter(x)
+
+    found = hit(obj)
+    if found is not None:
+        return found
+    path = [(obj, children(obj))]
+    acc = [[1 + (len(obj) if type(obj) is dict else 0), 1]]
+    onpath = {id(obj)}
+    while True:
+        o, it = path[-1]
+        top = acc[-1]
+        for x in it:
+            if type(x) not in _CONTAINERS:
+                top[0] += 1
+                continue
+            h = hit(x)
+            if h is not None:
+                top[0] += h[0]
+                if h[1] + 1 > top[1]:
+                    top[1] = h[1] + 1
+                continue
+            if id(x) in onpath:
+                top[0] += 1
+                continue
+            onpath.add(id(x))
+            path.append((x, children(x)))
+            acc.append([1 + (len(x) if type(x) is dict else 0), 1])
+            break
+        else:
+            path.pop()
+            w, d = acc.pop()
+            onpath.discard(id(o))
+            cache[id(o)] = (o, len(o), w, d)
+            if not acc:
+                return w, d
+            acc[-1][0] += w
+            if d + 1 > acc[-1][1]:
+                acc[-1][1] = d + 1
+            if acc[-1][0] > cap:
+                return acc[-1][0], acc[-1][1]  # past the budget: no need to finish
 
 
 def _text_string(line: bytes) -> str:

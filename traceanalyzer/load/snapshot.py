@@ -196,24 +196,26 @@ def read_snapshot_object(path: str | Path, scan_limit: int = DEFAULT_SCAN_LIMIT,
                          budget: PickleBudget | None = None) -> tuple[Any, int | None, int]:
     """Safely unpickle ``path`` (plain or gzip); returns (object, protocol, file bytes).
 
-    Small inputs (≤ ``scan_limit`` bytes unpacked) are opcode-scanned first so a
-    hostile file is refused with the exact opcode; every input is unpickled with the
-    class-refusing unpickler. Large inputs are streamed, never read whole.
+    Only inputs up to ``scan_limit`` bytes (file and unpacked) are read here: they are
+    opcode-scanned first, so a hostile file is refused with the exact opcode and the
+    input budget is checked before anything is built, then unpickled with the
+    class-refusing unpickler. A larger input raises :class:`_TooLargeToBuild` (the
+    streaming reader, with the same budget, takes it): the C unpickler never runs on
+    bytes the scan has not passed.
     """
     p = Path(path)
     budget = budget or PickleBudget.from_env()
     f, size = _open(p, budget)
     try:
         head, protocol = _pickle_head(p, f)
-        if size <= scan_limit:
-            # bounded: a small gzip can unpack to gigabytes; past the scan limit it streams
-            data = head + f.read(scan_limit + 1)
-            if len(data) > scan_limit + 2:
-                raise _TooLargeToBuild
-            scan_opcodes(data, budget)
-            obj = RestrictedUnpickler(_BytesReader(data)).load()
-        else:
-            obj = RestrictedUnpickler(_Prefixed(head, f)).load()
+        if size > scan_limit:
+            raise _TooLargeToBuild
+        # bounded: a small gzip can unpack to gigabytes; past the scan limit it streams
+        data = head + f.read(scan_limit + 1)
+        if len(data) > scan_limit + 2:
+            raise _TooLargeToBuild
+        scan_opcodes(data, budget)
+        obj = RestrictedUnpickler(_BytesReader(data)).load()
     except _TooLargeToBuild:
         raise
     except Exception as exc:  # noqa: BLE001 - mapped to one line below
@@ -225,8 +227,9 @@ def read_snapshot_object(path: str | Path, scan_limit: int = DEFAULT_SCAN_LIMIT,
 
 # Files larger than this are read by the streaming machine (bounded memory, more CPU
 # time than the C unpickler); smaller ones by the C unpickler after the opcode scan
-# (its memory is several times the file, so this size bounds it).
-STREAM_MIN_BYTES = 32 << 20
+# (its memory is several times the file, so this size bounds it). The scan's limit: every
+# file is either scanned or streamed, both under the whole budget.
+STREAM_MIN_BYTES = DEFAULT_SCAN_LIMIT
 
 
 def _stream_snapshot_object(path: Path, sink: _TraceSink, budget: PickleBudget | None = None,
@@ -890,8 +893,9 @@ def load_snapshot(path: str | Path, streaming: bool | None = None,
     try:
         return _load_snapshot(p, False, budget)
     except _TooLargeToBuild:
-        raise InputError(p, f"refused: a gzip snapshot that unpacks past {DEFAULT_SCAN_LIMIT:,} bytes and uses "
-                            "memo references the streaming reader does not reproduce") from None
+        raise InputError(p, f"refused: a snapshot of more than {DEFAULT_SCAN_LIMIT:,} bytes that refers back to "
+                            "a trace entry through the pickle memo (no real snapshot does; the streaming reader "
+                            "does not reproduce it)") from None
 
 
 def _load_snapshot(p: Path, streaming: bool, budget: PickleBudget, salvage: bool = False) -> SnapshotModel:

@@ -66,9 +66,11 @@ from pathlib import Path
 from typing import Any
 
 from traceanalyzer.errors import InputError
+from traceanalyzer.load.budget import Budget
 from traceanalyzer.load.chrome_trace.assembly import _assemble, _refuse_object
 from traceanalyzer.load.chrome_trace.exact import _collect_events
 from traceanalyzer.load.chrome_trace.framing import _ChunkedLoader, _Unframed
+from traceanalyzer.load.chrome_trace.guard import clip_strings, max_depth
 from traceanalyzer.load.jsonio import parse_json, read_bytes
 from traceanalyzer.model.trace import TraceModel
 
@@ -97,17 +99,30 @@ def load_chrome_trace_simple(path: str | Path) -> TraceModel:
 
     The reference semantics of the loader (the chunked path must give the same
     model); also the path for files the chunked reader cannot frame.
+
+    The input budget (:mod:`traceanalyzer.load.budget`) holds here too: strings past the
+    string limit are cut before decoding (one counted warning), JSON nested past the depth
+    limit is refused before decoding, and more events than the event limit are refused
+    before the event loop (the whole document is in memory on this path by design).
     """
     p = Path(path)
-    data, warnings = read_bytes(p)
+    budget = Budget.from_env()
+    data, warnings = read_bytes(p, budget)
+    data, n_clipped, longest, open_len = clip_strings(data, budget.max_string_bytes)
+    if n_clipped:
+        warnings.append(budget.string_warning(n_clipped, max(longest, open_len)))
+    depth, at = max_depth(data, 0)
+    if depth > budget.max_depth:
+        raise budget.depth_exceeded(p, depth, at)
     parsed = parse_json(p, data)
     del data
     warnings.extend(parsed.warnings)
-    return build_model(p, parsed.doc, warnings)
+    return build_model(p, parsed.doc, warnings, budget)
 
 
-def build_model(path: Path, doc: Any, warnings: list[str] | None = None) -> TraceModel:
-    """Build the model from an already-decoded document (dict or bare array)."""
+def build_model(path: Path, doc: Any, warnings: list[str] | None = None, budget: Budget | None = None) -> TraceModel:
+    """Build the model from an already-decoded document (dict or bare array); more events
+    than ``budget.max_events`` (default: :meth:`Budget.from_env`) are refused."""
     autograd_array = False
     if isinstance(doc, list):
         events = doc
@@ -124,6 +139,9 @@ def build_model(path: Path, doc: Any, warnings: list[str] | None = None) -> Trac
         top = {k: v for k, v in doc.items() if k != "traceEvents"}
     else:
         raise InputError(path, f"not a chrome trace: top-level JSON {type(doc).__name__}")
+    budget = budget or Budget.from_env()
+    if len(events) > budget.max_events:
+        raise budget.events_exceeded(path, len(events))
     frames, stats = _collect_events(events, autograd_array)
     del events
     return _assemble(path, top, autograd_array, {t: [f] for t, f in frames.items()}, stats, list(warnings or []))

@@ -32,8 +32,10 @@ import orjson
 import polars as pl
 
 from traceanalyzer.errors import InputError
+from traceanalyzer.load.budget import DEPTH_CEILING, Budget
 from traceanalyzer.load.chrome_trace.assembly import _assemble
 from traceanalyzer.load.chrome_trace.exact import _collect_events
+from traceanalyzer.load.chrome_trace.guard import StringSkipper, _structure, clip_strings, max_depth
 from traceanalyzer.load.chrome_trace.ndjson import _NL_TO_TAB, _decode_region, _fast_chunk, _NotFast
 from traceanalyzer.load.chrome_trace.raw import _RAW_COLS, _Stats
 from traceanalyzer.load.jsonio import (
@@ -51,6 +53,7 @@ from traceanalyzer.model.trace import TraceModel
 if TYPE_CHECKING:
     import numpy as np
 
+__all__ = ["CHUNK_BYTES", "PARALLEL_CHUNK_BYTES", "_ChunkedLoader", "_Unframed", "_brackets", "_structure"]
 
 CHUNK_BYTES = 4 << 20
 # Regions when two are decoded at once (see _ChunkedLoader): the same peak as one region
@@ -73,43 +76,6 @@ _SEP = re.compile(rb"\}\s*,\s*\{")
 
 class _Unframed(Exception):
     """The chunked reader cannot frame this file: the simple path takes it."""
-
-
-def _structure(buf: bytes | memoryview, depth0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The brackets of ``buf`` outside strings: (positions, byte, depth after each).
-
-    ``buf`` must start outside a string, at nesting depth ``depth0``. Escaped quotes
-    are told apart by the parity of the backslash run before them. For whole chunks
-    (the exact path); the small framing jobs use :func:`_brackets`, which stops early
-    and needs no numpy (whose import a plain trace run then never pays).
-    """
-    import numpy as np
-
-    a = np.frombuffer(buf, np.uint8)
-    q = np.flatnonzero(a == 0x22)
-    if q.size:
-        prev = a[np.maximum(q - 1, 0)] == 0x5C
-        prev[q == 0] = False
-        cand = np.flatnonzero(prev)
-        if cand.size:
-            escaped = np.zeros(q.size, bool)
-            for i in cand.tolist():
-                j = int(q[i]) - 1
-                n = 0
-                while j >= 0 and a[j] == 0x5C:
-                    n += 1
-                    j -= 1
-                escaped[i] = bool(n & 1)
-            q = q[~escaped]
-    kind = np.zeros(256, np.int8)
-    kind[[ord("{"), ord("[")]] = 1
-    kind[[ord("}"), ord("]")]] = -1
-    kind = kind[a]
-    br = np.flatnonzero(kind)
-    if q.size:
-        br = br[(np.searchsorted(q, br) & 1) == 0]
-    step = kind[br]
-    return br, a[br], depth0 + np.cumsum(step, dtype=np.int64)
 
 
 def _brackets(buf: bytes | memoryview, depth0: int) -> Iterator[tuple[int, int, int]]:
@@ -177,7 +143,13 @@ class _ChunkedLoader:
         self.chunk = max(1, chunk_bytes)
         self.pool: ThreadPoolExecutor | None = None
         self.pending: deque[_Pending] = deque()
-        self.stream = ByteStream(path)
+        self.budget = Budget.from_env()
+        self.stream = ByteStream(path, self.budget)
+        self.skipper = StringSkipper()
+        self.n_clipped = 0  # strings cut to the string limit
+        self.longest_clipped = 0
+        self.open_clipped = 0  # length so far of the string being skipped
+        self.events_seen = 0  # events counted in the regions handed to a decoder
         self.frames: dict[str, list[pl.DataFrame]] = {t: [] for t in _RAW_COLS}
         self.stats = _Stats()
         self.n_tokens = 0
@@ -212,9 +184,18 @@ class _ChunkedLoader:
         wait = self.chunk
         # The empty block first: what the header left may already fill a chunk (appending
         # the next block before cutting made the first chunk twice the others).
+        limit = self.budget.max_string_bytes
         for block in chain((b"",), blocks):
+            if self.skipper.active:
+                rest = self.skipper.feed(block)
+                if rest is None:
+                    continue
+                self.longest_clipped = max(self.longest_clipped, self.open_clipped + self.skipper.dropped)
+                block = rest
             if tail_parts is not None:
                 tail_parts.append(block)
+                if sum(map(len, tail_parts)) > limit:
+                    tail_parts = [self._clip(b"".join(tail_parts))]
                 continue
             if block:
                 parts.append(block)
@@ -222,6 +203,8 @@ class _ChunkedLoader:
             if n < wait:
                 continue
             carry = b"".join(parts) if len(parts) > 1 else parts[0]
+            if len(carry) > limit:
+                carry = self._clip(carry)
             before = len(carry)
             try:
                 carry, tail = self._step(carry)
@@ -239,6 +222,8 @@ class _ChunkedLoader:
             wait = 2 * n if n >= before else self.chunk
         carry = b"".join(parts)
         del parts
+        if len(carry) > limit:
+            carry = self._clip(carry)
         if tail_parts is None:
             try:
                 self._drain(carry)
@@ -256,6 +241,10 @@ class _ChunkedLoader:
             # construction; the simple path's decoder words the error.
             raise _Unframed
         warnings = list(self.stream.warnings)
+        if self.n_clipped:
+            if self.skipper.active:  # the file ended inside the string
+                self.longest_clipped = max(self.longest_clipped, self.open_clipped + self.skipper.dropped)
+            warnings.append(self.budget.string_warning(self.n_clipped, self.longest_clipped))
         warnings += repair_warnings(self.n_tokens, self.n_ctrl, self.not_strict)
         if self.truncated_at is not None:
             warnings.append(truncation_warning(self.truncated_at, total))
@@ -264,6 +253,47 @@ class _ChunkedLoader:
         return _assemble(self.path, self.top, self.autograd, self.frames, self.stats, warnings)
 
     _first_ph_missing = False
+
+    def _clip(self, buf: bytes) -> bytes:
+        """``buf`` with its strings cut to the string limit (:func:`.guard.clip_strings`); a
+        string still open at its end is closed by dropping the rest of it as it streams in."""
+        out, count, longest, open_len = clip_strings(buf, self.budget.max_string_bytes)
+        if count:
+            self.n_clipped += count
+            self.longest_clipped = max(self.longest_clipped, longest)
+            if open_len:
+                self.open_clipped = open_len
+                self.skipper.start(buf)
+        return out
+
+    def _count(self, buf: bytes, end: int, n: int | None = None) -> None:
+        """Count the events of a region (``buf[:end]``) about to be decoded and refuse the file
+        once the total passes the event limit. ``n``: the exact count (exact framing); otherwise
+        the separators are counted, and only a total past the limit pays for an exact
+        count (a separator inside a string must not refuse a genuine file)."""
+        max_events = self.budget.max_events
+        if n is None:
+            n = buf.count(self.sep, 0, end) + 1 if self.sep else 1
+            if self.events_seen + n > max_events:
+                _, ch, depth = _structure(memoryview(buf)[:end], 1)
+                n = int(((depth == 2) & ((ch == 0x7B) | (ch == 0x5B))).sum())
+        self.events_seen += n
+        if self.events_seen > max_events:
+            raise self.budget.events_exceeded(self.path, self.events_seen, self.offset + end)
+
+    def _check_depth(self, region: bytes | memoryview) -> None:
+        """Refuse a region nested past the depth limit. Needed only where the limit is below
+        :data:`~traceanalyzer.load.budget.DEPTH_CEILING`: at the ceiling, the columnar
+        reader refuses a deeper region itself, which then takes the exact path, where
+        the depth comes with the framing."""
+        if self.budget.max_depth < DEPTH_CEILING:
+            depth, at = max_depth(region, 1)
+            self._depth_refusal(depth, at)
+
+    def _depth_refusal(self, depth: int, at: int) -> None:
+        depth += 0 if self.autograd else 1  # levels in the document: the top-level object too
+        if depth > self.budget.max_depth:
+            raise self.budget.depth_exceeded(self.path, depth, self.offset + at)
 
     def _header(self, blocks: Iterator[bytes]) -> bytes:
         """Consume blocks up to the ``[`` that opens the events; return what follows."""
@@ -436,8 +466,12 @@ class _ChunkedLoader:
         return carry[end + 1:] if end >= 0 else None
 
     def _fast(self, region: bytes) -> bool:
+        self._check_depth(region)
+        seen = self.events_seen
+        self._count(region, len(region))
         got = _decode_region(region, self.sep_nd, self.sep_nl, self.autograd)
         if got is None:
+            self.events_seen = seen  # the exact path counts them
             return False
         self._add(*got)
         return True
@@ -445,6 +479,8 @@ class _ChunkedLoader:
     def _ahead(self, carry: bytes, p: int, nxt: int) -> bytes:
         """Send ``carry[:p + 1]`` to the pool and move on as if it decodes (see the class);
         with two regions in flight, first settle the older one. Returns the rest."""
+        self._check_depth(memoryview(carry)[: p + 1])
+        self._count(carry, p + 1)
         if self.pool is None:
             self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="traceanalyzer-load")
         future = self.pool.submit(_decode_region, carry[: p + 1], self.sep_nd, self.sep_nl, self.autograd)
@@ -476,6 +512,7 @@ class _ChunkedLoader:
             if not q.future.cancel():
                 q.future.result()  # let it finish: its working set goes with it
         self.offset, self.last_end = first.offset, first.last_end
+        self.events_seen = self.stats.n_events  # the regions dropped are counted again
         self.workers = 1
         parts = [first.carry[: first.nxt], *(q.carry[: q.nxt] for q in later), carry]
         del first, later
@@ -490,6 +527,9 @@ class _ChunkedLoader:
         import numpy as np
 
         br, ch, depth = _structure(view, 1)
+        if depth.size:
+            i = int(depth.argmax())
+            self._depth_refusal(int(depth[i]), int(br[i]))
         closed = np.flatnonzero(depth <= 0)
         array_end = int(br[closed[0]]) if closed.size else -1
         if closed.size:
@@ -518,6 +558,8 @@ class _ChunkedLoader:
                 resume = 0
         content = bytes(view[:content_end])
         del view
+        if n:
+            self._count(content, len(content), n)
         if content.strip(_WS):
             self._exact_content(content, starts[:n], ends, starts_ch[:n])
         if n:
