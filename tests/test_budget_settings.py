@@ -43,12 +43,12 @@ def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_budget_keys_are_split_from_thresholds() -> None:
-    budget, rest = split_budget({"budget.max_input_size": "1G", "idle_gaps.long_gap_us": 5})
-    assert budget == {"max_input_size": "1G"} and rest == {"idle_gaps.long_gap_us": 5}
+    budget, rest = split_budget({"budget.max_input_bytes": "1G", "idle_gaps.long_gap_us": 5})
+    assert budget == {"max_input_bytes": "1G"} and rest == {"idle_gaps.long_gap_us": 5}
 
 
 def test_apply_budget_sets_the_loaders_variables() -> None:
-    apply_budget({"max_input_size": "2K", "snapshot_max_depth": 12, "max_gzip_ratio": 50}, "test")
+    apply_budget({"max_input_bytes": "2K", "snapshot_max_depth": 12, "max_gzip_ratio": 50}, "test")
     assert os.environ["TRACEANALYZER_MAX_INPUT_BYTES"] == "2048"
     assert os.environ["TRACEANALYZER_SNAPSHOT_MAX_DEPTH"] == "12"
     assert float(os.environ["TRACEANALYZER_MAX_GZIP_RATIO"]) == 50.0
@@ -57,7 +57,7 @@ def test_apply_budget_sets_the_loaders_variables() -> None:
 
 @pytest.mark.parametrize("values, expected", [
     ({"max_nothing": 1}, "the input budget has no limit 'max_nothing'"),
-    ({"max_input_size": "12Q"}, "expected a size such as 40G"),
+    ({"max_input_bytes": "12Q"}, "expected a size such as 40G"),
     ({"max_gzip_ratio": "nan"}, "expected a number such as 500, above zero"),
     ({"snapshot_max_objects": -3}, "expected a positive whole number"),
     ({"snapshot_max_objects": 1.5}, "expected a positive whole number"),
@@ -65,14 +65,14 @@ def test_apply_budget_sets_the_loaders_variables() -> None:
 ])
 def test_a_bad_budget_value_is_one_line_and_sets_nothing(values: dict[str, object], expected: str) -> None:
     with pytest.raises(ConfigError) as err:
-        apply_budget({"max_input_size": "1G", **values}, "cfg.toml")
+        apply_budget({"max_input_bytes": "1G", **values}, "cfg.toml")
     assert str(err.value).startswith("cfg.toml: ") and expected in str(err.value)
     assert "TRACEANALYZER_MAX_INPUT_BYTES" not in os.environ  # checked whole before anything is set
 
 
 def test_config_budget_table_refuses_and_the_global_option_wins(tmp_path: Path) -> None:
     cfg = tmp_path / "budget.toml"
-    cfg.write_text('[budget]\nmax_input_size = "1K"\n\n[idle_gaps]\nlong_gap_us = 100\n')
+    cfg.write_text('[budget]\nmax_input_bytes = "1K"\n\n[idle_gaps]\nlong_gap_us = 100\n')
     refused = _run("analyze", str(SAMPLE), "-o", str(tmp_path / "a"), "--format", "json", "--config", str(cfg),
                    cwd=tmp_path)
     assert refused.returncode == 2, refused.stderr
@@ -131,7 +131,7 @@ def test_max_memory_is_batch_per_file_limit(tmp_path: Path) -> None:
 def test_budget_travels_with_batch_tasks(tmp_path: Path) -> None:
     """A task carries the client's budget (a Dask worker on another machine has its own
     environment) and the worker applies it: a limit lowered on the client refuses the file."""
-    apply_budget({"max_input_size": "1K"}, "test")
+    apply_budget({"max_input_bytes": "1K"}, "test")
     task = make_tasks([Input(path=str(SAMPLE), rel=SAMPLE.name, run="r", kind="trace", rank=None, world_size=None,
                              size=SAMPLE.stat().st_size)], {}, "fp", {}, ["json"], None)[0]
     assert task["budget_env"] == {"TRACEANALYZER_MAX_INPUT_BYTES": "1024"}
@@ -140,6 +140,42 @@ def test_budget_travels_with_batch_tasks(tmp_path: Path) -> None:
     del os.environ["TRACEANALYZER_MAX_INPUT_BYTES"]
     answer = analyse_one(task)
     assert answer["row"]["status"] == "error" and "input size limit of 1.0 KiB" in answer["row"]["error"]
+
+
+def test_every_limit_of_the_loaders_is_a_setting() -> None:
+    """One registry: every limit the loaders read (load.budget.LIMITS) can be set by name."""
+    from traceanalyzer.load.budget import LIMITS
+
+    settings = budget_settings()
+    assert {s.env for s in settings.values()} == {limit.env for limit in LIMITS}
+    assert {"max_events", "max_string_bytes", "max_depth", "snapshot_max_objects"} <= set(settings)
+
+
+def test_depth_past_the_decoders_ceiling_is_refused_as_a_setting() -> None:
+    with pytest.raises(ConfigError) as err:
+        apply_budget({"max_depth": 5000}, "--set budget.max_depth=5000")
+    assert str(err.value).startswith("--set budget.max_depth=5000: ") and "at most 1,000" in str(err.value)
+    assert "TRACEANALYZER_MAX_DEPTH" not in os.environ
+
+
+def test_limit_option_and_config_table_reach_the_trace_loader(tmp_path: Path) -> None:
+    """--limit max_events=N refuses a trace of more events, with one line naming the option; the
+    same limit from a [budget] table does too; a bad --limit is a usage error."""
+    by_option = _run("--limit", "max_events=50", "analyze", str(SAMPLE), "-o", str(tmp_path / "a"), "--format",
+                     "json", cwd=tmp_path)
+    assert by_option.returncode == 2, by_option.stderr
+    assert "more than 50 events" in by_option.stderr and "--limit max_events=" in by_option.stderr
+    assert len(by_option.stderr.strip().splitlines()) == 1
+    cfg = tmp_path / "b.toml"
+    cfg.write_text("[budget]\nmax_events = 50\n")
+    by_file = _run("analyze", str(SAMPLE), "-o", str(tmp_path / "b"), "--format", "json", "--config", str(cfg),
+                   cwd=tmp_path)
+    assert by_file.returncode == 2 and "more than 50 events" in by_file.stderr
+    for bad, expected in (("max_events", "expected NAME=N"), ("max_foo=3", "the input budget has no limit"),
+                          ("max_events=-1", "expected a positive whole number")):
+        proc = _run("--limit", bad, "analyze", str(SAMPLE), cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.startswith(f"error: --limit '{bad}': "), proc.stderr
+        assert expected in proc.stderr
 
 
 def test_zz_no_budget_variable_left_behind() -> None:

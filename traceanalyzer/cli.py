@@ -48,18 +48,22 @@ class _Group(click.Group):
               help="Snapshot budget: raise one limit of what a snapshot pickle may build (max_objects, "
                    "max_items, max_string_bytes, max_depth, max_gzip_ratio). Same as "
                    "TRACEANALYZER_SNAPSHOT_<NAME> or [budget] snapshot_<name>. Repeatable.")
+@click.option("--limit", "limits", metavar="NAME=N", multiple=True,
+              help="Input budget: set any limit by its name (max_events, max_string_bytes, max_depth, "
+                   "max_input_bytes, max_gzip_ratio, snapshot_max_objects, …; docs/input_formats.md). Same as "
+                   "its TRACEANALYZER_* variable or [budget] NAME = N in --config. Repeatable.")
 @click.option("--max-memory", metavar="SIZE", default=None,
               help="Memory the run may use (e.g. 8G): analyze, memory and compare run in a child process "
                    "stopped with one line past it; batch uses it as --file-memory. Default: no limit "
                    "beyond the input budget. Same as TRACEANALYZER_MAX_MEMORY.")
 @click.pass_context
 def cli(ctx: click.Context, max_input_size: str | None, max_gzip_ratio: str | None,
-        snapshot_limits: tuple[str, ...], max_memory: str | None) -> None:
+        snapshot_limits: tuple[str, ...], limits: tuple[str, ...], max_memory: str | None) -> None:
     """Analyze PyTorch profiler traces and CUDA memory snapshots, offline.
 
     The input budget (docs/input_formats.md) refuses files that would cost more than real
     traces do; its options go before the sub-command and hold for the whole run."""
-    set_budget(max_input_size, max_gzip_ratio, snapshot_limits)
+    set_budget(max_input_size, max_gzip_ratio, snapshot_limits, limits)
     limit = memory_limit(max_memory)
     if limit is not None and ctx.invoked_subcommand in _SUPERVISED:
         from traceanalyzer.supervise import run_supervised
@@ -94,14 +98,15 @@ def memory_limit(option: str | None) -> int | None:
     return None if os.environ.get(ENV_CHILD) else limit
 
 
-def set_budget(max_input_size: str | None, max_gzip_ratio: str | None, snapshot_limits: tuple[str, ...]) -> None:
+def set_budget(max_input_size: str | None, max_gzip_ratio: str | None, snapshot_limits: tuple[str, ...],
+               limits: tuple[str, ...] = ()) -> None:
     """Put the budget options into the environment the loaders read (so batch worker
     processes inherit them), after checking each: a bad value is a one-line usage error
     naming the option."""
     from traceanalyzer.errors import ConfigError
     from traceanalyzer.params import apply_budget
 
-    for option, key, value in (("--max-input-size", "max_input_size", max_input_size),
+    for option, key, value in (("--max-input-size", "max_input_bytes", max_input_size),
                                ("--max-gzip-ratio", "max_gzip_ratio", max_gzip_ratio)):
         if value is None:
             continue
@@ -125,6 +130,14 @@ def set_budget(max_input_size: str | None, max_gzip_ratio: str | None, snapshot_
                                   f"{', '.join(names)}") from None
             expected = str(exc).rpartition(": expected ")[2]
             raise ConfigError(f"--snapshot-limit {item!r}: expected {expected}") from None
+    for item in limits:
+        name, sep, raw = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--limit {item!r}: expected NAME=N, e.g. --limit max_events=50000000")
+        try:
+            apply_budget({name.strip().lower(): raw}, f"--limit {item}", from_options=True)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace(f"--limit {item}: ", f"--limit {item!r}: ", 1)) from None
 
 
 def _register_commands() -> None:

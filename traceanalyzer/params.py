@@ -124,21 +124,21 @@ def _count(text: str) -> str:
 
 
 def budget_settings() -> dict[str, BudgetSetting]:
-    """Every limit of the input budget, by its ``[budget]`` key."""
-    from dataclasses import fields
+    """Every limit of the input budget (:data:`traceanalyzer.load.budget.LIMITS`), by its
+    ``[budget]`` key: the trace limits by their name (``max_events``), the snapshot limits with
+    ``snapshot_`` in front (``snapshot_max_objects``)."""
+    from traceanalyzer.load.budget import LIMITS
 
-    from traceanalyzer.load.budget import ENV_MAX_GZIP_RATIO, ENV_MAX_INPUT_BYTES
-    from traceanalyzer.load.pickle_budget import ENV_PREFIX, PickleBudget
-
-    out = [
-        BudgetSetting("max_input_size", ENV_MAX_INPUT_BYTES, "--max-input-size", _size,
-                      "JSON text bytes once decompressed"),
-        BudgetSetting("max_gzip_ratio", ENV_MAX_GZIP_RATIO, "--max-gzip-ratio", _ratio,
-                      "decompressed bytes per compressed byte of a .gz trace"),
-    ]
-    out += [BudgetSetting(f"snapshot_{f.name}", ENV_PREFIX + f.name.upper(), f"--snapshot-limit {f.name}=N",
-                          _count, f"snapshot pickles: {f.name.replace('_', ' ')}")
-            for f in fields(PickleBudget)]
+    checks = {"size": _size, "count": _count, "ratio": _ratio}
+    options = {"max_input_bytes": "--max-input-size", "max_gzip_ratio": "--max-gzip-ratio"}
+    out = []
+    for limit in LIMITS:
+        key = limit.name if limit.applies_to == "trace" else f"snapshot_{limit.name}"
+        if limit.applies_to == "snapshot":
+            option = f"--snapshot-limit {limit.name}=N"
+        else:
+            option = options.get(limit.name, f"--limit {key}=N")
+        out.append(BudgetSetting(key, limit.env, option, checks[limit.kind], limit.description))
     return {s.key: s for s in out}
 
 
@@ -160,12 +160,28 @@ def apply_budget(values: Mapping[str, Any], origin: str, *, from_options: bool =
             staged[setting.env] = setting.check(str(value).strip())
         except ValueError as exc:
             raise ConfigError(f"{origin}: budget.{key} = {value!r}: expected {exc}") from None
-    for env, text in staged.items():
-        if from_options:
-            _FROM_OPTIONS.add(env)
-        elif env in _FROM_OPTIONS:
-            continue
-        os.environ[env] = text
+    staged = {env: text for env, text in staged.items() if from_options or env not in _FROM_OPTIONS}
+    before = {env: os.environ.get(env) for env in staged}
+    os.environ.update(staged)
+    try:
+        _check_as_loaders_read()
+    except ConfigError as exc:
+        for env, old in before.items():
+            if old is None:
+                os.environ.pop(env, None)
+            else:
+                os.environ[env] = old
+        raise ConfigError(f"{origin}: {exc}") from None
+    if from_options:
+        _FROM_OPTIONS.update(staged)
+
+
+def _check_as_loaders_read() -> None:
+    """Read the budget the way the loaders will (limits checked against each other and their
+    ceilings, e.g. ``max_depth`` ≤ 1,000), so a bad setting fails here, before any input."""
+    from traceanalyzer.load.budget import Budget
+
+    Budget.from_env()
 
 
 def split_budget(overrides: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -200,7 +200,7 @@ class Budget:
         where = f" by byte {at:,}" if at is not None else ""
         return InputError(path, f"holds more than {self.max_events:,} events ({reached:,} counted{where}), past the "
                                 f"event limit (real traces hold up to a few million); if the file is genuine, raise "
-                                f"it with {ENV_MAX_EVENTS}={_more(reached)}")
+                                f"it with --limit max_events={_more(reached)} (or {ENV_MAX_EVENTS}={_more(reached)})")
 
     def depth_exceeded(self, path: Path, reached: int, at: int | None = None) -> InputError:
         """The refusal of JSON nested deeper than ``max_depth`` (``reached`` levels at byte ``at``)."""
@@ -208,7 +208,8 @@ class Budget:
         if self.max_depth >= DEPTH_CEILING:
             raise_it = "the limit cannot be raised: the JSON decoders stop at 1,024 levels"
         else:
-            raise_it = f"if the file is genuine, raise it (up to {DEPTH_CEILING:,}) with {ENV_MAX_DEPTH}=N"
+            raise_it = (f"if the file is genuine, raise it (up to {DEPTH_CEILING:,}) with --limit max_depth=N "
+                        f"(or {ENV_MAX_DEPTH}=N)")
         return InputError(path, f"JSON nested {reached:,} levels deep{where}, past the nesting depth limit of "
                                 f"{self.max_depth:,} (real traces nest 7 deep); refused as hostile or corrupt "
                                 f"({raise_it})")
@@ -218,7 +219,8 @@ class Budget:
         longest one's length, as far as it was read)."""
         what = "1 string" if count == 1 else f"{count:,} strings"
         return (f"truncated {what} longer than the string limit of {_human(self.max_string_bytes)} to that length "
-                f"(longest: {_human(longest)}); raise the limit with {ENV_MAX_STRING_BYTES}=<size>")
+                f"(longest: {_human(longest)}); raise the limit with --limit max_string_bytes=<size> "
+                f"(or {ENV_MAX_STRING_BYTES}=<size>)")
 
     def check_size(self, path: Path, nbytes: int) -> None:
         """Refuse a plain file larger than the input size limit."""
