@@ -295,3 +295,19 @@ def test_rules_withhold_on_a_capture_only_trace() -> None:
     out = run_rules(results, Config(overrides={"rules.min_cost_pct": 0.0}), strict=True)
     for rid in ("gemm_efficiency", "memory_bound_efficiency", "attention_math_fallback"):
         assert "withheld" in out.not_run[rid]
+
+
+def test_markdown_and_terminal_show_the_heaviest_ops_against_the_peaks() -> None:
+    """report.md gets a compact efficiency table (the planted GEMM at 214.748 TFLOP/s against the
+    H100's peaks) and the terminal summary the same top ops."""
+    from traceanalyzer.pipeline import build_report
+    from traceanalyzer.report.markdown import to_markdown
+    from traceanalyzer.report.terminal import analyze_summary
+
+    report = build_report(_planted(), Config(), source="planted.json")
+    md = to_markdown(report)
+    assert "## Kernel efficiency (against H100 SXM peaks" in md
+    row = next(line for line in md.splitlines() if line.startswith("| `aten::mm`"))
+    assert "| bf16 |" in row and "214.748" in row and "compute |" in row
+    terminal = analyze_summary(report)
+    assert "Kernel efficiency" in terminal and "aten::mm (bf16)" in terminal and "214.7 TFLOP/s" in terminal

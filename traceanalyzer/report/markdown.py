@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from traceanalyzer import __version__
+from traceanalyzer.analyses.efficiency import EfficiencyResult
 from traceanalyzer.analyses.kernels import KernelsResult
 from traceanalyzer.report import renderer
 from traceanalyzer.report.document import JSON_SCHEMA_VERSION, Report, key_evidence
@@ -69,6 +70,34 @@ def _top_kernels(report: Report, rows: int) -> list[str]:
     return [*lines, ""]
 
 
+#: Rows of the kernel-efficiency table in report.md (the HTML and summary.json have them all).
+EFFICIENCY_ROWS = 5
+
+
+def _efficiency(report: Report) -> list[str]:
+    """The heaviest modelled operations against the device's peaks (the efficiency analysis'
+    ``by_op``, in its order: kernel time)."""
+    e = report.results.values.get("efficiency")
+    if not isinstance(e, EfficiencyResult) or e.by_op.is_empty():
+        return []
+    cols = ["kernel_ns", "tflops", "pct_of_peak", "gb_per_s", "pct_of_bandwidth", "pct_of_roofline"]
+    df = e.by_op.head(EFFICIENCY_ROWS).select("op", "precision", "bound", *cols)
+    fmts = table_formats(df)
+    device = e.peaks.get("device") or "unknown device"
+    cov = e.coverage.get("pct_of_kernel_time")
+    scope = f"; these ops hold {cov:.0f} % of kernel time" if cov is not None else ""
+    heads = ["op", "precision", fmts["kernel_ns"].label, "TFLOP/s", "% of its precision's peak", "GB/s",
+             "% of bandwidth", "% of roofline", "bound"]
+    lines = [f"## Kernel efficiency (against {md_text(str(device))} peaks{scope})", "",
+             "| " + " | ".join(heads) + " |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in df.iter_rows(named=True):
+        cells = [fmt_column_value(fmts[c], c, r[c]) if r[c] is not None else "n/a" for c in cols]
+        kernel, tflops, peak, gbs, bw, roof = cells
+        lines.append(f"| {md_cell(str(r['op']), code=True)} | {md_cell(str(r['precision']))} | {kernel} | {tflops} | "
+                     f"{peak} | {gbs} | {bw} | {roof} | {md_cell(str(r['bound']))} |")
+    return [*lines, ""]
+
+
 def to_markdown(report: Report, top_rows: int = TOP_ROWS) -> str:
     facts = report.run_line()
     name = facts[0][1]
@@ -94,6 +123,7 @@ def to_markdown(report: Report, top_rows: int = TOP_ROWS) -> str:
         lines += [f"{md_text(floor)}.", ""]
 
     lines += _top_kernels(report, top_rows)
+    lines += _efficiency(report)
 
     not_done = sorted({**report.results.skipped, **report.not_run})
     if not_done:  # many on an input of another kind (trace rules on a snapshot): named only when few

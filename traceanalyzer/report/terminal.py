@@ -28,8 +28,8 @@ if TYPE_CHECKING:  # batch runs above the report layer: its result type is only 
     from traceanalyzer.batch.runner import BatchResult
 
 #: Sections of the ``analyze`` summary, in order: the whole-trace numbers first, then the verdict.
-_ANALYZE_SECTIONS = ("overview", "diagnosis", "critical_path", "memory_peak", "run_memory", "memory_oom",
-                     "export_timeline")
+_ANALYZE_SECTIONS = ("overview", "diagnosis", "critical_path", "efficiency", "memory_peak", "run_memory",
+                     "memory_oom", "export_timeline")
 #: Of these sections, the only lines shown (the report has the rest).
 _BRIEF = {"diagnosis": ("Verdict", "What would move it", "Dominant phase"),
           "critical_path": ("Critical path (steady step, median)",)}
