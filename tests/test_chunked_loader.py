@@ -662,3 +662,21 @@ def test_mtia_odd_event_alone(tmp_path: Path, odd: bytes, odd_seams: tuple[int, 
     data = b'{"baseTimeNanoseconds": 1000, "traceEvents": [\n  ' + body + b"\n]}"
     m = assert_paths_agree(write(tmp_path, "odd.json", data), chunks=odd_seams)
     assert not isinstance(m, tuple) and m.memcpy.height >= 3
+
+
+def test_memcpy_direction_from_args_kind_on_both_paths(tmp_path: Path, seams: tuple[int, ...]) -> None:
+    """A memcpy whose name does not say its direction (ROCm's ``CopyHostToDevice``,
+    ``hipMemcpyAsync``) takes it from ``args.kind``; an unknown or non-string kind is ignored;
+    a name that says it keeps it. Both decoders agree."""
+    ev = modern_events(2)
+    extra = [
+        {"ph": "X", "cat": "gpu_memcpy", "name": "CopyHostToDevice", "pid": 0, "tid": 7, "ts": 10, "dur": 5,
+         "args": {"device": 0, "stream": 7, "correlation": 9001, "kind": "HtoD", "bytes": 4096}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "hipMemcpyAsync", "pid": 0, "tid": 7, "ts": 20, "dur": 5,
+         "args": {"device": 0, "stream": 7, "correlation": 9002, "kind": 3, "bytes": 64}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "pid": 0, "tid": 7, "ts": 30,
+         "dur": 5, "args": {"device": 0, "stream": 7, "correlation": 9003, "kind": "DtoH", "bytes": 64}},
+    ]
+    m = assert_paths_agree(write(tmp_path, "r.json", kineto_text(doc_of(ev + extra))), chunks=seams)
+    got = dict(m.memcpy.filter(pl.col("correlation") >= 9001).select("name", "kind").iter_rows())
+    assert got == {"CopyHostToDevice": "HtoD", "hipMemcpyAsync": "unknown", "Memcpy DtoH (Device -> Pinned)": "DtoH"}

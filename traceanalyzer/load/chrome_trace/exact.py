@@ -30,6 +30,7 @@ from traceanalyzer.load.chrome_trace.vocabulary import (
     COUNTER_CAT,
     FLOW_KIND,
     KNOWN_OTHER_CATS,
+    MEMCPY_ARG_KIND,
     MTIA_CCP_CAT,
     MTIA_DIRECTION,
     MTIA_DMA,
@@ -155,10 +156,12 @@ class _Collector:
                         )
                     )
                 elif table == "memcpy":
-                    kind = None
                     if cat == MTIA_CCP_CAT:
                         d = a.get("direction")
                         kind = MTIA_DIRECTION.get(d) if isinstance(d, str) else None
+                    else:
+                        k = a.get("kind")
+                        kind = MEMCPY_ARG_KIND.get(k) if isinstance(k, str) else None
                     memcpy.append(
                         (
                             name, ts, dur,

@@ -29,6 +29,7 @@ from traceanalyzer.load.chrome_trace.vocabulary import (
     COUNTER_CAT,
     FLOW_KIND,
     KNOWN_OTHER_CATS,
+    MEMCPY_ARG_KIND,
     MTIA_CCP_CAT,
     MTIA_DIRECTION,
     MTIA_DMA,
@@ -49,9 +50,11 @@ _INT_ARGS = (
     "cbid", "cid", "device", "stream", "registers per thread", "shared memory", "queued", "graph id",
     "bytes", "Device Type", "Device Id", "Addr", "Bytes", "Total Allocated", "Total Reserved", "size",
 )
-# ``direction`` (MTIA DMA) is only looked up in MTIA_DIRECTION: a non-string value that
-# the reader turns into text matches no key, as in the simple path, so it needs no screen.
-_STR_ARGS = ("Collective name", "dtype", "name", "Process Group Name", "Process Group Description", "direction")
+# ``direction`` (MTIA DMA) is only looked up in MTIA_DIRECTION, ``kind`` (a memcpy's) in
+# MEMCPY_ARG_KIND: a non-string value that the reader turns into text matches no key, as in the
+# simple path, so neither needs a screen.
+_STR_ARGS = ("Collective name", "dtype", "name", "Process Group Name", "Process Group Description", "direction",
+             "kind")
 _DIMS_ARGS = ("Input Dims", "Input Strides", "grid", "block")  # JSON text; lists of ints
 _ARG_NAMES = (*_INT_ARGS, *_STR_ARGS, *_DIMS_ARGS, "Input type", "Concrete Inputs")
 _INT_TEXT = r"(?s)^(?:.* )?(-?[0-9]+)$"  # ``_int`` on a string: the number, or the last word's
@@ -383,7 +386,9 @@ def _x_frame(t: str, p: pl.DataFrame) -> pl.DataFrame:
                 _A("Collective name"), comm_dtype, _A("In msg nelems"), _A("Group size")]
     elif t == "memcpy":
         mtia = pl.col("cat") == MTIA_CCP_CAT
-        kind = pl.when(mtia).then(_A("direction").replace_strict(MTIA_DIRECTION, default=None, return_dtype=pl.String))
+        kind = (pl.when(mtia)
+                .then(_A("direction").replace_strict(MTIA_DIRECTION, default=None, return_dtype=pl.String))
+                .otherwise(_A("kind").replace_strict(MEMCPY_ARG_KIND, default=None, return_dtype=pl.String)))
         size = pl.when(mtia).then(_A("size")).otherwise(_A("bytes"))
         cols = [*base, device, stream, _A("correlation"), ext, size, kind]
     elif t == "memset":

@@ -74,6 +74,11 @@ MTIA_DIRECTION: dict[str, str] = {
     "HOST_TO_HOST": "HtoH",
 }
 
+# ``args.kind`` of a memcpy (ROCm, recent CUDA Kineto): read where the name does not carry the
+# direction (``CopyHostToDevice``, ``hipMemcpyAsync``). Only these spellings are taken; any
+# other value is ignored, so a stray non-string cannot invent a direction.
+MEMCPY_ARG_KIND: dict[str, str] = {k: k for k in ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP")}
+
 FLOW_KIND: dict[str, str] = {
     "ac2g": "ac2g",
     "async": "ac2g",
