@@ -75,3 +75,26 @@ def test_containing_matches_a_brute_force_search() -> None:
             assert len(hold) <= 1
             want.append(hold[0] if hold else None)
         assert got == want
+
+
+def test_pytorch_18_call_stack_names_the_user_line() -> None:
+    """PyTorch 1.8-1.9 traces carry no python_function events but a ``Call stack`` on each op
+    (innermost frame first): the call site comes from it, as from Python frames."""
+    from pathlib import Path
+
+    from traceanalyzer.analyses import run_analyses
+    from traceanalyzer.analyses._callsites import has_stacks
+    from traceanalyzer.config import Config
+    from traceanalyzer.model import TraceModel
+    from traceanalyzer.pipeline import load
+
+    model = load(Path(__file__).resolve().parent.parent / "sample_traces" / "legacy_pt18.json", use_cache=False)
+    assert isinstance(model, TraceModel)
+    assert model.python_frames.is_empty() and has_stacks(model)
+    res = run_analyses(model, Config(), only=("copies", "syncs"))
+    copies = res.values["copies"].to_json()
+    item = next(r for r in copies["by_site"] if r["ops"] == "aten::item")
+    assert (item["site"], item["site_kind"]) == ("train.py:57 (train_step)", "python")
+    assert copies["has_stacks"] is True and copies["stack_hint"] is None
+    syncs = res.values["syncs"].to_json()
+    assert [r["site"] for r in syncs["by_site"]] == ["train.py:57 (train_step)"]

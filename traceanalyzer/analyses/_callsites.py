@@ -160,8 +160,17 @@ def short_site(name: pl.Expr) -> pl.Expr:
 
 
 def has_stacks(model: TraceModel) -> bool:
-    """True when the trace holds Python frames (profiled with ``with_stack=True``)."""
-    return model.python_frames.height > 0
+    """True when the trace holds Python frames (profiled with ``with_stack=True``), as
+    ``python_function`` events or, in PyTorch 1.8-1.9 traces, as the ops' ``Call stack``."""
+    return model.python_frames.height > 0 or _legacy_stacks(model).height > 0
+
+
+def _legacy_stacks(model: TraceModel) -> pl.DataFrame:
+    """The CPU ops that carry a ``Call stack`` (PyTorch 1.8-1.9; ``call_stack``)."""
+    ops = model.cpu_ops
+    if "call_stack" not in ops.columns:
+        return ops.clear()
+    return ops.filter(pl.col("call_stack").is_not_null())
 
 
 def _points(points: pl.DataFrame, point_col: str) -> pl.DataFrame:
@@ -193,6 +202,10 @@ def innermost_frames(
     the trace has no stacks or nothing covers the point.
     """
     pts = _points(points, point_col)
+    if model.python_frames.is_empty():
+        legacy = _legacy_stacks(model)
+        if legacy.height:
+            return _legacy_frames(legacy, pts, library_modules, user_modules)
     py = model.python_frames.select("name", "ts_ns", "end_ns", "pid", "tid")
     # Classify each distinct name once (frames repeat: 120k events, a few thousand names).
     names = py.select(pl.col("name").unique()).with_columns(
@@ -204,6 +217,34 @@ def innermost_frames(
     named = py.filter(pl.col("named")).drop("user", "named")
     return pl.DataFrame(
         {"user_frame": _covering(user, pts), "any_frame": _covering(named, pts)},
+        schema={"user_frame": pl.String, "any_frame": pl.String},
+    )
+
+
+def _legacy_frames(
+    ops: pl.DataFrame,
+    pts: pl.DataFrame,
+    library_modules: str | Iterable[str] | None,
+    user_modules: str | Iterable[str] | None,
+) -> pl.DataFrame:
+    """:func:`innermost_frames` from PyTorch 1.8-1.9's ``Call stack`` (``"f(l): fn;…"``, innermost
+    frame first) of the deepest CPU op carrying one that covers each point: ``user_frame`` is
+    that stack's first user frame, ``any_frame`` its first frame."""
+    stacks = ops.select(pl.col("call_stack").unique())
+    frames = (
+        stacks.with_columns(frame=pl.col("call_stack").str.split(";"))
+        .explode("frame")
+        .with_columns(pl.col("frame").str.strip_chars())
+        .filter(pl.col("frame") != "")
+        .with_columns(user=user_frame_expr(pl.col("frame"), library_modules, user_modules))
+    )
+    per_stack = frames.group_by("call_stack").agg(
+        user_frame=pl.col("frame").filter(pl.col("user")).first(), any_frame=pl.col("frame").first()
+    )
+    iv = ops.select("ts_ns", "end_ns", "pid", "tid", "call_stack").join(per_stack, on="call_stack", how="left")
+    user = iv.filter(pl.col("user_frame").is_not_null())
+    return pl.DataFrame(
+        {"user_frame": _covering(user, pts, "user_frame"), "any_frame": _covering(iv, pts, "any_frame")},
         schema={"user_frame": pl.String, "any_frame": pl.String},
     )
 

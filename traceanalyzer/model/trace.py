@@ -69,6 +69,9 @@ SCHEMAS: dict[str, dict[str, pl.DataType | type[pl.DataType]]] = {
         "comm_group_size": pl.Int64,
         "comm_pg_name": pl.String,  # args["Process Group Name"] (a c10d process group id, "0" …)
         "comm_pg_desc": pl.String,  # args["Process Group Description"] ("default_pg" …)
+        # args["Call stack"] of PyTorch 1.8-1.9 traces: "file(line): function;…", innermost first
+        # (null when absent or empty)
+        "call_stack": pl.String,
     },
     "annotations": {**_CPU, "external_id": pl.Int64},
     "python_frames": {**_CPU, "python_id": pl.Int64, "python_parent_id": pl.Int64},

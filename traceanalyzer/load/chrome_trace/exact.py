@@ -119,6 +119,7 @@ class _Collector:
                             _num(a.get("Group size")),
                             a.get("Process Group Name"),
                             a.get("Process Group Description"),
+                            _call_stack(a.get("Call stack")),
                         )
                     )
                 elif table == "python_frames":
@@ -253,3 +254,8 @@ def _collect_events(events: list[Any], autograd_array: bool) -> tuple[dict[str, 
     stats = _Stats(col.skipped, col.unknown_cats, col.counters, len(events))
     stats.no_ph_head = not any(isinstance(e, dict) and "ph" in e for e in events[:100])
     return frames, stats
+
+
+def _call_stack(value: Any) -> str | None:
+    """``args["Call stack"]`` (PyTorch 1.8-1.9): kept when a non-empty string."""
+    return value if isinstance(value, str) and value else None

@@ -54,7 +54,7 @@ _INT_ARGS = (
 # MEMCPY_ARG_KIND: a non-string value that the reader turns into text matches no key, as in the
 # simple path, so neither needs a screen.
 _STR_ARGS = ("Collective name", "dtype", "name", "Process Group Name", "Process Group Description", "direction",
-             "kind")
+             "kind", "Call stack")
 _DIMS_ARGS = ("Input Dims", "Input Strides", "grid", "block")  # JSON text; lists of ints
 _ARG_NAMES = (*_INT_ARGS, *_STR_ARGS, *_DIMS_ARGS, "Input type", "Concrete Inputs")
 _INT_TEXT = r"(?s)^(?:.* )?(-?[0-9]+)$"  # ``_int`` on a string: the number, or the last word's
@@ -375,7 +375,8 @@ def _x_frame(t: str, p: pl.DataFrame) -> pl.DataFrame:
                 _json_strings("Input type"), _json_dims("Input Strides", p), _json_strings("Concrete Inputs"),
                 _A("Collective name"), comm_dtype,
                 _A("In msg nelems"), _A("Out msg nelems"), _A("Group size"), _A("Process Group Name"),
-                _A("Process Group Description")]
+                _A("Process Group Description"),
+                pl.when(_A("Call stack") != "").then(_A("Call stack"))]
     elif t == "python_frames":
         cols = [*base, "pid", "tid", _A("Python id"), _A("Python parent id")]
     elif t == "runtime":

@@ -73,7 +73,7 @@ _RAW_COLS: dict[str, list[str]] = {
     "cpu_ops": [
         "name", "ts", "dur", "pid", "tid", "cat", "external_id", "seq_num", "fwd_thread_id",
         "ev_idx", "input_dims", "input_types", "input_strides", "concrete_inputs", "comm_name", "comm_dtype",
-        "comm_in_nelems", "comm_out_nelems", "comm_group_size", "comm_pg_name", "comm_pg_desc",
+        "comm_in_nelems", "comm_out_nelems", "comm_group_size", "comm_pg_name", "comm_pg_desc", "call_stack",
     ],
     "annotations": ["name", "ts", "dur", "pid", "tid", "external_id"],
     "python_frames": ["name", "ts", "dur", "pid", "tid", "python_id", "python_parent_id"],
