@@ -259,40 +259,7 @@ OTHER_THRESHOLDS = ("idle_gaps.long_gap_us=250", "rules.min_cost_pct=0.5")
 def _worker_ours_analyze_other(path: str) -> dict[str, Any]:
     """``ours-analyze`` with other thresholds (:data:`OTHER_THRESHOLDS`): the re-run the model
     cache serves. The same phase times as ``_worker_ours_analyze``."""
-    t0 = time.perf_counter()
-    import traceanalyzer.commands.analyze as cmd
-    from traceanalyzer.cli import main
-
-    t_import = time.perf_counter()
-    phases: dict[str, float] = {}
-
-    def timed(name: str, fn: Any) -> Any:
-        def wrapper(*a: Any, **kw: Any) -> Any:
-            t = time.perf_counter()
-            try:
-                return fn(*a, **kw)
-            finally:
-                phases[name] = phases.get(name, 0.0) + time.perf_counter() - t
-        return wrapper
-
-    names = vars(cmd)  # the names the command imported: wrapping them times the real CLI's phases
-    for name, phase in (("load", "load_s"), ("build_report", "analyses_s"), ("write_outputs", "write_s")):
-        names[name] = timed(phase, names[name])
-    out = tempfile.mkdtemp(prefix="ta_bench_")
-    argv = ["analyze", path, "-o", out, "--format", "json", "-q"]
-    for item in OTHER_THRESHOLDS:
-        argv += ["--set", item]
-    try:
-        t1 = time.perf_counter()
-        try:
-            main(argv)
-        except SystemExit as exc:
-            if exc.code not in (0, None):
-                raise
-        work = time.perf_counter() - t1
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
-    return {"import_s": t_import - t0, "work_s": work, **phases}
+    return _analyze_cli(path, ["--format", "json", *(arg for item in OTHER_THRESHOLDS for arg in ("--set", item))])
 
 
 def _worker_ours_stages(path: str) -> dict[str, Any]:
