@@ -41,7 +41,9 @@ def num(v: float) -> str:
         v = 0.0
     v = min(max(v, -_CLAMP), _CLAMP)
     text = f"{v:.1f}"
-    return text[:-2] if text.endswith(".0") else ("0" if text == "-0.0" else text)
+    if text == "-0.0":
+        return "0"
+    return text[:-2] if text.endswith(".0") else text
 
 
 def short(text: object, width: int = 48) -> str:
@@ -236,10 +238,10 @@ class Axes:
 
     def text(self, x: float, y: float, s: str, dx: float = 0, dy: float = 0, anchor: str = "start",
              size: float = NOTE_SIZE, color: str = TEXT_COLOR, weight: str = "normal", baseline: str = "middle",
-             halo: bool = False) -> None:
+             halo: bool = False, cls: str = "") -> None:
         """Text at data ``(x, y)`` moved by ``(dx, dy)`` px (``dy`` > 0 is up, as matplotlib's offsets)."""
         self.parts.append(text_svg(self.xs(x) + dx, self.ys(y) - dy, s, anchor, size, color, weight, baseline,
-                                   halo=halo))
+                                   halo=halo, cls=cls))
 
     def legend(self, items: Iterable[LegendItem], loc: str = "upper right", ncol: int = 1) -> None:
         self.legend_items = list(items)
@@ -327,10 +329,10 @@ def marker_svg(x: float, y: float, kind: str, color: str, size: float, title: st
 
 
 def text_svg(x: float, y: float, s: str, anchor: str = "start", size: float = NOTE_SIZE, color: str = TEXT_COLOR,
-             weight: str = "normal", baseline: str = "middle", halo: bool = False) -> str:
+             weight: str = "normal", baseline: str = "middle", halo: bool = False, cls: str = "") -> str:
     """A ``<text>``: one line per ``\\n`` of ``s``; ``baseline``: ``middle``, ``auto`` (above ``y``) or ``hanging``."""
     lines = s.split("\n")
-    attrs = f'font-size="{size}" text-anchor="{anchor}" fill="{esc(color)}"'
+    attrs = (f'class="{cls}" ' if cls else "") + f'font-size="{size}" text-anchor="{anchor}" fill="{esc(color)}"'
     if weight != "normal":
         attrs += f' font-weight="{weight}"'
     if halo:

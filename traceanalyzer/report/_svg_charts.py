@@ -156,7 +156,7 @@ def gpu_time_svg(res: GpuTimeResult, results: Mapping[str, object]) -> str | Non
         if "busy_pct" in d.columns and d.height <= 40:
             for xi, top, bp in zip(x, bottom, d["busy_pct"].to_list()):
                 if bp is not None:
-                    ax.text(xi, top, f"{bp:.0f}%", dy=8, anchor="middle", size=9.5)
+                    ax.text(xi, top, f"{bp:.0f}%", dy=8, anchor="middle", size=9.5, cls="busy-pct")
         if i < nrow - 1 and ax.xticks is not None:  # shared x: labels on the bottom panel only
             ax.xticks = [(p, "") for p, _ in ax.xticks]
         ax.ylabel = f"{device_name(dev, res.vendor)} (ms)" if nrow > 1 else "Time (ms)"
@@ -353,7 +353,7 @@ def idle_causes_svg(res: IdleGapsResult, results: Mapping[str, object]) -> str |
         ax2.bars(xs, tot, 0.75, GREY, titles=[f"gaps {b}: {c:,} gaps, {v:.2f} ms idle"
                                                for b, c, v in zip(bins, counts, tot)])
         for xi, v, c in zip(xs, tot, counts):
-            ax2.text(xi, v, f"{c:,}", dy=7, anchor="middle", size=9.5)
+            ax2.text(xi, v, f"{c:,}", dy=7, anchor="middle", size=9.5, cls="count")
         ax2.title, ax2.xlabel, ax2.ylabel = "Idle time by gap length (n gaps)", "Gap length", "Idle time (ms)"
     return fig.svg()
 

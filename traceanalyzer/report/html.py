@@ -499,7 +499,7 @@ JS = """
 def _csp() -> str:
     digest = base64.b64encode(hashlib.sha256(JS.encode("utf-8")).digest()).decode("ascii")
     return (
-        "default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+        "default-src 'none'; style-src 'unsafe-inline'; "
         f"script-src 'sha256-{digest}'; base-uri 'none'; form-action 'none'"
     )
 
