@@ -165,6 +165,7 @@ def test_roofline_places_the_heaviest_ops() -> None:
     from test_efficiency import _planted
 
     from traceanalyzer.analyses import run_analyses
+    from traceanalyzer.analyses.efficiency import EfficiencyResult
     from traceanalyzer.report import discover
     from traceanalyzer.report.roofline import MAX_LABELS, roofline_points
 
@@ -172,7 +173,9 @@ def test_roofline_places_the_heaviest_ops() -> None:
     results = run_analyses(_planted(), only=("steps", "efficiency"), strict=True)
     drawn = {d.spec.name: d for d in draw_svgs(results, strict=True)}
     root = ET.fromstring(drawn["roofline"].svg or "")
-    pts = roofline_points(results["efficiency"])
+    eff = results["efficiency"]
+    assert isinstance(eff, EfficiencyResult)
+    pts = roofline_points(eff)
     discs = by_class(root, "pt", "circle")
     assert len(discs) == pts.height == 2
     labels = texts(root)
@@ -197,7 +200,7 @@ def test_a_failing_chart_is_reported_on_the_page_not_fatal(report: Any) -> None:
 
     from traceanalyzer.report.html import to_html
 
-    broken = Results(values={"steps": report.results["steps"], "kernels": _Boom()})
+    broken = Results(values={"steps": report.results["steps"], "kernels": _Boom()})  # type: ignore[dict-item]  # a result that fails
     drawn = {d.spec.name: d for d in draw_svgs(broken)}
     assert drawn["kernels"] == DrawnSvg(drawn["kernels"].spec, None, "RuntimeError: boom")
     assert drawn["steps"].svg is not None

@@ -62,7 +62,7 @@ def nice_step(span: float, n: int) -> float:
     if span <= 0 or not math.isfinite(span):
         return 1.0
     raw = span / max(n, 1)
-    mag = 10 ** math.floor(math.log10(raw))
+    mag = 10.0 ** math.floor(math.log10(raw))
     for m in (1, 2, 2.5, 5, 10):
         if m * mag >= raw:
             return m * mag
@@ -115,7 +115,7 @@ class Scale:
                     for k in range(math.ceil(math.log10(lo) - 1e-9), math.floor(math.log10(hi) + 1e-9) + 1)]
         step = nice_step(hi - lo, n)
         first = math.ceil(lo / step - 1e-9)
-        out = []
+        out: list[tuple[float, str]] = []
         k = first
         while k * step <= hi + step * 1e-9 and len(out) < 50:
             out.append((k * step, tick_label(k * step, step)))
@@ -220,7 +220,7 @@ class Axes:
         if not pts:
             return
         d = [f"M{num(pts[0][0])} {num(pts[0][1])}"]
-        for (_px, py), (qx, qy) in zip(pts, pts[1:]):
+        for qx, qy in pts[1:]:
             d.append(f"H{num(qx)}V{num(qy)}" if steps else f"L{num(qx)} {num(qy)}")
         extra = (f' stroke-dasharray="{dash}"' if dash else "") + (f' stroke-opacity="{opacity:.2f}"' if opacity < 1
                                                                     else "")
