@@ -1,4 +1,8 @@
-"""Charts: analysis results → matplotlib figures, shared by the PNG and HTML renderers.
+"""Charts: analysis results → matplotlib figures (the ``png`` format), and the chart registry.
+
+Each chart is drawn two ways from the same results: a matplotlib figure here (``--format png``)
+and its inline SVG twin for the HTML page (:func:`svg_chart`, ``report/_svg_charts.py``), which
+shows the same data, series, labels, colours and title without matplotlib.
 
 Contract
 --------
@@ -19,10 +23,12 @@ A chart is registered with :func:`chart`::
   canvas: no pyplot state, no GUI, safe in threads and on headless machines.
 * Drawing (:class:`ChartDrawing`, :func:`draw_all`): the figures are built in this process,
   then rasterised to PNG by it and by forked children (:func:`chart_jobs`) from one queue;
-  each chart is drawn once per report and shared by the PNG files and the HTML page.
+  each chart is drawn once per report.
+* The HTML page's charts: :func:`draw_svgs` (every chart with an SVG drawing, in the same
+  order; a chart without one, or one that fails, is reported in its place).
 
-matplotlib is imported lazily (:func:`_mpl`) so ``analyze --format json`` never pays
-for it; the Agg backend is selected explicitly there.
+matplotlib is imported lazily (:func:`_mpl`) so a run without ``png`` never pays for it;
+the Agg backend is selected explicitly there.
 """
 
 from __future__ import annotations
