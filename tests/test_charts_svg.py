@@ -59,7 +59,7 @@ def test_every_chart_parses_scales_and_has_finite_coordinates(report: Any, svgs:
             for attr in COORDS:
                 value = e.get(attr)
                 assert value is None or not re.search(r"nan|inf", value, re.I), (name, e.tag, attr, value)
-        assert by_class(root, "bar") or by_class(root, "row"), f"{name}: nothing drawn"
+        assert by_class(root, "bar") or by_class(root, "row") or by_class(root, "pt"), f"{name}: nothing drawn"
         assert all(e.find(NS + "title") is not None for e in by_class(root, "bar")), f"{name}: bars without hover"
 
 
