@@ -196,6 +196,21 @@ class Axes:
         self.parts.append(f'<rect class="{cls}" x="{num(a)}" y="{num(c)}" width="{num(max(b - a, 0.0))}" '
                           f'height="{num(max(d - c, 0.0))}" fill="{esc(color)}"{op}{end}')
 
+    def rects(self, boxes: Iterable[tuple[float, float, float, float]], color: str, title: str = "",
+              cls: str = "bar", opacity: float = 1.0) -> None:
+        """Many rectangles ``(x0, x1, y0, y1)`` of one colour as one ``<path>`` (one hover text for
+        all): a few bytes each, where a ``<rect>`` apiece would weigh ten times more."""
+        d = []
+        for x0, x1, y0, y1 in boxes:
+            a, b = sorted((self.xs(x0), self.xs(x1)))
+            c, e = sorted((self.ys(y0), self.ys(y1)))
+            d.append(f"M{num(a)} {num(c)}h{num(b - a)}v{num(e - c)}h{num(a - b)}z")
+        if not d:
+            return
+        op = f' fill-opacity="{opacity:.2f}"' if opacity < 1 else ""
+        tip = f"<title>{esc(title)}</title>" if title else ""
+        self.parts.append(f'<path class="{cls}" d="{"".join(d)}" fill="{esc(color)}"{op}>{tip}</path>')
+
     def bars(self, xs: Sequence[float], heights: Sequence[float], width: float, colors: str | Sequence[str],
              bottoms: Sequence[float] | None = None, titles: Sequence[str] | None = None) -> None:
         """Vertical bars centred on ``xs``."""

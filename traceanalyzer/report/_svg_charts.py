@@ -264,11 +264,14 @@ def timeline_svg(res: IdleGapsResult, results: Mapping[str, object]) -> str | No
             ax.rect(_ms(lo - ws), _ms(hi - ws), y - half, y + half, GREEN,
                     f"{labels[y]}: first to last GPU activity {_ms(hi - lo):.2f} ms", cls="busy")
     px_per_ms = ax.w / (ax.xs.hi - ax.xs.lo)
-    for r in _gap_runs(clipped, px_per_ms).iter_rows(named=True):
-        x0, x1 = r["b0"] / px_per_ms, (r["b1"] + 1) / px_per_ms
-        ax.rect(x0, x1, r["y"] - half, r["y"] + half, CAUSE_COLORS.get(r["cause"], GREY),
-                f"{CAUSE_LABELS.get(r['cause'], r['cause'])}: {r['idle_ms']:.3f} ms idle here", cls="gap",
-                opacity=r["level"])
+    runs = _gap_runs(clipped, px_per_ms)
+    # one path per row, cause and coverage level (a row has hundreds of runs)
+    for (y, cause, level), grp in runs.group_by("y", "cause", "level", maintain_order=True):
+        boxes = [(b0 / px_per_ms, (b1 + 1) / px_per_ms, y - half, y + half)
+                 for b0, b1 in zip(grp["b0"].to_list(), grp["b1"].to_list())]
+        ax.rects(boxes, CAUSE_COLORS.get(str(cause), GREY), f"{labels[int(y)]} · gaps: "
+                 f"{CAUSE_LABELS.get(str(cause), str(cause))}, {grp['idle_ms'].sum():.3f} ms idle "
+                 f"(drawn at {float(level):.0%} cover)", cls="gap", opacity=float(level))
     longest = g.sort("dur_ns", descending=True).head(5)
     longest_keys = {(r["device"], r["start_ns"]) for r in longest.iter_rows(named=True)}
     marks: dict[tuple[Any, Any], tuple[int, float, int, str, str]] = {}
