@@ -57,8 +57,10 @@ def test_self_contained_no_external_urls(page: Path) -> None:
     html = page.read_text(encoding="utf-8")
     srcs = re.findall(r'\bsrc\s*=\s*"([^"]*)"', html)
     hrefs = re.findall(r'\bhref\s*=\s*"([^"]*)"', html)
-    assert srcs, "the charts should be inline images"
-    assert all(s.startswith("data:image/png;base64,") for s in srcs), [s[:40] for s in srcs]
+    # the charts are inline SVG drawn from the results: no image, no PNG, no xlink to anything
+    assert srcs == [] and "<img" not in html and "data:image/png" not in html
+    assert html.count('<svg xmlns="http://www.w3.org/2000/svg" class="chart-svg"') >= 9
+    assert "xlink:href" not in html and "<image" not in html
     assert all(h.startswith("#") for h in hrefs), hrefs
     assert not re.search(r'(src|href)\s*=\s*["\']?\s*(https?:|//)', html, re.I)
     assert "@import" not in html and not re.search(r"url\(\s*['\"]?(https?:|//)", html)

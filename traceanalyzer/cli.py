@@ -22,7 +22,7 @@ from traceanalyzer.report.text import clean_text
 
 EPILOG = """\b
 Examples:
-  traceanalyzer analyze rank0.pt.trace.json.gz          # report: html, png, md, json
+  traceanalyzer analyze rank0.pt.trace.json.gz          # report: html, md, json (-f all: + png)
   traceanalyzer analyze trace.json -o out/ --format json,md --fail-on warning
   traceanalyzer memory snapshot.pickle                  # why did I OOM?
   traceanalyzer batch runs/ -o reports/ --jobs 8        # many files, ranks grouped into runs

@@ -96,7 +96,7 @@ def analyze(path: str | Path, config: Config | None = None) -> Report:
 
 
 def resolve_formats(formats: Iterable[str] | None) -> list[str]:
-    """Validate a list of format names (``None``/``all`` → every default format)."""
+    """Validate a list of format names (``None`` → every default format; ``all`` → those and ``png``)."""
     known = renderer_registry()
     if not formats:
         return [n for n, s in known.items() if s.default]
@@ -106,7 +106,7 @@ def resolve_formats(formats: Iterable[str] | None) -> list[str]:
             if not name:
                 continue
             if name == "all":
-                out.extend(n for n, s in known.items() if s.default)
+                out.extend(n for n, s in known.items() if s.in_all)
             elif name not in known:
                 raise ConfigError(f"unknown format {name!r}; choose from: {', '.join(sorted(known))}")
             else:

@@ -53,7 +53,8 @@ Examples:
 """)
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...", type=click.Path(dir_okay=True, path_type=str))
 @outdir_option("Directory for report files [default: ./<input>.traceanalyzer].")
-@formats_option("Output formats (comma-separated or repeated) [default: all].")
+@formats_option("Output formats (comma-separated or repeated) [default: html,md,json; 'all' adds png, the charts "
+                "as PNG files].")
 @quiet_option("Print nothing but errors (no progress, no summary).")
 @click.option("--open", "open_report", is_flag=True,
               help="Open report.html in the default browser when done (implies the html format).")
@@ -101,9 +102,9 @@ def command(paths: tuple[str, ...], outdir: str | None, formats: tuple[str, ...]
             report = build_report(model, config, source=str(path))
     if window is not None and "trace_window" in report.results.skipped:
         raise ConfigError(f"--window: {report.results.skipped['trace_window']}")
-    # One unit per chart and per format, so the bar moves while the charts are drawn (most of
-    # this step). The charts are drawn once, for the png and html renderers both: forked
-    # processes rasterise them while this one writes the formats without charts.
+    # One unit per chart and per format, so the bar moves while the PNG charts are drawn (most of
+    # this step with png; the page's SVG charts are cheap): forked processes rasterise them
+    # while this one writes the other formats.
     charts = charts_for(report.results) if CHART_FORMATS & set(fmts) else []
     with progress(f"Writing {', '.join(fmts)}", total=len(charts) + len(fmts), enabled=show) as bar:
         by_format: dict[str, list[Path]] = {}

@@ -23,7 +23,7 @@ Examples:
 """)
 @click.argument("path", type=click.Path(dir_okay=False, path_type=str))
 @outdir_option("Directory for report files [default: ./<input>.traceanalyzer].")
-@formats_option("Output formats (comma-separated or repeated); 'all' for every default format.")
+@formats_option("Output formats (comma-separated or repeated) [default: html,md,json; 'all' adds png].")
 @quiet_option()
 @no_cache_option
 @config_options

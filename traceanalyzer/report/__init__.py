@@ -30,16 +30,20 @@ class RendererSpec:
     func: RenderFunc
     description: str
     default: bool
+    in_all: bool
 
 
 _REGISTRY: dict[str, RendererSpec] = {}
 
 
-def renderer(name: str, *, description: str, default: bool = True) -> Callable[[RenderFunc], RenderFunc]:
-    """Register an output format; ``default`` formats are written when none is asked for."""
+def renderer(name: str, *, description: str, default: bool = True,
+             in_all: bool | None = None) -> Callable[[RenderFunc], RenderFunc]:
+    """Register an output format; ``default`` formats are written when none is asked for, ``in_all``
+    ones (default: the default ones) by ``--format all`` (``png``: not a default, being slow, but in
+    ``all``)."""
 
     def deco(func: RenderFunc) -> RenderFunc:
-        _REGISTRY[name] = RendererSpec(name, func, description, default)
+        _REGISTRY[name] = RendererSpec(name, func, description, default, default if in_all is None else in_all)
         return func
 
     return deco
@@ -59,4 +63,9 @@ def default_formats() -> list[str]:
     return [n for n, s in registry().items() if s.default]
 
 
-__all__ = ["RendererSpec", "default_formats", "registry", "renderer"]
+def all_formats() -> list[str]:
+    """What ``--format all`` writes: the default formats and the slow opt-in ones (``png``)."""
+    return [n for n, s in registry().items() if s.in_all]
+
+
+__all__ = ["RendererSpec", "all_formats", "default_formats", "registry", "renderer"]

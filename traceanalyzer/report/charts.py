@@ -1,4 +1,8 @@
-"""Charts: analysis results → matplotlib figures, shared by the PNG and HTML renderers.
+"""Charts: analysis results → matplotlib figures (the ``png`` format), and the chart registry.
+
+Each chart is drawn two ways from the same results: a matplotlib figure here (``--format png``)
+and its inline SVG twin for the HTML page (:func:`svg_chart`, ``report/_svg_charts.py``), which
+shows the same data, series, labels, colours and title without matplotlib.
 
 Contract
 --------
@@ -19,10 +23,12 @@ A chart is registered with :func:`chart`::
   canvas: no pyplot state, no GUI, safe in threads and on headless machines.
 * Drawing (:class:`ChartDrawing`, :func:`draw_all`): the figures are built in this process,
   then rasterised to PNG by it and by forked children (:func:`chart_jobs`) from one queue;
-  each chart is drawn once per report and shared by the PNG files and the HTML page.
+  each chart is drawn once per report.
+* The HTML page's charts: :func:`draw_svgs` (every chart with an SVG drawing, in the same
+  order; a chart without one, or one that fails, is reported in its place).
 
-matplotlib is imported lazily (:func:`_mpl`) so ``analyze --format json`` never pays
-for it; the Agg backend is selected explicitly there.
+matplotlib is imported lazily (:func:`_mpl`) so a run without ``png`` never pays for it;
+the Agg backend is selected explicitly there.
 """
 
 from __future__ import annotations
@@ -162,9 +168,64 @@ def draw(spec: ChartSpec, results: Mapping[str, object], dpi: int = DPI) -> byte
         return figure_png(fig, dpi=dpi)
 
 
-#: The output formats that show the charts (``png`` writes them, ``html`` embeds them): the
-#: others never import matplotlib.
-CHART_FORMATS = frozenset({"png", "html"})
+#: The output formats whose charts matplotlib draws (``png`` writes them): the others never import
+#: matplotlib (the HTML page draws its charts as inline SVG, :func:`draw_svgs`).
+CHART_FORMATS = frozenset({"png"})
+
+#: A chart's inline SVG version (the HTML page's): the same result → an ``<svg>`` element, or ``None``.
+SvgFunc = Callable[[Any, Mapping[str, object]], "str | None"]
+_SVG: dict[str, SvgFunc] = {}
+
+
+def svg_chart(name: str) -> Callable[[Callable[[R, Mapping[str, object]], str | None]],
+                                     Callable[[R, Mapping[str, object]], str | None]]:
+    """Register the SVG drawing of the chart ``name`` (registered with :func:`chart`): it shows the
+    same data, series, labels, colours and title as the matplotlib figure, drawn by
+    :mod:`traceanalyzer.report._svg` without matplotlib."""
+
+    def deco(func: Callable[[R, Mapping[str, object]], str | None]) -> Callable[[R, Mapping[str, object]],
+                                                                                str | None]:
+        _SVG[name] = func
+        return func
+
+    return deco
+
+
+@dataclass(frozen=True)
+class DrawnSvg:
+    """A chart drawn for the HTML page: its spec and ``<svg>`` element, or the error that stopped it."""
+
+    spec: ChartSpec
+    svg: str | None
+    error: str | None = None
+
+
+def draw_svgs(results: Mapping[str, object], strict: bool = False,
+              on_drawn: Callable[[DrawnSvg], None] | None = None) -> list[DrawnSvg]:
+    """Every applicable chart as inline SVG, in drawing order, without matplotlib. A chart with
+    nothing to show is left out; one that fails (or has no SVG drawing) is reported in its
+    place, never fatal (``strict`` re-raises: tests use it)."""
+    import traceanalyzer.report._svg_charts  # noqa: F401 - registers the SVG drawings
+
+    out: list[DrawnSvg] = []
+    for spec in charts_for(results):
+        func = _SVG.get(spec.name)
+        try:
+            if func is None:
+                raise NotImplementedError("no SVG drawing of this chart")
+            svg = func(results[spec.section], results)
+        except Exception as exc:  # noqa: BLE001 - one broken chart must not sink the report
+            if strict:
+                raise
+            drawn = DrawnSvg(spec, None, f"{type(exc).__name__}: {exc}")
+        else:
+            if svg is None:
+                continue
+            drawn = DrawnSvg(spec, svg)
+        out.append(drawn)
+        if on_drawn is not None:
+            on_drawn(drawn)
+    return out
 
 #: Environment variable: how many processes render charts at once (``1``: in this process).
 JOBS_ENV = "TRACEANALYZER_CHART_JOBS"
@@ -1228,5 +1289,5 @@ def export_timeline_chart(res: ExportTimelineResult, results: Mapping[str, objec
     return fig
 
 
-__all__ = ["CHART_FORMATS", "JOBS_ENV", "ChartDrawing", "ChartSpec", "Drawn", "chart", "chart_jobs", "charts_for",
-           "draw", "draw_all", "figure_png", "new_figure", "registry"]
+__all__ = ["CHART_FORMATS", "JOBS_ENV", "ChartDrawing", "ChartSpec", "Drawn", "DrawnSvg", "chart", "chart_jobs",
+           "charts_for", "draw", "draw_all", "draw_svgs", "figure_png", "new_figure", "registry", "svg_chart"]

@@ -3,7 +3,9 @@
 Layout: a header with the run's metadata and key numbers, the ranked findings, then
 one section per analysis (its key numbers, its charts, its tables), then what could
 not be checked and why. Everything is inline: CSS, a small script (sortable tables,
-collapsible long tables) and the charts as base64 PNGs. There is no external URL.
+collapsible long tables) and the charts as inline SVG drawn from the results
+(:func:`traceanalyzer.report.charts.draw_svgs`; no matplotlib: ``--format png`` writes the
+same charts as PNG files). There is no external URL.
 
 A trace is untrusted input: every string that comes from it (kernel names, file
 paths, annotations, even numbers) goes through :func:`html.escape`, and a
@@ -14,7 +16,7 @@ script has run (the browser test reads both).
 
 Sections come from the generic ``summary_of``/``tables_of`` of each result, so a new
 analysis appears without changes here; charts come from
-:mod:`traceanalyzer.report.charts`.
+:mod:`traceanalyzer.report.charts` (their SVG drawings from ``report/_svg_charts.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from traceanalyzer.analyses import summary_of, tables_of
 from traceanalyzer.analyses.diagnosis import DiagnosisResult
 from traceanalyzer.analyses.timeline_view import TimelineViewResult
 from traceanalyzer.report import renderer
+from traceanalyzer.report.charts import DrawnSvg, draw_svgs
 from traceanalyzer.report.document import JSON_SCHEMA_VERSION, Report, key_evidence
 from traceanalyzer.report.fsutil import atomic_write_text
 from traceanalyzer.report.perfetto import perfetto_link
@@ -126,7 +129,9 @@ button.more:hover,button.tl-btn:hover{background:#eef3f9}
 button.tl-btn{font:inherit;font-size:12px;color:var(--accent);background:#fff;border:1px solid var(--line);
 border-radius:4px;padding:2px 10px;cursor:pointer}
 figure.chart{margin:10px 0 14px}
-figure.chart img{max-width:100%;height:auto;border:1px solid #eaeef2;border-radius:4px}
+figure.chart img,figure.chart svg{max-width:100%;height:auto;border:1px solid #eaeef2;border-radius:4px}
+figure.chart svg{display:block}
+figure.chart svg .bar:hover,figure.chart svg .gap:hover,figure.chart svg .pt:hover{stroke:#1f2328;stroke-width:1}
 figure.chart figcaption{color:var(--muted);font-size:12px}
 .note{color:var(--muted);font-size:12.5px}
 .muted{color:var(--muted)}
@@ -494,7 +499,7 @@ JS = """
 def _csp() -> str:
     digest = base64.b64encode(hashlib.sha256(JS.encode("utf-8")).digest()).decode("ascii")
     return (
-        "default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+        "default-src 'none'; style-src 'unsafe-inline'; "
         f"script-src 'sha256-{digest}'; base-uri 'none'; form-action 'none'"
     )
 
@@ -588,12 +593,12 @@ def table_html(df: pl.DataFrame, ids: _Ids, t0: int | None = None, max_rows: int
     return "".join(parts)
 
 
-def _chart_img(name: str, title: str, png: bytes) -> str:
-    data = base64.b64encode(png).decode("ascii")
-    return (
-        f'<figure class="chart" id="chart-{esc(name)}"><img alt="{esc(title)}" src="data:image/png;base64,{data}">'
-        f"<figcaption>{esc(title)} · also written as {esc(name)}.png</figcaption></figure>"
-    )
+def _chart_svg(name: str, title: str, svg: str) -> str:
+    """A chart as inline SVG (drawn from the results, :func:`charts.draw_svgs`; hover a bar or a
+    point for its value). The page does not know whether ``--format png`` ran beside it, so the
+    caption names no file; the footer says how to get PNGs."""
+    return f'<figure class="chart" id="chart-{esc(name)}">{svg}<figcaption>{esc(title)}</figcaption></figure>'
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -818,12 +823,10 @@ def _not_run(report: Report) -> str:
     )
 
 
-def to_html(report: Report, charts: list[Any] | None = None) -> str:
-    """The whole page. ``charts``: drawn charts (:func:`charts.draw_all`); drawn here when ``None``."""
+def to_html(report: Report, charts: list[DrawnSvg] | None = None) -> str:
+    """The whole page. ``charts``: the charts as SVG (:func:`charts.draw_svgs`); drawn here when ``None``."""
     if charts is None:
-        from traceanalyzer.report.charts import draw_all
-
-        charts = draw_all(report.results)
+        charts = draw_svgs(report.results)
     ids = _Ids()
     t0 = report.meta.get("span_start_ns") if isinstance(report.meta.get("span_start_ns"), int) else None
     specs = analysis_registry()
@@ -850,8 +853,8 @@ def to_html(report: Report, charts: list[Any] | None = None) -> str:
             part.append(f'<p class="doc">{esc(doc)}</p>')
         part.append(_kv(summary_of(result)))
         for d in by_section.get(sname, []):
-            if d.png is not None:
-                part.append(_chart_img(d.spec.name, d.spec.title, d.png))
+            if d.svg is not None:
+                part.append(_chart_svg(d.spec.name, d.spec.title, d.svg))
             else:
                 part.append(f'<p class="note">Chart “{esc(d.spec.title)}” could not be drawn: {esc(d.error)}</p>')
         for ttitle, df in tables_of(result).items():
@@ -898,15 +901,17 @@ def to_html(report: Report, charts: list[Any] | None = None) -> str:
         not_run,
         "</main>",
         f"<footer>Generated offline by traceanalyzer {esc(__version__)} · every number is in summary.json "
-        f"(schema {esc(JSON_SCHEMA_VERSION)})</footer>",
+        f"(schema {esc(JSON_SCHEMA_VERSION)})"
+        + (" · the charts as PNG files: <code>--format png</code>" if charts else "") + "</footer>",
         "</body>",
         "</html>",
     ]
     return "\n".join(p for p in page if p) + "\n"
 
 
-@renderer("html", description="report.html: self-contained page (charts, sortable tables), opens offline")
+@renderer("html", description="report.html: self-contained page (SVG charts, sortable tables), opens offline")
 def render(report: Report, outdir: Path) -> list[Path]:
     path = outdir / "report.html"
-    atomic_write_text(path, to_html(report).replace("<footer>", perfetto_link(outdir) + "<footer>", 1))
+    page = to_html(report)
+    atomic_write_text(path, page.replace("<footer>", perfetto_link(outdir) + "<footer>", 1))
     return [path]
