@@ -38,7 +38,7 @@ Examples:
                required=True)
 @click.option("-j", "--jobs", type=click.IntRange(min=0, max=4096), default=0, show_default="all cores",
               help="Worker processes (0: one per core; 1: no subprocesses).")
-@formats_option("Per-file report formats [default: json,md]; html and png are slower.")
+@formats_option("Per-file report formats [default: json,md]; png (matplotlib charts) is the slow one.")
 @click.option("--no-cache", is_flag=True, help="Re-analyse every file even when its content is unchanged, "
               "parsing it (the model cache is neither read nor written).")
 @click.option("--scheduler", metavar="tcp://HOST:PORT", default=None,
