@@ -158,7 +158,8 @@ def modern_events(n_steps: int = 3) -> list[dict[str, Any]]:
               bytes=128),
             X("gpu_user_annotation", f"ProfilerStep#{s}", t, 60.0, pid=0, tid=7),
             X("python_function", "train.py(42): forward", t + 0.5, 30.0, **{"Python id": s + 5, "Python parent id": 1}),
-            X("cuda_sync", "cudaStreamSynchronize", t + 50, 4.0),
+            X("cuda_sync", "Event Sync", t + 50, 4.0, pid=0, tid=-1, correlation=c + 4, wait_on_stream=7,
+              wait_on_cuda_event_record_corr_id=c + 1),
             {"ph": "s", "cat": "ac2g", "id": c + 1, "ts": t + 2, "pid": 1, "tid": 1, "name": "ac2g"},
             {"ph": "f", "cat": "ac2g", "id": c + 1, "ts": t + 10.001, "pid": 0, "tid": 7, "name": "ac2g", "bp": "e"},
             {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "ts": t + 5, "pid": 1, "tid": 1, "s": "t",
@@ -755,3 +756,14 @@ def test_damage_past_the_fallback_size_is_refused_by_the_chunked_path(
             _ChunkedLoader(f, cb, 1).load()
     with pytest.raises(InputError):
         load_chrome_trace_simple(f)
+
+
+def test_cuda_sync_args_on_both_decoders(tmp_path: Path) -> None:
+    """cuda_sync records keep their correlation and wait_on_* args (other_events columns)."""
+    f = write(tmp_path, "t.json", kineto_text(doc_of(modern_events(3))))
+    ref = assert_paths_agree(f)
+    for m in (ref, _ChunkedLoader(f, 1 << 20, 1).load()):
+        sync = m.other_events.filter(pl.col("cat") == "cuda_sync").sort("ts_ns")
+        assert sync["correlation"].to_list() == [4, 14, 24]
+        assert sync["wait_on_stream"].to_list() == [7, 7, 7]
+        assert sync["wait_on_cuda_event_record_corr_id"].to_list() == [1, 11, 21]
