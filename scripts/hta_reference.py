@@ -517,7 +517,90 @@ def _environment(python: str) -> tuple[str | None, dict[str, Any]]:
     return out[0], {"python": out[1], "pandas": out[2], "numpy": out[3], "platform": platform.machine()}
 
 
+# --------------------------------------------------------------------------------------
+# --queue-length: HTA's queue-length analysis, one small JSON per trace
+# --------------------------------------------------------------------------------------
+
+QUEUE_LENGTH_DIR = REPO_ROOT / "tests" / "data" / "hta_reference"
+#: HTA's own default for get_time_spent_blocked_on_full_queue (CUDA's launch queue limit).
+HTA_MAX_QUEUE = 1024
+
+
+def queue_length_reference(trace_path: str) -> dict[str, Any]:
+    """HTA's queue length of every rank of ``trace_path``, per stream: its summary
+    (``get_queue_length_summary``: pandas ``describe`` of the series values), its
+    ``get_time_spent_blocked_on_full_queue`` at 1024 and at the stream's own maximum, and
+    figures read off its time series (a step function, one row per change): the series'
+    span, the time-weighted mean over that span and the time at length 0."""
+    from hta.analyzers.trace_counters import TraceCounters
+    from hta.trace_analysis import TraceAnalysis
+
+    with tempfile.TemporaryDirectory(prefix="hta_ref_") as tmp:
+        os.symlink(os.path.abspath(trace_path), os.path.join(tmp, os.path.basename(trace_path)))
+        analyzer = TraceAnalysis(trace_dir=tmp)
+        ranks = analyzer.t.get_ranks()
+        series = analyzer.get_queue_length_time_series(ranks=ranks)
+        summary = TraceCounters.get_queue_length_summary_from_time_series(
+            {r: df.copy() for r, df in series.items()})
+        out: dict[str, Any] = {"ranks": ranks, "min_ts": int(analyzer.t.min_ts), "per_rank": {}}
+        for rank, ql in series.items():
+            streams: dict[str, Any] = {}
+            for stream, g in ql.groupby("stream"):
+                g = g.sort_values("ts", kind="stable")
+                ts = g["ts"].to_numpy()
+                qv = g["queue_length"].to_numpy()
+                dur = ts[1:] - ts[:-1]  # each value holds until the next change
+                span = int(ts[-1] - ts[0]) if len(ts) else 0
+                desc = summary.loc[(rank, stream)]["queue_length"] if summary is not None else None
+                one = {int(rank): ql[ql["stream"] == stream].copy()}
+                full = {}
+                for limit in sorted({HTA_MAX_QUEUE, int(qv.max())}):
+                    b = TraceCounters.get_time_spent_blocked_on_full_queue(analyzer.t, one, limit)
+                    full[str(limit)] = (None if b is None or b.empty
+                                        else _num(b["duration_at_max_queue_length"].iloc[0]))
+                streams[str(int(stream))] = {
+                    "pid": _num(g["pid"].iloc[0]),
+                    "describe": {k: _num(v) for k, v in desc.items()} if desc is not None else None,
+                    "series_rows": len(g),
+                    "first_ts": _num(ts[0]), "last_ts": _num(ts[-1]), "span": span,
+                    "time_weighted_mean": round(float((qv[:-1] * dur).sum()) / span, 4) if span else None,
+                    "time_at_zero": _num(dur[qv[:-1] == 0].sum()),
+                    "max": _num(qv.max()),
+                    "duration_at_max_queue_length": full,
+                }
+            out["per_rank"][str(rank)] = {"streams": streams}
+    return out
+
+
+def main_queue_length(paths: list[str], outdir: Path) -> int:
+    """Write ``<outdir>/queue_length_<name>.json`` for every trace of ``paths``."""
+    import hta
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    for p in paths:
+        rel = os.path.relpath(os.path.abspath(p), DEFAULT_ROOT)
+        name = Path(p).name.split(".json")[0]
+        if name.startswith("rank"):  # a generic file name: the folder says which trace it is
+            name = Path(p).parent.name
+        t0 = time.perf_counter()
+        res = queue_length_reference(p)
+        doc = {"generated_by": GENERATED_BY + " --queue-length", "hta_version": getattr(hta, "__version__", None),
+               "trace": rel, "time_unit": "µs since min_ts (HTA aligns a trace to its first event and keeps µs)",
+               **res}
+        target = outdir / f"queue_length_{name}.json"
+        with open(target, "w") as f:
+            json.dump(_clean(doc), f, indent=1, sort_keys=True, allow_nan=False)
+            f.write("\n")
+        print(f"{time.perf_counter() - t0:7.2f}s  wrote {target}", file=sys.stderr, flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--queue-length"]:
+        # python scripts/hta_reference.py --queue-length TRACE... (with the HTA venv's python)
+        return main_queue_length(argv[1:], QUEUE_LENGTH_DIR)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("root", nargs="?", default=str(DEFAULT_ROOT), help="traces root (default: ../shared/data/traces)")
     ap.add_argument("-o", "--output", default=str(DEFAULT_OUTPUT))

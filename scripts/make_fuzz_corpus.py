@@ -279,7 +279,7 @@ def deep_snapshots(out: Path, rng: random.Random) -> None:
 
 
 def damaged_snapshots(out: Path, rng: random.Random) -> None:
-    """Non-string frame names, nested pool ids, a cut-short file, duplicate block addresses."""
+    """Non-string frame names, nested pool ids, a cut-short file, protocols 0/1, duplicate block addresses."""
     s = _snapshot()
     for b in s["segments"][0]["blocks"]:
         b["frames"][0]["name"] = [1, 2]
@@ -292,6 +292,10 @@ def damaged_snapshots(out: Path, rng: random.Random) -> None:
     data = pickle.dumps(_snapshot(200), protocol=4)
     for frac in (0.2, 0.5, 0.9):
         (out / f"snapshot_cut_{int(frac * 100)}.pickle").write_bytes(data[: int(len(data) * frac)])
+    # protocols 0 and 1 (no PROTO opcode): read like the others, whole or cut short
+    (out / "snapshot_protocol0.pickle").write_bytes(pickle.dumps(_snapshot(), protocol=0))
+    data = pickle.dumps(_snapshot(200), protocol=1)
+    (out / "snapshot_protocol1_cut_60.pickle").write_bytes(data[: int(len(data) * 0.6)])
     s = _snapshot()
     for b in s["segments"][0]["blocks"]:
         b["address"] = 4096

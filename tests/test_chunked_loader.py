@@ -158,7 +158,8 @@ def modern_events(n_steps: int = 3) -> list[dict[str, Any]]:
               bytes=128),
             X("gpu_user_annotation", f"ProfilerStep#{s}", t, 60.0, pid=0, tid=7),
             X("python_function", "train.py(42): forward", t + 0.5, 30.0, **{"Python id": s + 5, "Python parent id": 1}),
-            X("cuda_sync", "cudaStreamSynchronize", t + 50, 4.0),
+            X("cuda_sync", "Event Sync", t + 50, 4.0, pid=0, tid=-1, correlation=c + 4, wait_on_stream=7,
+              wait_on_cuda_event_record_corr_id=c + 1),
             {"ph": "s", "cat": "ac2g", "id": c + 1, "ts": t + 2, "pid": 1, "tid": 1, "name": "ac2g"},
             {"ph": "f", "cat": "ac2g", "id": c + 1, "ts": t + 10.001, "pid": 0, "tid": 7, "name": "ac2g", "bp": "e"},
             {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "ts": t + 5, "pid": 1, "tid": 1, "s": "t",
@@ -680,3 +681,89 @@ def test_memcpy_direction_from_args_kind_on_both_paths(tmp_path: Path, seams: tu
     m = assert_paths_agree(write(tmp_path, "r.json", kineto_text(doc_of(ev + extra))), chunks=seams)
     got = dict(m.memcpy.filter(pl.col("correlation") >= 9001).select("name", "kind").iter_rows())
     assert got == {"CopyHostToDevice": "HtoD", "hipMemcpyAsync": "unknown", "Memcpy DtoH (Device -> Pinned)": "DtoH"}
+
+
+# ---------------------------------------------------------------------------
+# Damage in the middle of a file: both decoders give the same outcome
+# ---------------------------------------------------------------------------
+
+def _damaged(text: bytes, events: list[dict[str, Any]], k: int, how: str) -> bytes:
+    """``text`` with damage of kind ``how`` at the start of event ``k``."""
+    s = 0
+    for i in range(k + 1):
+        s = text.find(orjson.dumps(events[i])[:20], s + (1 if i else 0))
+    if how == "bad_token":           # a corrupted event
+        return text[:s + 1] + b'"oops": @@, ' + text[s + 1:]
+    if how == "unterminated_string":  # a closing quote lost: every quote after it flips
+        q = text.find(b'"', text.find(b'"', s + 1) + 1)
+        return text[:q] + text[q + 1:]
+    if how == "garbage_between":
+        return text[:s] + b"#garbage# " + text[s:]
+    if how == "object_cut_midway":   # an event cut short, the next one follows
+        return text[:text.find(b",", s)] + b", " + text[s:]
+    if how == "missing_comma":
+        return text[:s].rstrip().rstrip(b",") + b" " + text[s:]
+    if how == "extra_brace":
+        return text[:s] + b"}," + text[s:]
+    if how == "nul_bytes":           # repaired (control characters), not damage
+        return text[:s + 5] + b"\x00\x01\x02" + text[s + 5:]
+    assert how == "cut_off"          # a killed job: the file ends inside event k
+    return text[:s + 25]
+
+
+DAMAGE = ["bad_token", "unterminated_string", "garbage_between", "object_cut_midway", "missing_comma",
+          "extra_brace", "nul_bytes", "cut_off"]
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+@pytest.mark.parametrize("layout, where", [("kineto", "middle"), ("kineto", "near_end"), ("kineto", "last_event"),
+                                           ("compact", "middle")])
+def test_damage_mid_file_same_outcome_on_both_decoders(tmp_path: Path, how: str, where: str, layout: str) -> None:
+    """Policy (docs/input_formats.md, "Damaged input"): damage inside the events array that
+    is not where the file ends is refused with one line naming the file and the first error's
+    byte on both paths (cutting there would drop every event after it); a file cut off keeps
+    the events before the cut, with the truncation warning; the repairs (control characters)
+    keep everything on both."""
+    events = modern_events(20)
+    text = kineto_text(doc_of(events)) if layout == "kineto" else orjson.dumps(doc_of(events))
+    k = {"middle": len(events) // 2, "near_end": len(events) - 8, "last_event": len(events) - 1}[where]
+    f = write(tmp_path, "damaged.json", _damaged(text, events, k, how))
+    ref = assert_paths_agree(f, chunks=(4096, 1 << 24))
+    if how == "nul_bytes":
+        assert not isinstance(ref, tuple) and "replaced 3 raw control characters with spaces" in ref.warnings
+    elif how == "cut_off":
+        assert not isinstance(ref, tuple)
+        assert any(w.startswith("file is truncated or corrupt near byte") for w in ref.warnings)
+        assert ref.table("kernels").height == sum(1 for e in events[:k] if e.get("cat") == "kernel")
+    else:
+        assert isinstance(ref, tuple), f"{how} at {where}: kept instead of refused"
+        assert ref[1].startswith(f"{f}: not valid JSON (") and "\n" not in ref[1]
+        assert " at byte " in ref[1]
+
+
+@pytest.mark.parametrize("how", ["bad_token", "unterminated_string", "garbage_between", "missing_comma"])
+def test_damage_past_the_fallback_size_is_refused_by_the_chunked_path(
+        tmp_path: Path, how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past SIMPLE_FALLBACK_BYTES the chunked path refuses mid-file damage itself (the simple
+    path's memory would be several times the file): the same outcome, refused."""
+    from traceanalyzer.load.chrome_trace import framing
+
+    monkeypatch.setattr(framing, "SIMPLE_FALLBACK_BYTES", 0)
+    events = modern_events(20)
+    f = write(tmp_path, "damaged.json", _damaged(kineto_text(doc_of(events)), events, len(events) // 2, how))
+    for cb in (4096, 1 << 24):
+        with pytest.raises(InputError, match=r"not valid JSON \(.*byte [\d,]+ of [\d,]+"):
+            _ChunkedLoader(f, cb, 1).load()
+    with pytest.raises(InputError):
+        load_chrome_trace_simple(f)
+
+
+def test_cuda_sync_args_on_both_decoders(tmp_path: Path) -> None:
+    """cuda_sync records keep their correlation and wait_on_* args (other_events columns)."""
+    f = write(tmp_path, "t.json", kineto_text(doc_of(modern_events(3))))
+    ref = assert_paths_agree(f)
+    for m in (ref, _ChunkedLoader(f, 1 << 20, 1).load()):
+        sync = m.other_events.filter(pl.col("cat") == "cuda_sync").sort("ts_ns")
+        assert sync["correlation"].to_list() == [4, 14, 24]
+        assert sync["wait_on_stream"].to_list() == [7, 7, 7]
+        assert sync["wait_on_cuda_event_record_corr_id"].to_list() == [1, 11, 21]

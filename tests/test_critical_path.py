@@ -145,6 +145,53 @@ def test_stream_wait_event_links_streams() -> None:
     assert res.path_edges.filter(pl.col("type") == "sync").height == 2  # wait edge + device sync
 
 
+def _event_wait_trace(args: bool) -> Trace:
+    """k2 (stream 8) waits on the event recorded after k1 (stream 7, 300 µs); a second event is
+    recorded later after k0 (stream 9, 5 µs). Kineto's cuda_sync record of the wait names the
+    first record (``wait_on_cuda_event_record_corr_id``) and its stream (``wait_on_stream``)."""
+    t = Trace()
+    t.step(1, 0, 400)
+    t.launch(5, 3, 10, 300, name="k1", stream=7)
+    rec1 = t.runtime("cudaEventRecord", 9, 1)
+    t.launch(10, 2, 14, 5, name="k0", stream=9)
+    t.runtime("cudaEventRecord", 13, 1)
+    wait = t.runtime("cudaStreamWaitEvent", 15, 1)
+    sync_args: dict[str, Any] = {"correlation": wait, "stream": 8}
+    if args:
+        sync_args |= {"wait_on_stream": 7, "wait_on_cuda_event_record_corr_id": rec1}
+    t.events.append(x("cuda_sync", "Stream Wait Event", 15.5, 0.5, pid=0, tid=8, **sync_args))
+    t.launch(17, 3, 311, 50, name="k2", stream=8)
+    dev = t.runtime("cudaDeviceSynchronize", 21, 341)
+    t.events.append(x("cuda_sync", "Context Sync", 21.5, 340, pid=0, tid=-1, correlation=dev, stream=-1))
+    return t
+
+
+def test_stream_wait_event_follows_the_event_record_args() -> None:
+    """With the cuda_sync record's wait_on_* args the wait edge comes from the kernel launched
+    last on the recorded stream before the named cudaEventRecord (k1), as in HTA; without them
+    the thread's last record before the wait is taken (k0's, the wrong one here)."""
+    res = _run(_event_wait_trace(args=True).model())
+    assert {"k1", "k2"} <= set(res.critical_events["name"])
+    assert "k0" not in set(res.critical_events["name"])
+    # lead 5 µs, launch delay 5, k1 300, the wait edge (0), k2 50
+    assert res.per_step["path_ns"][0] == (5 + 5 + 300 + 50) * US
+    assert _bound(res)["gpu_kernel_launch_overhead"] == 5 * US
+    # By time, k2's wait is pinned on k0 (ended at 19 µs): k2 drops off the path, which ends
+    # with k1 and the device sync, 50 µs short.
+    by_time = _run(_event_wait_trace(args=False).model())
+    assert "k2" not in set(by_time.critical_events["name"])
+    assert by_time.per_step["path_ns"][0] == (5 + 5 + 300) * US
+
+
+def test_cuda_sync_args_are_in_the_model() -> None:
+    """Both decoders keep the cuda_sync record's correlation and wait_on_* arguments."""
+    t = _event_wait_trace(args=True)
+    m = t.model()
+    row = m.other_events.filter(pl.col("cat") == "cuda_sync").row(0, named=True)
+    assert row["wait_on_stream"] == 7 and row["wait_on_cuda_event_record_corr_id"] == 1002
+    assert row["correlation"] == 1005
+
+
 def test_unexplained_blocking_call_keeps_its_time() -> None:
     """A sync call with nothing to wait for (no launch before it): no sync edge explains its span,
     so it stays CPU time; HTA's weights zero it regardless."""

@@ -120,7 +120,8 @@ def test_batch_over_the_corpus(corpus: Path, tmp_path: Path) -> None:
     for name in ("truncated_500.json", "truncated_in_string.json", "truncated_gz_60.json.gz", "bom_utf8.json",
                  "gzip_two_members.json.gz", "osc_kernel_names.json", "nonfinite_ts_nan.json",
                  "wrongtype_args_list.json", "snapshot_nonstring_frames.pickle", "snapshot_nested_pool_id.pickle",
-                 "snapshot_cut_50.pickle", "snapshot_duplicate_blocks.pickle"):
+                 "snapshot_cut_50.pickle", "snapshot_duplicate_blocks.pickle", "snapshot_protocol0.pickle",
+                 "snapshot_protocol1_cut_60.pickle"):
         assert by_name[name]["status"] == "ok", by_name[name]
     # the hostile pickles are refused, never run
     for name in ("pickle_reduce_os_system.pickle", "pickle_reduce_in_snapshot.pickle",
@@ -137,7 +138,7 @@ ANALYZE = ["truncated_500.json", "truncated_gz_60.json.gz", "nonfinite_ts_nan.js
            "exectrace_pytorch_et.json", "osc_kernel_names.json"]
 MEMORY = ["pickle_reduce_os_system.pickle", "pickle_global_eval_in_snapshot.pickle", "laughs_pool_id.pickle",
           "snapshot_nonstring_frames.pickle", "snapshot_cut_50.pickle", "snapshot_duplicate_blocks.pickle",
-          "snapshot_deep_tuples.pickle"]
+          "snapshot_deep_tuples.pickle", "snapshot_protocol0.pickle"]
 
 
 @pytest.mark.parametrize("name", ANALYZE)

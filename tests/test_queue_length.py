@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import polars as pl
 import pytest
-from conftest import shared_chrome_traces, shared_params, shared_results
+from conftest import REPO, SHARED_TRACES, needs_shared, shared_chrome_traces, shared_params, shared_results
 from support.events import Trace, ns
 
 from traceanalyzer.analyses import run_analyses
@@ -136,3 +139,69 @@ def test_launch_bound_rule_cites_queue_and_sequences() -> None:
     assert f[0].evidence["queue_empty_pct_of_steps"] == busiest["empty_pct_of_window"]
     seqs = f[0].evidence["frequent_sequences"]
     assert 1 <= len(seqs) <= 3 and seqs[0]["count_per_step"] == ks.top.filter(pl.col("n") == 3)["count_per_step"].max()
+
+
+# ---- HTA 0.5.0's own queue length (tests/data/hta_reference/queue_length_*.json, made by
+# scripts/hta_reference.py --queue-length): per stream, the same figures from our step function
+# over HTA's span (the first to the last change of its series). docs/parity.md has the numbers.
+
+HTA_QL = sorted((REPO / "tests" / "data" / "hta_reference").glob("queue_length_*.json"))
+
+
+def _hta_pairs(ref_path: Path) -> list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
+    """(HTA's figures, ours with HTA's counting rules, ours as the analysis counts) per stream."""
+    import json
+
+    from traceanalyzer.analyses.queue_length import span_stats
+    from traceanalyzer.load.chrome_trace import load_chrome_trace
+
+    ref = json.loads(ref_path.read_text())
+    path = SHARED_TRACES / ref["trace"]
+    if not path.exists():
+        pytest.skip(f"{path} not available")
+    m = load_chrome_trace(path)
+    base_us = ref["min_ts"] + m.meta.base_time_ns // 1000  # HTA ignores baseTimeNanoseconds
+    out = []
+    for rank in ref["per_rank"].values():
+        for s, h in rank["streams"].items():
+            t0, t1 = (base_us + h["first_ts"]) * 1000, (base_us + h["last_ts"]) * 1000
+            rows = [span_stats(m, t0, t1, hta_rules=r).filter(pl.col("stream") == int(s)).row(0, named=True)
+                    for r in (True, False)]
+            out.append((dict(h, stream=int(s)), rows[0], rows[1]))
+    return out
+
+
+@needs_shared
+@pytest.mark.shared
+@pytest.mark.parametrize("ref_path", HTA_QL, ids=lambda p: p.stem.removeprefix("queue_length_"))
+def test_queue_length_agrees_with_hta(ref_path: Path) -> None:
+    """With HTA's counting rules our step function is HTA's, stream by stream: the launches
+    counted, the maximum, the time-weighted mean and the time with nothing queued over HTA's span
+    (to HTA's whole-µs rounding on traces with fractional timestamps). HTA's own summary
+    (``describe``) averages the series' rows, not time: its mean is not comparable and is only
+    recorded."""
+    pairs = _hta_pairs(ref_path)
+    assert pairs
+    for h, o, _ in pairs:
+        what = f"stream {h['stream']}"
+        assert abs(o["launches"] - h["describe"]["count"] // 2) <= 1, what
+        assert o["max_queue"] == h["max"], what
+        assert o["window_ns"] == pytest.approx(h["span"] * 1000, abs=1000), what
+        assert o["mean_queue"] == pytest.approx(h["time_weighted_mean"], rel=0.01, abs=0.002), what
+        assert o["empty_ns"] / 1000 == pytest.approx(h["time_at_zero"], rel=0.002, abs=2), what
+        assert h["duration_at_max_queue_length"]["1024"] is None  # no stream of these traces fills up
+
+
+@needs_shared
+@pytest.mark.shared
+def test_queue_length_differs_from_hta_where_documented() -> None:
+    """Where the definitions differ (docs/parity.md): on negative_queue_length_values_check,
+    stream 7 has 345 graph-launched kernels HTA does not count and launches whose kernels start
+    after HTA's range; as the analysis counts, its queue is deeper than HTA's."""
+    ref = REPO / "tests" / "data" / "hta_reference" / "queue_length_negative_queue_length_values_check.json"
+    by_stream = {h["stream"]: (h, ours) for h, _, ours in _hta_pairs(ref)}
+    h, ours = by_stream[7]
+    assert (h["max"], ours["max_queue"]) == (946, 994)
+    assert h["time_weighted_mean"] == pytest.approx(612.325) and ours["mean_queue"] == pytest.approx(682.765, abs=0.01)
+    h25, ours25 = by_stream[25]  # no graph launch, nothing after the range: the same
+    assert ours25["max_queue"] == h25["max"] == 4

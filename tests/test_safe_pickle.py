@@ -71,8 +71,6 @@ def test_loader_reports_hostile_file_as_input_error(tmp_path: Path, name: str) -
     marker = tmp_path / "pwned"
     f = tmp_path / "snap.pickle"
     f.write_bytes(HOSTILE[name](marker))
-    if not f.read_bytes().startswith(b"\x80"):
-        pytest.skip("protocol 0 files are not sniffed as pickles")
     with pytest.raises(InputError) as info:
         load_snapshot(f)
     assert str(f) in str(info.value)

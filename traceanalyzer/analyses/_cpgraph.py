@@ -466,15 +466,27 @@ def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame) -> tup
     calls = rt.filter(pl.col("name").is_in(list(_SYNC_CALLS)))
     if syncs.height:
         source = "cuda_sync events"
+        # rec_corr / wait_stream: the awaited cudaEventRecord's correlation and the stream it was
+        # recorded on (Event Sync, Stream Wait Event), -1 when Kineto did not know it; null in
+        # traces that do not carry them (then matched by time below).
         s = syncs.select("name", pl.col("tid").cast(pl.Int64, strict=False).alias("sync_stream"),
-                         pl.col("ts_ns").alias("_mid"), pl.col("end_ns").alias("s_end"))
-        # The cuda_sync record starts inside its runtime call, within a few µs of its start (same
-        # correlation, which the model does not keep): the sync call starting last before it.
-        c = calls.select(pl.col("event").alias("call"), pl.col("name").alias("api"), "window", "pid", "tid",
-                         "ts_ns", "end_ns").sort("ts_ns")
-        m = s.sort("_mid").join_asof(c, left_on="_mid", right_on="ts_ns", strategy="backward",
-                                     check_sortedness=False).filter(pl.col("call").is_not_null() & (
-                                         pl.col("_mid") <= pl.col("end_ns") + _TOL_NS))
+                         pl.col("ts_ns").alias("_mid"), pl.col("end_ns").alias("s_end"),
+                         pl.col("correlation").alias("_corr"),
+                         pl.col("pid").cast(pl.Int64, strict=False).alias("sync_dev"),
+                         pl.col("wait_on_cuda_event_record_corr_id").alias("rec_corr"),
+                         pl.col("wait_on_stream").alias("wait_stream"))
+        cols: list[pl.Expr | str] = [pl.col("event").alias("call"), pl.col("name").alias("api"), "window", "pid",
+                                     "tid", "ts_ns", "end_ns"]
+        # The sync's runtime call: the one of the same correlation (as HTA); for a record
+        # without one, the sync call starting last before it (the record starts inside its call,
+        # within a few µs of its start).
+        by_corr = s.join(rt.select(*cols, pl.col("correlation").alias("_corr")).filter(
+            pl.col("_corr").is_not_null()).unique("_corr", keep="first"), on="_corr", how="inner")
+        c = calls.select(*cols).sort("ts_ns")
+        by_time = s.join(by_corr.select("_corr"), on="_corr", how="anti").sort("_mid").join_asof(
+            c, left_on="_mid", right_on="ts_ns", strategy="backward", check_sortedness=False).filter(
+            pl.col("call").is_not_null() & (pl.col("_mid") <= pl.col("end_ns") + _TOL_NS))
+        m = pl.concat([by_corr, by_time.select(by_corr.columns)])
         m = m.with_columns(kind=pl.col("name").replace_strict(
             {"Context Sync": "context", "Stream Sync": "stream", "Event Sync": "event",
              "Stream Wait Event": "wait"}, default=None))
@@ -486,7 +498,8 @@ def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame) -> tup
             .when(pl.col("api").is_in(list(_STREAM_SYNC))).then(pl.lit("stream"))
             .when(pl.col("api").is_in(list(_EVENT_SYNC))).then(pl.lit("event"))
             .when(pl.col("api").is_in(list(_STREAM_WAIT))).then(pl.lit("wait")).otherwise(None),
-            sync_stream=pl.lit(None, pl.Int64), s_end=pl.col("end_ns"))
+            sync_stream=pl.lit(None, pl.Int64), s_end=pl.col("end_ns"), sync_dev=pl.lit(None, pl.Int64),
+            rec_corr=pl.lit(None, pl.Int64), wait_stream=pl.lit(None, pl.Int64))
         # A stream sync's stream: that of the thread's last launch before it.
         lastl = last_act.select("pid", "tid", "cpu_ts_ns", pl.col("stream").alias("_ls"))
         m = m.sort("ts_ns").join_asof(lastl, left_on="ts_ns", right_on="cpu_ts_ns", by=["pid", "tid"],
@@ -510,16 +523,33 @@ def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame) -> tup
     ew = m.filter(pl.col("kind").is_in(["event", "wait"]))
     waits = pl.DataFrame(schema={"src_event": pl.Int64, "dst": pl.Int64, "src_end": pl.Int64})
     if ew.height and act.height:
+        src_cols: list[pl.Expr | str] = [pl.col("event").alias("src_event"), "gpu_end_ns",
+                                         pl.col("stream").alias("src_stream"), pl.col("window").alias("src_window")]
+        # With the cuda_sync record's arguments (as HTA): the awaited event's cudaEventRecord
+        # call by correlation, and what it waits for, the activity launched last before that
+        # call on the stream the event was recorded on (from any thread). A -1 (an event
+        # recorded before the trace began) finds nothing: no edge, as in HTA.
+        known = ew.filter(pl.col("rec_corr").is_not_null())
+        q_arg = known.join(rt.select(pl.col("correlation").alias("rec_corr"), pl.col("ts_ns").alias("rec_ts"))
+                           .filter(pl.col("rec_corr").is_not_null()).unique("rec_corr", keep="first"),
+                           on="rec_corr", how="inner")
+        q_arg = q_arg.sort("rec_ts").join_asof(
+            last_act.select("device", pl.col("stream").alias("wait_stream"), "cpu_ts_ns", *src_cols),
+            left_on="rec_ts", right_on="cpu_ts_ns", by_left=["sync_dev", "wait_stream"],
+            by_right=["device", "wait_stream"], strategy="backward", check_sortedness=False)
+        # Without them: the thread's last event record before the call, and the thread's last
+        # launch before that record.
         rec = rt.filter(pl.col("name").is_in(list(_EVENT_RECORD))).select(
             "pid", "tid", pl.col("ts_ns").alias("rec_ts"))
-        q = ew.sort("ts_ns").join_asof(
+        q = ew.filter(pl.col("rec_corr").is_null()).sort("ts_ns").join_asof(
             rec.sort("rec_ts"), left_on="ts_ns", right_on="rec_ts", by=["pid", "tid"], strategy="backward",
             check_sortedness=False).filter(pl.col("rec_ts").is_not_null())
         q = q.sort("rec_ts").join_asof(
-            last_act.select("pid", "tid", "cpu_ts_ns", pl.col("event").alias("src_event"), "gpu_end_ns",
-                            pl.col("stream").alias("src_stream"), pl.col("window").alias("src_window")),
+            last_act.select("pid", "tid", "cpu_ts_ns", *src_cols),
             left_on="rec_ts", right_on="cpu_ts_ns", by=["pid", "tid"], strategy="backward", check_sortedness=False,
-        ).filter(pl.col("src_event").is_not_null() & (pl.col("src_window") == pl.col("window")))
+        )
+        q = pl.concat([q.select(q_arg.columns), q_arg]) if q_arg.height else q
+        q = q.filter(pl.col("src_event").is_not_null() & (pl.col("src_window") == pl.col("window")))
         ev = q.filter((pl.col("kind") == "event") & (pl.col("gpu_end_ns") <= pl.col("end_ns") + _TOL_NS))
         parts.append(ev.select("src_event", "call"))
         wq = q.filter(pl.col("kind") == "wait")

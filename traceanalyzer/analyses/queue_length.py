@@ -104,6 +104,43 @@ def _segments(queued: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     return assign_steps(seg, windows, "ts_ns").filter(pl.col("window").is_not_null())
 
 
+def _queued(tables: Any, skip_apis: tuple[str, ...] = ()) -> pl.DataFrame:
+    """Every (launch call, device work) pair with a stream: ``device, stream, cpu_ts_ns,
+    gpu_ts_ns, gpu_dur_ns`` (``tables``: the run's DerivedTables, or a TraceModel)."""
+    keep = pl.col("is_launch") & pl.col("gpu_ts_ns").is_not_null() & pl.col("stream").is_not_null() \
+        & pl.col("cpu_ts_ns").is_not_null()
+    if skip_apis:
+        keep = keep & ~pl.col("api").is_in(list(skip_apis))
+    return join_launches(tables).filter(keep).select("device", "stream", "cpu_ts_ns", "gpu_ts_ns", "gpu_dur_ns")
+
+
+#: Launch calls HTA 0.5.0's queue length does not count (its runtime-launch query lists
+#: kernel, copy and memset launches only): the kernels a graph launch replays are never queued.
+HTA_UNCOUNTED_APIS = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")
+
+
+def span_stats(tables: Any, start_ns: int, end_ns: int, hta_rules: bool = False) -> pl.DataFrame:
+    """The queue statistics of every (device, stream) over one span ``[start_ns, end_ns)``
+    instead of the steady steps: ``device, stream, launches`` (calls in the span),
+    ``window_ns, mean_queue`` (time-weighted), ``max_queue, empty_ns``. For comparisons with
+    tools that report the whole trace (HTA, docs/parity.md). ``hta_rules``: count as HTA 0.5.0
+    does, without graph launches (:data:`HTA_UNCOUNTED_APIS`) and without the launches whose
+    device work starts after ``end_ns`` (HTA keeps the events of its analysis range only, so
+    it never sees that work and drops the launch with it)."""
+    windows = pl.DataFrame({"window": [0], "step": [0], "start_ns": [start_ns], "end_ns": [end_ns]},
+                           schema={"window": pl.Int64, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})
+    queued = _queued(tables, HTA_UNCOUNTED_APIS if hta_rules else ())
+    if hta_rules:
+        queued = queued.filter(pl.col("gpu_ts_ns") <= end_ns)
+    seg = _segments(queued, windows)
+    w, q = pl.col("dur_ns"), pl.col("queue")
+    n = queued.filter(pl.col("cpu_ts_ns").is_between(start_ns, end_ns)).group_by("device", "stream").agg(
+        launches=pl.len())
+    return seg.group_by("device", "stream").agg(
+        window_ns=w.sum(), mean_queue=(q * w).sum() / w.sum(), max_queue=q.max(), empty_ns=w.filter(q <= 0).sum(),
+    ).join(n, on=["device", "stream"], how="left", nulls_equal=True).sort("device", "stream")
+
+
 def _p95(level: pl.Expr, dur: pl.Expr) -> pl.Expr:
     """Time-weighted 95th percentile of ``level`` (per group): the smallest level whose
     cumulative time, levels sorted, reaches 95 % of the total."""
@@ -118,10 +155,7 @@ def queue_length(ctx: AnalysisContext[TraceModel]) -> QueueLengthResult:
     """Outstanding launches per stream over time: mean/p95/max, time empty and time full."""
     full_queue = int(ctx.params.full_queue)
     sr = ctx.need("steps", StepsResult)
-    queued = join_launches(ctx.tables).filter(
-        pl.col("is_launch") & pl.col("gpu_ts_ns").is_not_null() & pl.col("stream").is_not_null()
-        & pl.col("cpu_ts_ns").is_not_null()
-    ).select("device", "stream", "cpu_ts_ns", "gpu_ts_ns", "gpu_dur_ns")
+    queued = _queued(ctx.tables)
     if queued.is_empty():
         raise NotApplicable("no launch call joined to device work (no runtime events with correlated kernels)")
     windows = sr.windows()

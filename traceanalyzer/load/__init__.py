@@ -89,7 +89,8 @@ def _head(path: Path, n: int = 4096) -> bytes:
 def sniff(path: str | Path) -> Kind:
     """The kind of input in ``path``, decided from its first bytes.
 
-    ``"snapshot"`` for a pickle, ``"memory_timeline"`` for an
+    ``"snapshot"`` for a pickle (protocol 2+: byte 0x80 first; protocol 0/1: see
+    :func:`~traceanalyzer.load.safe_pickle.legacy_protocol`), ``"memory_timeline"`` for an
     ``export_memory_timeline`` JSON (an array of arrays), ``"trace"`` for any other
     JSON. Raises :class:`InputError` for an empty file or unknown content.
     """
@@ -113,6 +114,12 @@ def sniff(path: str | Path) -> Kind:
         what = _clean_name(glob.group(1) + b"." + glob.group(2))
         raise InputError(p, f"a protocol 0/1 pickle that starts by naming code to run ({what}); memory "
                             "snapshots start with the protocol byte 0x80 and are never unpickled with code: refused")
+    from traceanalyzer.load.safe_pickle import legacy_protocol  # stdlib only; reached for non-JSON input
+
+    if legacy_protocol(head) is not None:
+        # A protocol 0/1 pickle (``pickle.dumps(snapshot, protocol=0)``): read like the others;
+        # the loader's opcode scan refuses any opcode in it that reaches code, by name.
+        return "snapshot"
     if head[:3] == b"\xef\xbb\xbf" and text[3:4] in (b"{", b"["):
         return "trace"
     raise InputError(p, "unrecognised content: not a chrome trace (JSON), a memory snapshot (pickle) "

@@ -14,6 +14,6 @@ here still misses; the constant is what a release, where sources may not be read
 from __future__ import annotations
 
 #: Bumped whenever some input would load into a different model (see the module docstring).
-LOADER_VERSION = 2
+LOADER_VERSION = 3
 
 __all__ = ["LOADER_VERSION"]

@@ -211,7 +211,7 @@ class ByteStream:
             return
 
 
-def parse_json(path: Path, data: bytes) -> ParsedJSON:
+def parse_json(path: Path, data: bytes, events: bool = False) -> ParsedJSON:
     """Decode ``data``; on failure, repair invalid tokens and truncation, or raise.
 
     Repairs, in order: bare NaN/inf/N/A → null; raw control characters → space;
@@ -219,6 +219,10 @@ def parse_json(path: Path, data: bytes) -> ParsedJSON:
     damaged document (a killed job) is cut after the last complete event of the
     ``traceEvents`` array, or after the last complete key of the keys that follow
     the array, and closed (see :func:`recover_truncated`).
+
+    ``events`` (a chrome trace): damage inside the events array that is not where the
+    file ends (see :func:`damage_inside_events`) is refused with its position instead:
+    cutting there would drop every event after it.
     """
     try:
         return ParsedJSON(orjson.loads(data), [], len(data))
@@ -227,6 +231,8 @@ def parse_json(path: Path, data: bytes) -> ParsedJSON:
     repaired = decode_repairing(data, error)
     if isinstance(repaired, Repaired):
         return ParsedJSON(repaired.doc, repaired.warnings(), len(data))
+    if events and damage_inside_events(repaired.fixed, repaired.first_error_at()):
+        raise InputError(path, f"not valid JSON ({_describe(repaired.error, data)})")
     recovered = recover_truncated(repaired.fixed)
     if recovered is not None:
         doc, cut, not_strict = recovered
@@ -251,12 +257,84 @@ class Repaired:
 
 @dataclass
 class Unrepaired:
-    """Text no repair made decodable: the repaired bytes, the last error, the counts."""
+    """Text no repair made decodable: the repaired bytes, the last error, the counts, and
+    the error of Python's non-strict decoder (None when it failed otherwise)."""
 
     fixed: bytes
     error: orjson.JSONDecodeError
     n_tokens: int = 0
     n_ctrl: int = 0
+    lenient: json.JSONDecodeError | None = None
+
+    def first_error_at(self) -> tuple[int, bool]:
+        """(byte offset of the first damage, whether it is a string running to the end):
+        the non-strict decoder's, which passes raw tabs/newlines in strings, else orjson's."""
+        if self.lenient is not None:
+            pos = self.lenient.pos  # json's position counts characters: back to bytes
+            if not self.fixed.isascii():
+                pos = len(self.fixed.decode("utf-8", "replace")[:pos].encode("utf-8"))
+            return pos, self.lenient.msg.startswith("Unterminated string")
+        return int(getattr(self.error, "pos", 0) or 0), False
+
+
+# A parse error this close to the end of the text is where the file was cut off (a cut
+# inside ``true``, a number, an escape fails a few bytes before the end).
+_CUT_SLACK = 16
+# The text after the damage that :func:`damage_inside_events` scans for the array's end.
+_SCAN_AFTER_DAMAGE = 1 << 20
+
+
+def damage_inside_events(text: bytes, at: tuple[int, bool]) -> bool:
+    """Whether the first damage of a chrome trace's ``text`` (``at``: from
+    :meth:`Unrepaired.first_error_at`) lies inside its events array *and* is not where the
+    file ends: more events or the array's end follow it (a corrupted event, an
+    unterminated string, garbage or a cut-off object between events …).
+
+    Such a file is refused: recovering it as truncated would drop every event after the
+    damage. A file cut off (the damage runs to its end: a killed job) or damaged in the
+    keys after the array is not: the events before the damage are kept, with a warning.
+    Both decoders apply this rule (the chunked path hands such files to the simple path).
+    """
+    pos, unterminated = at
+    end = len(text.rstrip(_WS))
+    if unterminated or pos >= end - _CUT_SLACK:
+        return False  # cut off: the damage runs to the end of the file
+    if _EVENT_BOUNDARY.search(text, pos):
+        return True  # complete events follow the damage
+    # Only the damaged item and what follows it are left: does the events array close
+    # after the damage (a complete file whose last event is damaged: refused), or before it
+    # (damage in the keys after the array: kept), or not at all (a cut-off file)? A
+    # string-aware scan from the start of the item before the damage.
+    lo = max(0, pos - _SCAN_AFTER_DAMAGE)
+    ends = [m.end() for m in _EVENT_BOUNDARY.finditer(text, lo, pos + 1)]
+    if ends:
+        start = ends[-1] - 1
+    else:
+        k = text.find(b'"traceEvents"', 0, pos)
+        start = text.find(b"[", k if k >= 0 else 0, pos) + 1
+        if start <= 0:
+            return False
+    depth, in_str, esc = 0, False, False
+    for i, c in enumerate(text[start:pos + _SCAN_AFTER_DAMAGE], start):
+        if in_str:
+            if esc:
+                esc = False
+            elif c == 0x5C:
+                esc = True
+            elif c == 0x22:
+                in_str = False
+        elif c == 0x22:
+            in_str = True
+        elif c in (0x7B, 0x5B):
+            depth += 1
+        elif c in (0x7D, 0x5D):
+            depth -= 1
+            if depth < 0:
+                # the events array closes here: after the damage, a damaged item; before
+                # it, damage in the keys that follow the array
+                return c != 0x5D or i >= pos
+    # Quotes that do not pair up in a file that does not end inside a string: damage.
+    return in_str
 
 
 def repair_warnings(n_tokens: int, n_ctrl: int, not_strict: bool) -> list[str]:
@@ -304,9 +382,12 @@ def decode_repairing(data: bytes, error: orjson.JSONDecodeError | None = None) -
             error = exc
     # Python's decoder accepts tabs/newlines inside strings (strict=False), which
     # orjson refuses; try it before assuming truncation.
+    lenient: json.JSONDecodeError | None = None
     try:
         doc = json.loads(fixed, strict=False)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+    except json.JSONDecodeError as exc:
+        lenient = exc
+    except (UnicodeDecodeError, RecursionError):
         pass
     else:
         # It may be strict JSON that orjson refuses for another reason (a number beyond
@@ -317,7 +398,7 @@ def decode_repairing(data: bytes, error: orjson.JSONDecodeError | None = None) -
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
             return Repaired(doc, n_tokens, n_ctrl, True)
         return Repaired(doc, n_tokens, n_ctrl, False)
-    return Unrepaired(fixed, error, n_tokens, n_ctrl)
+    return Unrepaired(fixed, error, n_tokens, n_ctrl, lenient)
 
 
 def describe_error(error: orjson.JSONDecodeError, offset: int, total: int) -> str:

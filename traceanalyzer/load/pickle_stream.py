@@ -2,8 +2,8 @@
 
 ``pickle``'s C unpickler must build the whole object tree, and its memo pins every
 dict it ever built, so a snapshot costs several times its size in Python objects.
-This module walks the opcodes itself (binary protocols
-2–5, plain data only) and hands every batch of trace entries (the ``APPENDS`` of a
+This module walks the opcodes itself (protocols 0–5,
+plain data only) and hands every batch of trace entries (the ``APPENDS`` of a
 list whose items are dicts with an ``"action"`` key) to a callback *instead of*
 appending them, so the entries can be turned into columns and dropped while the
 rest of the file is still being read. What stays is bounded by the distinct
@@ -167,8 +167,11 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
     tuples: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     utf8 = codecs.utf_8_decode
 
+    fed: set[int] = set()  # ids of the lists whose entries went to on_batch
+
     def absorb(target: list[Any], items: list[Any], m0: int) -> None:
         on_batch(target, items)
+        fed.add(id(target))
         # Free the memo slots of the entry dicts (they would otherwise pin every entry).
         for i in range(m0, len(memo)):
             o = memo[i]
@@ -550,6 +553,24 @@ def stream_load(f: BinaryIO, on_batch: BatchSink, budget: PickleBudget | None = 
                         top[items[i]] = items[i + 1]
                     except TypeError:  # an unhashable key: the pair is lost
                         pass
+        # Protocol 0 adds each item as soon as it is complete (APPEND, SETITEM: no MARK), so
+        # at the cut the containers being filled are still stacked one on the other (a dict,
+        # a key, a list, its next item …): add each to the one below it, as the pending
+        # APPEND/SETITEM would have; a key still waiting for its value is dropped.
+        while len(stack) > 1:
+            v = stack.pop()
+            below = stack[-1]
+            if type(below) is list:
+                if type(v) is dict and ("action" in v or id(below) in fed):  # an entry, maybe cut short
+                    absorb(below, [v], len(memo))
+                else:
+                    below.append(v)
+            elif type(below) is not dict and len(stack) >= 2 and type(stack[-2]) is dict:
+                stack.pop()
+                try:
+                    stack[-1][below] = v
+                except TypeError:  # an unhashable key: the pair is lost
+                    pass
         if stack:
             check_tree(stack[0])
         raise StreamTruncated(stack[0] if stack else None, at) from None

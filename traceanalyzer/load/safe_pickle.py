@@ -205,10 +205,62 @@ def scan_opcodes(data: bytes, budget: PickleBudget | None = None) -> int | None:
 
 
 def pickle_protocol(data: bytes) -> int | None:
-    """The protocol from the leading PROTO opcode (``None`` for protocol 0/1 files)."""
+    """The protocol from the leading PROTO opcode, or 0/1 for a file that starts like a
+    protocol 0/1 pickle (:func:`legacy_protocol`); ``None`` otherwise."""
     if len(data) >= 2 and data[0] == 0x80:
         return data[1]
-    return None
+    return legacy_protocol(data)
+
+
+# How a protocol 0/1 pickle starts: MARK (``(dp0``/``(lp0``: DICT/LIST built from it;
+# ``(S'..'\nios\n``: INST), EMPTY_DICT/EMPTY_LIST (protocol 1), or GLOBAL (``cos\nsystem\n``,
+# what ``pickle.dumps(obj, 0)`` writes for an object with ``__reduce__``). The ones that reach
+# code are refused by name: by :func:`traceanalyzer.load.sniff` or the loader's opcode scan.
+_LEGACY_FIRST = frozenset(b"(}]c")
+# What may follow each first opcode in a pickle written by ``pickle.dumps``: MARK → the dict
+# or list it builds (protocol 0), or a payload's string/global (INST/OBJ); an empty container
+# of protocol 1 → its memo PUT, the MARK of its items, or STOP. A text file that happens to
+# begin with ``(`` or ``]`` fails here.
+_LEGACY_SECOND: dict[str, frozenset[str]] = {
+    "MARK": frozenset({"DICT", "LIST", "STRING", "UNICODE", "GLOBAL", "MARK"}),
+    "EMPTY_DICT": frozenset({"BINPUT", "LONG_BINPUT", "PUT", "MARK", "STOP"}),
+    "EMPTY_LIST": frozenset({"BINPUT", "LONG_BINPUT", "PUT", "MARK", "STOP"}),
+    "GLOBAL": frozenset({"PUT", "BINPUT", "MARK", "STRING", "UNICODE", "BINUNICODE", "SHORT_BINSTRING",
+                         "BINSTRING", "EMPTY_TUPLE"}),
+}
+# Opcodes a head must parse cleanly (or reach STOP) before it counts as a pickle.
+_LEGACY_MIN_OPS = 3
+
+
+def legacy_protocol(head: bytes) -> int | None:
+    """0 or 1 when ``head`` (a file's first bytes, possibly cut anywhere) reads as the start
+    of a protocol 0/1 pickle (no leading PROTO opcode); ``None`` when it does not.
+
+    The protocol is 1 when any opcode of the head belongs to protocol 1 (``EMPTY_DICT``,
+    ``BINPUT``, ``BINUNICODE`` …), else 0. Nothing is built; opcodes that reach code are
+    accepted here (they start a pickle all the same) and refused by :func:`scan_opcodes`
+    and the readers, which name them."""
+    if not head or head[0] not in _LEGACY_FIRST:
+        return None
+    proto = 0
+    n = 0
+    first = ""
+    try:
+        for op, _arg, _pos in pickletools.genops(head):
+            if op.name == "PROTO":
+                return None  # PROTO is only ever the first opcode, checked by the caller
+            if n == 0:
+                first = op.name
+            elif n == 1 and op.name not in _LEGACY_SECOND.get(first, ()):
+                return None
+            n += 1
+            proto = max(proto, op.proto)
+            if op.name == "STOP":
+                break
+    except Exception:  # noqa: BLE001 - a head cut mid-opcode, or not a pickle at all
+        if n < _LEGACY_MIN_OPS:
+            return None
+    return 1 if proto >= 1 else 0
 
 
 def safe_loads(data: bytes, scan_limit: int = DEFAULT_SCAN_LIMIT) -> Any:
@@ -229,6 +281,7 @@ __all__ = [
     "BudgetExceeded",
     "RestrictedUnpickler",
     "UnsafePickleError",
+    "legacy_protocol",
     "pickle_protocol",
     "safe_loads",
     "scan_opcodes",

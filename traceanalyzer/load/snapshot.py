@@ -3,7 +3,7 @@
 Accepts every layout PyTorch has written (``docs/memory.md``, shared
 ``SNAPSHOT_FORMAT.md``): the ``_dump_snapshot``/``_snapshot`` dict of 2.1 → today,
 2.0 legacy dicts whose blocks carry ``history``, the bare segment list of
-``torch.cuda.memory_snapshot()``, gzip-compressed pickles, protocols 2–5, integers up
+``torch.cuda.memory_snapshot()``, gzip-compressed pickles, protocols 0–5, integers up
 to ``2**64-1``, several devices, any subset of optional keys. The pickle is read
 with :mod:`traceanalyzer.load.safe_pickle`: no class is ever imported, no code runs.
 
@@ -32,6 +32,7 @@ from traceanalyzer.load.safe_pickle import (
     DEFAULT_SCAN_LIMIT,
     RestrictedUnpickler,
     UnsafePickleError,
+    legacy_protocol,
     scan_opcodes,
 )
 from traceanalyzer.model.memory import (
@@ -151,11 +152,20 @@ def _open(path: Path, budget: PickleBudget | None = None) -> tuple[BinaryIO, int
 
 
 def _pickle_head(path: Path, f: BinaryIO) -> tuple[bytes, int | None]:
-    """The first two bytes and the protocol; refuses a file that does not start as a pickle."""
+    """The first bytes read and the protocol; refuses a file that does not start as a pickle.
+
+    Protocol 2+ starts with PROTO (0x80, then the protocol); a protocol 0/1 pickle has no
+    PROTO opcode and is told by its first opcodes (:func:`legacy_protocol`, on up to
+    4 KiB: the bytes read are handed back to be read again)."""
     head = f.read(2)
-    if head[:1] != b"\x80":
-        raise InputError(path, "not a pickle (a memory snapshot starts with the pickle protocol byte 0x80)")
-    return head, (head[1] if len(head) > 1 else None)
+    if head[:1] == b"\x80":
+        return head, (head[1] if len(head) > 1 else None)
+    head += f.read(4094)
+    proto = legacy_protocol(head)
+    if proto is None:
+        raise InputError(path, "not a pickle (a memory snapshot starts with the pickle protocol byte 0x80, or "
+                               "with a dict or list of protocol 0/1)")
+    return head, proto
 
 
 def pickle_protocol_of(path: Path) -> int | None:
@@ -164,11 +174,13 @@ def pickle_protocol_of(path: Path) -> int | None:
         f, _ = _open(path)
         try:
             head = f.read(2)
+            if head[:1] != b"\x80":
+                head += f.read(4094)
         finally:
             f.close()
     except Exception:  # noqa: BLE001 - only a detail of the model's metadata
         return None
-    return head[1] if len(head) == 2 and head[0] == 0x80 else None
+    return head[1] if len(head) == 2 and head[0] == 0x80 else legacy_protocol(head)
 
 
 def _input_error(path: Path, exc: BaseException) -> InputError:
@@ -212,7 +224,7 @@ def read_snapshot_object(path: str | Path, scan_limit: int = DEFAULT_SCAN_LIMIT,
             raise _TooLargeToBuild
         # bounded: a small gzip can unpack to gigabytes; past the scan limit it streams
         data = head + f.read(scan_limit + 1)
-        if len(data) > scan_limit + 2:
+        if len(data) > scan_limit + len(head):
             raise _TooLargeToBuild
         scan_opcodes(data, budget)
         obj = RestrictedUnpickler(_BytesReader(data)).load()
@@ -258,6 +270,7 @@ class _BytesReader:
     """Minimal file-like over bytes (``io.BytesIO`` without the copy on ``read``)."""
 
     def __init__(self, data: bytes) -> None:
+        self._data = data
         self._view = memoryview(data)
         self._pos = 0
 
@@ -274,10 +287,12 @@ class _BytesReader:
         return n
 
     def readline(self) -> bytes:
-        rest = self._view[self._pos:].tobytes()
-        i = rest.find(b"\n")
-        line = rest if i < 0 else rest[: i + 1]
-        self._pos += len(line)
+        # Found in place: protocol 0/1 pickles call this once per text opcode, so copying the
+        # rest of the data each time would cost the file's size squared.
+        i = self._data.find(b"\n", self._pos)
+        end = len(self._data) if i < 0 else i + 1
+        line = self._view[self._pos:end].tobytes()
+        self._pos = end
         return line
 
 

@@ -138,6 +138,12 @@ SCHEMAS: dict[str, dict[str, pl.DataType | type[pl.DataType]]] = {
         "pid": pl.String,
         "tid": pl.String,
         "args": pl.String,  # JSON text of args, kept for cuda_profiler_range (CUPTI counters) only
+        # args of Kineto's cuda_sync events (null elsewhere unless the event has them): the
+        # correlation of the sync's runtime call, and for "Event Sync"/"Stream Wait Event" the
+        # stream the awaited event was recorded on and the correlation of its cudaEventRecord
+        "correlation": pl.Int64,
+        "wait_on_stream": pl.Int64,
+        "wait_on_cuda_event_record_corr_id": pl.Int64,
     },
     "threads": {"pid": pl.Int64, "tid": pl.Int64, "name": pl.String},
 }

@@ -55,9 +55,11 @@ types, NaN/inf tokens, control characters, a non-object item, a backslash in
 ``args``…) is decoded by the simple path's per-event loop with the same repairs.
 Known, accepted difference: an event object with a duplicate key (the reader keeps
 the first value, orjson the last; RFC 8259 leaves it undefined). Damage in the
-middle of a file (not a truncation) is refused by the chunked path with its byte
-position, where the simple path recovers the events before it when the damage lies
-within the last 64 events.
+middle of the events array (not a file cut off) is refused by both paths with the
+first error's position (:func:`~traceanalyzer.load.jsonio.damage_inside_events`);
+the chunked path hands such a file to the simple path up to
+:data:`~traceanalyzer.load.chrome_trace.framing.SIMPLE_FALLBACK_BYTES`, so the line
+is the same.
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def load_chrome_trace_simple(path: str | Path) -> TraceModel:
     depth, at = max_depth(data, 0)
     if depth > budget.max_depth:
         raise budget.depth_exceeded(p, depth, at)
-    parsed = parse_json(p, data)
+    parsed = parse_json(p, data, events=True)
     del data
     warnings.extend(parsed.warnings)
     return build_model(p, parsed.doc, warnings, budget)

@@ -196,7 +196,8 @@ class _Collector:
                     if scat not in KNOWN_OTHER_CATS:
                         self.unknown_cats[scat] += 1
                     other.append((scat, name, ts, dur, str(pid), str(tid),
-                                  _json_text(a) if scat == COUNTER_CAT else None))
+                                  _json_text(a) if scat == COUNTER_CAT else None, _int(a.get("correlation")),
+                                  _int(a.get("wait_on_stream")), _int(a.get("wait_on_cuda_event_record_corr_id"))))
             elif ph in ("s", "f", "t"):
                 cat = e.get("cat")
                 kind = FLOW_KIND.get(cat) if isinstance(cat, str) else None

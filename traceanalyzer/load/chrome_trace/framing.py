@@ -41,6 +41,7 @@ from traceanalyzer.load.chrome_trace.raw import _RAW_COLS, _Stats
 from traceanalyzer.load.jsonio import (
     ByteStream,
     Repaired,
+    damage_inside_events,
     decode_repairing,
     describe_error,
     fix_tokens,
@@ -76,6 +77,15 @@ _SEP = re.compile(rb"\}\s*,\s*\{")
 
 class _Unframed(Exception):
     """The chunked reader cannot frame this file: the simple path takes it."""
+
+
+# Damage in the middle of a file (an event that does not decode, garbage between events, an
+# unterminated string followed by more events …): files up to this size (decompressed) are
+# handed to the simple path, which defines the outcome (refused with the first error's
+# position, or kept up to a damaged end: ``jsonio.damage_inside_events``), so both paths give
+# the same line. Larger ones are refused here (the simple path's memory is several times the
+# file): the same outcome, the position worded from the region that failed.
+SIMPLE_FALLBACK_BYTES = 64 << 20
 
 
 def _brackets(buf: bytes | memoryview, depth0: int) -> Iterator[tuple[int, int, int]]:
@@ -392,8 +402,8 @@ class _ChunkedLoader:
         self.expect_comma = False
         if rest[:1] not in (b",", b"]", b""):
             at = self.offset + len(carry) - len(rest)
-            raise InputError(self.path, "not valid JSON (unexpected character, expected ',' or ']' "
-                                        f"at byte {at:,} of {self._total():,})")
+            raise self._damaged("unexpected character, expected ',' or ']' "
+                                f"at byte {at:,} of {self._total():,}")
         if rest[:1] != b",":
             return carry  # the array's ``]``, or the end of a cut-off file
         n = len(carry) - len(rest) + 1
@@ -566,7 +576,19 @@ class _ChunkedLoader:
             self.last_end = self.offset + int(ends[-1]) + 1
         if final and array_end < 0:
             self.truncated_at = self.last_end if self.last_end is not None else self.offset + content_end
+            lost = bytes(memoryview(buf)[content_end:upto])
+            if _SEP.search(lost) or _damage_inside(lost):
+                # Not a file cut off but damage before its end (an unterminated string flips
+                # every quote after it, so the events after it look like one cut-off item).
+                raise self._damaged(f"damaged event at byte {self.truncated_at:,} of {self._total():,}, "
+                                    "followed by more of the file")
         return resume, array_end
+
+    def _damaged(self, problem: str) -> Exception:
+        """Damage in the middle of the file: see :data:`SIMPLE_FALLBACK_BYTES`."""
+        if self._total() <= SIMPLE_FALLBACK_BYTES:
+            return _Unframed()
+        return InputError(self.path, f"not valid JSON ({problem})")
 
     def _exact_content(self, content: bytes, starts: np.ndarray, ends: np.ndarray, starts_ch: np.ndarray) -> None:
         """Complete events, exactly framed: columnar when every item is a plain object, else slow."""
@@ -591,8 +613,7 @@ class _ChunkedLoader:
         """The simple path's decoding (with its repairs) and event loop, on one chunk."""
         repaired = decode_repairing(b"[" + content + b"]")
         if not isinstance(repaired, Repaired):
-            error = describe_error(repaired.error, self.offset - 1, self._total())
-            raise InputError(self.path, f"not valid JSON ({error})")
+            raise self._damaged(describe_error(repaired.error, self.offset - 1, self._total()))
         self.n_tokens += repaired.n_tokens
         self.n_ctrl += repaired.n_ctrl
         self.not_strict |= repaired.not_strict
@@ -626,6 +647,14 @@ class _ChunkedLoader:
         self.top.update(members)
         if not complete and self.truncated_at is None:
             self.truncated_at = start + kept
+
+
+def _damage_inside(lost: bytes) -> bool:
+    """The simple path's rule (:func:`~traceanalyzer.load.jsonio.damage_inside_events`) on
+    the text after the last complete event of a file that looks cut off."""
+    probe = b"[" + lost.lstrip(b" \t\r\n,")
+    got = decode_repairing(probe)
+    return not isinstance(got, Repaired) and damage_inside_events(got.fixed, got.first_error_at())
 
 
 def _outside_string(before: bytes) -> bool:

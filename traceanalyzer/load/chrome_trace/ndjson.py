@@ -49,6 +49,7 @@ _INT_ARGS = (
     "In msg nelems", "Out msg nelems", "Group size", "Python id", "Python parent id", "correlation",
     "cbid", "cid", "device", "stream", "registers per thread", "shared memory", "queued", "graph id",
     "bytes", "Device Type", "Device Id", "Addr", "Bytes", "Total Allocated", "Total Reserved", "size",
+    "wait_on_stream", "wait_on_cuda_event_record_corr_id",
 )
 # ``direction`` (MTIA DMA) is only looked up in MTIA_DIRECTION, ``kind`` (a memcpy's) in
 # MEMCPY_ARG_KIND: a non-string value that the reader turns into text matches no key, as in the
@@ -416,6 +417,7 @@ def _other_frame(p: pl.DataFrame, stats: _Stats) -> pl.DataFrame:
     return _typed("other_events", p.select(
         "scat", "name", "ts", "dur", pl.col("pid_s").fill_null("None"), pl.col("tid_s").fill_null("None"),
         pl.lit(None, pl.String).alias("args"),  # only counter events keep theirs: decoded exactly
+        _A("correlation"), _A("wait_on_stream"), _A("wait_on_cuda_event_record_corr_id"),
     ))
 
 

@@ -93,7 +93,8 @@ _RAW_COLS: dict[str, list[str]] = {
         "ts", "pid", "tid", "device_type", "device_id", "addr", "bytes", "total_allocated",
         "total_reserved", "oom",
     ],
-    "other_events": ["cat", "name", "ts", "dur", "pid", "tid", "args"],
+    "other_events": ["cat", "name", "ts", "dur", "pid", "tid", "args", "correlation", "wait_on_stream",
+                     "wait_on_cuda_event_record_corr_id"],
     "threads": ["pid", "tid", "name"],
 }
 
