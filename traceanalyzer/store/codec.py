@@ -45,7 +45,12 @@ class CodecError(Exception):
 
 
 def _class_path(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
+    """``module:qualname`` of a class decoding will resolve; :class:`Uncodable` for one it would
+    refuse (outside traceanalyzer, or local to a function)."""
+    path = f"{cls.__module__}:{cls.__qualname__}"
+    if not cls.__module__.startswith(TRUSTED_PREFIX) or "<locals>" in cls.__qualname__:
+        raise Uncodable(f"class {path} is not one decoding resolves")
+    return path
 
 
 def _frame_bytes(df: pl.DataFrame) -> bytes:
@@ -86,8 +91,6 @@ def encode(value: Any) -> tuple[Any, list[bytes]]:
         if isinstance(v, enum.Enum):
             return {"$enum": _class_path(t), "name": v.name}
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            if "<locals>" in t.__qualname__:
-                raise Uncodable(f"dataclass {_class_path(t)} is defined inside a function")
             return {"$dataclass": _class_path(t),
                     "fields": {f.name: enc(getattr(v, f.name)) for f in dataclasses.fields(v)}}
         raise Uncodable(f"no stored form for a {t.__module__}.{t.__qualname__}")
