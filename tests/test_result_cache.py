@@ -242,7 +242,7 @@ def test_damaged_result_is_ignored_and_rebuilt(tmp_path: Path, cache_dir: Path, 
 
 
 def _header(path: Path) -> bytes:
-    data = path.read_bytes()[len(results_mod.MAGIC) + 16:]
+    data = path.read_bytes()[len(results_mod.MAGIC) + 32:]
     n = int.from_bytes(data[:8], "little")
     return data[8:8 + n]
 

@@ -20,7 +20,7 @@ file rewritten while it was parsed is not stored under the hash of its old bytes
 
 **Entry**: ``models/<key>/`` holding one ``<table>.arrow`` per table (IPC,
 :data:`IPC_COMPRESSION`) and ``entry.json`` (the key's parts, meta, warnings, each table's
-rows, schema and BLAKE2b digest). It is written in a temporary directory renamed into place, so
+rows, schema and SHA-256 digest). It is written in a temporary directory renamed into place, so
 an entry is whole or absent. One that fails to read (a file truncated, edited or missing, its
 digest, schema or row count differing from ``entry.json``) is removed and the file is loaded
 again; the note goes to stderr only in verbose mode (``TRACEANALYZER_VERBOSE=1``). Load
@@ -184,8 +184,8 @@ class Entry:
 
 
 def _digest(data: bytes) -> str:
-    """BLAKE2b-128 of an entry file's bytes (recorded in ``entry.json``, checked on reading)."""
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    """SHA-256 of an entry file's bytes (recorded in ``entry.json``, checked on reading)."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def _dir_bytes(path: Path) -> int:
@@ -233,7 +233,7 @@ class ModelCache:
                 data = (where / f"{name}.arrow").read_bytes()
                 # Checked before polars parses it: a flipped bit never becomes a wrong value, and a
                 # mangled file never reaches the reader (which may panic on one).
-                if _digest(data) != spec["blake2b"]:
+                if _digest(data) != spec["sha256"]:
                     raise ValueError(f"{name}.arrow does not match its digest")
                 df = pl.read_ipc(data)
                 if df.height != spec["rows"] or schema_doc(df) != spec["schema"]:
@@ -282,7 +282,7 @@ class ModelCache:
                 # default batches would give a 16x trace's tables 7+ chunks, slower in every analysis).
                 df.write_ipc(target, compression=IPC_COMPRESSION, record_batch_size=max(df.height, 1))
                 doc["tables"][name] = {"rows": df.height, "schema": schema_doc(df),
-                                       "blake2b": _digest(target.read_bytes())}
+                                       "sha256": _digest(target.read_bytes())}
             (tmp / ENTRY_FILE).write_bytes(orjson.dumps(doc))
             size = _dir_bytes(tmp)
             if size > self.max_bytes:

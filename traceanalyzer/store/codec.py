@@ -28,7 +28,7 @@ import importlib
 import io
 import math
 import sys
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 
@@ -53,10 +53,16 @@ def _class_path(cls: type) -> str:
     return path
 
 
+#: Compression of the frame blobs. Some results hold per-event frames (the critical path's
+#: nodes and edges, the idle gaps, the launches): at 16x they are hundreds of MB uncompressed;
+#: zstd keeps them ~25x smaller (lz4 ~9x) and reads back as fast (docs/performance.md).
+FRAME_COMPRESSION: Literal["uncompressed", "lz4", "zstd"] = "zstd"
+
+
 def _frame_bytes(df: pl.DataFrame) -> bytes:
     buf = io.BytesIO()
     # One record batch: read back as one chunk, as the analysis built it.
-    df.write_ipc(buf, compression="uncompressed", record_batch_size=max(df.height, 1))
+    df.write_ipc(buf, compression=FRAME_COMPRESSION, record_batch_size=max(df.height, 1))
     return buf.getvalue()
 
 
