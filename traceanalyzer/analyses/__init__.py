@@ -403,16 +403,14 @@ def _result_keys(order: list[AnalysisSpec], specs: dict[str, AnalysisSpec], conf
     """Each analysis's key in ``cache`` (None: not keyable, nor is anything that reads it)."""
     keys: dict[str, str | None] = {}
     for spec in order:
-        inputs: dict[str, str] = {}
-        for dep in (*spec.depends_on, *spec.after):
-            dep_key = keys.get(dep) if dep in specs else ABSENT
-            if dep_key is None:
-                break
-            inputs[dep] = dep_key
-        else:
-            keys[spec.name] = cache.key(spec.name, Params(spec.name, spec.params, config).as_dict(), inputs)
-            continue
-        keys[spec.name] = None
+        inputs = {dep: keys.get(dep) if dep in specs else ABSENT for dep in (*spec.depends_on, *spec.after)}
+        try:
+            params = Params(spec.name, spec.params, config).as_dict()
+        except Exception:  # noqa: BLE001 - a bad value fails the analysis itself, as without a cache
+            params = None
+        keyed = {dep: k for dep, k in inputs.items() if k is not None}
+        keyable = params is not None and len(keyed) == len(inputs)
+        keys[spec.name] = cache.key(spec.name, params, keyed) if keyable and params is not None else None
     return keys
 
 
