@@ -415,3 +415,12 @@ def test_key_depends_on_params_and_inputs(cache_dir: Path) -> None:
                 store.key("kernels", {"top_n": 20}, {"steps": "k2"}),
                 store.key("kernels", {"top_n": 20}, {"steps": analyses_mod.ABSENT}),
                 store.key("ops", {"top_n": 20}, {"steps": "k1"})}) == 6
+
+
+def test_bad_param_value_fails_its_analysis_as_without_cache(cache_dir: Path) -> None:
+    model = load(SAMPLE)
+    bad = Config({"idle_gaps.long_gap_us": "not a number"})
+    plain = run_analyses(model, bad)
+    cached = run_analyses(model, bad, cache=for_model(model))
+    assert "idle_gaps" in plain.failed and cached.failed == plain.failed
+    assert list(cached.values) == list(plain.values)
