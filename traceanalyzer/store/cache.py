@@ -33,6 +33,11 @@ the cap alone is not stored.
 
 A cache that cannot be written (read-only home, full disk) never fails a run: the model
 loaded from the file is used and the note goes to verbose output.
+
+**Results**: a model this module stored or read back is remembered with its entry, so that
+:func:`traceanalyzer.store.results.for_model` gives the pipeline the entry's result cache
+(``models/<key>/results/``, :mod:`traceanalyzer.store.results`): the analyses' outcomes, kept
+under the same cap, evicted and cleared with the model.
 """
 
 from __future__ import annotations
