@@ -19,6 +19,7 @@ from traceanalyzer.report.document import Report
 from traceanalyzer.rules import Finding, Severity, run_rules
 from traceanalyzer.rules import registry as rule_registry
 from traceanalyzer.store.cache import load as _cached_load
+from traceanalyzer.store.results import for_model as _result_cache
 
 #: Of a chrome trace, ``memory`` runs only the memory analyses; snapshots and timelines run all theirs.
 TRACE_MEMORY_ANALYSES = ("trace_memory",)
@@ -33,9 +34,11 @@ def load(path: str | Path, use_cache: bool | None = None) -> Model:
 
 
 def build_report(model: Model, config: Config | None = None, source: str | None = None) -> Report:
-    """Run every applicable analysis and rule on a loaded model."""
+    """Run every applicable analysis and rule on a loaded model. A model that came through the
+    model cache reads back the analyses' outcomes kept there (:mod:`traceanalyzer.store.results`)
+    and runs only those whose parameters or inputs changed."""
     config = config or Config()
-    return report_from_results(model, run_analyses(model, config), config, source)
+    return report_from_results(model, run_analyses(model, config, cache=_result_cache(model)), config, source)
 
 
 def report_from_results(model: Model, results: Results, config: Config | None = None,
@@ -63,7 +66,8 @@ def build_memory_report(model: Model, config: Config | None = None, source: str 
     timeline every analysis and rule of its kind."""
     config = config or Config()
     only = TRACE_MEMORY_ANALYSES if model.kind == "trace" else None
-    report = report_from_results(model, run_analyses(model, config, only=only), config, source)
+    results = run_analyses(model, config, only=only, cache=_result_cache(model))
+    report = report_from_results(model, results, config, source)
     if model.kind != "trace":
         return report
     # Rules about other signals (kernels, steps …) would only say "could not run" here.

@@ -252,6 +252,41 @@ def context_for(spec: AnalysisSpec, model: M, config: Config, results: Results,
     )
 
 
+@dataclass(frozen=True)
+class CachedOutcome:
+    """What a :class:`ResultCache` keeps of one analysis: its result, or the reason it did not
+    apply (its own :class:`NotApplicable`). Failures are never kept."""
+
+    value: Result | None = None
+    skipped: str | None = None
+
+
+class ResultCache(Protocol):
+    """Where :func:`run_analyses` keeps and finds analysis outcomes between runs
+    (:mod:`traceanalyzer.store.results` is the one on disk).
+
+    :meth:`key` names one analysis's outcome from everything it is a function of besides the
+    model, which the cache itself is bound to: the analysis ``name``, the resolved values of
+    its declared ``params`` and, for each name in its ``depends_on`` and ``after``, the key of
+    that input (``"absent"`` when no such analysis applies to this model). None: not keyable
+    (the outcome is computed, not kept). :meth:`get` and :meth:`put` never raise: a cache
+    that cannot read or write simply misses."""
+
+    def key(self, name: str, params: Mapping[str, Any], inputs: Mapping[str, str]) -> str | None: ...
+
+    def get(self, key: str) -> CachedOutcome | None: ...
+
+    def put(self, key: str, outcome: CachedOutcome) -> None: ...
+
+    def done(self) -> None:
+        """The run is over (called once, however it ended)."""
+        ...
+
+
+#: The input key of a declared input that no registered analysis of this model's kind provides.
+ABSENT = "absent"
+
+
 def _toposort(specs: dict[str, AnalysisSpec]) -> list[AnalysisSpec]:
     done: list[AnalysisSpec] = []
     seen: set[str] = set()
@@ -278,6 +313,7 @@ def run_analyses(
     only: tuple[str, ...] | None = None,
     strict: bool = False,
     workers: int | None = None,
+    cache: ResultCache | None = None,
 ) -> Results:
     """Run every registered analysis for ``model.kind`` in dependency order.
 
@@ -295,6 +331,11 @@ def run_analyses(
     in. The second analysis's working set costs memory, so the default (config
     ``analyses.workers`` overrides it) is 2 for models under
     :data:`PARALLEL_MAX_MODEL_BYTES` when polars has two threads or more, else 1.
+
+    ``cache`` (a :class:`ResultCache` bound to this model) keeps outcomes between runs: an
+    analysis whose key (its params and its inputs' keys) is found there is not run. An
+    outcome is kept only when it is a pure function of its key: a failure is not, and
+    neither is anything computed from one (a result whose ``after`` input failed).
     """
     config = config or Config()
     specs = {n: s for n, s in registry().items() if s.input == model.kind}
@@ -319,6 +360,7 @@ def run_analyses(
         for key in spec.shared:
             readers[key] = readers.get(key, 0) + 1
     tables: DerivedTables[Model] = DerivedTables(model, readers)
+    keyed = _Keyed(cache, _result_keys(order, specs, config, cache)) if cache is not None else None
 
     def finished(spec: AnalysisSpec) -> None:
         tables.done(spec.shared)
@@ -326,12 +368,14 @@ def run_analyses(
     try:
         if workers <= 1 or len(order) <= 1:
             for spec in order:
-                _run_one(spec, model, tables, config, results, strict)
+                _run_one(spec, model, tables, config, results, strict, keyed)
                 finished(spec)
         else:
-            _run_parallel(order, specs, model, tables, config, results, strict, workers, finished)
+            _run_parallel(order, specs, model, tables, config, results, strict, workers, finished, keyed)
     finally:
         tables.clear()
+        if cache is not None:
+            cache.done()
     rank = {spec.name: i for i, spec in enumerate(order)}
     results.values = dict(sorted(results.values.items(), key=lambda kv: rank[kv[0]]))
     results.skipped = dict(sorted(results.skipped.items(), key=lambda kv: rank[kv[0]]))
@@ -342,6 +386,32 @@ def run_analyses(
 #: Models above this many bytes (polars' estimate, ~0.43× the trace JSON: a ~1.2 GB trace)
 #: run their analyses one at a time by default: there memory runs out before time does.
 PARALLEL_MAX_MODEL_BYTES = 512 * 2**20
+
+
+@dataclass
+class _Keyed:
+    """A :class:`ResultCache` with this run's keys, and the analyses whose outcome is not a
+    pure function of its key (failed, or computed from a failed input): never stored."""
+
+    cache: ResultCache
+    keys: dict[str, str | None]
+    tainted: set[str] = field(default_factory=set)
+
+
+def _result_keys(order: list[AnalysisSpec], specs: dict[str, AnalysisSpec], config: Config,
+                 cache: ResultCache) -> dict[str, str | None]:
+    """Each analysis's key in ``cache`` (None: not keyable, nor is anything that reads it)."""
+    keys: dict[str, str | None] = {}
+    for spec in order:
+        inputs = {dep: keys.get(dep) if dep in specs else ABSENT for dep in (*spec.depends_on, *spec.after)}
+        try:
+            params = Params(spec.name, spec.params, config).as_dict()
+        except Exception:  # noqa: BLE001 - a bad value fails the analysis itself, as without a cache
+            params = None
+        keyed = {dep: k for dep, k in inputs.items() if k is not None}
+        keyable = params is not None and len(keyed) == len(inputs)
+        keys[spec.name] = cache.key(spec.name, params, keyed) if keyable and params is not None else None
+    return keys
 
 
 def _model_bytes(model: object) -> int:
@@ -360,6 +430,7 @@ def _run_parallel(
     strict: bool,
     workers: int,
     finished: Callable[[AnalysisSpec], None],
+    keyed: _Keyed | None = None,
 ) -> None:
     """:func:`run_analyses` with up to ``workers`` analyses at once, in threads; each starts
     once the analyses it reads (``depends_on``, ``after``) are done, earliest in ``order``
@@ -377,7 +448,7 @@ def _run_parallel(
                         break
                     if all(d in done for d in (*spec.depends_on, *spec.after) if d in specs):
                         todo.remove(spec)
-                        fut = pool.submit(_run_one, spec, model, tables, config, results, strict)
+                        fut = pool.submit(_run_one, spec, model, tables, config, results, strict, keyed)
                         running[fut] = spec
                 if not running:  # cannot happen with an acyclic order; never spin on it
                     raise RuntimeError(f"no analysis can start: {[s.name for s in todo]}")
@@ -394,29 +465,55 @@ def _run_parallel(
 
 
 def _run_one(spec: AnalysisSpec, model: Model, tables: DerivedTables[Model], config: Config, results: Results,
-             strict: bool) -> None:
-    """Run one analysis into ``results`` (value, skip reason or failure)."""
+             strict: bool, keyed: _Keyed | None = None) -> None:
+    """Run one analysis into ``results`` (value, skip reason or failure), or take its outcome
+    from the cache."""
     missing = [d for d in spec.depends_on if d not in results.values]
     if missing:
         why = "; ".join(results.skipped.get(d) or results.failed.get(d) or f"{d} is not available" for d in missing)
         results.skipped[spec.name] = f"needs {', '.join(missing)}: {why}"
+        if keyed is not None and any(d in keyed.tainted for d in missing):
+            keyed.tainted.add(spec.name)
         return
+    key = keyed.keys.get(spec.name) if keyed is not None else None
+    if keyed is not None and key is not None:
+        hit = keyed.cache.get(key)
+        if hit is not None:
+            if hit.value is not None:
+                results.values[spec.name] = hit.value
+            else:
+                results.skipped[spec.name] = hit.skipped or ""
+            return
+    outcome: CachedOutcome | None = None
     try:
-        results.values[spec.name] = spec.func(context_for(spec, model, config, results, tables))
+        value = spec.func(context_for(spec, model, config, results, tables))
+        results.values[spec.name] = value
+        outcome = CachedOutcome(value=value)
     except NotApplicable as na:
         results.skipped[spec.name] = na.reason
+        outcome = CachedOutcome(skipped=na.reason)
     except Exception as exc:  # noqa: BLE001 - one broken analysis must not sink the report
+        if keyed is not None:
+            keyed.tainted.add(spec.name)
         if strict:
             raise
         results.failed[spec.name] = f"{type(exc).__name__}: {exc}"
+    if keyed is None or outcome is None:
+        return
+    if any(d in keyed.tainted for d in (*spec.depends_on, *spec.after)):
+        keyed.tainted.add(spec.name)  # computed from a failure: not what its key names
+    elif key is not None:
+        keyed.cache.put(key, outcome)
 
 
 __all__ = [
     "RUNNER_PARAMS",
     "AnalysisContext",
     "AnalysisSpec",
+    "CachedOutcome",
     "Model",
     "Result",
+    "ResultCache",
     "Results",
     "analysis",
     "context_for",

@@ -25,8 +25,9 @@ Examples:
   traceanalyzer cache clear
 """)
 def command() -> None:
-    """The model cache: each loaded input's tables, kept so that a re-run of an unchanged file
-    (other thresholds, other formats) skips the parse.
+    """The model cache: each loaded input's tables, and its analyses' results, kept so that a
+    re-run of an unchanged file (other thresholds, other formats) skips the parse and reruns
+    only the analyses whose thresholds changed.
 
     Location: $TRACEANALYZER_CACHE_DIR, else $XDG_CACHE_HOME/traceanalyzer, else
     ~/.cache/traceanalyzer. Size cap: TRACEANALYZER_CACHE_MAX (default 5G; least recently
@@ -41,15 +42,16 @@ def info() -> None:
     total = sum(e.bytes for e in entries)
     state = "on" if cache_enabled() else f"off ({ENV_NO_CACHE} is set)"
     click.echo(f"model cache: {cache.root}  [{state}]")
-    click.echo(f"  {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, {fmt_bytes(total)} "
-               f"of a {fmt_bytes(cache.max_bytes)} cap")
+    n_results = sum(e.results for e in entries)
+    click.echo(f"  {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} ({n_results} analysis "
+               f"result{'' if n_results == 1 else 's'}), {fmt_bytes(total)} of a {fmt_bytes(cache.max_bytes)} cap")
     for e in entries:
-        click.echo(f"  {e.key}  {fmt_bytes(e.bytes):>10}  {e.source or '?'}")
+        click.echo(f"  {e.key}  {fmt_bytes(e.bytes):>10}  {e.results:>4} results  {e.source or '?'}")
 
 
 @command.command("clear")
 def clear() -> None:
-    """Remove every entry of the model cache."""
+    """Remove every entry of the model cache (with the results kept in it)."""
     cache = ModelCache()
     n, size = cache.clear()
     click.echo(f"removed {n} entr{'y' if n == 1 else 'ies'} ({fmt_bytes(size)}) from {cache.root}")

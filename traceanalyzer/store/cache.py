@@ -10,7 +10,7 @@ every later load of the same bytes (another ``--set``, other ``--format``, ``mem
 ``--no-cache`` (``analyze``, ``memory``, ``export``, ``batch``), everywhere with
 ``TRACEANALYZER_NO_CACHE=1``.
 
-**Key**: the BLAKE2b-256 digest of the file's bytes (streamed; the compressed bytes of a
+**Key**: the SHA-256 digest of the file's bytes (streamed; the compressed bytes of a
 ``.gz``), its kind, :data:`~traceanalyzer.load.cache_version.LOADER_VERSION`, the
 traceanalyzer and polars versions, a digest of the loader and model sources
 (:func:`source_digest`) and the input budget in force (``--max-input-size`` …, which decides
@@ -20,7 +20,7 @@ file rewritten while it was parsed is not stored under the hash of its old bytes
 
 **Entry**: ``models/<key>/`` holding one ``<table>.arrow`` per table (IPC,
 :data:`IPC_COMPRESSION`) and ``entry.json`` (the key's parts, meta, warnings, each table's
-rows, schema and BLAKE2b digest). It is written in a temporary directory renamed into place, so
+rows, schema and SHA-256 digest). It is written in a temporary directory renamed into place, so
 an entry is whole or absent. One that fails to read (a file truncated, edited or missing, its
 digest, schema or row count differing from ``entry.json``) is removed and the file is loaded
 again; the note goes to stderr only in verbose mode (``TRACEANALYZER_VERBOSE=1``). Load
@@ -33,6 +33,11 @@ the cap alone is not stored.
 
 A cache that cannot be written (read-only home, full disk) never fails a run: the model
 loaded from the file is used and the note goes to verbose output.
+
+**Results**: a model this module stored or read back is remembered with its entry, so that
+:func:`traceanalyzer.store.results.for_model` gives the pipeline the entry's result cache
+(``models/<key>/results/``, :mod:`traceanalyzer.store.results`): the analyses' outcomes, kept
+under the same cap, evicted and cleared with the model.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from traceanalyzer.load.cache_version import LOADER_VERSION
 from traceanalyzer.load.pickle_budget import PickleBudget
 from traceanalyzer.model import Model
 from traceanalyzer.store import NotStorable, join_model, schema_doc, split_model
+from traceanalyzer.store.results import remember, result_files
 
 ENV_CACHE_DIR = "TRACEANALYZER_CACHE_DIR"
 ENV_NO_CACHE = "TRACEANALYZER_NO_CACHE"
@@ -73,8 +79,9 @@ DEFAULT_MAX_BYTES = 5 << 30
 #: cache and keeps entries several times smaller, so more traces fit under the cap
 #: (docs/performance.md, "Model cache").
 IPC_COMPRESSION: Literal["uncompressed", "lz4", "zstd"] = "lz4"
-#: Layout of an entry directory; part of the key, bumped when this module writes differently.
-ENTRY_FORMAT = 3
+#: Layout of an entry directory; part of the key, bumped when this module writes differently
+#: (4: the content hash is SHA-256, and results are kept in the entry, :mod:`.results`).
+ENTRY_FORMAT = 4
 ENTRY_FILE = "entry.json"
 MODELS_DIR = "models"
 _TMP_PREFIX = ".tmp-"
@@ -122,8 +129,10 @@ def default_max_bytes() -> int:
 
 
 def content_digest(path: Path) -> str:
-    """Hex BLAKE2b-256 of the file's bytes, read in 1 MiB chunks (regular files only)."""
-    h = hashlib.blake2b(digest_size=32)
+    """Hex SHA-256 of the file's bytes, read in 1 MiB chunks (regular files only). SHA-256,
+    not BLAKE2b: CPUs with SHA extensions (most x86 since 2017-2019, ARMv8) hash it ~2x faster,
+    and a plain multi-GB trace pays this on every run (docs/performance.md, "Model cache")."""
+    h = hashlib.sha256()
     f, _ = open_regular(path)
     with f:
         while chunk := f.read(_CHUNK):
@@ -152,7 +161,7 @@ def key_parts(path: Path, kind: str) -> dict[str, Any]:
     budget: dict[str, Any] = asdict(PickleBudget.from_env() if kind == "snapshot" else Budget.from_env())
     return {
         "entry_format": ENTRY_FORMAT,
-        "content_blake2b": content_digest(path),
+        "content_sha256": content_digest(path),
         "kind": kind,
         "loader_version": LOADER_VERSION,
         "traceanalyzer": __version__,
@@ -176,23 +185,26 @@ class Entry:
     bytes: int
     last_used: float
     source: str | None
+    results: int = 0  # analysis results kept in the entry (:mod:`traceanalyzer.store.results`)
 
 
 def _digest(data: bytes) -> str:
-    """BLAKE2b-128 of an entry file's bytes (recorded in ``entry.json``, checked on reading)."""
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    """SHA-256 of an entry file's bytes (recorded in ``entry.json``, checked on reading)."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def _dir_bytes(path: Path) -> int:
-    """Bytes of the files in ``path`` (0 once another process has removed it)."""
+    """Bytes of the files in ``path`` and its sub-directories (the entry's ``results/``; 0 once
+    another process has removed it)."""
     total = 0
     try:
-        children = list(path.iterdir())
+        with os.scandir(path) as it:
+            children = list(it)
     except OSError:
         return 0
-    for p in children:
+    for e in children:
         try:
-            total += p.stat().st_size
+            total += _dir_bytes(Path(e.path)) if e.is_dir(follow_symlinks=False) else e.stat().st_size
         except OSError:
             pass
     return total
@@ -226,7 +238,7 @@ class ModelCache:
                 data = (where / f"{name}.arrow").read_bytes()
                 # Checked before polars parses it: a flipped bit never becomes a wrong value, and a
                 # mangled file never reaches the reader (which may panic on one).
-                if _digest(data) != spec["blake2b"]:
+                if _digest(data) != spec["sha256"]:
                     raise ValueError(f"{name}.arrow does not match its digest")
                 df = pl.read_ipc(data)
                 if df.height != spec["rows"] or schema_doc(df) != spec["schema"]:
@@ -275,7 +287,7 @@ class ModelCache:
                 # default batches would give a 16x trace's tables 7+ chunks, slower in every analysis).
                 df.write_ipc(target, compression=IPC_COMPRESSION, record_batch_size=max(df.height, 1))
                 doc["tables"][name] = {"rows": df.height, "schema": schema_doc(df),
-                                       "blake2b": _digest(target.read_bytes())}
+                                       "sha256": _digest(target.read_bytes())}
             (tmp / ENTRY_FILE).write_bytes(orjson.dumps(doc))
             size = _dir_bytes(tmp)
             if size > self.max_bytes:
@@ -312,7 +324,8 @@ class ModelCache:
                 source: Any = orjson.loads((d / ENTRY_FILE).read_bytes()).get("source")
             except (OSError, orjson.JSONDecodeError, AttributeError):
                 used, source = 0.0, None  # damaged or half-removed: first to go
-            out.append(Entry(d.name, d, _dir_bytes(d), used, source if isinstance(source, str) else None))
+            out.append(Entry(d.name, d, _dir_bytes(d), used, source if isinstance(source, str) else None,
+                             result_files(d)[0]))
         return sorted(out, key=lambda e: (e.last_used, e.key))
 
     def _stale_tmps(self, max_age_s: float) -> list[Path]:
@@ -389,6 +402,7 @@ def load(path: str | Path, use_cache: bool | None = None, cache: ModelCache | No
     model = store.get(key, str(p))
     if model is not None:
         _note(f"hit {key} for {p}")
+        remember(model, store.models / key, key)
         return model
     model = load_file(p, kind=kind)
     try:
@@ -400,6 +414,7 @@ def load(path: str | Path, use_cache: bool | None = None, cache: ModelCache | No
         return model
     if store.put(key, parts, model, source=str(p)):
         _note(f"stored {key} for {p}")
+        remember(model, store.models / key, key)
     return model
 
 
