@@ -346,3 +346,18 @@ def test_pid_tid_constants_used() -> None:
     res = _run(_cpu_bound_trace().model())
     cpu = res.critical_events.filter(pl.col("kind") == "cpu_op")
     assert set(cpu["pid"]) == {PID} and set(cpu["tid"]) == {TID}
+
+
+def test_importing_the_cli_and_the_analyses_does_not_import_numpy() -> None:
+    """numpy (0.14 s to import) is imported by the critical path when it runs, not when the
+    CLI starts and discovers the analyses and rules."""
+    import subprocess
+    import sys
+
+    code = ("import sys, traceanalyzer.cli\n"
+            "from traceanalyzer.analyses import registry\n"
+            "from traceanalyzer.rules import registry as rules\n"
+            "assert 'critical_path' in registry() and rules()\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'numpy')[:3])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -41,9 +41,8 @@ path, not over nodes), its nodes marked with a difference array.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
 
-import numpy as np
-import numpy.typing as npt
 import polars as pl
 
 from traceanalyzer.analyses._comm import comm_classes
@@ -54,9 +53,15 @@ from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, deepest_at, gpu_activity, launches
 from traceanalyzer.timeutil import merge_intervals
 
-I64 = npt.NDArray[np.int64]
-F64 = npt.NDArray[np.float64]
-B = npt.NDArray[np.bool_]
+if TYPE_CHECKING:
+    # numpy is imported where the graph is built or walked: importing the analyses (every CLI
+    # start discovers them) stays free of its import time.
+    import numpy as np
+    import numpy.typing as npt
+
+    I64: TypeAlias = npt.NDArray[np.int64]
+    F64: TypeAlias = npt.NDArray[np.float64]
+    B: TypeAlias = npt.NDArray[np.bool_]
 
 #: Edge types (HTA's CPEdgeType).
 OP, DEPENDENCY, LAUNCH, KERNEL_KERNEL, SYNC = 0, 1, 2, 3, 4
@@ -133,6 +138,8 @@ class CPGraph:
 
 
 def _empty_graph(events: pl.DataFrame, sync_source: str) -> CPGraph:
+    import numpy as np
+
     z = np.zeros(0, dtype=np.int64)
     return CPGraph(z, z, z.astype(bool), z, z.astype(bool), z, z, z, z.astype(bool), z.astype(bool), z, z, z, z, z,
                    events, sync_source)
@@ -149,6 +156,8 @@ def _cpu_events(model: TraceModel) -> pl.DataFrame:
 def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps: bool,
                 kk_max_gap_ns: int = KK_MAX_GAP_NS) -> CPGraph:
     """The graph of the step windows ``keep`` (``windows``: ``window, step, start_ns, end_ns``)."""
+    import numpy as np
+
     model = t.model
     # Events are clipped to their step window: an op that outlives its step (a thread's long
     # op, a kernel past the next step's start) counts only inside it, so a path never exceeds
@@ -571,12 +580,16 @@ class LongestPath:
 
 
 def _seg_ids(seg_start: B) -> I64:
+    import numpy as np
+
     return np.cumsum(seg_start).astype(np.int64) - 1
 
 
 def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
                  max_rounds: int = MAX_ROUNDS) -> LongestPath:
     """The longest path of every window of ``g`` (weights overridable: the what-ifs)."""
+    import numpy as np
+
     n = g.n_nodes
     lw = g.link_w if link_w is None else link_w
     xw = g.x_w if x_w is None else x_w
@@ -628,6 +641,8 @@ def _topological_dist(g: CPGraph, lw: I64, xw: I64, floor: I64) -> tuple[I64, bo
     """Longest distance to every node by Kahn's algorithm (a Python loop over nodes: the
     fallback of :func:`longest_path` for graphs whose paths switch chains too often for its
     rounds). False when some node is never reached (a cycle)."""
+    import numpy as np
+
     n = g.n_nodes
     chain = ~g.seg_start[1:]  # link i → i + 1
     src = np.concatenate([np.flatnonzero(chain), g.x_src]).astype(np.int64)
@@ -656,6 +671,8 @@ def _topological_dist(g: CPGraph, lw: I64, xw: I64, floor: I64) -> tuple[I64, bo
 
 
 def _chain_dist(offer: I64, prefix: I64, seg: I64, seg_first: I64, big: np.int64) -> I64:
+    import numpy as np
+
     v = offer - prefix
     if big:
         off = seg * big
@@ -671,6 +688,8 @@ def _chain_dist(offer: I64, prefix: I64, seg: I64, seg_first: I64, big: np.int64
 
 def _extract(g: CPGraph, dist: I64, offer: I64, prefix: I64, seg: I64, seg_first: I64, lw: I64, xw: I64,
              rounds: int, converged: bool) -> LongestPath:
+    import numpy as np
+
     n = dist.size
     # Where along its segment each node's best start lies: the last j ≤ i at which
     # offer[j] − P[j] reached the running maximum.

@@ -36,9 +36,8 @@ Definitions (``docs/critical_path.md`` has the long form)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import polars as pl
 
 from traceanalyzer.analyses import AnalysisContext, analysis
@@ -59,6 +58,9 @@ from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import deepest_at
+
+if TYPE_CHECKING:
+    import numpy as np  # imported where it runs: importing the analyses stays free of numpy
 
 #: Kernel classes a what-if may name (``_kernels.kernel_class``, communication from ``_comm``,
 #: and the copy activities).
@@ -144,6 +146,8 @@ class CriticalPathResult:
 
 def _event_scale(g: CPGraph, target: str, model: TraceModel) -> tuple[np.ndarray, bool]:
     """Per event: whether ``target`` scales it; and whether it scales launch delays instead."""
+    import numpy as np
+
     ev = g.events
     if target == "launch_overhead":
         return np.zeros(ev.height, dtype=bool), True
@@ -182,6 +186,8 @@ def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: Tr
             step_of: dict[int, int]) -> dict[str, Any]:
     """One what-if row: ``target``'s edges ``factor``× lighter, the longest paths recomputed.
     Step, saving and new step are medians over the steady steps (the step every report cites)."""
+    import numpy as np
+
     scaled, launch = _event_scale(g, target, model)
     steps = [step_of[w] for w in base.window_len]
     step_med = float(np.median(steps)) if steps else 0.0
@@ -232,6 +238,8 @@ def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: Tr
 def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
     """Per steady step, the longest dependency chain through CPU ops, launches, kernels and
     syncs; its breakdown by bound (HTA's classes), top events and what-ifs."""
+    import numpy as np
+
     model = ctx.model
     steps = ctx.need("steps", StepsResult)
     factor = float(ctx.params.whatif_factor)
