@@ -699,15 +699,25 @@ def _extract(g: CPGraph, dist: I64, offer: I64, prefix: I64, seg: I64, seg_first
     idx = np.where(hit, np.arange(n), -1)
     big = np.int64(n + 1)
     jstar = np.maximum.accumulate(np.where(idx >= 0, idx + seg * big, -1)) - seg * big
-    # Best cross edge into each node (the one whose offer won).
+    # Best cross edge into each node (the one whose offer won: the first of the largest
+    # offers among the edges into it, edges being sorted by destination).
     cand = dist[g.x_src] + xw if g.x_src.size else np.zeros(0, np.int64)
+    best_x = np.full(n, -1, dtype=np.int64)
+    if cand.size:
+        by_dst = np.lexsort((np.arange(cand.size), -cand, g.x_dst))
+        first = by_dst[np.r_[True, g.x_dst[by_dst][1:] != g.x_dst[by_dst][:-1]]]
+        best_x[g.x_dst[first]] = first
     win = g.node_window
     order = np.lexsort((-dist, win))
     firsts = np.flatnonzero(np.r_[True, win[order][1:] != win[order][:-1]])
     ends = order[firsts]
     window_len: dict[int, int] = {}
-    mark = np.zeros(n + 1, dtype=np.int64)
-    links: list[I64] = []
+    # Path segments [lo, hi) of node indices, in walk order: their nodes are on the path,
+    # their chain links (lo's link excluded) too.
+    seg_lo: list[int] = []
+    seg_hi: list[int] = []
+    link_lo: list[int] = []
+    link_hi: list[int] = []
     xs: list[int] = []
     for e in ends.tolist():
         window_len[int(win[e])] = int(dist[e])
@@ -715,22 +725,38 @@ def _extract(g: CPGraph, dist: I64, offer: I64, prefix: I64, seg: I64, seg_first
         # One iteration per segment of the path (a chain stretch entered by a cross edge).
         for _ in range(n):
             j = int(jstar[i])
-            mark[j] += 1
-            mark[i + 1] -= 1
+            seg_lo.append(j)
+            seg_hi.append(i + 1)
             if i > j:
-                links.append(np.arange(j + 1, i + 1, dtype=np.int64))
-            if offer[j] <= 0:
+                link_lo.append(j + 1)
+                link_hi.append(i + 1)
+            oj = int(offer[j])
+            if oj <= 0:
                 break
-            k = -1
-            a, b = int(np.searchsorted(g.x_dst, j)), int(np.searchsorted(g.x_dst, j, side="right"))
-            if a < b:
-                k = a + int(np.argmax(cand[a:b]))
-            if k < 0 or cand[k] != offer[j]:
-                if g.lead[j] and offer[j] == lw[j]:
-                    links.append(np.array([j], dtype=np.int64))  # the path starts with the lead
+            k = int(best_x[j])
+            if k < 0 or int(cand[k]) != oj:
+                if g.lead[j] and oj == int(lw[j]):
+                    link_lo.append(j)  # the path starts with the lead
+                    link_hi.append(j + 1)
                 break
             xs.append(k)
             i = int(g.x_src[k])
+    mark = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(mark, np.asarray(seg_lo, dtype=np.int64), 1)
+    np.add.at(mark, np.asarray(seg_hi, dtype=np.int64), -1)
     on_path = np.cumsum(mark[:-1]) > 0
-    path_links = np.concatenate(links) if links else np.zeros(0, np.int64)
+    path_links = _ranges(np.asarray(link_lo, dtype=np.int64), np.asarray(link_hi, dtype=np.int64))
     return LongestPath(dist, rounds, converged, window_len, on_path, path_links, np.asarray(xs, dtype=np.int64))
+
+
+def _ranges(lo: I64, hi: I64) -> I64:
+    """The concatenation of ``arange(lo[k], hi[k])`` over k, in order."""
+    import numpy as np
+
+    lens = hi - lo
+    total = int(lens.sum()) if lens.size else 0
+    if not total:
+        return np.zeros(0, np.int64)
+    starts = np.cumsum(lens) - lens  # where each range begins in the output
+    out: I64 = np.repeat(lo - starts, lens) + np.arange(total, dtype=np.int64)
+    return out

@@ -257,25 +257,32 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
 
     # Path edges: chain links and cross edges on a path, with their bound class.
     ev = g.events
-    bound = ev["bound"].to_numpy()
+    # Bound classes as codes into BOUND_CLASSES (code len(BOUND_CLASSES): none, a sync edge),
+    # named once the edges are a frame.
+    names = [*BOUND_CLASSES, ""]
+    code = {c: i for i, c in enumerate(names)}
+    bound = ev["bound"].replace_strict(names, list(range(len(names))), return_dtype=pl.Int64).to_numpy()
     li = lp.path_links
     l_ev = g.link_event[li]
     l_type = g.link_type[li]
-    l_bound = np.where(l_type == KERNEL_KERNEL, "gpu_kernel_kernel_overhead",
-                       np.where(l_type == DEPENDENCY, np.where(g.link_dl[li], "data_loading", "cpu_bound"),
-                                np.where(l_ev >= 0, bound[np.maximum(l_ev, 0)], "cpu_bound")))
+    l_bound = np.where(l_type == KERNEL_KERNEL, code["gpu_kernel_kernel_overhead"],
+                       np.where(l_type == DEPENDENCY, np.where(g.link_dl[li], code["data_loading"], code["cpu_bound"]),
+                                np.where(l_ev >= 0, bound[np.maximum(l_ev, 0)], code["cpu_bound"])))
     xi = lp.path_x
     x_type = g.x_type[xi]
-    x_bound = np.where(x_type == LAUNCH, "gpu_kernel_launch_overhead", np.where(x_type == DEPENDENCY, "cpu_bound", ""))
+    x_bound = np.where(x_type == LAUNCH, code["gpu_kernel_launch_overhead"],
+                       np.where(x_type == DEPENDENCY, code["cpu_bound"], code[""]))
     x_ev = g.x_event[xi]
     edges = pl.DataFrame({
         "window": np.concatenate([g.node_window[li], g.node_window[g.x_dst[xi]]]),
-        "type": [EDGE_TYPES[t] for t in np.concatenate([l_type, x_type]).tolist()],
-        "bound_by": np.concatenate([l_bound, x_bound]).astype(str),
+        "type": np.concatenate([l_type, x_type]),
+        "bound_by": np.concatenate([l_bound, x_bound]),
         "weight_ns": np.concatenate([g.link_w[li], g.x_w[xi]]),
         "event": np.concatenate([l_ev, x_ev]),
-    }, schema={"window": pl.Int64, "type": pl.String, "bound_by": pl.String, "weight_ns": pl.Int64,
-               "event": pl.Int64})
+    }, schema={"window": pl.Int64, "type": pl.Int64, "bound_by": pl.Int64, "weight_ns": pl.Int64,
+               "event": pl.Int64}).with_columns(
+        pl.col("type").replace_strict(list(range(len(EDGE_TYPES))), list(EDGE_TYPES), return_dtype=pl.String),
+        pl.col("bound_by").replace_strict(list(range(len(names))), names, return_dtype=pl.String))
     edges = edges.join(ev.select("event", "name", "kind"), on="event", how="left")
     n_steps = len(lp.window_len)
     total_path = sum(lp.window_len.values())
@@ -317,8 +324,9 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
             whatif_error = f"critical_path.whatif_target: {err}"
     whatif = pl.DataFrame(wrows, schema=_WHATIF_SCHEMA).sort(["requested", "saved_ns"], descending=[True, True])
 
-    crit = np.unique(g.node_event[lp.on_path])
-    critical_events = ev.filter(pl.col("event").is_in(crit.tolist())).drop("event")
+    on = np.zeros(ev.height, dtype=bool)
+    on[g.node_event[lp.on_path]] = True  # events are numbered by row
+    critical_events = ev.filter(pl.Series(on)).drop("event")
     return CriticalPathResult(
         per_step=per_step, breakdown=breakdown, top_events=top_events, whatif=whatif,
         critical_events=critical_events, path_edges=edges, sync_source=g.sync_source,
