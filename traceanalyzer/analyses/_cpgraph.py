@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, TypeAlias
 import polars as pl
 
 from traceanalyzer.analyses._comm import comm_classes
-from traceanalyzer.analyses._intervals import DATALOADER_RE, covered_before
+from traceanalyzer.analyses._intervals import DATALOADER_RE, covered_within
 from traceanalyzer.analyses._kernels import kernel_class, on_distinct
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.model import TraceModel
@@ -225,19 +225,20 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
 
     # ---- CPU chains: boundaries in nesting order per (window, pid, tid).
     by = ["window", "pid", "tid"]
-    starts = cpu.select(*by, "event", pl.col("ts_ns").alias("t"), pl.lit(1, pl.Int8).alias("kind"),
-                        (-pl.col("end_ns")).alias("sec"), pl.col("name"))
-    ends = cpu.select(*by, "event", pl.col("end_ns").alias("t"), pl.lit(0, pl.Int8).alias("kind"),
-                      (-pl.col("ts_ns")).alias("sec"), pl.col("name"))
-    b = pl.concat([starts, ends]).with_columns(
-        _oid=pl.when(pl.col("kind") == 1).then(pl.col("event")).otherwise(-pl.col("event")))
+    starts = cpu.lazy().select(*by, "event", pl.col("ts_ns").alias("t"), pl.lit(1, pl.Int8).alias("kind"),
+                               (-pl.col("end_ns")).alias("sec"), pl.col("name"))
+    ends = cpu.lazy().select(*by, "event", pl.col("end_ns").alias("t"), pl.lit(0, pl.Int8).alias("kind"),
+                             (-pl.col("ts_ns")).alias("sec"), pl.col("name"))
     # At one instant ends come first (half-open intervals); starts longer first; ends of
     # later-started intervals first (a child closes before its parent).
     # A plain running sum is the per-chain depth: a chain's rows are contiguous and hold as
     # many ends as starts, so the sum is back to 0 where the next chain begins.
-    b = b.sort([*by, "t", "kind", "sec", "_oid"]).with_columns(
-        depth=pl.when(pl.col("kind") == 1).then(1).otherwise(-1).cum_sum())
-    b = b.with_columns(
+    # (One lazy query from the boundaries to the gap starts.)
+    lb = pl.concat([starts, ends]).with_columns(
+        _oid=pl.when(pl.col("kind") == 1).then(pl.col("event")).otherwise(-pl.col("event"))
+    ).sort([*by, "t", "kind", "sec", "_oid"]).with_columns(
+        depth=pl.when(pl.col("kind") == 1).then(1).otherwise(-1).cum_sum()
+    ).with_columns(
         first=pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in by]).fill_null(True),
         prev_t=pl.col("t").shift(1), prev_kind=pl.col("kind").shift(1), prev_event=pl.col("event").shift(1),
         prev_depth=pl.col("depth").shift(1),
@@ -253,27 +254,28 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     main = model.steps.select("pid", "tid").unique()
     if main.is_empty():
         main = cpu.group_by("pid", "tid").len().sort("len", "pid", "tid", descending=[True, False, False]).head(1)
-    b = b.join(main.select("pid", "tid", pl.lit(True).alias("_main")), on=["pid", "tid"], how="left").with_columns(
-        pl.col("_main").fill_null(False))
     counted = pl.col("_main") if cpu_gaps else pl.lit(False)
     # While another thread of the process runs an op, the step's thread between its own ops is
     # waiting for it (backward on the autograd thread), not working: that part of a gap (or
     # lead) does not count; the other thread's ops carry the path there (hand-off edges below).
-    b = b.join(bounds.select("window", "_w0"), on="window", how="left").with_columns(
-        _gap_from=pl.when(pl.col("first")).then(pl.col("_w0")).otherwise(pl.col("prev_t")))
+    b = lb.join(main.lazy().select("pid", "tid", pl.lit(True).alias("_main")), on=["pid", "tid"],
+                how="left").with_columns(pl.col("_main").fill_null(False)).join(
+        bounds.lazy().select("window", "_w0"), on="window", how="left").with_columns(
+        _gap_from=pl.when(pl.col("first")).then(pl.col("_w0")).otherwise(pl.col("prev_t"))).collect()
     busy = pl.Series("_busy", [0] * b.height, dtype=pl.Int64)
     others = cpu.join(main.select("pid", "tid", pl.lit(True).alias("_m")), on=["pid", "tid"], how="left").filter(
         pl.col("_m").is_null() & pl.col("pid").is_in(main["pid"].implode()))
     if cpu_gaps and others.height:
         merged = merge_intervals(others.select("pid", "ts_ns", "end_ns"), by=["pid"])
-        pts = b.select("pid", pl.col("_gap_from").fill_null(pl.col("t")).alias("a"), pl.col("t").alias("z"))
-        busy = (covered_before(merged, pts, by=["pid"], point_col="z")
-                - covered_before(merged, pts, by=["pid"], point_col="a")).alias("_busy")
-    b = b.with_columns(busy)
+        # Busy time in [gap start, t): the covered length before t less that before the
+        # gap's start, both ends in one pass.
+        spans = b.select("pid", pl.col("_gap_from").fill_null(pl.col("t")).alias("start_ns"),
+                         pl.col("t").alias("end_ns"))
+        busy = covered_within(merged, spans, by=["pid"]).alias("_busy")
     own = (pl.col("t") - pl.col("_gap_from") - pl.col("_busy")).clip(lower_bound=0)
     # A chain's first node: on the step's thread, the time from the step's start to its first
     # op (a lead: a path may start there with that much behind it).
-    b = b.with_columns(
+    b = b.lazy().with_columns(busy).with_columns(
         link_type=pl.when(is_dep | pl.col("first")).then(DEPENDENCY).otherwise(OP),
         link_w=pl.when(pl.col("first")).then(pl.when(counted).then(own).otherwise(0))
         .when(is_dep).then(pl.when(counted).then(own).otherwise(0))
@@ -282,24 +284,25 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
         # Where a gap (or lead) lies: its middle, for the DataLoader test below.
         _gap_mid=pl.when(pl.col("first")).then((pl.col("t") + pl.col("_w0")) // 2)
         .otherwise((pl.col("t") + pl.col("prev_t")) // 2),
-    )
-    b = b.with_columns(link_dl=(pl.col("link_type") == DEPENDENCY) & _dataloader_flags(
-        model, b.select("pid", "tid", pl.col("_gap_mid").alias("ts_ns"))))
+    ).collect()
+    dl_gap = (pl.col("link_type") == DEPENDENCY) & _dataloader_flags(
+        model, b.select("pid", "tid", pl.col("_gap_mid").alias("ts_ns")))
     # Attribution (HTA): start→start and start→end to the source, end→end to the destination,
     # end→start to the source's parent (the op open between them): the last start at the
     # depth left open, found by an as-of join on position.
-    opened = b.filter(pl.col("kind") == 1).select(*by, "pos", "depth", pl.col("event").alias("_parent"))
-    b = b.with_columns(_pd=pl.col("prev_depth"))
+    lb = b.lazy().with_columns(link_dl=dl_gap)
+    opened = lb.filter(pl.col("kind") == 1).select(*by, "pos", pl.col("depth").alias("_pd"),
+                                                  pl.col("event").alias("_parent"))
     end_start = (pl.col("prev_kind") == 0) & (pl.col("kind") == 1) & ~is_dep
-    par = b.filter(end_start).select(*by, "pos", "_pd").sort("pos").join_asof(
-        opened.rename({"depth": "_pd"}).sort("pos"), on="pos", by=[*by, "_pd"], strategy="backward",
+    par = lb.filter(end_start).select(*by, "pos", pl.col("prev_depth").alias("_pd")).sort("pos").join_asof(
+        opened.sort("pos"), on="pos", by=[*by, "_pd"], strategy="backward",
         check_sortedness=False).select("pos", "_parent")
-    b = b.join(par, on="pos", how="left").sort("pos").with_columns(
+    b = lb.join(par, on="pos", how="left").sort("pos").with_columns(
         link_event=pl.when(pl.col("first") | (pl.col("link_type") == DEPENDENCY)).then(-1)
         .when(pl.col("prev_kind") == 1).then(pl.col("prev_event"))
         .when(pl.col("kind") == 0).then(pl.col("event"))
         .otherwise(pl.col("_parent").fill_null(-1)),
-    )
+    ).collect()
     cpu_nodes = b.select(
         pl.col("t").alias("ts"), "event", (pl.col("kind") == 1).alias("start"), "window",
         pl.col("first").alias("seg"), "link_w", "link_type", "link_event", "link_dl", "_unexplained")
