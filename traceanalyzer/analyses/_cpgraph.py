@@ -333,16 +333,16 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
         waits = pl.concat([waits, _inferred_waits(act)])
 
     # ---- GPU chains per (window, device, stream), kernels by start.
-    g = act.sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns").with_columns(
+    lg = act.lazy().sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns").with_columns(
         prev_end=pl.col("gpu_end_ns").shift(1).over("window", "device", "stream"),
         prev_event=pl.col("event").shift(1).over("window", "device", "stream"),
     )
     if waits.height:
-        g = g.join(waits.select(pl.col("dst").alias("event"), pl.col("src_end").alias("wait_end")).group_by(
+        lg = lg.join(waits.lazy().select(pl.col("dst").alias("event"), pl.col("src_end").alias("wait_end")).group_by(
             "event").agg(pl.col("wait_end").max()), on="event", how="left")
     else:
-        g = g.with_columns(wait_end=pl.lit(None, pl.Int64))
-    g = g.sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns")
+        lg = lg.with_columns(wait_end=pl.lit(None, pl.Int64))
+    lg = lg.sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns")
     w_ok_launch = pl.col("wait_end").is_null() | (pl.col("wait_end") < pl.col("cpu_ts_ns"))
     launch = pl.col("queue_empty") & (pl.col("prev_end").is_null() | (pl.col("prev_end") < pl.col("cpu_ts_ns"))) \
         & w_ok_launch
@@ -354,25 +354,25 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
         pl.col("wait_end").is_null() | (pl.col("wait_end") < pl.col("prev_end")))
     launch = launch | (~kk & (pl.col("prev_end").is_null() | ~near) & w_ok_launch & (
         pl.col("_prev_end_all").is_null() | (pl.col("_prev_end_all") < pl.col("cpu_ts_ns"))))
-    g = g.with_columns(_launch=launch, _kk=kk)
-    gs = g.select(pl.col("gpu_ts_ns").alias("ts"), "event", pl.lit(True).alias("start"), "window",
-                  (~pl.col("_kk")).alias("seg"),
-                  pl.when(pl.col("_kk")).then((pl.col("gpu_ts_ns") - pl.col("prev_end")).clip(lower_bound=0))
-                  .otherwise(0).alias("link_w"),
-                  pl.when(pl.col("_kk")).then(KERNEL_KERNEL).otherwise(OP).alias("link_type"),
-                  pl.when(pl.col("_kk")).then(pl.col("prev_event")).otherwise(-1).alias("link_event"),
-                  pl.lit(False).alias("link_dl"), pl.lit(None, pl.Int64).alias("_unexplained"))
-    ge = g.select(pl.col("gpu_end_ns").alias("ts"), "event", pl.lit(False).alias("start"), "window",
-                  pl.lit(False).alias("seg"), (pl.col("gpu_end_ns") - pl.col("gpu_ts_ns")).alias("link_w"),
-                  pl.lit(OP).alias("link_type"), pl.col("event").alias("link_event"), pl.lit(False).alias("link_dl"),
-                  pl.lit(None, pl.Int64).alias("_unexplained"))
-    gpu_nodes = pl.concat([gs.with_row_index("_r"), ge.with_row_index("_r")]).sort("_r", "start",
-                                                                                 descending=[False, True]).drop("_r")
-    nodes = pl.concat([cpu_nodes.with_columns(pl.col("link_type").cast(pl.Int64), pl.col("link_w").cast(pl.Int64),
-                                              pl.col("link_event").cast(pl.Int64)),
-                       gpu_nodes.with_columns(pl.col("link_type").cast(pl.Int64), pl.col("link_w").cast(pl.Int64),
-                                              pl.col("link_event").cast(pl.Int64))])
-    nodes = nodes.with_columns(node=pl.int_range(pl.len(), dtype=pl.Int64))
+    g = lg.with_columns(_launch=launch, _kk=kk).collect()
+    gs = g.lazy().select(pl.col("gpu_ts_ns").alias("ts"), "event", pl.lit(True).alias("start"), "window",
+                         (~pl.col("_kk")).alias("seg"),
+                         pl.when(pl.col("_kk")).then((pl.col("gpu_ts_ns") - pl.col("prev_end")).clip(lower_bound=0))
+                         .otherwise(0).alias("link_w"),
+                         pl.when(pl.col("_kk")).then(KERNEL_KERNEL).otherwise(OP).alias("link_type"),
+                         pl.when(pl.col("_kk")).then(pl.col("prev_event")).otherwise(-1).alias("link_event"),
+                         pl.lit(False).alias("link_dl"), pl.lit(None, pl.Int64).alias("_unexplained"))
+    ge = g.lazy().select(pl.col("gpu_end_ns").alias("ts"), "event", pl.lit(False).alias("start"), "window",
+                         pl.lit(False).alias("seg"), (pl.col("gpu_end_ns") - pl.col("gpu_ts_ns")).alias("link_w"),
+                         pl.lit(OP).alias("link_type"), pl.col("event").alias("link_event"),
+                         pl.lit(False).alias("link_dl"), pl.lit(None, pl.Int64).alias("_unexplained"))
+    # Each activity's start node, then its end node: the two halves interleaved by a gather.
+    half = pl.len() // 2
+    at = pl.int_range(pl.len(), dtype=pl.Int64)
+    gpu_nodes = pl.concat([gs, ge]).select(pl.all().gather(at // 2 + (at % 2) * half))
+    casts = (pl.col("link_type").cast(pl.Int64), pl.col("link_w").cast(pl.Int64), pl.col("link_event").cast(pl.Int64))
+    nodes = pl.concat([cpu_nodes.lazy().with_columns(*casts), gpu_nodes.with_columns(*casts)]).with_columns(
+        node=pl.int_range(pl.len(), dtype=pl.Int64)).collect()
     start_of = nodes.filter(pl.col("start")).select("event", pl.col("node").alias("s"))
     end_of = nodes.filter(~pl.col("start")).select("event", pl.col("node").alias("e"))
     ev_nodes = start_of.join(end_of, on="event")
