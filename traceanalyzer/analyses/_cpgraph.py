@@ -41,7 +41,7 @@ path, not over nodes), its nodes marked with a difference array.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 import polars as pl
 
@@ -98,6 +98,9 @@ KK_MAX_GAP_NS = 1_500_000
 #: A kernel starting this long after its launch call ended, its stream idle, waited for
 #: something (traces without cuda_sync events: see _inferred_waits).
 INFERRED_WAIT_NS = 50_000
+#: Lazy queries here run on the in-memory engine, as eager operations do ("auto" may pick the
+#: streaming engine, slower on these sorts and as-of joins of one trace).
+_ENGINE: Final = "in-memory"
 #: DP rounds before :func:`longest_path` switches to one topological pass (a path through
 #: thousands of syncs; a cyclic graph, from bad timestamps, is reported as not converged).
 MAX_ROUNDS = 48
@@ -261,7 +264,7 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     b = lb.join(main.lazy().select("pid", "tid", pl.lit(True).alias("_main")), on=["pid", "tid"],
                 how="left").with_columns(pl.col("_main").fill_null(False)).join(
         bounds.lazy().select("window", "_w0"), on="window", how="left").with_columns(
-        _gap_from=pl.when(pl.col("first")).then(pl.col("_w0")).otherwise(pl.col("prev_t"))).collect()
+        _gap_from=pl.when(pl.col("first")).then(pl.col("_w0")).otherwise(pl.col("prev_t"))).collect(engine=_ENGINE)
     busy = pl.Series("_busy", [0] * b.height, dtype=pl.Int64)
     others = cpu.join(main.select("pid", "tid", pl.lit(True).alias("_m")), on=["pid", "tid"], how="left").filter(
         pl.col("_m").is_null() & pl.col("pid").is_in(main["pid"].implode()))
@@ -284,7 +287,7 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
         # Where a gap (or lead) lies: its middle, for the DataLoader test below.
         _gap_mid=pl.when(pl.col("first")).then((pl.col("t") + pl.col("_w0")) // 2)
         .otherwise((pl.col("t") + pl.col("prev_t")) // 2),
-    ).collect()
+    ).collect(engine=_ENGINE)
     dl_gap = (pl.col("link_type") == DEPENDENCY) & _dataloader_flags(
         model, b.select("pid", "tid", pl.col("_gap_mid").alias("ts_ns")))
     # Attribution (HTA): start→start and start→end to the source, end→end to the destination,
@@ -302,7 +305,7 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
         .when(pl.col("prev_kind") == 1).then(pl.col("prev_event"))
         .when(pl.col("kind") == 0).then(pl.col("event"))
         .otherwise(pl.col("_parent").fill_null(-1)),
-    ).collect()
+    ).collect(engine=_ENGINE)
     cpu_nodes = b.select(
         pl.col("t").alias("ts"), "event", (pl.col("kind") == 1).alias("start"), "window",
         pl.col("first").alias("seg"), "link_w", "link_type", "link_event", "link_dl", "_unexplained")
@@ -354,7 +357,7 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
         pl.col("wait_end").is_null() | (pl.col("wait_end") < pl.col("prev_end")))
     launch = launch | (~kk & (pl.col("prev_end").is_null() | ~near) & w_ok_launch & (
         pl.col("_prev_end_all").is_null() | (pl.col("_prev_end_all") < pl.col("cpu_ts_ns"))))
-    g = lg.with_columns(_launch=launch, _kk=kk).collect()
+    g = lg.with_columns(_launch=launch, _kk=kk).collect(engine=_ENGINE)
     gs = g.lazy().select(pl.col("gpu_ts_ns").alias("ts"), "event", pl.lit(True).alias("start"), "window",
                          (~pl.col("_kk")).alias("seg"),
                          pl.when(pl.col("_kk")).then((pl.col("gpu_ts_ns") - pl.col("prev_end")).clip(lower_bound=0))
@@ -372,7 +375,7 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     gpu_nodes = pl.concat([gs, ge]).select(pl.all().gather(at // 2 + (at % 2) * half))
     casts = (pl.col("link_type").cast(pl.Int64), pl.col("link_w").cast(pl.Int64), pl.col("link_event").cast(pl.Int64))
     nodes = pl.concat([cpu_nodes.lazy().with_columns(*casts), gpu_nodes.with_columns(*casts)]).with_columns(
-        node=pl.int_range(pl.len(), dtype=pl.Int64)).collect()
+        node=pl.int_range(pl.len(), dtype=pl.Int64)).collect(engine=_ENGINE)
     start_of = nodes.filter(pl.col("start")).select("event", pl.col("node").alias("s"))
     end_of = nodes.filter(~pl.col("start")).select("event", pl.col("node").alias("e"))
     ev_nodes = start_of.join(end_of, on="event")
