@@ -287,9 +287,12 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
     n_steps = len(lp.window_len)
     total_path = sum(lp.window_len.values())
     per_class = edges.group_by("window", "bound_by").agg(pl.col("weight_ns").sum())
+    by_window: dict[int, dict[str, int]] = {}
+    for r in per_class.iter_rows(named=True):
+        by_window.setdefault(r["window"], {})[r["bound_by"]] = r["weight_ns"]
     rows = []
     for w, length in sorted(lp.window_len.items()):
-        pc = {r["bound_by"]: r["weight_ns"] for r in per_class.filter(pl.col("window") == w).iter_rows(named=True)}
+        pc = by_window.get(w, {})
         rows.append({"window": w, "step": step_label.get(w), "step_ns": step_of.get(w, 0), "path_ns": length,
                      **{f"{c}_ns": int(pc.get(c, 0)) for c in BOUND_CLASSES}})
     per_step = pl.DataFrame(rows, schema=_STEP_SCHEMA)
