@@ -228,10 +228,13 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
 
     # ---- CPU chains: boundaries in nesting order per (window, pid, tid).
     by = ["window", "pid", "tid"]
+    # (The boundaries carry whether they end a blocking call, not the name: a string column
+    # is the dearest to move through the sort.)
     starts = cpu.lazy().select(*by, "event", pl.col("ts_ns").alias("t"), pl.lit(1, pl.Int8).alias("kind"),
-                               (-pl.col("end_ns")).alias("sec"), pl.col("name"))
+                               (-pl.col("end_ns")).alias("sec"), pl.lit(False).alias("_blocking"))
     ends = cpu.lazy().select(*by, "event", pl.col("end_ns").alias("t"), pl.lit(0, pl.Int8).alias("kind"),
-                             (-pl.col("ts_ns")).alias("sec"), pl.col("name"))
+                             (-pl.col("ts_ns")).alias("sec"), pl.col("name").is_in(list(BLOCKING_CALLS))
+                             .alias("_blocking"))
     # At one instant ends come first (half-open intervals); starts longer first; ends of
     # later-started intervals first (a child closes before its parent).
     # A plain running sum is the per-chain depth: a chain's rows are contiguous and hold as
@@ -248,7 +251,7 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
         pos=pl.int_range(pl.len(), dtype=pl.Int64),
     )
     is_dep = (pl.col("prev_depth") == 0) & (pl.col("kind") == 1)
-    blocking_end = (pl.col("kind") == 0) & pl.col("name").is_in(list(BLOCKING_CALLS))
+    blocking_end = (pl.col("kind") == 0) & pl.col("_blocking")
     gap = (pl.col("t") - pl.col("prev_t")).clip(lower_bound=0)
     # The time between top-level ops (and before the first) counts, with cpu_gaps, on the
     # step's own thread only (the ProfilerStep's; without steps, the thread with the most

@@ -283,7 +283,11 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
                "event": pl.Int64}).with_columns(
         pl.col("type").replace_strict(list(range(len(EDGE_TYPES))), list(EDGE_TYPES), return_dtype=pl.String),
         pl.col("bound_by").replace_strict(list(range(len(names))), names, return_dtype=pl.String))
-    edges = edges.join(ev.select("event", "name", "kind"), on="event", how="left")
+    # Events are numbered by row: their name and kind by position (null for no event).
+    at = edges["event"]
+    edges = edges.with_columns(
+        name=pl.when(at >= 0).then(ev["name"].gather(at.clip(lower_bound=0))),
+        kind=pl.when(at >= 0).then(ev["kind"].gather(at.clip(lower_bound=0))))
     n_steps = len(lp.window_len)
     total_path = sum(lp.window_len.values())
     per_class = edges.group_by("window", "bound_by").agg(pl.col("weight_ns").sum())
