@@ -614,8 +614,8 @@ def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
     # running maximum never carries a value across segments.
     span = int(w.clip(min=0).sum()) + int(xw.clip(min=0).sum() if xw.size else 0) + 1
     big = np.int64(2 * span + 1)
-    if float(big) * float(seg[-1] + 1) >= 2.0**62:  # cannot offset: fall back to a per-segment loop
-        big = np.int64(0)
+    # The offsets, computed once; where they would overflow, _chain_dist offsets by blocks.
+    off = seg * big if float(big) * float(seg[-1] + 1) < 2.0**62 else None
     # A lead (time from the step start to a thread's first op) is where a path may start with
     # that much behind it: the floor of the node's offer.
     floor = np.where(g.lead, lw, 0).astype(np.int64)
@@ -625,16 +625,17 @@ def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
     rounds, converged = 0, True
     while True:
         rounds += 1
-        dist = _chain_dist(offer, prefix, seg, seg_first, big)
+        dist = _chain_dist(offer, prefix, seg, seg_first, big, off)
         if not g.x_dst.size:
             break
         cand = dist[g.x_src] + xw
         best = np.maximum.reduceat(cand, x_dst_first)
-        new = floor.copy()
-        new[x_dst_u] = np.maximum(floor[x_dst_u], best)
-        if np.array_equal(new, offer):
+        # Offers differ from the floor only at cross-edge destinations: compared and
+        # updated there.
+        new = np.maximum(floor[x_dst_u], best)
+        if np.array_equal(new, offer[x_dst_u]):
             break
-        offer = new
+        offer[x_dst_u] = new
         if rounds >= max_rounds:
             # Many chain switches (thousands of syncs in one window): finish with one pass in
             # topological order instead, linear in nodes and edges whatever the depth.
@@ -679,18 +680,22 @@ def _topological_dist(g: CPGraph, lw: I64, xw: I64, floor: I64) -> tuple[I64, bo
     return np.asarray(dist, dtype=np.int64), seen == n
 
 
-def _chain_dist(offer: I64, prefix: I64, seg: I64, seg_first: I64, big: np.int64) -> I64:
+def _chain_dist(offer: I64, prefix: I64, seg: I64, seg_first: I64, big: np.int64, off: I64 | None) -> I64:
+    """``dist`` along the chains: ``P[i] + max_{j ≤ i in i's segment}(offer[j] − P[j])``, one
+    running maximum over segments offset ``big`` apart (``off``: ``seg · big``), or, where
+    those offsets would overflow, over blocks of segments whose offsets fit."""
     import numpy as np
 
     v = offer - prefix
-    if big:
-        off = seg * big
+    if off is not None:
         m = np.maximum.accumulate(v + off) - off
     else:
         m = np.empty_like(v)
-        bounds = np.r_[seg_first, v.size]
-        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-            m[a:b] = np.maximum.accumulate(v[a:b])
+        per = max(int(2**62 // int(big)) - 1, 1)  # segments per block
+        bounds = np.r_[seg_first[::per], v.size]
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            o = (seg[a:b] - seg[a]) * big
+            m[a:b] = np.maximum.accumulate(v[a:b] + o) - o
     out: I64 = prefix + m
     return out
 
