@@ -50,7 +50,7 @@ from traceanalyzer.analyses._intervals import DATALOADER_RE, covered_within
 from traceanalyzer.analyses._kernels import kernel_class, on_distinct
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import TraceTables, deepest_at, gpu_activity, launches
+from traceanalyzer.model.relations import TraceTables, deepest_at, gpu_activity, launches, sorted_boundaries
 from traceanalyzer.timeutil import merge_intervals
 
 if TYPE_CHECKING:
@@ -228,21 +228,17 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
 
     # ---- CPU chains: boundaries in nesting order per (window, pid, tid).
     by = ["window", "pid", "tid"]
-    # (The boundaries carry whether they end a blocking call, not the name: a string column
-    # is the dearest to move through the sort.)
-    starts = cpu.lazy().select(*by, "event", pl.col("ts_ns").alias("t"), pl.lit(1, pl.Int8).alias("kind"),
-                               (-pl.col("end_ns")).alias("sec"), pl.lit(False).alias("_blocking"))
-    ends = cpu.lazy().select(*by, "event", pl.col("end_ns").alias("t"), pl.lit(0, pl.Int8).alias("kind"),
-                             (-pl.col("ts_ns")).alias("sec"), pl.col("name").is_in(list(BLOCKING_CALLS))
-                             .alias("_blocking"))
     # At one instant ends come first (half-open intervals); starts longer first; ends of
-    # later-started intervals first (a child closes before its parent).
-    # A plain running sum is the per-chain depth: a chain's rows are contiguous and hold as
-    # many ends as starts, so the sum is back to 0 where the next chain begins.
+    # later-started intervals first (a child closes before its parent): sorted_boundaries'
+    # order (the intervals have positive lengths). A plain running sum is the per-chain
+    # depth: a chain's rows are contiguous and hold as many ends as starts, so the sum is
+    # back to 0 where the next chain begins.
+    sb = sorted_boundaries(cpu.select(*by, pl.col("event").alias("id"), "ts_ns", "end_ns"), by).rename(
+        {"id": "event"})
+    # Whether a boundary ends a blocking call (events are numbered by row of ``cpu``).
+    blocking = cpu["name"].is_in(list(BLOCKING_CALLS)).gather(sb["event"]) & (sb["kind"] == 0)
     # (One lazy query from the boundaries to the gap starts.)
-    lb = pl.concat([starts, ends]).with_columns(
-        _oid=pl.when(pl.col("kind") == 1).then(pl.col("event")).otherwise(-pl.col("event"))
-    ).sort([*by, "t", "kind", "sec", "_oid"]).with_columns(
+    lb = sb.lazy().with_columns(blocking.alias("_blocking")).with_columns(
         depth=pl.when(pl.col("kind") == 1).then(1).otherwise(-1).cum_sum()
     ).with_columns(
         first=pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in by]).fill_null(True),
