@@ -264,16 +264,18 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
                 how="left").with_columns(pl.col("_main").fill_null(False)).join(
         bounds.lazy().select("window", "_w0"), on="window", how="left").with_columns(
         _gap_from=pl.when(pl.col("first")).then(pl.col("_w0")).otherwise(pl.col("prev_t"))).collect(engine=_ENGINE)
-    busy = pl.Series("_busy", [0] * b.height, dtype=pl.Int64)
+    busy = pl.zeros(b.height, pl.Int64, eager=True).alias("_busy")
     others = cpu.join(main.select("pid", "tid", pl.lit(True).alias("_m")), on=["pid", "tid"], how="left").filter(
         pl.col("_m").is_null() & pl.col("pid").is_in(main["pid"].implode()))
     if cpu_gaps and others.height:
         merged = merge_intervals(others.select("pid", "ts_ns", "end_ns"), by=["pid"])
         # Busy time in [gap start, t): the covered length before t less that before the
-        # gap's start, both ends in one pass.
-        spans = b.select("pid", pl.col("_gap_from").fill_null(pl.col("t")).alias("start_ns"),
-                         pl.col("t").alias("end_ns"))
-        busy = covered_within(merged, spans, by=["pid"]).alias("_busy")
+        # gap's start, both ends in one pass; only where a gap counts (a lead or the gap
+        # before a top-level op, on the step's thread).
+        at = b.select((pl.col("_main") & (pl.col("first") | is_dep)).fill_null(False).arg_true())["_main"]
+        spans = b[at].select("pid", pl.col("_gap_from").fill_null(pl.col("t")).alias("start_ns"),
+                             pl.col("t").alias("end_ns"))
+        busy = busy.scatter(at, covered_within(merged, spans, by=["pid"]))
     own = (pl.col("t") - pl.col("_gap_from") - pl.col("_busy")).clip(lower_bound=0)
     # A chain's first node: on the step's thread, the time from the step's start to its first
     # op (a lead: a path may start there with that much behind it).
@@ -370,8 +372,8 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
                          pl.lit(False).alias("link_dl"), pl.lit(None, pl.Int64).alias("_unexplained"))
     # Each activity's start node, then its end node: the two halves interleaved by a gather.
     half = pl.len() // 2
-    at = pl.int_range(pl.len(), dtype=pl.Int64)
-    gpu_nodes = pl.concat([gs, ge]).select(pl.all().gather(at // 2 + (at % 2) * half))
+    row = pl.int_range(pl.len(), dtype=pl.Int64)
+    gpu_nodes = pl.concat([gs, ge]).select(pl.all().gather(row // 2 + (row % 2) * half))
     casts = (pl.col("link_type").cast(pl.Int64), pl.col("link_w").cast(pl.Int64), pl.col("link_event").cast(pl.Int64))
     nodes = pl.concat([cpu_nodes.lazy().with_columns(*casts), gpu_nodes.with_columns(*casts)]).with_columns(
         node=pl.int_range(pl.len(), dtype=pl.Int64)).collect(engine=_ENGINE)
