@@ -720,9 +720,14 @@ def _extract(g: CPGraph, dist: I64, offer: I64, prefix: I64, seg: I64, seg_first
         first = by_dst[np.r_[True, g.x_dst[by_dst][1:] != g.x_dst[by_dst][:-1]]]
         best_x[g.x_dst[first]] = first
     win = g.node_window
-    order = np.lexsort((-dist, win))
-    firsts = np.flatnonzero(np.r_[True, win[order][1:] != win[order][:-1]])
-    ends = order[firsts]
+    # Each window's path ends at its first node of largest distance (windows in order): a
+    # maximum per window and a search among the few nodes reaching it, no sort of the nodes.
+    w0 = int(win.min())
+    wmax = np.full(int(win.max()) - w0 + 1, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(wmax, win - w0, dist)
+    top = np.flatnonzero(dist == wmax[win - w0])
+    _, first_top = np.unique(win[top], return_index=True)
+    ends = top[first_top]
     window_len: dict[int, int] = {}
     # Path segments [lo, hi) of node indices, in walk order: their nodes are on the path,
     # their chain links (lo's link excluded) too.
