@@ -393,3 +393,39 @@ def test_pid_tid_constants_used() -> None:
     res = _run(_cpu_bound_trace().model())
     cpu = res.critical_events.filter(pl.col("kind") == "cpu_op")
     assert set(cpu["pid"]) == {PID} and set(cpu["tid"]) == {TID}
+
+
+def test_importing_the_cli_and_the_analyses_does_not_import_numpy() -> None:
+    """numpy (0.14 s to import) is imported by the critical path when it runs, not when the
+    CLI starts and discovers the analyses and rules."""
+    import subprocess
+    import sys
+
+    code = ("import sys, traceanalyzer.cli\n"
+            "from traceanalyzer.analyses import registry\n"
+            "from traceanalyzer.rules import registry as rules\n"
+            "assert 'critical_path' in registry() and rules()\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'numpy')[:3])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_chain_dist_by_blocks_equals_per_segment_maximum() -> None:
+    """Where the segment offsets would overflow Int64 (a huge trace), the running maximum is
+    taken over blocks of segments: the same distances as a per-segment maximum."""
+    from traceanalyzer.analyses._cpgraph import _chain_dist
+
+    rng = np.random.default_rng(7)
+    seg_start = rng.random(400) < 0.1
+    seg_start[0] = True
+    seg = np.cumsum(seg_start).astype(np.int64) - 1
+    seg_first = np.flatnonzero(seg_start).astype(np.int64)
+    offer = rng.integers(0, 1_000, 400).astype(np.int64)
+    prefix = rng.integers(0, 1_000, 400).astype(np.int64)
+    want = np.empty(400, dtype=np.int64)
+    for a, b in zip(seg_first.tolist(), [*seg_first[1:].tolist(), 400], strict=True):
+        want[a:b] = prefix[a:b] + np.maximum.accumulate(offer[a:b] - prefix[a:b])
+    big = np.int64(2**60)  # 3 segments per block
+    assert (_chain_dist(offer, prefix, seg, seg_first, big, None) == want).all()
+    small = np.int64(4_001)
+    assert (_chain_dist(offer, prefix, seg, seg_first, small, seg * small) == want).all()

@@ -41,22 +41,27 @@ path, not over nodes), its nodes marked with a difference array.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, TypeAlias
 
-import numpy as np
-import numpy.typing as npt
 import polars as pl
 
 from traceanalyzer.analyses._comm import comm_classes
-from traceanalyzer.analyses._intervals import DATALOADER_RE, covered_before
+from traceanalyzer.analyses._intervals import DATALOADER_RE, covered_within
 from traceanalyzer.analyses._kernels import kernel_class, on_distinct
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import TraceTables, deepest_at, gpu_activity, launches
+from traceanalyzer.model.relations import TraceTables, deepest_at, gpu_activity, launches, sorted_boundaries
 from traceanalyzer.timeutil import merge_intervals
 
-I64 = npt.NDArray[np.int64]
-F64 = npt.NDArray[np.float64]
-B = npt.NDArray[np.bool_]
+if TYPE_CHECKING:
+    # numpy is imported where the graph is built or walked: importing the analyses (every CLI
+    # start discovers them) stays free of its import time.
+    import numpy as np
+    import numpy.typing as npt
+
+    I64: TypeAlias = npt.NDArray[np.int64]
+    F64: TypeAlias = npt.NDArray[np.float64]
+    B: TypeAlias = npt.NDArray[np.bool_]
 
 #: Edge types (HTA's CPEdgeType).
 OP, DEPENDENCY, LAUNCH, KERNEL_KERNEL, SYNC = 0, 1, 2, 3, 4
@@ -93,6 +98,9 @@ KK_MAX_GAP_NS = 1_500_000
 #: A kernel starting this long after its launch call ended, its stream idle, waited for
 #: something (traces without cuda_sync events: see _inferred_waits).
 INFERRED_WAIT_NS = 50_000
+#: Lazy queries here run on the in-memory engine, as eager operations do ("auto" may pick the
+#: streaming engine, slower on these sorts and as-of joins of one trace).
+_ENGINE: Final = "in-memory"
 #: DP rounds before :func:`longest_path` switches to one topological pass (a path through
 #: thousands of syncs; a cyclic graph, from bad timestamps, is reported as not converged).
 MAX_ROUNDS = 48
@@ -133,6 +141,8 @@ class CPGraph:
 
 
 def _empty_graph(events: pl.DataFrame, sync_source: str) -> CPGraph:
+    import numpy as np
+
     z = np.zeros(0, dtype=np.int64)
     return CPGraph(z, z, z.astype(bool), z, z.astype(bool), z, z, z, z.astype(bool), z.astype(bool), z, z, z, z, z,
                    events, sync_source)
@@ -149,6 +159,8 @@ def _cpu_events(model: TraceModel) -> pl.DataFrame:
 def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps: bool,
                 kk_max_gap_ns: int = KK_MAX_GAP_NS) -> CPGraph:
     """The graph of the step windows ``keep`` (``windows``: ``window, step, start_ns, end_ns``)."""
+    import numpy as np
+
     model = t.model
     # Events are clipped to their step window: an op that outlives its step (a thread's long
     # op, a kernel past the next step's start) counts only inside it, so a path never exceeds
@@ -216,26 +228,26 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
 
     # ---- CPU chains: boundaries in nesting order per (window, pid, tid).
     by = ["window", "pid", "tid"]
-    starts = cpu.select(*by, "event", pl.col("ts_ns").alias("t"), pl.lit(1, pl.Int8).alias("kind"),
-                        (-pl.col("end_ns")).alias("sec"), pl.col("name"))
-    ends = cpu.select(*by, "event", pl.col("end_ns").alias("t"), pl.lit(0, pl.Int8).alias("kind"),
-                      (-pl.col("ts_ns")).alias("sec"), pl.col("name"))
-    b = pl.concat([starts, ends]).with_columns(
-        _oid=pl.when(pl.col("kind") == 1).then(pl.col("event")).otherwise(-pl.col("event")))
     # At one instant ends come first (half-open intervals); starts longer first; ends of
-    # later-started intervals first (a child closes before its parent).
-    # A plain running sum is the per-chain depth: a chain's rows are contiguous and hold as
-    # many ends as starts, so the sum is back to 0 where the next chain begins.
-    b = b.sort([*by, "t", "kind", "sec", "_oid"]).with_columns(
-        depth=pl.when(pl.col("kind") == 1).then(1).otherwise(-1).cum_sum())
-    b = b.with_columns(
+    # later-started intervals first (a child closes before its parent): sorted_boundaries'
+    # order (the intervals have positive lengths). A plain running sum is the per-chain
+    # depth: a chain's rows are contiguous and hold as many ends as starts, so the sum is
+    # back to 0 where the next chain begins.
+    sb = sorted_boundaries(cpu.select(*by, pl.col("event").alias("id"), "ts_ns", "end_ns"), by).rename(
+        {"id": "event"})
+    # Whether a boundary ends a blocking call (events are numbered by row of ``cpu``).
+    blocking = cpu["name"].is_in(list(BLOCKING_CALLS)).gather(sb["event"]) & (sb["kind"] == 0)
+    # (One lazy query from the boundaries to the gap starts.)
+    lb = sb.lazy().with_columns(blocking.alias("_blocking")).with_columns(
+        depth=pl.when(pl.col("kind") == 1).then(1).otherwise(-1).cum_sum()
+    ).with_columns(
         first=pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in by]).fill_null(True),
         prev_t=pl.col("t").shift(1), prev_kind=pl.col("kind").shift(1), prev_event=pl.col("event").shift(1),
         prev_depth=pl.col("depth").shift(1),
         pos=pl.int_range(pl.len(), dtype=pl.Int64),
     )
     is_dep = (pl.col("prev_depth") == 0) & (pl.col("kind") == 1)
-    blocking_end = (pl.col("kind") == 0) & pl.col("name").is_in(list(BLOCKING_CALLS))
+    blocking_end = (pl.col("kind") == 0) & pl.col("_blocking")
     gap = (pl.col("t") - pl.col("prev_t")).clip(lower_bound=0)
     # The time between top-level ops (and before the first) counts, with cpu_gaps, on the
     # step's own thread only (the ProfilerStep's; without steps, the thread with the most
@@ -244,27 +256,30 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     main = model.steps.select("pid", "tid").unique()
     if main.is_empty():
         main = cpu.group_by("pid", "tid").len().sort("len", "pid", "tid", descending=[True, False, False]).head(1)
-    b = b.join(main.select("pid", "tid", pl.lit(True).alias("_main")), on=["pid", "tid"], how="left").with_columns(
-        pl.col("_main").fill_null(False))
     counted = pl.col("_main") if cpu_gaps else pl.lit(False)
     # While another thread of the process runs an op, the step's thread between its own ops is
     # waiting for it (backward on the autograd thread), not working: that part of a gap (or
     # lead) does not count; the other thread's ops carry the path there (hand-off edges below).
-    b = b.join(bounds.select("window", "_w0"), on="window", how="left").with_columns(
-        _gap_from=pl.when(pl.col("first")).then(pl.col("_w0")).otherwise(pl.col("prev_t")))
-    busy = pl.Series("_busy", [0] * b.height, dtype=pl.Int64)
+    b = lb.join(main.lazy().select("pid", "tid", pl.lit(True).alias("_main")), on=["pid", "tid"],
+                how="left").with_columns(pl.col("_main").fill_null(False)).join(
+        bounds.lazy().select("window", "_w0"), on="window", how="left").with_columns(
+        _gap_from=pl.when(pl.col("first")).then(pl.col("_w0")).otherwise(pl.col("prev_t"))).collect(engine=_ENGINE)
+    busy = pl.zeros(b.height, pl.Int64, eager=True).alias("_busy")
     others = cpu.join(main.select("pid", "tid", pl.lit(True).alias("_m")), on=["pid", "tid"], how="left").filter(
         pl.col("_m").is_null() & pl.col("pid").is_in(main["pid"].implode()))
     if cpu_gaps and others.height:
         merged = merge_intervals(others.select("pid", "ts_ns", "end_ns"), by=["pid"])
-        pts = b.select("pid", pl.col("_gap_from").fill_null(pl.col("t")).alias("a"), pl.col("t").alias("z"))
-        busy = (covered_before(merged, pts, by=["pid"], point_col="z")
-                - covered_before(merged, pts, by=["pid"], point_col="a")).alias("_busy")
-    b = b.with_columns(busy)
+        # Busy time in [gap start, t): the covered length before t less that before the
+        # gap's start, both ends in one pass; only where a gap counts (a lead or the gap
+        # before a top-level op, on the step's thread).
+        at = b.select((pl.col("_main") & (pl.col("first") | is_dep)).fill_null(False).arg_true())["_main"]
+        spans = b[at].select("pid", pl.col("_gap_from").fill_null(pl.col("t")).alias("start_ns"),
+                             pl.col("t").alias("end_ns"))
+        busy = busy.scatter(at, covered_within(merged, spans, by=["pid"]))
     own = (pl.col("t") - pl.col("_gap_from") - pl.col("_busy")).clip(lower_bound=0)
     # A chain's first node: on the step's thread, the time from the step's start to its first
     # op (a lead: a path may start there with that much behind it).
-    b = b.with_columns(
+    b = b.lazy().with_columns(busy).with_columns(
         link_type=pl.when(is_dep | pl.col("first")).then(DEPENDENCY).otherwise(OP),
         link_w=pl.when(pl.col("first")).then(pl.when(counted).then(own).otherwise(0))
         .when(is_dep).then(pl.when(counted).then(own).otherwise(0))
@@ -273,24 +288,25 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
         # Where a gap (or lead) lies: its middle, for the DataLoader test below.
         _gap_mid=pl.when(pl.col("first")).then((pl.col("t") + pl.col("_w0")) // 2)
         .otherwise((pl.col("t") + pl.col("prev_t")) // 2),
-    )
-    b = b.with_columns(link_dl=(pl.col("link_type") == DEPENDENCY) & _dataloader_flags(
-        model, b.select("pid", "tid", pl.col("_gap_mid").alias("ts_ns"))))
+    ).collect(engine=_ENGINE)
+    dl_gap = (pl.col("link_type") == DEPENDENCY) & _dataloader_flags(
+        model, b.select("pid", "tid", pl.col("_gap_mid").alias("ts_ns")))
     # Attribution (HTA): start→start and start→end to the source, end→end to the destination,
     # end→start to the source's parent (the op open between them): the last start at the
     # depth left open, found by an as-of join on position.
-    opened = b.filter(pl.col("kind") == 1).select(*by, "pos", "depth", pl.col("event").alias("_parent"))
-    b = b.with_columns(_pd=pl.col("prev_depth"))
+    lb = b.lazy().with_columns(link_dl=dl_gap)
+    opened = lb.filter(pl.col("kind") == 1).select(*by, "pos", pl.col("depth").alias("_pd"),
+                                                  pl.col("event").alias("_parent"))
     end_start = (pl.col("prev_kind") == 0) & (pl.col("kind") == 1) & ~is_dep
-    par = b.filter(end_start).select(*by, "pos", "_pd").sort("pos").join_asof(
-        opened.rename({"depth": "_pd"}).sort("pos"), on="pos", by=[*by, "_pd"], strategy="backward",
+    par = lb.filter(end_start).select(*by, "pos", pl.col("prev_depth").alias("_pd")).sort("pos").join_asof(
+        opened.sort("pos"), on="pos", by=[*by, "_pd"], strategy="backward",
         check_sortedness=False).select("pos", "_parent")
-    b = b.join(par, on="pos", how="left").sort("pos").with_columns(
+    b = lb.join(par, on="pos", how="left").sort("pos").with_columns(
         link_event=pl.when(pl.col("first") | (pl.col("link_type") == DEPENDENCY)).then(-1)
         .when(pl.col("prev_kind") == 1).then(pl.col("prev_event"))
         .when(pl.col("kind") == 0).then(pl.col("event"))
         .otherwise(pl.col("_parent").fill_null(-1)),
-    )
+    ).collect(engine=_ENGINE)
     cpu_nodes = b.select(
         pl.col("t").alias("ts"), "event", (pl.col("kind") == 1).alias("start"), "window",
         pl.col("first").alias("seg"), "link_w", "link_type", "link_event", "link_dl", "_unexplained")
@@ -321,16 +337,16 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
         waits = pl.concat([waits, _inferred_waits(act)])
 
     # ---- GPU chains per (window, device, stream), kernels by start.
-    g = act.sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns").with_columns(
+    lg = act.lazy().sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns").with_columns(
         prev_end=pl.col("gpu_end_ns").shift(1).over("window", "device", "stream"),
         prev_event=pl.col("event").shift(1).over("window", "device", "stream"),
     )
     if waits.height:
-        g = g.join(waits.select(pl.col("dst").alias("event"), pl.col("src_end").alias("wait_end")).group_by(
+        lg = lg.join(waits.lazy().select(pl.col("dst").alias("event"), pl.col("src_end").alias("wait_end")).group_by(
             "event").agg(pl.col("wait_end").max()), on="event", how="left")
     else:
-        g = g.with_columns(wait_end=pl.lit(None, pl.Int64))
-    g = g.sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns")
+        lg = lg.with_columns(wait_end=pl.lit(None, pl.Int64))
+    lg = lg.sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns")
     w_ok_launch = pl.col("wait_end").is_null() | (pl.col("wait_end") < pl.col("cpu_ts_ns"))
     launch = pl.col("queue_empty") & (pl.col("prev_end").is_null() | (pl.col("prev_end") < pl.col("cpu_ts_ns"))) \
         & w_ok_launch
@@ -342,25 +358,25 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
         pl.col("wait_end").is_null() | (pl.col("wait_end") < pl.col("prev_end")))
     launch = launch | (~kk & (pl.col("prev_end").is_null() | ~near) & w_ok_launch & (
         pl.col("_prev_end_all").is_null() | (pl.col("_prev_end_all") < pl.col("cpu_ts_ns"))))
-    g = g.with_columns(_launch=launch, _kk=kk)
-    gs = g.select(pl.col("gpu_ts_ns").alias("ts"), "event", pl.lit(True).alias("start"), "window",
-                  (~pl.col("_kk")).alias("seg"),
-                  pl.when(pl.col("_kk")).then((pl.col("gpu_ts_ns") - pl.col("prev_end")).clip(lower_bound=0))
-                  .otherwise(0).alias("link_w"),
-                  pl.when(pl.col("_kk")).then(KERNEL_KERNEL).otherwise(OP).alias("link_type"),
-                  pl.when(pl.col("_kk")).then(pl.col("prev_event")).otherwise(-1).alias("link_event"),
-                  pl.lit(False).alias("link_dl"), pl.lit(None, pl.Int64).alias("_unexplained"))
-    ge = g.select(pl.col("gpu_end_ns").alias("ts"), "event", pl.lit(False).alias("start"), "window",
-                  pl.lit(False).alias("seg"), (pl.col("gpu_end_ns") - pl.col("gpu_ts_ns")).alias("link_w"),
-                  pl.lit(OP).alias("link_type"), pl.col("event").alias("link_event"), pl.lit(False).alias("link_dl"),
-                  pl.lit(None, pl.Int64).alias("_unexplained"))
-    gpu_nodes = pl.concat([gs.with_row_index("_r"), ge.with_row_index("_r")]).sort("_r", "start",
-                                                                                 descending=[False, True]).drop("_r")
-    nodes = pl.concat([cpu_nodes.with_columns(pl.col("link_type").cast(pl.Int64), pl.col("link_w").cast(pl.Int64),
-                                              pl.col("link_event").cast(pl.Int64)),
-                       gpu_nodes.with_columns(pl.col("link_type").cast(pl.Int64), pl.col("link_w").cast(pl.Int64),
-                                              pl.col("link_event").cast(pl.Int64))])
-    nodes = nodes.with_columns(node=pl.int_range(pl.len(), dtype=pl.Int64))
+    g = lg.with_columns(_launch=launch, _kk=kk).collect(engine=_ENGINE)
+    gs = g.lazy().select(pl.col("gpu_ts_ns").alias("ts"), "event", pl.lit(True).alias("start"), "window",
+                         (~pl.col("_kk")).alias("seg"),
+                         pl.when(pl.col("_kk")).then((pl.col("gpu_ts_ns") - pl.col("prev_end")).clip(lower_bound=0))
+                         .otherwise(0).alias("link_w"),
+                         pl.when(pl.col("_kk")).then(KERNEL_KERNEL).otherwise(OP).alias("link_type"),
+                         pl.when(pl.col("_kk")).then(pl.col("prev_event")).otherwise(-1).alias("link_event"),
+                         pl.lit(False).alias("link_dl"), pl.lit(None, pl.Int64).alias("_unexplained"))
+    ge = g.lazy().select(pl.col("gpu_end_ns").alias("ts"), "event", pl.lit(False).alias("start"), "window",
+                         pl.lit(False).alias("seg"), (pl.col("gpu_end_ns") - pl.col("gpu_ts_ns")).alias("link_w"),
+                         pl.lit(OP).alias("link_type"), pl.col("event").alias("link_event"),
+                         pl.lit(False).alias("link_dl"), pl.lit(None, pl.Int64).alias("_unexplained"))
+    # Each activity's start node, then its end node: the two halves interleaved by a gather.
+    half = pl.len() // 2
+    row = pl.int_range(pl.len(), dtype=pl.Int64)
+    gpu_nodes = pl.concat([gs, ge]).select(pl.all().gather(row // 2 + (row % 2) * half))
+    casts = (pl.col("link_type").cast(pl.Int64), pl.col("link_w").cast(pl.Int64), pl.col("link_event").cast(pl.Int64))
+    nodes = pl.concat([cpu_nodes.lazy().with_columns(*casts), gpu_nodes.with_columns(*casts)]).with_columns(
+        node=pl.int_range(pl.len(), dtype=pl.Int64)).collect(engine=_ENGINE)
     start_of = nodes.filter(pl.col("start")).select("event", pl.col("node").alias("s"))
     end_of = nodes.filter(~pl.col("start")).select("event", pl.col("node").alias("e"))
     ev_nodes = start_of.join(end_of, on="event")
@@ -601,12 +617,16 @@ class LongestPath:
 
 
 def _seg_ids(seg_start: B) -> I64:
+    import numpy as np
+
     return np.cumsum(seg_start).astype(np.int64) - 1
 
 
 def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
                  max_rounds: int = MAX_ROUNDS) -> LongestPath:
     """The longest path of every window of ``g`` (weights overridable: the what-ifs)."""
+    import numpy as np
+
     n = g.n_nodes
     lw = g.link_w if link_w is None else link_w
     xw = g.x_w if x_w is None else x_w
@@ -622,8 +642,8 @@ def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
     # running maximum never carries a value across segments.
     span = int(w.clip(min=0).sum()) + int(xw.clip(min=0).sum() if xw.size else 0) + 1
     big = np.int64(2 * span + 1)
-    if float(big) * float(seg[-1] + 1) >= 2.0**62:  # cannot offset: fall back to a per-segment loop
-        big = np.int64(0)
+    # The offsets, computed once; where they would overflow, _chain_dist offsets by blocks.
+    off = seg * big if float(big) * float(seg[-1] + 1) < 2.0**62 else None
     # A lead (time from the step start to a thread's first op) is where a path may start with
     # that much behind it: the floor of the node's offer.
     floor = np.where(g.lead, lw, 0).astype(np.int64)
@@ -633,16 +653,17 @@ def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
     rounds, converged = 0, True
     while True:
         rounds += 1
-        dist = _chain_dist(offer, prefix, seg, seg_first, big)
+        dist = _chain_dist(offer, prefix, seg, seg_first, big, off)
         if not g.x_dst.size:
             break
         cand = dist[g.x_src] + xw
         best = np.maximum.reduceat(cand, x_dst_first)
-        new = floor.copy()
-        new[x_dst_u] = np.maximum(floor[x_dst_u], best)
-        if np.array_equal(new, offer):
+        # Offers differ from the floor only at cross-edge destinations: compared and
+        # updated there.
+        new = np.maximum(floor[x_dst_u], best)
+        if np.array_equal(new, offer[x_dst_u]):
             break
-        offer = new
+        offer[x_dst_u] = new
         if rounds >= max_rounds:
             # Many chain switches (thousands of syncs in one window): finish with one pass in
             # topological order instead, linear in nodes and edges whatever the depth.
@@ -658,6 +679,8 @@ def _topological_dist(g: CPGraph, lw: I64, xw: I64, floor: I64) -> tuple[I64, bo
     """Longest distance to every node by Kahn's algorithm (a Python loop over nodes: the
     fallback of :func:`longest_path` for graphs whose paths switch chains too often for its
     rounds). False when some node is never reached (a cycle)."""
+    import numpy as np
+
     n = g.n_nodes
     chain = ~g.seg_start[1:]  # link i → i + 1
     src = np.concatenate([np.flatnonzero(chain), g.x_src]).astype(np.int64)
@@ -685,22 +708,30 @@ def _topological_dist(g: CPGraph, lw: I64, xw: I64, floor: I64) -> tuple[I64, bo
     return np.asarray(dist, dtype=np.int64), seen == n
 
 
-def _chain_dist(offer: I64, prefix: I64, seg: I64, seg_first: I64, big: np.int64) -> I64:
+def _chain_dist(offer: I64, prefix: I64, seg: I64, seg_first: I64, big: np.int64, off: I64 | None) -> I64:
+    """``dist`` along the chains: ``P[i] + max_{j ≤ i in i's segment}(offer[j] − P[j])``, one
+    running maximum over segments offset ``big`` apart (``off``: ``seg · big``), or, where
+    those offsets would overflow, over blocks of segments whose offsets fit."""
+    import numpy as np
+
     v = offer - prefix
-    if big:
-        off = seg * big
+    if off is not None:
         m = np.maximum.accumulate(v + off) - off
     else:
         m = np.empty_like(v)
-        bounds = np.r_[seg_first, v.size]
-        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-            m[a:b] = np.maximum.accumulate(v[a:b])
+        per = max(int(2**62 // int(big)) - 1, 1)  # segments per block
+        bounds = np.r_[seg_first[::per], v.size]
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            o = (seg[a:b] - seg[a]) * big
+            m[a:b] = np.maximum.accumulate(v[a:b] + o) - o
     out: I64 = prefix + m
     return out
 
 
 def _extract(g: CPGraph, dist: I64, offer: I64, prefix: I64, seg: I64, seg_first: I64, lw: I64, xw: I64,
              rounds: int, converged: bool) -> LongestPath:
+    import numpy as np
+
     n = dist.size
     # Where along its segment each node's best start lies: the last j ≤ i at which
     # offer[j] − P[j] reached the running maximum.
@@ -710,15 +741,30 @@ def _extract(g: CPGraph, dist: I64, offer: I64, prefix: I64, seg: I64, seg_first
     idx = np.where(hit, np.arange(n), -1)
     big = np.int64(n + 1)
     jstar = np.maximum.accumulate(np.where(idx >= 0, idx + seg * big, -1)) - seg * big
-    # Best cross edge into each node (the one whose offer won).
+    # Best cross edge into each node (the one whose offer won: the first of the largest
+    # offers among the edges into it, edges being sorted by destination).
     cand = dist[g.x_src] + xw if g.x_src.size else np.zeros(0, np.int64)
+    best_x = np.full(n, -1, dtype=np.int64)
+    if cand.size:
+        by_dst = np.lexsort((np.arange(cand.size), -cand, g.x_dst))
+        first = by_dst[np.r_[True, g.x_dst[by_dst][1:] != g.x_dst[by_dst][:-1]]]
+        best_x[g.x_dst[first]] = first
     win = g.node_window
-    order = np.lexsort((-dist, win))
-    firsts = np.flatnonzero(np.r_[True, win[order][1:] != win[order][:-1]])
-    ends = order[firsts]
+    # Each window's path ends at its first node of largest distance (windows in order): a
+    # maximum per window and a search among the few nodes reaching it, no sort of the nodes.
+    w0 = int(win.min())
+    wmax = np.full(int(win.max()) - w0 + 1, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(wmax, win - w0, dist)
+    top = np.flatnonzero(dist == wmax[win - w0])
+    _, first_top = np.unique(win[top], return_index=True)
+    ends = top[first_top]
     window_len: dict[int, int] = {}
-    mark = np.zeros(n + 1, dtype=np.int64)
-    links: list[I64] = []
+    # Path segments [lo, hi) of node indices, in walk order: their nodes are on the path,
+    # their chain links (lo's link excluded) too.
+    seg_lo: list[int] = []
+    seg_hi: list[int] = []
+    link_lo: list[int] = []
+    link_hi: list[int] = []
     xs: list[int] = []
     for e in ends.tolist():
         window_len[int(win[e])] = int(dist[e])
@@ -726,22 +772,38 @@ def _extract(g: CPGraph, dist: I64, offer: I64, prefix: I64, seg: I64, seg_first
         # One iteration per segment of the path (a chain stretch entered by a cross edge).
         for _ in range(n):
             j = int(jstar[i])
-            mark[j] += 1
-            mark[i + 1] -= 1
+            seg_lo.append(j)
+            seg_hi.append(i + 1)
             if i > j:
-                links.append(np.arange(j + 1, i + 1, dtype=np.int64))
-            if offer[j] <= 0:
+                link_lo.append(j + 1)
+                link_hi.append(i + 1)
+            oj = int(offer[j])
+            if oj <= 0:
                 break
-            k = -1
-            a, b = int(np.searchsorted(g.x_dst, j)), int(np.searchsorted(g.x_dst, j, side="right"))
-            if a < b:
-                k = a + int(np.argmax(cand[a:b]))
-            if k < 0 or cand[k] != offer[j]:
-                if g.lead[j] and offer[j] == lw[j]:
-                    links.append(np.array([j], dtype=np.int64))  # the path starts with the lead
+            k = int(best_x[j])
+            if k < 0 or int(cand[k]) != oj:
+                if g.lead[j] and oj == int(lw[j]):
+                    link_lo.append(j)  # the path starts with the lead
+                    link_hi.append(j + 1)
                 break
             xs.append(k)
             i = int(g.x_src[k])
+    mark = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(mark, np.asarray(seg_lo, dtype=np.int64), 1)
+    np.add.at(mark, np.asarray(seg_hi, dtype=np.int64), -1)
     on_path = np.cumsum(mark[:-1]) > 0
-    path_links = np.concatenate(links) if links else np.zeros(0, np.int64)
+    path_links = _ranges(np.asarray(link_lo, dtype=np.int64), np.asarray(link_hi, dtype=np.int64))
     return LongestPath(dist, rounds, converged, window_len, on_path, path_links, np.asarray(xs, dtype=np.int64))
+
+
+def _ranges(lo: I64, hi: I64) -> I64:
+    """The concatenation of ``arange(lo[k], hi[k])`` over k, in order."""
+    import numpy as np
+
+    lens = hi - lo
+    total = int(lens.sum()) if lens.size else 0
+    if not total:
+        return np.zeros(0, np.int64)
+    starts = np.cumsum(lens) - lens  # where each range begins in the output
+    out: I64 = np.repeat(lo - starts, lens) + np.arange(total, dtype=np.int64)
+    return out

@@ -36,9 +36,8 @@ Definitions (``docs/critical_path.md`` has the long form)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import polars as pl
 
 from traceanalyzer.analyses import AnalysisContext, analysis
@@ -59,6 +58,9 @@ from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import deepest_at
+
+if TYPE_CHECKING:
+    import numpy as np  # imported where it runs: importing the analyses stays free of numpy
 
 #: Kernel classes a what-if may name (``_kernels.kernel_class``, communication from ``_comm``,
 #: and the copy activities).
@@ -144,6 +146,8 @@ class CriticalPathResult:
 
 def _event_scale(g: CPGraph, target: str, model: TraceModel) -> tuple[np.ndarray, bool]:
     """Per event: whether ``target`` scales it; and whether it scales launch delays instead."""
+    import numpy as np
+
     ev = g.events
     if target == "launch_overhead":
         return np.zeros(ev.height, dtype=bool), True
@@ -182,6 +186,8 @@ def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: Tr
             step_of: dict[int, int]) -> dict[str, Any]:
     """One what-if row: ``target``'s edges ``factor``× lighter, the longest paths recomputed.
     Step, saving and new step are medians over the steady steps (the step every report cites)."""
+    import numpy as np
+
     scaled, launch = _event_scale(g, target, model)
     steps = [step_of[w] for w in base.window_len]
     step_med = float(np.median(steps)) if steps else 0.0
@@ -232,6 +238,8 @@ def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: Tr
 def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
     """Per steady step, the longest dependency chain through CPU ops, launches, kernels and
     syncs; its breakdown by bound (HTA's classes), top events and what-ifs."""
+    import numpy as np
+
     model = ctx.model
     steps = ctx.need("steps", StepsResult)
     factor = float(ctx.params.whatif_factor)
@@ -249,32 +257,46 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
 
     # Path edges: chain links and cross edges on a path, with their bound class.
     ev = g.events
-    bound = ev["bound"].to_numpy()
+    # Bound classes as codes into BOUND_CLASSES (code len(BOUND_CLASSES): none, a sync edge),
+    # named once the edges are a frame.
+    names = [*BOUND_CLASSES, ""]
+    code = {c: i for i, c in enumerate(names)}
+    bound = ev["bound"].replace_strict(names, list(range(len(names))), return_dtype=pl.Int64).to_numpy()
     li = lp.path_links
     l_ev = g.link_event[li]
     l_type = g.link_type[li]
-    l_bound = np.where(l_type == KERNEL_KERNEL, "gpu_kernel_kernel_overhead",
-                       np.where(l_type == DEPENDENCY, np.where(g.link_dl[li], "data_loading", "cpu_bound"),
-                                np.where(l_ev >= 0, bound[np.maximum(l_ev, 0)], "cpu_bound")))
+    l_bound = np.where(l_type == KERNEL_KERNEL, code["gpu_kernel_kernel_overhead"],
+                       np.where(l_type == DEPENDENCY, np.where(g.link_dl[li], code["data_loading"], code["cpu_bound"]),
+                                np.where(l_ev >= 0, bound[np.maximum(l_ev, 0)], code["cpu_bound"])))
     xi = lp.path_x
     x_type = g.x_type[xi]
-    x_bound = np.where(x_type == LAUNCH, "gpu_kernel_launch_overhead", np.where(x_type == DEPENDENCY, "cpu_bound", ""))
+    x_bound = np.where(x_type == LAUNCH, code["gpu_kernel_launch_overhead"],
+                       np.where(x_type == DEPENDENCY, code["cpu_bound"], code[""]))
     x_ev = g.x_event[xi]
     edges = pl.DataFrame({
         "window": np.concatenate([g.node_window[li], g.node_window[g.x_dst[xi]]]),
-        "type": [EDGE_TYPES[t] for t in np.concatenate([l_type, x_type]).tolist()],
-        "bound_by": np.concatenate([l_bound, x_bound]).astype(str),
+        "type": np.concatenate([l_type, x_type]),
+        "bound_by": np.concatenate([l_bound, x_bound]),
         "weight_ns": np.concatenate([g.link_w[li], g.x_w[xi]]),
         "event": np.concatenate([l_ev, x_ev]),
-    }, schema={"window": pl.Int64, "type": pl.String, "bound_by": pl.String, "weight_ns": pl.Int64,
-               "event": pl.Int64})
-    edges = edges.join(ev.select("event", "name", "kind"), on="event", how="left")
+    }, schema={"window": pl.Int64, "type": pl.Int64, "bound_by": pl.Int64, "weight_ns": pl.Int64,
+               "event": pl.Int64}).with_columns(
+        pl.col("type").replace_strict(list(range(len(EDGE_TYPES))), list(EDGE_TYPES), return_dtype=pl.String),
+        pl.col("bound_by").replace_strict(list(range(len(names))), names, return_dtype=pl.String))
+    # Events are numbered by row: their name and kind by position (null for no event).
+    at = edges["event"]
+    edges = edges.with_columns(
+        name=pl.when(at >= 0).then(ev["name"].gather(at.clip(lower_bound=0))),
+        kind=pl.when(at >= 0).then(ev["kind"].gather(at.clip(lower_bound=0))))
     n_steps = len(lp.window_len)
     total_path = sum(lp.window_len.values())
     per_class = edges.group_by("window", "bound_by").agg(pl.col("weight_ns").sum())
+    by_window: dict[int, dict[str, int]] = {}
+    for r in per_class.iter_rows(named=True):
+        by_window.setdefault(r["window"], {})[r["bound_by"]] = r["weight_ns"]
     rows = []
     for w, length in sorted(lp.window_len.items()):
-        pc = {r["bound_by"]: r["weight_ns"] for r in per_class.filter(pl.col("window") == w).iter_rows(named=True)}
+        pc = by_window.get(w, {})
         rows.append({"window": w, "step": step_label.get(w), "step_ns": step_of.get(w, 0), "path_ns": length,
                      **{f"{c}_ns": int(pc.get(c, 0)) for c in BOUND_CLASSES}})
     per_step = pl.DataFrame(rows, schema=_STEP_SCHEMA)
@@ -309,8 +331,9 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
             whatif_error = f"critical_path.whatif_target: {err}"
     whatif = pl.DataFrame(wrows, schema=_WHATIF_SCHEMA).sort(["requested", "saved_ns"], descending=[True, True])
 
-    crit = np.unique(g.node_event[lp.on_path])
-    critical_events = ev.filter(pl.col("event").is_in(crit.tolist())).drop("event")
+    on = np.zeros(ev.height, dtype=bool)
+    on[g.node_event[lp.on_path]] = True  # events are numbered by row
+    critical_events = ev.filter(pl.Series(on)).drop("event")
     return CriticalPathResult(
         per_step=per_step, breakdown=breakdown, top_events=top_events, whatif=whatif,
         critical_events=critical_events, path_edges=edges, sync_source=g.sync_source,

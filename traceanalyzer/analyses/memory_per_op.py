@@ -118,21 +118,31 @@ def _curve(mem: pl.DataFrame, windows: pl.DataFrame, points: int) -> pl.DataFram
 
 def _up_the_tree(per: pl.DataFrame, parent: pl.Series, depth: pl.Series) -> pl.DataFrame:
     """Totals per (op id, device): ``per``'s self sums and peak added / maxed into every
-    enclosing op, deepest level first (a few tens of levels, each vectorised)."""
+    enclosing op, deepest level first (a few tens of levels, each vectorised). The ops of a
+    level are final once the level below has been added into them: each step aggregates one
+    level, not the whole table."""
     rows = per.with_columns(parent_id=parent.gather(per["op"]), depth=depth.gather(per["op"])).rename(
         {c: f"total_{c}" for c in (*_SUMS, "peak")})
-    acc = rows
-    for d in range(int(rows["depth"].max() or 0), 1, -1):  # type: ignore[arg-type]  # an Int64 max
-        child = acc.filter((pl.col("depth") == d) & pl.col("parent_id").is_not_null())
+    top = int(rows["depth"].max() or 0)  # type: ignore[arg-type]  # an Int64 max
+    if top < 2:
+        return rows.select("op", "device", *[f"total_{c}" for c in _SUMS], "total_peak")
+    cols = rows.columns
+    sums = [pl.col(f"total_{c}").sum() for c in _SUMS]
+    level = {d: part for (d,), part in rows.partition_by("depth", as_dict=True).items()}
+    for d in range(top, 1, -1):
+        cur = level.get(d)
+        if cur is None:
+            continue
+        child = cur.filter(pl.col("parent_id").is_not_null())
         if child.is_empty():
             continue
-        up = child.group_by("parent_id", "device").agg(
-            *[pl.col(f"total_{c}").sum() for c in _SUMS], pl.col("total_peak").max()).rename({"parent_id": "op"})
-        up = up.with_columns(parent_id=parent.gather(up["op"]), depth=depth.gather(up["op"]))
-        acc = pl.concat([acc, up.select(acc.columns)]).group_by("op", "device").agg(
-            *[pl.col(f"total_{c}").sum() for c in _SUMS], pl.col("total_peak").max(), pl.col("parent_id").first(),
-            pl.col("depth").first())
-    return acc.select("op", "device", *[f"total_{c}" for c in _SUMS], "total_peak")
+        up = child.group_by("parent_id", "device").agg(*sums, pl.col("total_peak").max()).rename({"parent_id": "op"})
+        up = up.with_columns(parent_id=parent.gather(up["op"]), depth=depth.gather(up["op"])).select(cols)
+        below = level.get(d - 1)
+        merged = up if below is None else pl.concat([below, up])
+        level[d - 1] = merged.group_by("op", "device").agg(
+            *sums, pl.col("total_peak").max(), pl.col("parent_id").first(), pl.col("depth").first()).select(cols)
+    return pl.concat(list(level.values())).select("op", "device", *[f"total_{c}" for c in _SUMS], "total_peak")
 
 
 @analysis("memory_per_op", input="trace", depends_on=("steps",), title="Memory per operator", order=61,

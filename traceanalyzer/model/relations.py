@@ -154,6 +154,15 @@ def _boundaries(intervals: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     return _numbered(_sorted_boundaries(intervals, by))
 
 
+def sorted_boundaries(intervals: pl.DataFrame, by: Sequence[str] = ("pid", "tid")) -> pl.DataFrame:
+    """The start and end rows of ``intervals`` (``*by, id, ts_ns, end_ns``, ids unique) in
+    nesting order per group: ``*by, id, t, kind`` (1 start, 0 end), ``sec`` (a start's
+    −end, an end's −start). At one instant ends come first, starts longer first, ends of
+    later-started intervals first; identical intervals nest by ``id`` (see
+    :func:`_boundaries`). Sorted by one Int64 key where it fits."""
+    return _sorted_boundaries(intervals, list(by))
+
+
 def _sorted_boundaries(intervals: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """The boundary rows of :func:`_boundaries` in order, without ``pos``/``depth``. The
     order is total (ids are unique), so the boundaries of a subset of the intervals are
