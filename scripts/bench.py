@@ -743,7 +743,7 @@ def cache_ratio_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
         n = r["copies"]
         target = TARGET_CACHE_RATIO.get(n)
         name = f"second `analyze --format json`, other thresholds, ÷ the first (model cache, {n}x)"
-        rows.append({"ratio": name, "value": r.get("ratio"), "note": r.get("error", ""),
+        rows.append({"ratio": name, "value": r.get("ratio"), "note": r.get("error", "—"),
                      "target": f"≤ {target:g}" if target else "(info)", "ok": r.get("ok")})
     return rows
 

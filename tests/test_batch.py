@@ -45,7 +45,8 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _index(out: Path) -> dict[str, Any]:
-    return orjson.loads((out / "index.json").read_bytes())
+    doc: dict[str, Any] = orjson.loads((out / "index.json").read_bytes())
+    return doc
 
 
 def test_discover_by_content_and_group_runs(tree: Path) -> None:
@@ -146,7 +147,9 @@ def test_process_pool_matches_in_process(tree: Path, tmp_path: Path) -> None:
     d = discover([str(tree / "single.json"), str(tree / "bad")])
     a = run_batch(d, tmp_path / "a", LocalBackend(jobs=1), use_cache=False)
     b = run_batch(d, tmp_path / "b", LocalBackend(jobs=2), use_cache=False)
-    strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
+    def strip(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
+
     assert strip(a.rows) == strip(b.rows)
     assert a.runs == b.runs and b.n_failed == 3
 
