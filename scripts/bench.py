@@ -687,7 +687,9 @@ def target_ratios(entries: list[dict[str, Any]], args: argparse.Namespace) -> li
             rows.append({"ratio": f"{name} ({n}x)", "value": v, "target": target,
                          "ok": v <= table[n] if n in table else None})
         else:
-            why = note or next((c["error"] for c in (num, den) if c is not None and "error" in c), "not run")
+            errors = [f"{who} {c['error']}" for who, c in (("ours", num), ("HTA", den))
+                      if c is not None and "error" in c]
+            why = "; ".join(errors) if errors else (note or "not run")
             rows.append({"ratio": f"{name} ({n}x)", "value": None, "note": why, "target": target, "ok": None})
 
     for e in entries:
