@@ -36,34 +36,46 @@ which ``scripts/make_big_trace.py`` builds when missing (40x ≈ 2 GB), and the 
   everything the command does after the analyses (charts, matplotlib's import, every
   format's files), the worker's in-process time less load and analyses.
 
-Issue 23 adds two sections (``--only-issue23`` runs them alone):
+Issue 23's targets, on ``bench_data/<stem>_xN.json`` (make_big_trace.py; 1x is the source's
+steps once), each case its own process, interleaved, median of ``--repeats``:
 
+* ``targets``       — per size of ``--target-sizes`` (default 1 4 16): the default ``analyze``
+  (every default format), ``analyze --format json`` and HTA (above); at ``--floor-sizes``
+  (default 16) also ``pl.read_ndjson`` of the ``.ndjson`` twin (the same events, one per line;
+  make_big_trace.py ``--ndjson``), polars' own reader with its defaults: the decoder floor.
+  HTA is not run above a size where it was killed (``--max-rss-gb``, ``--timeout``); the rows
+  say so;
 * ``stages``        — one default run taken apart in one process (model cache off): import,
   decode, model build, analyses, rules, each output format, and the model cache's key,
   write and read on that model;
 * ``model cache``   — ``analyze --format json`` with the cache off, the first run with it on
   (writes the entry), a second run of the unchanged file with other thresholds (a hit), at
-  ``--cache-sizes`` (default 1x and 16x); target second ÷ first ≤ 0.4 at 1x, ≤ 0.25 at 16x.
+  ``--cache-sizes`` (default 1x and 16x).
   Every other case runs with the model cache off.
 
-Targets (issue 9), marked pass/MISS in the tables:
+The targets (issue 23), marked pass/MISS in one table:
 
-* HTA wall / ours wall ≥ 5 and ours RSS / HTA RSS ≤ 1/3 (analyze, same file);
-* ours load / orjson ≤ 2 (in-process seconds: interpreter start and imports,
-  constant costs, are excluded on both sides);
-* analyses (+ rules + JSON output) ≤ 25 % of load time ("a small fraction");
-* at the largest size: peak RSS ≤ 1.5 × uncompressed size, and s/GB no more than
-  1.25 × the s/GB at 4x (linear growth; 1x carries the fixed start-up cost);
-* writing every report (charts + files) ≤ 25 % of the default run's wall time, at 1x and 16x
-  (issue 22).
+* default ``analyze`` wall ÷ HTA wall ≤ 0.5 at 1x, ≤ 0.25 at 4x and 16x;
+* ``analyze --format json`` wall ÷ HTA wall ≤ 0.33 at 1x, ≤ 0.2 at 4x;
+* ``--format json`` peak RSS ÷ HTA's ≤ 0.5 at 1x, ≤ 0.33 at 4x (the default run's: info);
+* decoder floor at 16x: MB/s of ``--format json`` ÷ MB/s of ``pl.read_ndjson`` ≥ 0.5, where
+  MB/s = the ``.json``'s MB ÷ process wall on both sides (so the ratio is floor wall ÷ ours);
+* at the largest size of the scaling series (40x, 2 GB): peak RSS ≤ 1.5 × the JSON size, and
+  s/GB no more than 1.25 × the s/GB at 4x (linear growth);
+* model cache: the second run ÷ the first ≤ 0.4 at 1x, ≤ 0.25 at 16x.
+
+Issue 9's former targets (HTA wall ÷ ours ≥ 5, RSS ≤ 1/3 of HTA's, load ≤ 2 × orjson,
+analyses ≤ 25 % of load) stay as (info) rows of the same-file comparison; issue 22's share of
+writing the reports (≤ 25 % of the default run, at 1x and 16x) keeps its pass/MISS.
 
 Usage::
 
-    python scripts/bench.py                 # everything (≈ 10-15 min on 2 cores)
+    python scripts/bench.py                 # everything (≈ 25-30 min on an idle 2-core box)
     python scripts/bench.py --quick         # comparison on the .json.gz + 1x/4x
     python scripts/bench.py --repeats 5 --json bench.json
     python scripts/bench.py --sizes 1 4 --no-hta
     python scripts/bench.py --only-issue23 --cache-sizes 1 16
+    python scripts/bench.py --only-issue23 --target-sizes 1 4 --floor-sizes 16 --no-stages --cache-sizes
     python scripts/bench.py --reports-only --report-sizes 1     # the default run's report share
 
 Only the standard library is imported here: the same file is the worker for the
@@ -95,13 +107,21 @@ DEFAULT_SOURCE = REPO_ROOT.parent / "shared" / "data" / "traces" / "hta" / "df_i
 BENCH_DATA = REPO_ROOT / "bench_data"
 DEFAULT_HTA_PYTHON = Path("/work/hta-venv/bin/python")
 
-TARGET_HTA_SPEEDUP = 5.0
-TARGET_HTA_RSS_RATIO = 1 / 3
-TARGET_ORJSON_RATIO = 2.0
-TARGET_ANALYSES_FRACTION = 0.25
-TARGET_RSS_PER_SIZE = 1.5
+# Issue 23's targets (per size, ×N copies of the source's steps): ours ÷ HTA 0.5.0, process wall
+# or peak RSS, and the decoder floor (ours' MB/s ÷ polars' own NDJSON read's MB/s).
+TARGET_DEFAULT_VS_HTA = {1: 0.5, 4: 0.25, 16: 0.25}
+TARGET_JSON_VS_HTA = {1: 0.33, 4: 0.2}
+TARGET_RSS_VS_HTA = {1: 0.5, 4: 0.33}
+TARGET_FLOOR = {16: 0.5}
+TARGET_RSS_PER_SIZE = 1.5  # at the largest size of the scaling series (40x, 2 GB)
 TARGET_LINEARITY = 1.25
+# Issue 22: writing the reports ≤ 25 % of the default run.
 TARGET_REPORTS_FRACTION = 0.25
+# Issue 9's targets, now shown for information only (issue 23 replaced them).
+ISSUE9_HTA_SPEEDUP = 5.0
+ISSUE9_HTA_RSS_RATIO = 1 / 3
+ISSUE9_ORJSON_RATIO = 2.0
+ISSUE9_ANALYSES_FRACTION = 0.25
 
 
 # --------------------------------------------------------------------------------------
@@ -251,6 +271,20 @@ def _worker_hta(path: str) -> dict[str, Any]:
             "ranks": ranks, "joined_launches": int(sum(len(v) for v in launches.values()))}
 
 
+def _worker_ndjson_floor(path: str) -> dict[str, Any]:
+    """The decoder floor: polars' own NDJSON reader, ``pl.read_ndjson(FILE)`` with its defaults,
+    on the ``.ndjson`` twin of a trace (the same events, one per line: make_big_trace.py
+    ``--ndjson``). Its process wall is compared with ``analyze --format json`` of the ``.json``."""
+    t0 = time.perf_counter()
+    import polars as pl
+
+    t_import = time.perf_counter()
+    df = pl.read_ndjson(path)
+    t1 = time.perf_counter()
+    return {"import_s": t_import - t0, "work_s": t1 - t_import, "load_s": t1 - t_import, "events": df.height,
+            "columns": df.width}
+
+
 # Per-stage and model-cache rows (issue 23): workers of their own, tables further down.
 #: ``--set`` of the second run of the cache rows: other thresholds, the same input.
 OTHER_THRESHOLDS = ("idle_gaps.long_gap_us=250", "rules.min_cost_pct=0.5")
@@ -334,6 +368,7 @@ WORKERS = {
     "hta": _worker_hta,
     "ours-analyze-other": _worker_ours_analyze_other,
     "ours-stages": _worker_ours_stages,
+    "ndjson-floor": _worker_ndjson_floor,
 }
 
 
@@ -408,6 +443,24 @@ def measure(label: str, python: str, mode: str, path: Path, repeats: int, args: 
         runs.append(r)
         if not r["ok"]:
             break
+    return _aggregate(label, mode, path, runs, size_bytes)
+
+
+def measure_interleaved(cases: list[tuple[str, str, str, Path]], repeats: int, args: argparse.Namespace,
+                        size_bytes: int) -> dict[str, dict[str, Any]]:
+    """``cases`` (label, python, mode, file), ``repeats`` rounds of one run each, in turn (so a
+    change of load on the shared box falls on every case alike); label → aggregated case. A case
+    that fails (killed above --max-rss-gb or --timeout) is not run again."""
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, *_ in cases}
+    for _ in range(repeats):
+        for label, python, mode, path in cases:
+            if runs[label] and not runs[label][-1]["ok"]:
+                continue
+            runs[label].append(run_once(python, mode, path, int(args.max_rss_gb * 2**20), args.timeout))
+    return {label: _aggregate(label, mode, path, runs[label], size_bytes) for label, _py, mode, path in cases}
+
+
+def _aggregate(label: str, mode: str, path: Path, runs: list[dict[str, Any]], size_bytes: int) -> dict[str, Any]:
     ok = [r for r in runs if r["ok"]]
     case: dict[str, Any] = {"case": label, "mode": mode, "file": str(path), "file_bytes": path.stat().st_size,
                             "json_bytes": size_bytes, "repeats": len(runs), "runs": runs}
@@ -454,17 +507,30 @@ def ensure_unpacked(source: Path) -> Path:
     return dest
 
 
-def ensure_big(source: Path, sizes: list[int], gz: bool) -> dict[int, tuple[Path, Path | None]]:
-    stem = source.name.removesuffix(".gz").removesuffix(".json")
-    files = {n: (BENCH_DATA / f"{stem}_x{n}.json", BENCH_DATA / f"{stem}_x{n}.json.gz" if gz else None)
-             for n in sizes}
+def ensure_big(source: Path, sizes: list[int], gz: bool,
+               ndjson_sizes: list[int] | tuple[int, ...] = ()) -> dict[int, tuple[Path, Path | None]]:
+    """``bench_data/<stem>_x{N}.json`` (and ``.json.gz`` with ``gz``; the ``.ndjson`` twin, see
+    :func:`ndjson_twin`, at ``ndjson_sizes``), built by make_big_trace.py where missing."""
+    files = {n: (BENCH_DATA / f"{_stem(source)}_x{n}.json",
+                 BENCH_DATA / f"{_stem(source)}_x{n}.json.gz" if gz else None) for n in sizes}
     missing = [n for n, (j, g) in files.items() if not j.exists() or (g is not None and not g.exists())]
-    if missing:
-        cmd = [sys.executable, str(REPO_ROOT / "scripts" / "make_big_trace.py"), "--source", str(source),
-               "--copies", *map(str, missing)] + (["--gz"] if gz else [])
-        print("building " + " ".join(cmd[1:]), file=sys.stderr, flush=True)
-        subprocess.run(cmd, check=True)
+    missing_nd = [n for n in ndjson_sizes if not ndjson_twin(source, n).exists()]
+    for todo, extra in ((missing, ["--gz"] if gz else []), (missing_nd, ["--ndjson"])):
+        if todo:
+            cmd = [sys.executable, str(REPO_ROOT / "scripts" / "make_big_trace.py"), "--source", str(source),
+                   "--copies", *map(str, todo), *extra]
+            print("building " + " ".join(cmd[1:]), file=sys.stderr, flush=True)
+            subprocess.run(cmd, check=True)
     return files
+
+
+def _stem(source: Path) -> str:
+    return source.name.removesuffix(".gz").removesuffix(".json")
+
+
+def ndjson_twin(source: Path, copies: int) -> Path:
+    """``bench_data/<stem>_x{N}.ndjson``: the events of ``<stem>_x{N}.json``, one per line."""
+    return BENCH_DATA / f"{_stem(source)}_x{copies}.ndjson"
 
 
 # --------------------------------------------------------------------------------------
@@ -512,16 +578,16 @@ def ratio_rows(by: dict[str, dict[str, Any]], suffix: str) -> list[dict[str, Any
     if ours and hta:
         v = hta["wall_s"] / ours["wall_s"]
         out.append({"ratio": f"HTA wall / ours wall ({suffix})", "value": v,
-                    "target": f"≥ {TARGET_HTA_SPEEDUP:g}", "ok": v >= TARGET_HTA_SPEEDUP})
+                    "target": f"(info; issue 9: ≥ {ISSUE9_HTA_SPEEDUP:g})", "ok": None})
         v = hta["cpu_s"] / ours["cpu_s"]
         out.append({"ratio": f"HTA cpu / ours cpu ({suffix})", "value": v, "target": "(info)", "ok": None})
         v = ours["peak_rss_mb"] / hta["peak_rss_mb"]
         out.append({"ratio": f"ours RSS / HTA RSS ({suffix})", "value": v,
-                    "target": f"≤ {TARGET_HTA_RSS_RATIO:.3f}", "ok": v <= TARGET_HTA_RSS_RATIO})
+                    "target": f"(info; issue 9: ≤ {ISSUE9_HTA_RSS_RATIO:.3f})", "ok": None})
     if ours_load and oj:
         v = ours_load["load_s"] / oj["work_s"]
         out.append({"ratio": f"ours load / orjson read+loads, in-process ({suffix})", "value": v,
-                    "target": f"≤ {TARGET_ORJSON_RATIO:g}", "ok": v <= TARGET_ORJSON_RATIO})
+                    "target": f"(info; issue 9: ≤ {ISSUE9_ORJSON_RATIO:g})", "ok": None})
         v = ours_load["wall_s"] / oj["wall_s"]
         out.append({"ratio": f"ours load / orjson, process wall ({suffix})", "value": v, "target": "(info)",
                     "ok": None})
@@ -538,14 +604,150 @@ def ratio_rows(by: dict[str, dict[str, Any]], suffix: str) -> list[dict[str, Any
     if ours and "analyses_s" in ours and ours.get("load_s"):
         v = (ours["analyses_s"] + ours.get("write_s", 0.0)) / ours["load_s"]
         out.append({"ratio": f"ours (analyses+rules+json) / load ({suffix})", "value": v,
-                    "target": f"≤ {TARGET_ANALYSES_FRACTION:g}", "ok": v <= TARGET_ANALYSES_FRACTION})
+                    "target": f"(info; issue 9: ≤ {ISSUE9_ANALYSES_FRACTION:g})", "ok": None})
     return out
 
 
 def ratio_table(rows: list[dict[str, Any]]) -> str:
+    """One row per ratio; a ratio that could not be measured shows why (``note``) instead of a value."""
     head = "| ratio | value | target | |\n|---|---:|---|---|"
     return head + "\n" + "\n".join(
-        f"| {r['ratio']} | {r['value']:.2f} | {r['target']} | {_mark(r['ok'])} |" for r in rows)
+        f"| {r['ratio']} | {_f(r['value']) if r['value'] is not None else r.get('note', '—')} | {r['target']} "
+        f"| {_mark(r['ok'])} |" for r in rows)
+
+
+# --------------------------------------------------------------------------------------
+# issue 23's targets: ours vs HTA 0.5.0 and vs polars' own NDJSON read, per size
+# --------------------------------------------------------------------------------------
+
+
+def _target(table: dict[int, float], n: int, op: str = "≤") -> str:
+    return f"{op} {table[n]:g}" if n in table else "(info)"
+
+
+def target_measurements(args: argparse.Namespace, hta_python: Path | None) -> list[dict[str, Any]]:
+    """Issue 23's cases, per size N of ``--target-sizes`` (and ``--floor-sizes``), on
+    ``bench_data/<stem>_xN.json``, interleaved (each its own process, ``--repeats`` rounds; 16x and
+    above ``--repeats-big``): the default ``analyze`` (every default format), ``analyze --format
+    json``, HTA 0.5.0 (load + 4 analyses) and, at the floor sizes, ``pl.read_ndjson`` of the
+    ``.ndjson`` twin. HTA is not run above a size where it was killed (RSS or time limit)."""
+    sizes = args.target_sizes if args.target_sizes is not None else ([1, 4] if args.quick else [1, 4, 16])
+    floor_sizes = args.floor_sizes if args.floor_sizes is not None else ([] if args.quick else [16])
+    run_sizes = sorted(set(sizes) | set(floor_sizes))
+    if not run_sizes:
+        return []
+    files = ensure_big(args.source, run_sizes, gz=False, ndjson_sizes=floor_sizes)
+    print(f"issue 23 targets, sizes {run_sizes} (floor at {floor_sizes})", file=sys.stderr)
+    hta_skip = None if hta_python is not None else "HTA not installed (--hta-python)"
+    out = []
+    for n in run_sizes:
+        path = files[n][0]
+        size = path.stat().st_size
+        cases: list[tuple[str, str, str, Path]] = []
+        if n in sizes:
+            cases.append(("default", args.python, "ours-default", path))
+        cases.append(("json", args.python, "ours-analyze", path))
+        if n in floor_sizes:
+            cases.append(("floor", args.python, "ndjson-floor", ndjson_twin(args.source, n)))
+        if n in sizes and hta_python is not None and hta_skip is None:
+            cases.append(("hta", str(hta_python), "hta", path))
+        labels = {"default": "ours analyze (default formats)", "json": "ours analyze --format json",
+                  "floor": "polars read_ndjson (floor)", "hta": "HTA 0.5.0 (load + 4 analyses)"}
+        got = measure_interleaved([(f"{labels[k]} {n}x", py, mode, p) for k, py, mode, p in cases],
+                                  args.repeats if n < 16 else args.repeats_big, args, size)
+        entry: dict[str, Any] = {"copies": n, "file": str(path), "json_bytes": size,
+                                 "cases": {k: got[f"{labels[k]} {n}x"] for k, *_ in cases}}
+        for c in entry["cases"].values():
+            c["case"] = c["case"].removesuffix(f" {n}x")
+        if n in sizes:
+            hta = entry["cases"].get("hta")
+            if hta is None:
+                entry["hta_note"] = hta_skip
+            elif "error" in hta:
+                entry["hta_note"] = f"HTA {hta['error']}"
+                hta_skip = f"HTA not run: {hta['error']} at {n}x"
+        out.append(entry)
+    return out
+
+
+def target_ratios(entries: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The issue's rows from :func:`target_measurements`, each with its target and pass/MISS."""
+    rows: list[dict[str, Any]] = []
+    sizes = args.target_sizes if args.target_sizes is not None else ([1, 4] if args.quick else [1, 4, 16])
+
+    def ok(c: dict[str, Any] | None) -> bool:
+        return c is not None and "error" not in c
+
+    def add(name: str, n: int, num: dict[str, Any] | None, den: dict[str, Any] | None, key: str,
+            table: dict[int, float], note: str | None) -> None:
+        target = _target(table, n)
+        if ok(num) and ok(den):
+            assert num is not None and den is not None
+            v = num[key] / den[key]
+            rows.append({"ratio": f"{name} ({n}x)", "value": v, "target": target,
+                         "ok": v <= table[n] if n in table else None})
+        else:
+            errors = [f"{who} {c['error']}" for who, c in (("ours", num), ("HTA", den))
+                      if c is not None and "error" in c]
+            why = "; ".join(errors) if errors else (note or "not run")
+            rows.append({"ratio": f"{name} ({n}x)", "value": None, "note": why, "target": target, "ok": None})
+
+    for e in entries:
+        n, c = e["copies"], e["cases"]
+        d, j, h, fl = c.get("default"), c.get("json"), c.get("hta"), c.get("floor")
+        if n in sizes:
+            note = e.get("hta_note") if not ok(h) else None
+            add("default `analyze` wall ÷ HTA wall", n, d, h, "wall_s", TARGET_DEFAULT_VS_HTA, note)
+            add("`analyze --format json` wall ÷ HTA wall", n, j, h, "wall_s", TARGET_JSON_VS_HTA, note)
+            add("`--format json` peak RSS ÷ HTA's", n, j, h, "peak_rss_mb", TARGET_RSS_VS_HTA, note)
+            add("default `analyze` peak RSS ÷ HTA's", n, d, h, "peak_rss_mb", {}, note)
+            # CPU seconds: steadier than wall on a loaded box (information only).
+            add("default `analyze` CPU s ÷ HTA's", n, d, h, "cpu_s", {}, note)
+            add("`analyze --format json` CPU s ÷ HTA's", n, j, h, "cpu_s", {}, note)
+        if fl is not None:
+            target = _target(TARGET_FLOOR, n, "≥")
+            name = f"`--format json` MB/s ÷ `pl.read_ndjson` MB/s, decoder floor ({n}x)"
+            if ok(fl) and ok(j):
+                assert fl is not None and j is not None
+                v = fl["wall_s"] / j["wall_s"]  # (MB / ours wall) ÷ (MB / floor wall), the same MB
+                rows.append({"ratio": name, "value": v, "target": target,
+                             "ok": v >= TARGET_FLOOR[n] if n in TARGET_FLOOR else None})
+            else:
+                why = next((x["error"] for x in (j, fl) if x is not None and "error" in x), "not run")
+                rows.append({"ratio": name, "value": None, "note": why, "target": target, "ok": None})
+    return rows
+
+
+def target_table(entries: list[dict[str, Any]]) -> str:
+    """Every case behind the target rows: wall, CPU, peak RSS, MB/s of the trace's JSON."""
+    head = ("| size | file | JSON MB | case | wall s | cpu s | peak RSS MB | MB/s (JSON MB ÷ wall) | load s "
+            "| analyses s | reports s |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    body = []
+    for e in entries:
+        mb = e["json_bytes"] / 1e6
+        for c in e["cases"].values():
+            name = Path(c["file"]).name
+            if "error" in c:
+                body.append(f"| {e['copies']}x | {name} | {mb:.0f} | {c['case']} | {c['error']} | | | | | | |")
+                continue
+            body.append(f"| {e['copies']}x | {name} | {mb:.0f} | {c['case']} | {c['wall_s']:.2f} | {c['cpu_s']:.2f} "
+                        f"| {c['peak_rss_mb']:.0f} | {mb / c['wall_s']:.1f} | {_f(c.get('load_s'))} "
+                        f"| {_f(c.get('analyses_s'))} | {_f(c.get('reports_s'))} |")
+        if e.get("hta_note") and "hta" not in e["cases"]:
+            body.append(f"| {e['copies']}x | | {mb:.0f} | HTA 0.5.0 | {e['hta_note']} | | | | | | |")
+    return head + "\n" + "\n".join(body)
+
+
+def cache_ratio_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The model-cache rows (second ÷ first) in the issue's target table."""
+    rows = []
+    for r in data.get("cache", []):
+        n = r["copies"]
+        target = TARGET_CACHE_RATIO.get(n)
+        name = f"second `analyze --format json`, other thresholds, ÷ the first (model cache, {n}x)"
+        rows.append({"ratio": name, "value": r.get("ratio"), "note": r.get("error", "—"),
+                     "target": f"≤ {target:g}" if target else "(info)", "ok": r.get("ok")})
+    return rows
 
 
 def scaling_table(series: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
@@ -797,7 +999,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache-skip-off", action="store_true",
                     help="model-cache rows without the cache-off run (its wall is for information only)")
     ap.add_argument("--only-issue23", action="store_true",
-                    help="only the per-stage and model-cache sections (skip the comparison and scaling)")
+                    help="only issue 23's sections: targets, per-stage and model-cache rows (skip the "
+                         "same-file comparison, the scaling series and the report-share rows)")
+    ap.add_argument("--target-sizes", type=int, nargs="*", default=None,
+                    help="sizes of issue 23's rows vs HTA (default 1 4 16; --quick: 1 4; none: skip)")
+    ap.add_argument("--floor-sizes", type=int, nargs="*", default=None,
+                    help="sizes of the decoder-floor rows, pl.read_ndjson (default 16; --quick: none)")
     ap.add_argument("--worker", nargs=2, metavar=("MODE", "FILE"), help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -829,8 +1036,9 @@ def main(argv: list[str] | None = None) -> int:
     # The model cache would make repeats 2 and 3 of every case a cache hit: off for every child,
     # except in the cache rows, which give it a private directory (_model_cache_env).
     os.environ["TRACEANALYZER_NO_CACHE"] = "1"
+    targets = [] if args.reports_only else target_measurements(args, hta_python)
     if args.only_issue23:
-        return issue23_sections(args, env, t_start)
+        return issue23_sections(args, env, t_start, targets)
 
     # 1. the real trace, as shipped (.json.gz) and unpacked (.json)
     variants = [] if args.reports_only else [args.source] if args.quick else [args.source,
@@ -870,11 +1078,10 @@ def main(argv: list[str] | None = None) -> int:
                     ol = measure(f"ours load {n}x", args.python, "ours-load", path, reps, args, size)
                     if "error" not in oj and "error" not in ol:
                         ratios.append({"ratio": f"ours load / orjson read+loads, in-process ({n}x json)",
-                                       "value": ol["load_s"] / oj["work_s"], "target": f"≤ {TARGET_ORJSON_RATIO:g}",
-                                       "ok": ol["load_s"] / oj["work_s"] <= TARGET_ORJSON_RATIO})
+                                       "value": ol["load_s"] / oj["work_s"],
+                                       "target": f"(info; issue 9: ≤ {ISSUE9_ORJSON_RATIO:g})", "ok": None})
                     c["orjson"], c["ours_load"] = oj, ol
-    scaling_md, scaling_checks = scaling_table(series) if series else ("", [])
-    ratios += scaling_checks
+    scaling_md, scaling_checks = scaling_table(series) if series else ("", [])  # issue 23's 40x rows
 
     # 3. the default run (every default format) vs json only: the share of writing the reports
     report_sizes = args.report_sizes if args.report_sizes is not None else ([1] if args.quick else [1, 16])
@@ -894,18 +1101,20 @@ def main(argv: list[str] | None = None) -> int:
     ratios += reports_checks
 
     report_cases = [c for _n, d, j in pairs for c in (d, j)]
-    load_avgs = [r["loadavg_1m"] for c in comparison + series + report_cases for r in c.get("runs", [])]
-    md = [f"Machine: {env.get('cpus')} CPUs ({env.get('cpu_model', '?')}), {env.get('mem_total_gb', '?')} GB RAM; "
-          f"1-min load average during runs {min(load_avgs):.1f}–{max(load_avgs):.1f}; "
-          f"median of {args.repeats} runs ({args.repeats_big} at 16x and above); commit {env.get('git_commit', '?')}"
-          f"{' + uncommitted ' + ', '.join(env['uncommitted']) if env.get('uncommitted') else ''}; "
-          f"ours {env.get('ours')}, HTA {env.get('hta', 'skipped')}." if load_avgs else "",
-          *(["", "### Same file: traceanalyzer vs HTA 0.5.0 vs orjson", "", comparison_table(comparison)]
-            if comparison else []),
-          "", "### Targets", "", ratio_table(ratios)]
+    target_cases = [c for e in targets for c in e["cases"].values()]
+    extra_md, extra_json = stage_and_cache_sections(args)
+    issue23 = target_ratios(targets, args) + scaling_checks + cache_ratio_rows(extra_json)
+    md = [machine_line(env, args, comparison + series + report_cases + target_cases)]
+    if issue23:
+        md += ["", "### Issue 23's targets", "", ratio_table(issue23)]
+    if targets:
+        md += ["", "### The cases behind them (`bench_data/<stem>_xN.json`, interleaved)", "", target_table(targets)]
+    md += [*(["", "### Same file: traceanalyzer vs HTA 0.5.0 vs orjson", "", comparison_table(comparison)]
+             if comparison else []),
+           *(["", "### Other ratios (issue 9's former targets, for information; issue 22's report share)", "",
+              ratio_table(ratios)] if ratios else [])]
     if scaling_md:
         md += ["", "### Scaling (replicated steps, `ours analyze`)", "", scaling_md]
-    extra_md, extra_json = stage_and_cache_sections(args)
     md += extra_md
     if reports_md:
         md += ["", "### Default run (json, md, html, png) vs json only: writing the reports", "", reports_md]
@@ -914,10 +1123,24 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(md))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"environment": env, "notes": notes, "comparison": comparison,
+        args.json.write_text(json.dumps({"environment": env, "notes": notes, "targets": targets,
+                                         "issue23_ratios": issue23, "comparison": comparison,
                                          "scaling": series, "reports": report_cases, "ratios": ratios, **extra_json,
                                          "argv": sys.argv[1:]}, indent=1) + "\n")
     return 0
+
+
+def machine_line(env: dict[str, Any], args: argparse.Namespace, cases: list[dict[str, Any]]) -> str:
+    """The machine, the load average during the runs, the repeats, the commit and the versions."""
+    load_avgs = [r["loadavg_1m"] for c in cases for r in c.get("runs", [])]
+    if not load_avgs:
+        return ""
+    return (f"Machine: {env.get('cpus')} CPUs ({env.get('cpu_model', '?')}), {env.get('mem_total_gb', '?')} GB RAM; "
+            f"1-min load average during runs {min(load_avgs):.1f}–{max(load_avgs):.1f}; "
+            f"median of {args.repeats} runs ({args.repeats_big} at 16x and above); commit "
+            f"{env.get('git_commit', '?')}"
+            f"{' + uncommitted ' + ', '.join(env['uncommitted']) if env.get('uncommitted') else ''}; "
+            f"ours {env.get('ours')}, HTA {env.get('hta', 'skipped')}.")
 
 
 def stage_and_cache_sections(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
@@ -943,14 +1166,24 @@ def stage_and_cache_sections(args: argparse.Namespace) -> tuple[list[str], dict[
     return md, data
 
 
-def issue23_sections(args: argparse.Namespace, env: dict[str, Any], t_start: float) -> int:
-    """``--only-issue23``: the per-stage and model-cache sections alone."""
-    md, data = stage_and_cache_sections(args)
+def issue23_sections(args: argparse.Namespace, env: dict[str, Any], t_start: float,
+                     targets: list[dict[str, Any]]) -> int:
+    """``--only-issue23``: the target rows vs HTA and the decoder floor, the per-stage and the
+    model-cache sections (the 40x RSS row needs the scaling series: not run here)."""
+    extra_md, data = stage_and_cache_sections(args)
+    rows = target_ratios(targets, args) + cache_ratio_rows(data)
+    md = [machine_line(env, args, [c for e in targets for c in e["cases"].values()])]
+    if rows:
+        md += ["", "### Issue 23's targets", "", ratio_table(rows)]
+    if targets:
+        md += ["", "### The cases behind them (`bench_data/<stem>_xN.json`, interleaved)", "", target_table(targets)]
+    md += extra_md
     md.append(f"\n_bench took {time.perf_counter() - t_start:.0f} s; commit {env.get('git_commit', '?')}_")
     print("\n".join(md))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"environment": env, **data, "argv": sys.argv[1:]}, indent=1) + "\n")
+        args.json.write_text(json.dumps({"environment": env, "targets": targets, "issue23_ratios": rows, **data,
+                                         "argv": sys.argv[1:]}, indent=1) + "\n")
     return 0
 
 

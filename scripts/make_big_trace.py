@@ -26,14 +26,19 @@ never overlap on a thread or stream. In copy ``k`` (0-based):
 * the profiler's whole-trace span (cat ``Trace``) is stretched over all copies.
 
 The output is written streamingly, one copy at a time (only the source is held in
-memory), as ``.json`` and with ``--gz`` also as ``.json.gz``::
+memory), as ``.json``, with ``--gz`` also as ``.json.gz`` and with ``--ndjson`` also as
+``.ndjson``: the same events, one event object per line (each line the event's JSON as the
+``.json`` writes it, without the indentation), which is what polars' own NDJSON reader takes:
+the bench's decoder-floor case (``pl.read_ndjson``) reads it::
 
     python scripts/make_big_trace.py                      # 1x 4x 16x 40x of df_index_resolver
     python scripts/make_big_trace.py --copies 4 --gz
+    python scripts/make_big_trace.py --copies 16 --ndjson # adds the .ndjson twin, keeps the .json
     python scripts/make_big_trace.py --source other.json.gz --copies 2 -o bench_data/
 
-Files land in ``bench_data/`` (gitignored) as ``<source stem>_x<N>.json[.gz]``; an
-existing file of the right name is kept unless ``--force``. 40x of df_index_resolver
+Files land in ``bench_data/`` (gitignored) as ``<source stem>_x<N>.json[.gz]`` and
+``<source stem>_x<N>.ndjson``; an existing file of the right name is kept unless ``--force``
+(only the missing ones are written). 40x of df_index_resolver
 is about 2.1 GB and takes about a minute (2 cores).
 """
 
@@ -196,24 +201,29 @@ def _event_text(e: dict[str, Any]) -> str:
     return "  {\n    " + _ENC.encode(e)[1:-1] + "\n  }"
 
 
-def _write_events(out: list[BinaryIO], events: Iterable[dict[str, Any]], first: list[bool]) -> int:
-    """Append ``events`` to the open ``traceEvents`` array in every file of ``out``."""
+def _write_events(out: list[BinaryIO], events: Iterable[dict[str, Any]], first: list[bool],
+                  ndjson: BinaryIO | None = None) -> int:
+    """Append ``events`` to the open ``traceEvents`` array in every file of ``out``, and one line
+    per event to ``ndjson`` when given."""
     n = 0
-    batch: list[str] = []
+    batch: list[dict[str, Any]] = []
 
     def flush() -> None:
         if not batch:
             return
-        body = ",\n".join(batch).encode()
-        sep = b"\n" if first[0] else b",\n"
-        first[0] = False
-        for f in out:
-            f.write(sep)
-            f.write(body)
+        if out:
+            body = ",\n".join(_event_text(e) for e in batch).encode()
+            sep = b"\n" if first[0] else b",\n"
+            first[0] = False
+            for f in out:
+                f.write(sep)
+                f.write(body)
+        if ndjson is not None:
+            ndjson.write(("\n".join(_ENC.encode(e) for e in batch) + "\n").encode())
         batch.clear()
 
     for e in events:
-        batch.append(_event_text(e))
+        batch.append(e)
         n += 1
         if len(batch) >= _BATCH:
             flush()
@@ -221,16 +231,25 @@ def _write_events(out: list[BinaryIO], events: Iterable[dict[str, Any]], first: 
     return n
 
 
-def write_trace(doc: dict[str, Any], plan: Plan, copies: int, json_path: Path, gz_path: Path | None,
-                gz_level: int) -> int:
-    """Write the replicated trace; returns the number of events."""
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = json_path.with_suffix(json_path.suffix + ".part")
-    files: list[BinaryIO] = [open(tmp, "wb")]
-    gz_tmp = None
-    if gz_path is not None:
-        gz_tmp = gz_path.with_suffix(gz_path.suffix + ".part")
-        files.append(gzip.open(gz_tmp, "wb", compresslevel=gz_level))  # type: ignore[arg-type]
+def write_trace(doc: dict[str, Any], plan: Plan, copies: int, json_path: Path | None, gz_path: Path | None,
+                gz_level: int, ndjson_path: Path | None = None) -> int:
+    """Write the replicated trace to each path given (``.json``, ``.json.gz``, ``.ndjson``: the
+    same events from one stream); returns the number of events."""
+    parts: list[tuple[Path, Path]] = []  # (temporary, final)
+    files: list[BinaryIO] = []
+    nd_file: BinaryIO | None = None
+    for path in (json_path, gz_path, ndjson_path):
+        if path is None:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".part")
+        parts.append((tmp, path))
+        if path is gz_path:
+            files.append(gzip.open(tmp, "wb", compresslevel=gz_level))  # type: ignore[arg-type]
+        elif path is ndjson_path:
+            nd_file = open(tmp, "wb")
+        else:
+            files.append(open(tmp, "wb"))
     stretch = (copies - 1) * plan.period
     try:
         head = {k: v for k, v in doc.items() if k != "traceEvents"}
@@ -241,19 +260,20 @@ def write_trace(doc: dict[str, Any], plan: Plan, copies: int, json_path: Path, g
         spans = {id(e) for e in plan.trace_spans}
         prologue = [dict(e, dur=e["dur"] + stretch) if id(e) in spans and "dur" in e else e
                     for e in plan.prologue]
-        n = _write_events(files, prologue, first)
+        n = _write_events(files, prologue, first, nd_file)
         for k in range(copies):
-            n += _write_events(files, _shifted_copy(plan.window, k, plan), first)
+            n += _write_events(files, _shifted_copy(plan.window, k, plan), first, nd_file)
         epi = [dict(e, ts=e["ts"] + stretch) for e in plan.epilogue]
-        n += _write_events(files, epi, first)
+        n += _write_events(files, epi, first, nd_file)
         for f in files:
             f.write(b"\n]}\n")
     finally:
         for f in files:
             f.close()
-    tmp.replace(json_path)
-    if gz_path is not None and gz_tmp is not None:
-        gz_tmp.replace(gz_path)
+        if nd_file is not None:
+            nd_file.close()
+    for tmp, path in parts:
+        tmp.replace(path)
     return n
 
 
@@ -267,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-o", "--outdir", type=Path, default=DEFAULT_OUT, help="default: bench_data/")
     ap.add_argument("--gz", action="store_true", help="also write .json.gz (same stream)")
     ap.add_argument("--gz-level", type=int, default=6)
+    ap.add_argument("--ndjson", action="store_true",
+                    help="also write .ndjson: the same events, one per line (the bench's decoder floor)")
     ap.add_argument("--force", action="store_true", help="rewrite files that exist")
     a = ap.parse_args(argv)
     if not a.source.exists():
@@ -282,14 +304,16 @@ def main(argv: list[str] | None = None) -> int:
     for n in a.copies:
         jp = a.outdir / f"{stem(a.source)}_x{n}.json"
         gp = a.outdir / f"{stem(a.source)}_x{n}.json.gz" if a.gz else None
-        if not a.force and jp.exists() and (gp is None or gp.exists()):
+        np_ = a.outdir / f"{stem(a.source)}_x{n}.ndjson" if a.ndjson else None
+        todo = [p for p in (jp, gp, np_) if p is not None and (a.force or not p.exists())]
+        if not todo:
             print(f"  kept {jp} ({jp.stat().st_size / 1e6:,.0f} MB)", file=sys.stderr)
             continue
         t1 = time.perf_counter()
-        events = write_trace(doc, plan, n, jp, gp, a.gz_level)
-        extra = f", {gp.stat().st_size / 1e6:,.0f} MB gz" if gp else ""
-        print(f"  wrote {jp}: {jp.stat().st_size / 1e6:,.0f} MB{extra}, {events:,} events "
-              f"in {time.perf_counter() - t1:.1f} s", file=sys.stderr)
+        events = write_trace(doc, plan, n, jp if jp in todo else None, gp if gp in todo else None, a.gz_level,
+                             np_ if np_ in todo else None)
+        print(f"  wrote {', '.join(f'{p.name} ({p.stat().st_size / 1e6:,.0f} MB)' for p in todo)}: "
+              f"{events:,} events in {time.perf_counter() - t1:.1f} s", file=sys.stderr)
     return 0
 
 

@@ -23,7 +23,7 @@ PKG = Path(__file__).resolve().parent.parent / "traceanalyzer"
 #: options and call them; the CLI registers the commands.
 RANK = {
     "errors": 0, "units": 0, "timeutil": 0, "plugins": 0, "progress": 0, "supervise": 0,
-    "config": 1, "model": 1,
+    "config": 1, "model": 1, "fsutil": 1,
     "load": 2, "analyses": 2,
     "rules": 3, "store": 3,
     "params": 4, "report": 4,

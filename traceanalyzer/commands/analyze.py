@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -37,8 +37,10 @@ from traceanalyzer.report.text import clean_text
 
 if TYPE_CHECKING:
     from traceanalyzer.batch.discover import Discovery, Input
+    from traceanalyzer.batch.runner import BatchResult
     from traceanalyzer.config import Config
     from traceanalyzer.report.document import Report
+    from traceanalyzer.rules import Finding
 
 
 @click.command("analyze", epilog="""\b
@@ -74,8 +76,10 @@ def command(paths: tuple[str, ...], outdir: str | None, formats: tuple[str, ...]
     and the top findings. A directory or several paths make one run: a trace with
     its memory snapshot (and/or memory-timeline export) gives one report of both,
     the snapshot's peak placed on the trace's steps; the traces of several ranks of
-    one run get per-rank reports and the multi-rank summary, as batch writes them.
-    Formats available:
+    one run get per-rank reports and the multi-rank summary, as batch writes them
+    (there --open opens the summary, index.html, and --fail-on reads the findings of
+    every rank and the cross-rank one; it adds the json format, whose summary.json
+    holds each rank's findings). Formats available:
     """
     config = make_config(config_path, assignments)
     fmts = resolve_formats(formats)
@@ -92,7 +96,7 @@ def command(paths: tuple[str, ...], outdir: str | None, formats: tuple[str, ...]
         found = _discover(paths, out)
         traces = [i for i in found.inputs if i.kind == "trace"]
         if len(traces) > 1:
-            _analyze_ranks(found, traces, out, config, fmts, quiet)
+            _analyze_ranks(found, traces, out, config, fmts, quiet, fail_on=fail_on, open_report=open_report)
             return
         report = _run_report(found, config, show, " ".join(paths), use_cache=False if no_cache else None)
     else:
@@ -198,9 +202,14 @@ def _run_report(found: Discovery, config: Config, show: bool | None, source: str
 
 
 def _analyze_ranks(found: Discovery, traces: list[Input], out: Path, config: Config, fmts: list[str],
-                   quiet: bool) -> None:
+                   quiet: bool, *, fail_on: str | None = None, open_report: bool = False) -> None:
     """Several traces: the ranks of one run go to ``batch`` (per-rank reports, the index and
-    the multi-rank summary); traces of different runs are refused with one line."""
+    the multi-rank summary); traces of different runs are refused with one line.
+
+    ``open_report`` opens the multi-rank summary (``index.html``). ``fail_on``: exit 1 when a
+    finding of that severity or worse exists in any rank's report or across the ranks (the
+    ``rank_imbalance`` finding of the multi-rank summary), as for one trace; each rank's
+    findings are read from its ``summary.json`` (so the json format is added)."""
     import sys
 
     from traceanalyzer.batch.runner import make_backend, run_batch
@@ -216,10 +225,64 @@ def _analyze_ranks(found: Discovery, traces: list[Input], out: Path, config: Con
     if not quiet:
         click.echo(f"{len(traces)} ranks of one run: per-rank reports and the multi-rank summary in {out}",
                    err=True)
+    if fail_on and "json" not in fmts:
+        fmts = [*fmts, "json"]
     result = run_batch(found, out, make_backend(), overrides=config.overrides, formats=fmts)
     if not quiet:
         for line in batch_failure_lines(result):
             click.echo(clean_text(line), err=True)
         click.echo(clean_text(batch_summary(result, out)), file=sys.stdout)
-    if result.n_failed:
+    if open_report:
+        page = out / "index.html"
+        if click.launch(str(page.resolve())) != 0 and not quiet:
+            click.echo(f"  could not open a browser; the multi-rank summary is {page}", err=True)
+    tripped = _rank_findings_at_or_above(result, fail_on) if fail_on else []
+    if fail_on and tripped:
+        click.echo(fail_on_line(fail_on, tripped), err=True)
+    if result.n_failed or tripped:
         raise click.exceptions.Exit(1)
+
+
+def _rank_findings_at_or_above(result: BatchResult, severity: str) -> list[Finding]:
+    """The findings of ``severity`` or worse of a ranks run: each rank's (from its
+    ``summary.json``; the title prefixed with ``rank N:``) and the cross-rank finding of each
+    run's multi-rank summary. A rank whose ``summary.json`` cannot be read counts as failed
+    already (``n_failed``) or wrote none (no json format): it adds nothing."""
+    import orjson
+
+    from traceanalyzer.rules import Finding, Severity
+
+    threshold = Severity.parse(severity)
+
+    def finding(doc: Any, prefix: str) -> Finding | None:
+        if not isinstance(doc, dict):
+            return None
+        try:
+            sev = Severity.parse(str(doc.get("severity")))
+        except KeyError:
+            return None
+        if sev < threshold:
+            return None
+        cost = doc.get("cost_ms_per_step")
+        return Finding(rule_id=str(doc.get("rule_id")), severity=sev, title=prefix + str(doc.get("title")),
+                       evidence={}, fix=str(doc.get("fix") or ""),
+                       cost_ms_per_step=float(cost) if isinstance(cost, (int, float)) else None)
+
+    out: list[Finding] = []
+    for row in result.rows:
+        if row.get("status") != "ok":
+            continue
+        for rel in row.get("reports") or []:
+            if Path(rel).name != "summary.json":
+                continue
+            try:
+                doc = orjson.loads((result.outdir / rel).read_bytes())
+            except (OSError, orjson.JSONDecodeError):
+                continue
+            prefix = f"rank {row['rank']}: " if row.get("rank") is not None else f"{row.get('file')}: "
+            out += [f for f in (finding(d, prefix) for d in doc.get("findings") or []) if f is not None]
+    for run in result.runs:
+        f = finding((run.get("multirank") or {}).get("finding"), "across ranks: ")
+        if f is not None:
+            out.append(f)
+    return out
