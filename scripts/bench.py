@@ -134,7 +134,7 @@ def _worker_ours_analyze(path: str) -> dict[str, Any]:
 
 
 def _worker_ours_default(path: str) -> dict[str, Any]:
-    """``traceanalyzer analyze FILE -o TMP -q``: every default format (json, md, html, png)."""
+    """``traceanalyzer analyze FILE -o TMP -q``: every default format (json, md, html; png is opt-in)."""
     return _analyze_cli(path, [])
 
 
@@ -882,7 +882,7 @@ def stage_table(st: dict[str, Any]) -> str:
             ("rules + Report", st["rules_s"])]
     rows += [(f"format `{f}`", v) for f, v in st["format_s"].items() if v is not None]
     total = sum(v for _, v in rows if v is not None)
-    cache = [("model cache: key (BLAKE2b of the file)", st["cache_key_s"]),
+    cache = [("model cache: key (SHA-256 of the file)", st["cache_key_s"]),
              ("model cache: write (Arrow IPC, lz4)", st["cache_write_s"]),
              ("model cache: read back", st["cache_read_s"])]
     head = "| stage | s | % of the stages |\n|---|---:|---:|"
@@ -1117,7 +1117,7 @@ def main(argv: list[str] | None = None) -> int:
         md += ["", "### Scaling (replicated steps, `ours analyze`)", "", scaling_md]
     md += extra_md
     if reports_md:
-        md += ["", "### Default run (json, md, html, png) vs json only: writing the reports", "", reports_md]
+        md += ["", "### Default run (json, md, html) vs json only: writing the reports", "", reports_md]
     md += [f"\n_{n}_" for n in notes]
     md.append(f"\n_bench took {time.perf_counter() - t_start:.0f} s_")
     print("\n".join(md))

@@ -77,6 +77,7 @@ class ByteStream:
         self.budget = budget or Budget.from_env()
         self.nbytes = 0
         self.consumed = 0  # compressed bytes fed to zlib so far
+        self._room = 1 << 62  # output _gunzip may give next (set by _raw_blocks)
         self.warnings: list[str] = []
         f, st = open_regular(path)
         try:
@@ -122,13 +123,19 @@ class ByteStream:
                     yield block
             pending: list[bytes] = []
             npending = 0
+            self._room = size
             for out in self._gunzip(f, size):
                 pending.append(out)
                 npending += len(out)
                 if npending >= size:
                     block = b"".join(pending)
                     pending, npending = [], 0
+                    self._room = size
                     yield block
+                else:
+                    # The next piece only completes this block: a block stays at ``size``
+                    # (the loader's chunk), never up to twice that, and is joined once.
+                    self._room = size - npending
             if pending:
                 yield b"".join(pending)
             if not self.nbytes:
@@ -175,8 +182,8 @@ class ByteStream:
                 )
                 return
             try:
-                # Never more than ``size`` at once: a block stays at the loader's chunk.
-                out = dec.decompress(raw, size)
+                # Never more than what completes the caller's block (``_room``, at most ``size``).
+                out = dec.decompress(raw, min(size, self._room))
             except zlib.error as exc:
                 raise InputError(path, f"corrupt gzip data: {exc}") from None
             if out:
