@@ -10,6 +10,7 @@ files.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import random
 import re
@@ -161,6 +162,7 @@ def assert_paths_agree(path: Path, chunks: tuple[int, ...] = TINY_CHUNKS, one_wa
     one run at the :func:`seam_sample` cuts (on a shorter one that is every byte anyway).
     ``one_way`` (1 or 2 workers): each size read that way only, not both."""
     ref = _outcome(lambda: load_chrome_trace_simple(path))
+    cuts: list[int] = []
     if 1 in chunks:
         text = decoded(path)
         if len(text) > 2 * SEAM_ENDS + 512:
@@ -171,7 +173,7 @@ def assert_paths_agree(path: Path, chunks: tuple[int, ...] = TINY_CHUNKS, one_wa
         # of the one being decoded, rolled back where it does not decode).
         for workers in (one_way,) if one_way else (1, 2) if i % 2 else (2, 1):
             if cb == SAMPLED:
-                got = _outcome(lambda workers=workers: chunked_at(path, cuts, workers))
+                got = _outcome(functools.partial(chunked_at, path, cuts, workers))
             else:
                 got = _outcome(lambda cb=cb, workers=workers: chunked(path, cb, workers))
             try:
