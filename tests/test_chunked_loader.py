@@ -10,8 +10,12 @@ files.
 
 from __future__ import annotations
 
+import functools
 import gzip
-from collections.abc import Callable
+import random
+import re
+import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +34,12 @@ from traceanalyzer.model import SCHEMAS
 
 # Chunk sizes for hand-made files: the default run's land cuts inside events, strings and
 # escapes at varying offsets; the slow set adds 1 byte (a cut at every byte, so at every event
-# boundary) and 7 bytes (a cut inside nearly every token), the slowest by far.
+# boundary) and 7 bytes (a cut inside nearly every token), the slowest by far: on a file over
+# 2.5 KiB both become the sampled seams of seam_sample (see assert_paths_agree).
 TINY_CHUNKS = (61, 4096)
 EVERY_BYTE = (1, 7)
+#: In place of EVERY_BYTE on a longer file: a cut at each :func:`seam_sample` position.
+SAMPLED = 0
 
 
 @pytest.fixture(params=[pytest.param(TINY_CHUNKS, id="chunks"),
@@ -81,14 +88,94 @@ def assert_same_model(a: Any, b: Any) -> None:
             raise AssertionError(f"table {table}: {exc}") from None
 
 
-def assert_paths_agree(path: Path, chunks: tuple[int, ...] = TINY_CHUNKS) -> Any:
-    """Every chunk size gives the simple path's outcome; returns that outcome."""
+#: Sampled seams (:func:`seam_sample`): every byte of the first and last ``SEAM_ENDS`` bytes,
+#: every byte within ``SEAM_AROUND`` of an event boundary, within 2 of an escape or a non-ASCII
+#: byte, and one byte in ``SEAM_RATE`` of the rest (seeded).
+SEAM_ENDS = 1024
+SEAM_AROUND = 8
+SEAM_RATE = 8
+_EVENT_SEP = re.compile(rb"\}\s*,\s*\{")
+_SPECIAL = re.compile(rb"[\\\x80-\xff]")
+
+
+def seam_sample(text: bytes) -> list[int]:
+    """The positions of ``text`` (a file's decoded bytes) a sampled every-byte run cuts at.
+
+    A cut at every byte costs one step of the loader per byte; what the cuts exercise falls
+    in a few classes, each sampled whole: the header (the ``traceEvents`` key, the ``[``, the
+    first events, where the separator between events is learned) and the end (the last
+    event, the ``]``, the keys after it, where a truncated file stops): every byte of the
+    first and last KiB; the seam between two events (inside ``}``, ``,``, the whitespace,
+    ``{``) at every byte within 8 of each boundary; escapes and multi-byte UTF-8 at every
+    byte within 2; and the cuts inside strings, numbers, keys and nested args objects, alike
+    all along the file, one byte in 8 (seeded by the length: the same cuts on every run).
+    """
+    n = len(text)
+    keep = set(range(1, min(n, SEAM_ENDS + 1))) | set(range(max(1, n - SEAM_ENDS), n))
+    for m in _EVENT_SEP.finditer(text):
+        keep.update(range(max(1, m.start() - SEAM_AROUND), min(n, m.end() + SEAM_AROUND)))
+    for m in _SPECIAL.finditer(text):
+        keep.update(range(max(1, m.start() - 2), min(n, m.end() + 2)))
+    rest = [i for i in range(1, n) if i not in keep]
+    keep.update(random.Random(n).sample(rest, len(rest) // SEAM_RATE))
+    return sorted(keep)
+
+
+def decoded(path: Path) -> bytes:
+    """``path``'s bytes, gunzipped as far as they go (a cut gzip stream gives what it holds)."""
+    raw = path.read_bytes()
+    if not path.name.endswith(".gz"):
+        return raw
+    try:
+        return zlib.decompressobj(wbits=31).decompress(raw)
+    except zlib.error:
+        return b""
+
+
+def chunked_at(path: Path, cuts: list[int], workers: int) -> Any:
+    """:func:`chunked` with one byte regions (a step at every block) and the decoded file
+    handed over in blocks that end at ``cuts``: a cut at each of those bytes only."""
+    loader = _ChunkedLoader(path, 1, workers)
+    read = loader.stream.blocks
+
+    def blocks(size: int = 0) -> Iterator[bytes]:
+        text = b"".join(read(1 << 30))
+        prev = 0
+        for c in cuts:
+            if prev < c < len(text):
+                yield text[prev:c]
+                prev = c
+        if prev < len(text):
+            yield text[prev:]
+
+    loader.stream.blocks = blocks  # type: ignore[method-assign]
+    try:
+        return loader.load()
+    except _Unframed:
+        return load_chrome_trace_simple(path)
+
+
+def assert_paths_agree(path: Path, chunks: tuple[int, ...] = TINY_CHUNKS, one_way: int | None = None) -> Any:
+    """Every chunk size gives the simple path's outcome; returns that outcome.
+
+    On a file longer than 2·``SEAM_ENDS`` + 512 bytes the every-byte sizes (1 and 7) become
+    one run at the :func:`seam_sample` cuts (on a shorter one that is every byte anyway).
+    ``one_way`` (1 or 2 workers): each size read that way only, not both."""
     ref = _outcome(lambda: load_chrome_trace_simple(path))
+    cuts: list[int] = []
+    if 1 in chunks:
+        text = decoded(path)
+        if len(text) > 2 * SEAM_ENDS + 512:
+            cuts = seam_sample(text)
+            chunks = tuple(SAMPLED if cb == 1 else cb for cb in chunks if cb != 7)
     for i, cb in enumerate(chunks):
         # Both ways of decoding: one region at a time, and two at once (regions cut ahead
         # of the one being decoded, rolled back where it does not decode).
-        for workers in (1, 2) if i % 2 else (2, 1):
-            got = _outcome(lambda cb=cb, workers=workers: chunked(path, cb, workers))
+        for workers in (one_way,) if one_way else (1, 2) if i % 2 else (2, 1):
+            if cb == SAMPLED:
+                got = _outcome(functools.partial(chunked_at, path, cuts, workers))
+            else:
+                got = _outcome(lambda cb=cb, workers=workers: chunked(path, cb, workers))
             try:
                 assert_same_model(ref, got)
             except AssertionError as exc:
@@ -109,16 +196,99 @@ FAST_SAMPLES = {"legacy_pt18.json", "pt113_sync_bound.json.gz", "amd_mi300_infer
 SAMPLES = sorted(p for p in (REPO / "sample_traces").rglob("*.json*") if not p.name.endswith(".truth.json"))
 
 
+#: Real traces up to this much JSON are compared whole on both decoders; a bigger one on its
+#: first :data:`PREFIX_BYTES` made a trace of its own (:func:`trace_prefix`), save :data:`WHOLE`.
+#: The simple decoder decodes event by event: on the 15–87 MB files it was most of the slow set.
+SIZE_CAP = 8 << 20
+PREFIX_BYTES = 4 << 20
+#: The big real trace still compared whole on both decoders (54 MB: dozens of 1 MiB regions).
+WHOLE = {"df_index_resolver.json.gz"}
+
+
+def json_size(path: Path) -> int:
+    """The (decompressed) size of a JSON(.gz) file: gzip's ISIZE field, modulo 4 GiB."""
+    if not path.name.endswith(".gz"):
+        return path.stat().st_size
+    with path.open("rb") as f:
+        f.seek(-4, 2)
+        return int.from_bytes(f.read(4), "little")
+
+
+def trace_prefix(path: Path, out: Path, nbytes: int = PREFIX_BYTES) -> Path | None:
+    """``out``, gzipped: ``path``'s text up to the end of its last event that ends before
+    ``nbytes``, the events array closed there and the document's keys after the array (the
+    file's own text) appended: the file's own header, layout, separators and events, fewer of
+    them. None when ``path`` is not a JSON object with its ``traceEvents`` array and what
+    follows it in its last 64 KiB."""
+    text = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
+    if text.lstrip()[:1] != b"{" or b'"traceEvents"' not in text[:nbytes]:
+        return None
+    start = text.index(b"[", text.index(b'"traceEvents"')) + 1
+    # The end of the last event that ends before ``nbytes``: a ``}`` back at the array's depth,
+    # found by a scan of strings and brackets (a string may hold ``},{``, args nest objects).
+    depth, cut = 0, -1
+    for m in _TOKENS.finditer(text, start, nbytes):
+        c = m.group()
+        if c in (b"{", b"["):
+            depth += 1
+        elif c in (b"}", b"]"):
+            depth -= 1
+            if depth == 0 and c == b"}":
+                cut = m.start()
+    # The array's ``]``: the first ``]`` of the last 64 KiB after which the rest of the file
+    # reads as the rest of an object (one inside an event leaves a ``}, {`` that does not).
+    tail = None
+    w0 = max(cut + 1, len(text) - (64 << 10))
+    j = text.find(b"]", w0)
+    while j >= 0 and tail is None:
+        rest = text[j + 1:].strip()
+        if rest == b"}" or (rest[:1] == b"," and _parses(b"{" + rest[1:])):
+            tail = text[j + 1:]
+        j = text.find(b"]", j + 1)
+    if cut < 0 or tail is None:
+        return None
+    data = text[:cut + 1] + b"\n]" + tail
+    assert orjson.loads(data)["traceEvents"]  # a valid trace
+    out.write_bytes(gzip.compress(data, compresslevel=1))
+    return out
+
+
+def _parses(text: bytes) -> bool:
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[][{}]', re.S)
+
+
 @pytest.mark.skipif(not SHARED, reason="../shared reference data not present")
 @pytest.mark.parametrize("path", shared_params(SHARED))
-def test_shared_trace_chunked_equals_simple(path: Path) -> None:
-    ref = _outcome(lambda: load_chrome_trace_simple(path))
-    # The default path through the session cache (the other test modules' load) …
-    if path.name != "memory_timeline.raw.gz":  # not a trace: load() picks another loader
+def test_shared_trace_chunked_equals_simple(path: Path, tmp_path: Path) -> None:
+    """Both decoders give one model on every real trace: whole up to :data:`SIZE_CAP` of JSON
+    (and for :data:`WHOLE`), on a :func:`trace_prefix` of :data:`PREFIX_BYTES` beyond it (the
+    file's own header, layout, events and keys after the array, cut in 16 regions of 256 KiB):
+    the simple decoder decodes event by event, most of this test's time on a whole big file.
+    The big files stay read whole by the chunked path in the other modules (test_shared_traces
+    checks their counts) and here through :data:`WHOLE`."""
+    size = json_size(path)
+    chunk = (1 << 20) if size > (1 << 20) else 16 << 10
+    whole = path
+    if size > SIZE_CAP and path.name not in WHOLE:
+        cut = trace_prefix(path, tmp_path / path.name)
+        if cut is not None:
+            whole, chunk = cut, 256 << 10
+    ref = _outcome(lambda: load_chrome_trace_simple(whole))
+    # The default path (through the session cache, the other test modules' load, on the file
+    # itself) …
+    if whole is not path:
+        assert_same_model(ref, _outcome(lambda: load(whole)))
+    elif path.name != "memory_timeline.raw.gz":  # not a trace: load() picks another loader
         assert_same_model(ref, _outcome(lambda: shared_model(path)))
-    # … and small chunks: dozens of boundaries even on the 30–85 MB files.
-    size = path.stat().st_size
-    assert_same_model(ref, _outcome(lambda: chunked(path, (1 << 20) if size > (1 << 20) else 16 << 10, workers=2)))
+    # … and small chunks: dozens of boundaries even on the 30–85 MB files, 16 on a prefix.
+    assert_same_model(ref, _outcome(lambda: chunked(whole, chunk, workers=2)))
 
 
 @pytest.mark.parametrize("path", [
@@ -242,19 +412,33 @@ def test_strings_with_brackets_quotes_and_unicode(tmp_path: Path, layout: str, s
     pytest.param("indent2", False, marks=pytest.mark.slow), pytest.param("kineto", False, marks=pytest.mark.slow),
     pytest.param("compact", False, marks=pytest.mark.slow), ("kineto", True)])
 def test_truncated_file_at_many_points(tmp_path: Path, layout: str, gz: bool, seams: tuple[int, ...]) -> None:
+    """A file cut off anywhere: both paths keep the same events and give the same warning.
+
+    The ``chunks`` run reads every third cut file at the smaller chunk size and at 97 bytes,
+    both ways (one region at a time, two at once), and the others at 97 bytes one way each,
+    alternating; the slow set's ``every-byte`` run reads every third cut file at its
+    every-byte seams only (the 97-byte reads being the ``chunks`` run's, for the same layout)."""
     data = LAYOUTS[layout](doc_of(modern_events(2)))
     kept = []
     # 30 cuts from a quarter of the file on (odd strides): inside strings, numbers,
     # keys, between events, in the args object and after the array.
     stride = len(data) // 40 | 1
+    every_byte = seams == EVERY_BYTE
     for i, cut in enumerate(range(len(data) // 4, len(data), stride)):
+        if every_byte and i % 3:
+            continue
         p = tmp_path / (f"cut{cut}.json.gz" if gz else f"cut{cut}.json")
         if gz:
             z = gzip.compress(data)
             p.write_bytes(z[: max(20, len(z) * cut // len(data))])
         else:
             p.write_bytes(data[:cut])
-        m = assert_paths_agree(p, chunks=(seams[0], 97) if i % 3 == 0 else (97,))
+        if every_byte:
+            m = assert_paths_agree(p, chunks=(seams[0],))
+        elif i % 3 == 0:
+            m = assert_paths_agree(p, chunks=(seams[0], 97))
+        else:  # one way each, alternating: the rolled-back regions on every other cut file
+            m = assert_paths_agree(p, chunks=(97,), one_way=1 + i % 2)
         if not isinstance(m, tuple):
             kept.append(m.cpu_ops.height + m.kernels.height + m.annotations.height)
     assert kept and min(kept) < max(kept)  # the cuts really lose different amounts
