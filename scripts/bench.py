@@ -892,8 +892,8 @@ def stage_table(st: dict[str, Any]) -> str:
     body += [f"| {name} | {_f(v)} | |" for name, v in cache]
     size = st.get("cache_bytes")
     note = (f"\n\n{Path(st['file']).name}, {st['json_bytes'] / 1e6:.0f} MB of JSON; cache entry "
-            f"{size / 1e6:.1f} MB on disk. Formats in registry order: `html` draws the charts, `png` "
-            "writes the ones it drew (report/charts.py keeps the last report's)." if size else "")
+            f"{size / 1e6:.1f} MB on disk. Each format written alone: `html` draws its charts as SVG, `png` "
+            "(opt-in) draws every chart with matplotlib." if size else "")
     return head + "\n" + "\n".join(body) + note
 
 
