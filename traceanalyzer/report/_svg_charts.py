@@ -50,6 +50,7 @@ from traceanalyzer.report.charts import (
     _ms,
     _step_labels,
     svg_chart,
+    timeline_rows,
 )
 from traceanalyzer.units import device_name, fmt_bytes_short, fmt_ns_short
 
@@ -204,30 +205,11 @@ def _gap_runs(clipped: pl.DataFrame, px_per_ms: float) -> pl.DataFrame:
 
 @svg_chart("timeline")
 def timeline_svg(res: IdleGapsResult, results: Mapping[str, object]) -> str | None:
-    steps = _also(results, "steps", StepsResult)
-    if steps is None:
+    prep = timeline_rows(res, results)
+    if prep is None:
         return None
+    rows, devices, first_last, truncated_rows = prep
     gaps = res.device_gaps
-    win = steps.table.sort("start_ns")
-    per_dev = res.per_device
-    devices = sorted(set(per_dev["device"].to_list())) if per_dev.height else []
-    gpu_time = _also(results, "gpu_time", GpuTimeResult)
-    span = gpu_time.gpu_span if gpu_time is not None else None
-    first_last: dict[Any, tuple[int, int]] = {}
-    if span is not None and span.height:
-        for r in span.iter_rows(named=True):
-            first_last[r["device"]] = (r["first_ns"], r["last_ns"])
-            if r["device"] not in devices:
-                devices.append(r["device"])
-    devices = sorted(devices)[:4]
-    if not devices or win.height == 0:
-        return None
-    rows: list[tuple[int, Any, Any, int, int]] = []
-    for w in win.iter_rows(named=True):
-        for d in devices:
-            rows.append((w["window"], w["step"], d, w["start_ns"], w["end_ns"]))
-    truncated_rows = len(rows) > _MAX_ROWS
-    rows = rows[:_MAX_ROWS]
     nrow = len(rows)
     labels = [(f"#{step}" if step is not None else "trace")
               + (f" · {device_name(dev, res.vendor)}" if len(devices) > 1 else "")

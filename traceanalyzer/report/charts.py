@@ -691,15 +691,17 @@ def gpu_time_chart(res: GpuTimeResult, results: Mapping[str, object]) -> Figure 
 _MAX_ROWS = 40
 
 
-@chart("timeline", section="idle_gaps", also=("steps", "gpu_time"), order=25,
-       title="GPU timeline per step: busy vs idle, longest gaps marked")
-def timeline_chart(res: IdleGapsResult, results: Mapping[str, object]) -> Figure | None:
-    """One row per step window (and device): busy time, idle gaps coloured by cause,
-    no activity before the first / after the last kernel; the five longest gaps marked."""
+TimelineRow = tuple[int, Any, Any, int, int]  # (window, step, device, start ns, end ns)
+
+
+def timeline_rows(res: IdleGapsResult, results: Mapping[str, object]
+                  ) -> tuple[list[TimelineRow], list[Any], dict[Any, tuple[int, int]], bool] | None:
+    """The rows both drawings of the timeline chart show (PNG here, SVG in ``_svg_charts``):
+    one per step window and device (at most four devices, :data:`_MAX_ROWS` rows), the devices,
+    each device's first/last activity (ns) and whether rows were cut. None: nothing to draw."""
     steps = _also(results, "steps", StepsResult)
     if steps is None:
         return None
-    gaps = res.device_gaps
     win = steps.table.sort("start_ns")
     per_dev = res.per_device
     devices = sorted(set(per_dev["device"].to_list())) if per_dev.height else []
@@ -714,12 +716,21 @@ def timeline_chart(res: IdleGapsResult, results: Mapping[str, object]) -> Figure
     devices = sorted(devices)[:4]
     if not devices or win.height == 0:
         return None
-    rows: list[tuple[int, Any, Any, int, int]] = []  # (window, step, device, start, end)
-    for w in win.iter_rows(named=True):
-        for d in devices:
-            rows.append((w["window"], w["step"], d, w["start_ns"], w["end_ns"]))
-    truncated_rows = len(rows) > _MAX_ROWS
-    rows = rows[:_MAX_ROWS]
+    rows = [(w["window"], w["step"], d, w["start_ns"], w["end_ns"])
+            for w in win.iter_rows(named=True) for d in devices]
+    return rows[:_MAX_ROWS], devices, first_last, len(rows) > _MAX_ROWS
+
+
+@chart("timeline", section="idle_gaps", also=("steps", "gpu_time"), order=25,
+       title="GPU timeline per step: busy vs idle, longest gaps marked")
+def timeline_chart(res: IdleGapsResult, results: Mapping[str, object]) -> Figure | None:
+    """One row per step window (and device): busy time, idle gaps coloured by cause,
+    no activity before the first / after the last kernel; the five longest gaps marked."""
+    prep = timeline_rows(res, results)
+    if prep is None:
+        return None
+    rows, devices, first_last, truncated_rows = prep
+    gaps = res.device_gaps
     nrow = len(rows)
     height = min(11.0, max(2.8, 1.7 + 0.5 * nrow))
     title = "GPU timeline per step: busy vs idle, longest gaps marked"
