@@ -130,23 +130,14 @@ def roofline_svg(res: EfficiencyResult, results: Mapping[str, object]) -> str | 
 
 @chart("roofline", section="efficiency", title="Roofline: achieved TFLOP/s against arithmetic intensity", order=90)
 def roofline_chart(res: EfficiencyResult, results: Mapping[str, object]) -> Figure | None:
-    pts = roofline_points(res)
-    bw = res.peaks.get("mem_bw_tbs")
-    if pts.is_empty() or not bw:
+    lay = _layout(res)
+    if lay is None:
         return None
-    device = res.peaks.get("device") or "device"
-    fig, axes = new_figure(f"Roofline ({device}): heaviest operations, area = kernel time")
+    pts, bw, peaks, x_lo, x_hi = lay.pts, lay.bw, lay.peaks, lay.x_lo, lay.x_hi
+    fig, axes = new_figure(f"Roofline ({lay.device}): heaviest operations, area = kernel time")
     ax = axes[0, 0]
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ai = [float(v) for v in pts["intensity"]]
-    tf = [float(v) for v in pts["tflops"]]
-    keys = sorted({k for k in pts["peak_key"].drop_nulls().to_list() if res.peaks.get(k)},
-                  key=lambda k: -float(res.peaks[k]))
-    peaks = {k: float(res.peaks[k]) for k in keys}
-    top = max([*peaks.values(), *tf])
-    x_lo = 10 ** math.floor(math.log10(max(min(ai), 1e-3)) - 0.5)
-    x_hi = 10 ** math.ceil(math.log10(max(max(ai), top / bw * 4)) + 0.5)
     xs = [x_lo * (x_hi / x_lo) ** (i / 200) for i in range(201)]
     ax.plot(xs, [bw * x for x in xs], color="#444444", linewidth=1.2, linestyle="--",
             label=f"memory roof {bw:g} TB/s")
@@ -164,9 +155,8 @@ def roofline_chart(res: EfficiencyResult, results: Mapping[str, object]) -> Figu
             continue
         ax.annotate(_short(f"{r['op'].removeprefix('aten::')} {r['precision']}", 28), (r["intensity"], r["tflops"]),
                     textcoords="offset points", xytext=(6, -3), fontsize=8.5, zorder=4)
-    y_lo = 10 ** math.floor(math.log10(max(min(tf), 1e-4)) - 0.5)
     ax.set_xlim(x_lo, x_hi)
-    ax.set_ylim(y_lo, top * 3)
+    ax.set_ylim(lay.y_lo, lay.y_hi)
     ax.set_xlabel("arithmetic intensity (FLOP per byte moved)")
     ax.set_ylabel("achieved TFLOP/s")
     ax.grid(True, which="major", axis="both", color="#E6E6E6", linewidth=0.8)
