@@ -19,9 +19,9 @@ class FakeModel:
 
 
 def _spec(name: str, func: Any, depends_on: tuple[str, ...] = (), after: tuple[str, ...] = (),
-          order: int = 100, shared: tuple[str, ...] = ()) -> AnalysisSpec:
+          order: int = 100, shared: tuple[str, ...] = (), heavy: bool = False) -> AnalysisSpec:
     return AnalysisSpec(name=name, func=func, input="fake", depends_on=depends_on, title=name, order=order,
-                        doc="", after=after, shared=shared)
+                        doc="", after=after, shared=shared, heavy=heavy)
 
 
 @pytest.fixture
@@ -78,6 +78,33 @@ def test_parallel_run_respects_dependencies_and_keeps_dependency_order(fake_regi
     assert builds in (["slow_a"], ["slow_b"])  # the shared table was built once
     serial = run_analyses(FakeModel(), Config(), strict=True, workers=1)
     assert serial.values == res.values and serial.skipped == res.skipped
+
+
+def test_heavy_analysis_starts_first_among_the_ready_ones(fake_registry: dict[str, AnalysisSpec]) -> None:
+    """A long analysis that dependency order puts last starts as soon as its input is done,
+    so that it does not run alone at the end; the results keep dependency order."""
+    starts: list[str] = []
+    lock = threading.Lock()
+
+    def make(name: str) -> Any:
+        def run(ctx: AnalysisContext[Any]) -> str:
+            with lock:
+                starts.append(name)
+            time.sleep(0.02)
+            return name
+        return run
+
+    fake_registry.update({
+        "base": _spec("base", make("base"), order=1),
+        **{f"light{i}": _spec(f"light{i}", make(f"light{i}"), ("base",), order=2 + i) for i in range(4)},
+        "long": _spec("long", make("long"), ("base",), order=50, heavy=True),
+    })
+    res = run_analyses(FakeModel(), Config(), strict=True, workers=2)
+    assert starts[:2] == ["base", "long"]
+    assert list(res.values) == ["base", "light0", "light1", "light2", "light3", "long"]
+    starts.clear()
+    run_analyses(FakeModel(), Config(), strict=True, workers=1)  # one worker: plain dependency order
+    assert starts == ["base", "light0", "light1", "light2", "light3", "long"]
 
 
 def test_parallel_run_records_or_raises_failures(fake_registry: dict[str, AnalysisSpec]) -> None:

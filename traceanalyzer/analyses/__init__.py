@@ -95,6 +95,7 @@ class AnalysisSpec:
     after: tuple[str, ...] = ()  # optional inputs: run first when present, never required
     shared: tuple[str, ...] = ()  # DerivedTables keys it reads (directly or through a helper)
     params: Mapping[str, Any] = field(default_factory=dict)  # parameter -> default
+    heavy: bool = False  # one of the longest: started first among those ready (see _run_parallel)
 
 
 _REGISTRY: dict[str, AnalysisSpec] = {}
@@ -110,6 +111,7 @@ def analysis(
     after: tuple[str, ...] = (),
     shared: tuple[str, ...] = (),
     params: Mapping[str, Any] | None = None,
+    heavy: bool = False,
 ) -> Callable[[Callable[[AnalysisContext[M]], Res]], Callable[[AnalysisContext[M]], Res]]:
     """Register an analysis. ``input`` is the model ``kind`` it applies to;
     ``order`` sorts report sections (lower first). ``depends_on`` names the results it
@@ -120,7 +122,9 @@ def analysis(
     ``shared`` names the :class:`~traceanalyzer.model.derived.DerivedTables` keys it may
     read, directly or through a helper that builds them (``launches`` reads
     ``gpu_activity``): :func:`run_analyses` drops each table once the last analysis naming
-    it has run. A missing name costs a rebuild, not a wrong number."""
+    it has run. A missing name costs a rebuild, not a wrong number. ``heavy`` marks one of
+    the longest analyses: with several workers it starts as soon as its inputs are done,
+    before lighter ones that are ready too, so that it does not run alone at the end."""
 
     def deco(func: Callable[[AnalysisContext[M]], Res]) -> Callable[[AnalysisContext[M]], Res]:
         if name in _REGISTRY and _REGISTRY[name].func is not func:
@@ -137,6 +141,7 @@ def analysis(
             after=after,
             shared=shared,
             params=dict(params or {}),
+            heavy=heavy,
         )
         return func
 
@@ -433,11 +438,12 @@ def _run_parallel(
     keyed: _Keyed | None = None,
 ) -> None:
     """:func:`run_analyses` with up to ``workers`` analyses at once, in threads; each starts
-    once the analyses it reads (``depends_on``, ``after``) are done, earliest in ``order``
-    first. Bookkeeping happens in this thread only."""
+    once the analyses it reads (``depends_on``, ``after``) are done, the ``heavy`` ones
+    first, then earliest in ``order`` (longest first: a long analysis started last would
+    run alone while the other workers wait). Bookkeeping happens in this thread only."""
     from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-    todo = list(order)
+    todo = sorted(order, key=lambda s: not s.heavy)  # stable: dependency order otherwise
     done: set[str] = set()
     running: dict[Future[None], AnalysisSpec] = {}
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="analysis") as pool:

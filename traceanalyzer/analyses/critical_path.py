@@ -233,7 +233,7 @@ def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: Tr
 @analysis(
     "critical_path", depends_on=("steps",), title="Critical path", order=85,
     shared=("gpu_activity", "launches", "comm_classes", "op_nesting"),
-    params={"cpu_gaps": True, "whatif_target": "", "whatif_factor": 2.0, "top_n": 15},
+    params={"cpu_gaps": True, "whatif_target": "", "whatif_factor": 2.0, "top_n": 15}, heavy=True,
 )
 def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
     """Per steady step, the longest dependency chain through CPU ops, launches, kernels and
