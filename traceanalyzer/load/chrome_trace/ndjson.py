@@ -292,18 +292,20 @@ def _read_two_passes(nd: bytes) -> tuple[pl.DataFrame, bool]:
     # texts), else the first expression over both would copy the whole frame at once.
     top = top.drop("args").rechunk()
     del args
-    for ints_as_text, schema in enumerate(_ARGS_SCHEMAS):
+    a: pl.DataFrame | None = None
+    ints_as_text = False
+    for schema in _ARGS_SCHEMAS:
         try:
             a = pl.read_ndjson(nd2, schema=schema)
         except Exception:  # noqa: BLE001
+            ints_as_text = True
             continue
-        if a.height != top.height:
-            break
-        del nd2
-        a = a.rechunk()
-        return top.hstack([c.alias(new) for c, new in zip(a.get_columns(), _ARG_COLS)]), bool(ints_as_text)
+        break
     del nd2
-    return _read_one_pass(nd)
+    if a is None or a.height != top.height:
+        return _read_one_pass(nd)
+    a = a.rechunk()
+    return top.hstack([c.alias(new) for c, new in zip(a.get_columns(), _ARG_COLS)]), ints_as_text
 
 
 def _fast_tables(
@@ -312,7 +314,14 @@ def _fast_tables(
     stats = _Stats(n_events=df.height)
     int_cols = ["pid", "tid", "id"] + (["a." + k for k in _INT_ARGS] if ints_as_text else [])
     df = df.hstack([df.get_column("pid").alias("pid_s"), df.get_column("tid").alias("tid_s")])
-    df = df.with_columns(_int_column(df.get_column(c)) for c in int_cols)
+    # The plain cast of every id column in one query; ``_int_column`` only where it is not enough.
+    casts = df.select(pl.col(int_cols).cast(pl.Int64, strict=False))
+    plus = df.select(pl.col(int_cols).str.starts_with("+").any()).row(0)
+    df = df.with_columns(
+        casts.get_column(c) if casts.get_column(c).null_count() == df.get_column(c).null_count() and not p
+        else _int_column(df.get_column(c))
+        for c, p in zip(int_cols, plus, strict=True)
+    )
     # A pid/tid this large could be the text of a float that ``_int`` refuses (|v| ≥ 9.2e18):
     # :func:`_screen` does not scan pids (see :func:`_screen_ids`), so the slow path decides.
     if df.select(pl.any_horizontal(pl.col("pid", "tid").is_between(-_HUGE_ID, _HUGE_ID).not_()).any()).item():
@@ -417,22 +426,9 @@ def _typed(table: str, df: pl.DataFrame) -> pl.DataFrame:
 _DIMS_MARK = "\x00dims:"  # in _x_frame's column list: ``_json_dims`` of that args field
 
 
-def _columns_of(cols: list[Any]) -> list[str]:
-    """The frame columns that ``_x_frame``'s column list reads, in first-use order."""
-    out: dict[str, None] = {}
-    for c in cols:
-        if isinstance(c, str):
-            out["a." + c[len(_DIMS_MARK):] if c.startswith(_DIMS_MARK) else ("_xcat" if c == "cat" else c)] = None
-        else:
-            out.update(dict.fromkeys("_xcat" if n == "cat" else n for n in c.meta.root_names()))
-    return list(out)
-
-
-def _json_dims(k: str, part: pl.DataFrame) -> pl.Expr:
-    """``_json_text`` of a list of ints the reader gave as text (``[[2, 3], [4]]``)."""
-    col = part["a." + k]
-    if not col.is_null().all() and not col.drop_nulls().str.contains(_DIMS_TEXT).all():
-        raise _NotFast(f"{k} is not a list of ints")
+def _json_dims(k: str) -> pl.Expr:
+    """``_json_text`` of a list of ints the reader gave as text (``[[2, 3], [4]]``); the
+    caller checks the result is one (``_DIMS_TEXT``: without spaces, the same check)."""
     return _A(k).str.replace_all(" ", "", literal=True)
 
 
@@ -449,12 +445,10 @@ _OTHER_COLS = ["_xcat", "name", "ts", "dur", "pid_s", "tid_s", "a.correlation", 
 
 def _part(df: pl.DataFrame, rows: pl.Expr, columns: list[str]) -> pl.DataFrame:
     """The ``rows`` of ``df`` with only ``columns`` (``_xcat`` as ``cat``, null names as ``""``)."""
-    part = df.select(columns).filter(df.select(rows).to_series())
-    fixes: dict[str, pl.Expr] = {}
+    part = df.lazy().filter(rows).select(columns)
     if "name" in columns:
-        fixes["name"] = pl.col("name").fill_null("")
-    part = part.with_columns(**fixes) if fixes else part
-    return part.rename({"_xcat": "cat"}) if "_xcat" in columns else part
+        part = part.with_columns(pl.col("name").fill_null(""))
+    return part.rename({"_xcat": "cat"}).collect() if "_xcat" in columns else part.collect()
 
 
 def _x_frame(t: str, df: pl.DataFrame, rows: pl.Expr) -> pl.DataFrame:
@@ -495,13 +489,17 @@ def _x_frame(t: str, df: pl.DataFrame, rows: pl.Expr) -> pl.DataFrame:
         cols = [*base, device, stream]
     else:  # pragma: no cover - CAT_TABLE names only the tables above
         raise _NotFast(f"table {t}")
-    p = _part(df, rows, _columns_of(cols))
-    cols = [_json_dims(c[len(_DIMS_MARK):], p) if isinstance(c, str) and c.startswith(_DIMS_MARK) else c
-            for c in cols]
     schema = _RAW_SCHEMAS[t]
+    dims = [new for c, new in zip(cols, schema) if isinstance(c, str) and c.startswith(_DIMS_MARK)]
+    cols = [_json_dims(c[len(_DIMS_MARK):]) if isinstance(c, str) and c.startswith(_DIMS_MARK) else c for c in cols]
     exprs = [(pl.col(c) if isinstance(c, str) else c).cast(dtype).alias(new)
              for c, (new, dtype) in zip(cols, schema.items())]
-    return p.select(exprs)
+    # One query: the rows filtered with only the columns the table reads (projection pushdown).
+    out = (df.lazy().filter(rows).with_columns(pl.col("name").fill_null(""), cat=pl.col("_xcat"))
+           .select(exprs).collect())
+    if dims and out.select(pl.any_horizontal(pl.col(dims).str.contains(_DIMS_TEXT).not_()).any()).item():
+        raise _NotFast(f"{dims} not lists of ints")
+    return out
 
 
 def _other_frame(p: pl.DataFrame, stats: _Stats) -> pl.DataFrame:
