@@ -322,10 +322,6 @@ def _fast_tables(
         else _int_column(df.get_column(c))
         for c, p in zip(int_cols, plus, strict=True)
     )
-    # A pid/tid this large could be the text of a float that ``_int`` refuses (|v| ≥ 9.2e18):
-    # :func:`_screen` does not scan pids (see :func:`_screen_ids`), so the slow path decides.
-    if df.select(pl.any_horizontal(pl.col("pid", "tid").is_between(-_HUGE_ID, _HUGE_ID).not_()).any()).item():
-        raise _NotFast("a pid/tid past the float range _int reads")
     ph_counts = dict(df.group_by("ph", maintain_order=True).len().iter_rows())
     n_null = ph_counts.pop(None, 0)
     if n_null:
@@ -339,17 +335,31 @@ def _fast_tables(
     ph = pl.col("ph")
     ts, dur = pl.col("ts"), pl.col("dur")
 
-    # Duration events. Counted with aggregates and split table by table, each table's rows
-    # taken with only the columns it reads: the frame is wide (one column per args
+    # Every count in one query. Rows are then taken table by table with only the columns
+    # each table reads (lazy, projection pushdown): the frame is wide (one column per args
     # field), and a filter or partition of all of it would copy every column.
     is_x = ph == "X"
     in_range = (ts.abs() <= MAX_ABS_US) & (dur <= MAX_ABS_US)
     has_ts = is_x & ts.is_not_null()
-    no_ts, no_dur, neg, far, n_x = df.select(
-        (is_x & ts.is_null()).sum().alias("no_ts"), (has_ts & dur.is_null()).sum().alias("no_dur"),
-        (has_ts & (dur < 0)).sum().alias("neg"), (has_ts & (dur >= 0) & ~in_range).sum().alias("far"),
-        is_x.sum().alias("n_x"),
-    ).row(0)
+    ts_ok = ts.abs() <= MAX_ABS_US
+    is_fl = ph.is_in(["s", "f", "t"])
+    is_mem = ph.is_in(["i", "I"]) & pl.col("name").is_in(["[memory]", "[OutOfMemory]"])
+    is_th = (ph == "M") & (pl.col("name") == "thread_name")
+    counts = df.select(
+        # A pid/tid this large could be the text of a float that ``_int`` refuses (|v| ≥ 9.2e18):
+        # :func:`_screen` does not scan pids (see :func:`_screen_ids`), so the slow path decides.
+        huge=pl.any_horizontal(pl.col("pid", "tid").is_between(-_HUGE_ID, _HUGE_ID).not_()).any(),
+        no_ts=(is_x & ts.is_null()).sum(), no_dur=(has_ts & dur.is_null()).sum(), neg=(has_ts & (dur < 0)).sum(),
+        far=(has_ts & (dur >= 0) & ~in_range).sum(), n_x=is_x.sum(),
+        n_fl=is_fl.sum(), fl_no_ts=(is_fl & ts.is_null()).sum(), fl_far=(is_fl & ts.is_not_null() & ~ts_ok).sum(),
+        n_mem=is_mem.sum(), mem_no_ts=(is_mem & ts.is_null()).sum(),
+        mem_far=(is_mem & ts.is_not_null() & ~ts_ok).sum(), n_th=is_th.sum(),
+    ).row(0, named=True)
+    if counts["huge"]:
+        raise _NotFast("a pid/tid past the float range _int reads")
+    no_ts, no_dur, neg, far, n_x = (counts[k] for k in ("no_ts", "no_dur", "neg", "far", "n_x"))
+
+    # Duration events.
     if n_x:
         for what, n in (("duration events without a numeric ts", no_ts), ("duration events without dur", no_dur),
                         ("duration events with negative dur", neg), (_OUT_OF_RANGE_X, far)):
@@ -384,36 +394,27 @@ def _fast_tables(
             else:
                 frames[t] = _x_frame(t, df, rows)
     # Flow endpoints.
-    fl = df.filter(ph.is_in(["s", "f", "t"]))
-    if fl.height:
-        n = fl["ts"].null_count()
-        if n:
-            stats.skipped["flow events without a numeric ts"] += n
-        fl = fl.filter(ts.is_not_null())
-        far = fl.filter(~(ts.abs() <= MAX_ABS_US)).height
-        if far:
-            stats.skipped[_OUT_OF_RANGE_FLOW] += far
-            fl = fl.filter(ts.abs() <= MAX_ABS_US)
+    if counts["n_fl"]:
+        for what, n in (("flow events without a numeric ts", counts["fl_no_ts"]),
+                        (_OUT_OF_RANGE_FLOW, counts["fl_far"])):
+            if n:
+                stats.skipped[what] += n
         kind = pl.col("cat").replace_strict(FLOW_KIND, default=pl.col("cat"), return_dtype=pl.String).fill_null("None")
-        frames["flows"] = _typed("flows", fl.select(kind.alias("kind"), "ph", "id", "ts", "pid", "tid"))
+        frames["flows"] = _typed("flows", df.lazy().filter(is_fl & ts_ok).select(
+            kind.alias("kind"), "ph", "id", "ts", "pid", "tid").collect())
     # Allocator instant events.
-    mem = df.filter(ph.is_in(["i", "I"]) & pl.col("name").is_in(["[memory]", "[OutOfMemory]"]))
-    if mem.height:
-        n = mem["ts"].null_count()
-        if n:
-            stats.skipped["[memory] events without ts or args"] += n
-        mem = mem.filter(ts.is_not_null())
-        far = mem.filter(~(ts.abs() <= MAX_ABS_US)).height
-        if far:
-            stats.skipped[_OUT_OF_RANGE_MEM] += far
-            mem = mem.filter(ts.abs() <= MAX_ABS_US)
-        frames["memory_events"] = _typed("memory_events", mem.select(
+    if counts["n_mem"]:
+        for what, n in (("[memory] events without ts or args", counts["mem_no_ts"]),
+                        (_OUT_OF_RANGE_MEM, counts["mem_far"])):
+            if n:
+                stats.skipped[what] += n
+        frames["memory_events"] = _typed("memory_events", df.lazy().filter(is_mem & ts_ok).select(
             "ts", "pid", "tid", _A("Device Type"), _A("Device Id"), _A("Addr"), _A("Bytes"),
             _A("Total Allocated"), _A("Total Reserved"), (pl.col("name") == "[OutOfMemory]").alias("oom"),
-        ))
-    th = df.filter((ph == "M") & (pl.col("name") == "thread_name"))
-    if th.height:
-        frames["threads"] = _typed("threads", th.select("pid", "tid", _A("name").fill_null("None").alias("name")))
+        ).collect())
+    if counts["n_th"]:
+        frames["threads"] = _typed("threads", df.lazy().filter(is_th).select(
+            "pid", "tid", _A("name").fill_null("None").alias("name")).collect())
     return frames, stats
 
 
