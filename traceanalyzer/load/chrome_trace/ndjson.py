@@ -3,9 +3,10 @@ read by polars' reader into typed columns of only the fields the model needs, th
 split into raw tables by polars expressions. No Python object per event.
 
 The reader blurs some JSON types (``1.0`` read into a string column gives "1", a
-string where a list is expected gives the list's text, …), so each region is screened
-for such values first (``_SUSPECT_ARGS``, ``_SUSPECT_TOP``, ``_SUSPECT_IDS``); a region
-it cannot take exactly raises :class:`_NotFast` and goes to the exact decoder
+string where a list is expected gives the list's text, …), so the text of each region
+is screened for such values (``_SUSPECT_ARGS``, ``_SUSPECT_TOP``, ``_SUSPECT_IDS``) where
+the columns read show that one could be there (:func:`_screen`, :func:`_screen_ids`);
+a region it cannot take exactly raises :class:`_NotFast` and goes to the exact decoder
 (:mod:`.exact`).
 """
 
