@@ -951,3 +951,41 @@ def test_cuda_sync_args_on_both_decoders(tmp_path: Path) -> None:
         assert sync["correlation"].to_list() == [4, 14, 24]
         assert sync["wait_on_stream"].to_list() == [7, 7, 7]
         assert sync["wait_on_cuda_event_record_corr_id"].to_list() == [1, 11, 21]
+
+
+def _columnar(events: list[dict[str, Any]]) -> bool:
+    """Whether the columnar decoder takes these events (as one newline-delimited region)."""
+    from traceanalyzer.load.chrome_trace.ndjson import _fast_chunk, _NotFast
+
+    try:
+        _fast_chunk(b"\n".join(orjson.dumps(e) for e in events), False)
+    except _NotFast:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(("odd", "columnar"), [
+    pytest.param(X("cpu_op", "a", 1, 1, pid=7.0), True, id="float-pid-of-an-op"),  # _int reads 7.0 as 7
+    pytest.param(X("other", "a", 1, 1, pid=7.0), False, id="float-pid-in-other_events"),  # str(pid) is "7.0"
+    pytest.param(X("other", "a", 1, 1, tid=True), False, id="bool-tid-in-other_events"),
+    pytest.param(X("other", "a", 1, 1, pid=7), True, id="int-pid-in-other_events"),
+    pytest.param(X("cpu_op", "a", 1, 1, pid=9.2e18), False, id="huge-float-pid"),
+    pytest.param({**X("cpu_op", "a", 1, 1), "args": '{"External id": 5}'}, False, id="string-args-like-an-object"),
+    pytest.param({**X("cpu_op", "a\\b", 1, 1), "args": {"External id": 5}}, True, id="backslash-elsewhere"),
+    pytest.param(X("kernel", "k", 1, 1, grid=[1.0, 1, 1]), False, id="float-in-grid"),
+    pytest.param(X("kernel", "k", 1, 1, grid="[1, 1, 1]"), False, id="string-grid"),
+    pytest.param(X("cpu_op", "a", 1, 1, **{"Input Dims": [[2.0]]}), False, id="float-in-dims"),
+    pytest.param(X("cpu_op", "a", 1, 1, **{"Input type": ["float", 1]}), False, id="number-in-input-type"),
+    pytest.param(X("cpu_op", "a", 1, 1, **{"Collective name": "allreduce", "dtype": 5}), False, id="number-dtype"),
+    pytest.param(X("cpu_op", "a", 1, 1, **{"Collective name": "allreduce", "dtype": "Float"}), True,
+                 id="string-dtype"),
+])
+def test_screens_send_exactly_the_blurred_values_to_the_exact_decoder(odd: dict[str, Any], columnar: bool) -> None:
+    """The columnar decoder takes a region unless a value there is one its reader would blur
+    (the exact decoder then takes it, and the models agree either way: the other tests);
+    a region it refuses for nothing costs speed on every trace like it. (A float pid anywhere
+    in a region whose other_events rows have number-like pids sends the region to the exact
+    decoder: the base events here have no other_events row.)"""
+    base = [e for e in modern_events(1) if e.get("cat") != "cuda_sync"]
+    assert _columnar(modern_events(2))
+    assert _columnar([*base, odd]) is columnar

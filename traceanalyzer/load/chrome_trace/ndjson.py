@@ -3,14 +3,16 @@ read by polars' reader into typed columns of only the fields the model needs, th
 split into raw tables by polars expressions. No Python object per event.
 
 The reader blurs some JSON types (``1.0`` read into a string column gives "1", a
-string where a list is expected gives the list's text, …), so each region is screened
-for such values first (``_SUSPECT_ARGS``, ``_SUSPECT_TOP``, ``_SUSPECT_IDS``); a region
-it cannot take exactly raises :class:`_NotFast` and goes to the exact decoder
+string where a list is expected gives the list's text, …), so the text of each region
+is screened for such values (``_SUSPECT_ARGS``, ``_SUSPECT_TOP``, ``_SUSPECT_IDS``) where
+the columns read show that one could be there (:func:`_screen`, :func:`_screen_ids`);
+a region it cannot take exactly raises :class:`_NotFast` and goes to the exact decoder
 (:mod:`.exact`).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import polars as pl
@@ -70,11 +72,14 @@ _DIMS_TEXT = r"^[\[\]0-9, \-]*$"
 # (``"[1,1,1]"`` is text, ``_json_text`` quotes it), a float in a list of ints
 # (``[1.0]`` → "[1]"), a non-string in "Input type" or "Concrete Inputs", a string ``args`` (its text could
 # read as an object). Any match sends the chunk to the slow path; a false match (the
-# pattern inside a string) costs only speed. The patterns run as one alternation in
-# polars' (Rust) regex engine over the chunk's text: one scan with a literal prefilter
-# and no per-match cost, where Python's ``re`` would scan once per key, and the pid/tid
-# pattern starts at every event. ``\s`` is Unicode-aware there, which only matters
-# outside JSON's own whitespace, where the reader refuses the chunk anyway.
+# pattern inside a string) costs only speed. The patterns run after the read (the
+# text is then known to be valid UTF-8), and only those that can matter there (see
+# :func:`_screen`): a blurred value is never null, so a field with no value in the chunk
+# needs no scan. Each runs alone (a pattern with one literal prefix is found by a
+# substring search, an alternation of several is scanned far more slowly) in Python's
+# ``re`` on the bytes: as fast per chunk as polars' engine, without its copy of the
+# text and its working memory of several times the text. ``\s`` is ASCII there, which
+# only matters outside JSON's own whitespace, where the reader refuses the chunk anyway.
 _SUSPECT_ARGS = (
     # A string args: its text (unescaped) could read as an object.
     r'"args"\s*:\s*"',
@@ -98,7 +103,7 @@ _SUSPECT_TOP = (
 )
 # A float or non-scalar pid/tid: ``other_events`` keeps ``str(pid)`` ("1.0", "True"),
 # which the reader's text ("1", "true") does not give back (elsewhere ``_int`` reads
-# "1" and 1.0 alike, but the screen does not tell the rows apart: see _fast_chunk).
+# "1" and 1.0 alike): see :func:`_screen_ids`.
 _SUSPECT_IDS = (
     r'"pid"\s*:\s*(?:[^"n\s0-9-]|-?[0-9]+[.eE])',
     r'"tid"\s*:\s*(?:[^"n\s0-9-]|-?[0-9]+[.eE])',
@@ -109,8 +114,18 @@ def _any_of(patterns: tuple[str, ...]) -> str:
     return "|".join(f"(?:{p})" for p in patterns)
 
 
-_RX_ARGS_IDS = _any_of(_SUSPECT_ARGS + _SUSPECT_IDS)
-_RX_TOP = _any_of(_SUSPECT_TOP)
+def _rx(pattern: str) -> re.Pattern[bytes]:
+    return re.compile(pattern.encode())
+
+
+_RX_IDS = _rx(_any_of(_SUSPECT_IDS))
+_HUGE_ID = 9_200_000_000_000_000_000 - 1
+_RX_TOP = _rx(_any_of(_SUSPECT_TOP))
+# args fields read as text whose columns tell a blurred value (see :func:`_screen`).
+_STR_SCREENED = ("Collective name", "dtype", "Process Group Name", "Process Group Description")
+# The args patterns by field (the first, a string ``args``, is keyed by ``args``).
+_ARG_SCREENS = dict(zip(("args", *_STR_SCREENED[:2], "Process Group", "grid", "block", "Input Dims", "Input Strides",
+                         "Input type", "Concrete Inputs"), (_rx(p) for p in _SUSPECT_ARGS), strict=True))
 _NON_STRING_TEXT = r"^(?:[-0-9\[{]|true$|false$)"
 
 
@@ -166,14 +181,53 @@ def _int_column(s: pl.Series) -> pl.Series:
     return c.scatter(idx, fixed)
 
 
-def _matches(nd: bytes, pattern: str) -> bool:
-    """Whether ``pattern`` occurs in the chunk's text (invalid UTF-8: the slow path words
-    it, as the reader would refuse the chunk anyway)."""
-    try:
-        text = pl.Series([nd]).cast(pl.String)
-    except Exception:  # noqa: BLE001
-        raise _NotFast("not UTF-8") from None
-    return bool(text.str.contains(pattern).item())
+def _matches(nd: bytes, pattern: re.Pattern[bytes]) -> bool:
+    """Whether ``pattern`` occurs in the chunk's text (which the reader has read: valid UTF-8)."""
+    return pattern.search(nd) is not None
+
+
+def _screen(nd: bytes, df: pl.DataFrame) -> None:
+    """Raise :class:`_NotFast` where a value the reader read (``df``, the chunk ``nd``
+    read) may have been blurred (see ``_SUSPECT_ARGS``). Only what can matter is scanned:
+
+    * an args field with no value in the chunk cannot hold a blurred one; a string field
+      (``_STR_SCREENED``) is scanned only where a value reads like a non-string's text;
+    * a string ``args`` reads as an object in the two-pass read only where its text has a
+      ``"``, escaped in the chunk: a chunk without a backslash needs no scan;
+    * a float or non-scalar pid/tid changes only ``other_events`` (``str(pid)``; elsewhere
+      ``_int`` reads "1" and 1.0 alike, and the text of a fractional or non-scalar one
+      reads as no id, as ``_int`` gives): see :func:`_screen_ids`.
+    """
+    patterns: list[re.Pattern[bytes]] = []
+    if b"\\" in nd:
+        patterns.append(_ARG_SCREENS["args"])
+    n = df.height
+    for k, pattern in _ARG_SCREENS.items():
+        if k == "args":
+            continue
+        keys = ["Process Group Name", "Process Group Description"] if k == "Process Group" else [k]
+        cols = [df.get_column("a." + key) for key in keys]
+        if all(c.null_count() == n for c in cols):
+            continue
+        if k in _STR_SCREENED or k == "Process Group":
+            if not any(c.str.contains(_NON_STRING_TEXT).any() for c in cols):
+                continue
+        patterns.append(pattern)
+    # One scan per pattern: each has one literal prefix (see above).
+    if any(_matches(nd, p) for p in patterns):
+        raise _NotFast("a value of a type the reader would blur")
+
+
+def _screen_ids(nd: bytes, other: pl.DataFrame | None) -> None:
+    """Raise :class:`_NotFast` where ``other_events`` (the raw frame) may hold the reader's text of
+    a float, boolean or non-scalar pid/tid (``str`` of it differs): only where a pid/tid
+    there reads like one is the chunk scanned."""
+    if other is None or not other.height:
+        return
+    pid, tid = other.get_column("pid"), other.get_column("tid")
+    if (pid.str.contains(_NON_STRING_TEXT).any() or tid.str.contains(_NON_STRING_TEXT).any()) and _matches(
+            nd, _RX_IDS):
+        raise _NotFast("a value of a type the reader would blur")
 
 
 def _A(k: str) -> pl.Expr:
@@ -182,17 +236,15 @@ def _A(k: str) -> pl.Expr:
 
 def _fast_chunk(nd: bytes, autograd_array: bool) -> tuple[dict[str, pl.DataFrame], _Stats]:
     """Newline-delimited events → raw table frames and counts, or :class:`_NotFast`."""
-    # Screened before the read: after it, the frames would be alive during the scan,
-    # raising the peak. The pid/tid patterns matter only for
-    # other_events rows, but a float pid is rare enough that it may cost the chunk
-    # the slow path wherever it occurs.
-    if _matches(nd, _RX_ARGS_IDS):
-        raise _NotFast("a value of a type the reader would blur")
     if COUNTER_CAT.encode() in nd:  # counter args are free-form: the exact decoder keeps them
         raise _NotFast("CUPTI counter events")
     df, ints_as_text = _read_two_passes(nd)
     try:
-        return _fast_tables(df, ints_as_text, autograd_array)
+        _screen(nd, df)
+        frames, stats = _fast_tables(df, ints_as_text, autograd_array)
+        del df
+        _screen_ids(nd, frames.get("other_events"))
+        return frames, stats
     except _NotFast:
         raise
     except Exception as exc:  # noqa: BLE001
@@ -236,18 +288,25 @@ def _read_two_passes(nd: bytes) -> tuple[pl.DataFrame, bool]:
     # Non-object args (null, a list, a number) read as {} in the simple path too.
     lines = pl.when(pl.col("args").str.starts_with("{")).then(pl.col("args")).otherwise(pl.lit("{}"))
     nd2 = top.select(lines.str.join("\n")).item().encode()
-    top = top.drop("args")
+    # The reader cuts its columns in pieces of its own, which differ between the two reads:
+    # each frame is made one piece here, while it is small (the first without its args
+    # texts), else the first expression over both would copy the whole frame at once.
+    top = top.drop("args").rechunk()
     del args
-    for ints_as_text, schema in enumerate(_ARGS_SCHEMAS):
+    a: pl.DataFrame | None = None
+    ints_as_text = False
+    for schema in _ARGS_SCHEMAS:
         try:
             a = pl.read_ndjson(nd2, schema=schema)
         except Exception:  # noqa: BLE001
+            ints_as_text = True
             continue
-        if a.height != top.height:
-            break
-        return top.hstack([c.alias(new) for c, new in zip(a.get_columns(), _ARG_COLS)]), bool(ints_as_text)
+        break
     del nd2
-    return _read_one_pass(nd)
+    if a is None or a.height != top.height:
+        return _read_one_pass(nd)
+    a = a.rechunk()
+    return top.hstack([c.alias(new) for c, new in zip(a.get_columns(), _ARG_COLS)]), ints_as_text
 
 
 def _fast_tables(
@@ -255,8 +314,15 @@ def _fast_tables(
 ) -> tuple[dict[str, pl.DataFrame], _Stats]:
     stats = _Stats(n_events=df.height)
     int_cols = ["pid", "tid", "id"] + (["a." + k for k in _INT_ARGS] if ints_as_text else [])
-    df = df.with_columns(pid_s=pl.col("pid"), tid_s=pl.col("tid"))
-    df = df.with_columns(_int_column(df.get_column(c)) for c in int_cols)
+    df = df.hstack([df.get_column("pid").alias("pid_s"), df.get_column("tid").alias("tid_s")])
+    # The plain cast of every id column in one query; ``_int_column`` only where it is not enough.
+    casts = df.select(pl.col(int_cols).cast(pl.Int64, strict=False))
+    plus = df.select(pl.col(int_cols).str.starts_with("+").any()).row(0)
+    df = df.with_columns(
+        casts.get_column(c) if casts.get_column(c).null_count() == df.get_column(c).null_count() and not p
+        else _int_column(df.get_column(c))
+        for c, p in zip(int_cols, plus, strict=True)
+    )
     ph_counts = dict(df.group_by("ph", maintain_order=True).len().iter_rows())
     n_null = ph_counts.pop(None, 0)
     if n_null:
@@ -270,14 +336,32 @@ def _fast_tables(
     ph = pl.col("ph")
     ts, dur = pl.col("ts"), pl.col("dur")
 
+    # Every count in one query. Rows are then taken table by table with only the columns
+    # each table reads (lazy, projection pushdown): the frame is wide (one column per args
+    # field), and a filter or partition of all of it would copy every column.
+    is_x = ph == "X"
+    in_range = (ts.abs() <= MAX_ABS_US) & (dur <= MAX_ABS_US)
+    has_ts = is_x & ts.is_not_null()
+    ts_ok = ts.abs() <= MAX_ABS_US
+    is_fl = ph.is_in(["s", "f", "t"])
+    is_mem = ph.is_in(["i", "I"]) & pl.col("name").is_in(["[memory]", "[OutOfMemory]"])
+    is_th = (ph == "M") & (pl.col("name") == "thread_name")
+    counts = df.select(
+        # A pid/tid this large could be the text of a float that ``_int`` refuses (|v| ≥ 9.2e18):
+        # :func:`_screen` does not scan pids (see :func:`_screen_ids`), so the slow path decides.
+        huge=pl.any_horizontal(pl.col("pid", "tid").is_between(-_HUGE_ID, _HUGE_ID).not_()).any(),
+        no_ts=(is_x & ts.is_null()).sum(), no_dur=(has_ts & dur.is_null()).sum(), neg=(has_ts & (dur < 0)).sum(),
+        far=(has_ts & (dur >= 0) & ~in_range).sum(), n_x=is_x.sum(),
+        n_fl=is_fl.sum(), fl_no_ts=(is_fl & ts.is_null()).sum(), fl_far=(is_fl & ts.is_not_null() & ~ts_ok).sum(),
+        n_mem=is_mem.sum(), mem_no_ts=(is_mem & ts.is_null()).sum(),
+        mem_far=(is_mem & ts.is_not_null() & ~ts_ok).sum(), n_th=is_th.sum(),
+    ).row(0, named=True)
+    if counts["huge"]:
+        raise _NotFast("a pid/tid past the float range _int reads")
+    no_ts, no_dur, neg, far, n_x = (counts[k] for k in ("no_ts", "no_dur", "neg", "far", "n_x"))
+
     # Duration events.
-    x = df.filter(ph == "X")
-    if x.height:
-        no_ts = x["ts"].null_count()
-        no_dur = x.filter(ts.is_not_null() & dur.is_null()).height
-        neg = x.filter(ts.is_not_null() & (dur < 0)).height
-        in_range = (ts.abs() <= MAX_ABS_US) & (dur <= MAX_ABS_US)
-        far = x.filter(ts.is_not_null() & (dur >= 0) & ~in_range).height
+    if n_x:
         for what, n in (("duration events without a numeric ts", no_ts), ("duration events without dur", no_dur),
                         ("duration events with negative dur", neg), (_OUT_OF_RANGE_X, far)):
             if n:
@@ -299,47 +383,39 @@ def _fast_tables(
                 .otherwise(pl.lit("kernels"))
             )
             .otherwise(table)
+            .fill_null(pl.lit(_OTHER))
         )
-        x = x.filter(ts.is_not_null() & dur.is_not_null() & (dur >= 0) & in_range).with_columns(
-            _table=table, cat=cat, name=pl.col("name").fill_null("")
-        )
-        parts = x.partition_by("_table", as_dict=True, include_key=False)
-        for (t,), part in parts.items():
-            if t is None:
-                frames["other_events"] = _other_frame(part, stats)
+        valid = (is_x & ts.is_not_null() & dur.is_not_null() & (dur >= 0) & in_range).fill_null(False)
+        # The table of each valid duration event, null elsewhere; ``_xcat`` its category.
+        df = df.with_columns(_table=pl.when(valid).then(table), _xcat=cat)
+        for t in df.get_column("_table").drop_nulls().unique(maintain_order=True):
+            rows = pl.col("_table") == t
+            if t == _OTHER:
+                frames["other_events"] = _other_frame(_part(df, rows, _OTHER_COLS), stats)
             else:
-                frames[t] = _x_frame(t, part)
+                frames[t] = _x_frame(t, df, rows)
     # Flow endpoints.
-    fl = df.filter(ph.is_in(["s", "f", "t"]))
-    if fl.height:
-        n = fl["ts"].null_count()
-        if n:
-            stats.skipped["flow events without a numeric ts"] += n
-        fl = fl.filter(ts.is_not_null())
-        far = fl.filter(~(ts.abs() <= MAX_ABS_US)).height
-        if far:
-            stats.skipped[_OUT_OF_RANGE_FLOW] += far
-            fl = fl.filter(ts.abs() <= MAX_ABS_US)
+    if counts["n_fl"]:
+        for what, n in (("flow events without a numeric ts", counts["fl_no_ts"]),
+                        (_OUT_OF_RANGE_FLOW, counts["fl_far"])):
+            if n:
+                stats.skipped[what] += n
         kind = pl.col("cat").replace_strict(FLOW_KIND, default=pl.col("cat"), return_dtype=pl.String).fill_null("None")
-        frames["flows"] = _typed("flows", fl.select(kind.alias("kind"), "ph", "id", "ts", "pid", "tid"))
+        frames["flows"] = _typed("flows", df.lazy().filter(is_fl & ts_ok).select(
+            kind.alias("kind"), "ph", "id", "ts", "pid", "tid").collect())
     # Allocator instant events.
-    mem = df.filter(ph.is_in(["i", "I"]) & pl.col("name").is_in(["[memory]", "[OutOfMemory]"]))
-    if mem.height:
-        n = mem["ts"].null_count()
-        if n:
-            stats.skipped["[memory] events without ts or args"] += n
-        mem = mem.filter(ts.is_not_null())
-        far = mem.filter(~(ts.abs() <= MAX_ABS_US)).height
-        if far:
-            stats.skipped[_OUT_OF_RANGE_MEM] += far
-            mem = mem.filter(ts.abs() <= MAX_ABS_US)
-        frames["memory_events"] = _typed("memory_events", mem.select(
+    if counts["n_mem"]:
+        for what, n in (("[memory] events without ts or args", counts["mem_no_ts"]),
+                        (_OUT_OF_RANGE_MEM, counts["mem_far"])):
+            if n:
+                stats.skipped[what] += n
+        frames["memory_events"] = _typed("memory_events", df.lazy().filter(is_mem & ts_ok).select(
             "ts", "pid", "tid", _A("Device Type"), _A("Device Id"), _A("Addr"), _A("Bytes"),
             _A("Total Allocated"), _A("Total Reserved"), (pl.col("name") == "[OutOfMemory]").alias("oom"),
-        ))
-    th = df.filter((ph == "M") & (pl.col("name") == "thread_name"))
-    if th.height:
-        frames["threads"] = _typed("threads", th.select("pid", "tid", _A("name").fill_null("None").alias("name")))
+        ).collect())
+    if counts["n_th"]:
+        frames["threads"] = _typed("threads", df.lazy().filter(is_th).select(
+            "pid", "tid", _A("name").fill_null("None").alias("name")).collect())
     return frames, stats
 
 
@@ -349,11 +425,12 @@ def _typed(table: str, df: pl.DataFrame) -> pl.DataFrame:
     return df.select(pl.col(old).cast(dtype).alias(new) for old, (new, dtype) in zip(df.columns, schema.items()))
 
 
-def _json_dims(k: str, part: pl.DataFrame) -> pl.Expr:
-    """``_json_text`` of a list of ints the reader gave as text (``[[2, 3], [4]]``)."""
-    col = part["a." + k]
-    if not col.is_null().all() and not col.drop_nulls().str.contains(_DIMS_TEXT).all():
-        raise _NotFast(f"{k} is not a list of ints")
+_DIMS_MARK = "\x00dims:"  # in _x_frame's column list: ``_json_dims`` of that args field
+
+
+def _json_dims(k: str) -> pl.Expr:
+    """``_json_text`` of a list of ints the reader gave as text (``[[2, 3], [4]]``); the
+    caller checks the result is one (``_DIMS_TEXT``: without spaces, the same check)."""
     return _A(k).str.replace_all(" ", "", literal=True)
 
 
@@ -363,7 +440,20 @@ def _json_strings(k: str) -> pl.Expr:
     return pl.when(_A(k).is_null()).then(pl.lit(None, pl.String)).otherwise(enc)
 
 
-def _x_frame(t: str, p: pl.DataFrame) -> pl.DataFrame:
+_OTHER = "\x00other"  # the _table of a duration event that goes to other_events
+_OTHER_COLS = ["_xcat", "name", "ts", "dur", "pid_s", "tid_s", "a.correlation", "a.wait_on_stream",
+               "a.wait_on_cuda_event_record_corr_id"]
+
+
+def _part(df: pl.DataFrame, rows: pl.Expr, columns: list[str]) -> pl.DataFrame:
+    """The ``rows`` of ``df`` with only ``columns`` (``_xcat`` as ``cat``, null names as ``""``)."""
+    part = df.lazy().filter(rows).select(columns)
+    if "name" in columns:
+        part = part.with_columns(pl.col("name").fill_null(""))
+    return part.rename({"_xcat": "cat"}).collect() if "_xcat" in columns else part.collect()
+
+
+def _x_frame(t: str, df: pl.DataFrame, rows: pl.Expr) -> pl.DataFrame:
     ext = pl.coalesce(_A("External id"), _A("external id"))
     comm_dtype = pl.when(_A("Collective name").is_not_null()).then(_A("dtype"))
     device = pl.coalesce(_A("device"), pl.col("pid"))
@@ -372,8 +462,8 @@ def _x_frame(t: str, p: pl.DataFrame) -> pl.DataFrame:
     cols: list[Any]
     if t == "cpu_ops":
         cols = [*base, "pid", "tid", "cat", ext, _A("Sequence number"), _A("Fwd thread id"),
-                pl.coalesce(_A("Ev Idx"), _A("Profiler Event Index")), _json_dims("Input Dims", p),
-                _json_strings("Input type"), _json_dims("Input Strides", p), _json_strings("Concrete Inputs"),
+                pl.coalesce(_A("Ev Idx"), _A("Profiler Event Index")), _DIMS_MARK + "Input Dims",
+                _json_strings("Input type"), _DIMS_MARK + "Input Strides", _json_strings("Concrete Inputs"),
                 _A("Collective name"), comm_dtype,
                 _A("In msg nelems"), _A("Out msg nelems"), _A("Group size"), _A("Process Group Name"),
                 _A("Process Group Description"),
@@ -383,7 +473,7 @@ def _x_frame(t: str, p: pl.DataFrame) -> pl.DataFrame:
     elif t == "runtime":
         cols = [*base, "pid", "tid", "cat", _A("correlation"), ext, pl.coalesce(_A("cbid"), _A("cid"))]
     elif t == "kernels":
-        cols = [*base, device, stream, _A("correlation"), ext, _json_dims("grid", p), _json_dims("block", p),
+        cols = [*base, device, stream, _A("correlation"), ext, _DIMS_MARK + "grid", _DIMS_MARK + "block",
                 _A("registers per thread"), _A("shared memory"), _A("queued"), _A("graph id"),
                 _A("Collective name"), comm_dtype, _A("In msg nelems"), _A("Group size")]
     elif t == "memcpy":
@@ -402,9 +492,16 @@ def _x_frame(t: str, p: pl.DataFrame) -> pl.DataFrame:
     else:  # pragma: no cover - CAT_TABLE names only the tables above
         raise _NotFast(f"table {t}")
     schema = _RAW_SCHEMAS[t]
+    dims = [new for c, new in zip(cols, schema) if isinstance(c, str) and c.startswith(_DIMS_MARK)]
+    cols = [_json_dims(c[len(_DIMS_MARK):]) if isinstance(c, str) and c.startswith(_DIMS_MARK) else c for c in cols]
     exprs = [(pl.col(c) if isinstance(c, str) else c).cast(dtype).alias(new)
              for c, (new, dtype) in zip(cols, schema.items())]
-    return p.select(exprs)
+    # One query: the rows filtered with only the columns the table reads (projection pushdown).
+    out = (df.lazy().filter(rows).with_columns(pl.col("name").fill_null(""), cat=pl.col("_xcat"))
+           .select(exprs).collect())
+    if dims and out.select(pl.any_horizontal(pl.col(dims).str.contains(_DIMS_TEXT).not_()).any()).item():
+        raise _NotFast(f"{dims} not lists of ints")
+    return out
 
 
 def _other_frame(p: pl.DataFrame, stats: _Stats) -> pl.DataFrame:
