@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
@@ -201,62 +202,103 @@ def _sort_by_time_key(iv: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     instant: few at ns resolution) then sorted by every key in place. Each column of the
     result is gathered straight from ``iv`` (row ``i < n`` is the start of interval ``i``,
     row ``n + i`` its end): the unsorted 2n boundary rows are never built. None when the
-    key would overflow or a key column holds nulls (the caller sorts the rows)."""
+    key would overflow or a key column holds nulls (the caller sorts the rows).
+
+    The key is sorted by numpy's stable sort (a merge of runs): a trace's starts and ends
+    are each nearly sorted per thread, which it exploits and a general sort does not."""
+    import numpy as np  # lazy: importing the package does not pay for numpy
+
     n = iv.height
     if n == 0 or any(iv[c].null_count() for c in [*by, "id", "ts_ns", "end_ns"]):
         return None
     t_min, t_max = int(iv["ts_ns"].min()), int(iv["end_ns"].max())  # type: ignore[arg-type]
     span = t_max - t_min + 1
+    ts = iv["ts_ns"].cast(pl.Int64).to_numpy()
+    en = iv["end_ns"].cast(pl.Int64).to_numpy()
     if by:
-        groups = iv.select(by).unique().sort(by).with_row_index("_g").with_columns(pl.col("_g").cast(pl.Int64))
-        if groups.height * span >= 2**62:
+        coded = group_codes(iv, by)
+        if coded is None:  # e.g. string columns: number the groups by a join
+            groups = iv.select(by).unique().sort(by).with_row_index("_g").with_columns(pl.col("_g").cast(pl.Int64))
+            coded = (iv.select(by).join(groups, on=by, how="left", maintain_order="left")["_g"].to_numpy(),
+                     groups.height)
+        codes, n_groups = coded
+        if n_groups * span >= 2**62:
             return None
-        g = iv.select(by).join(groups, on=by, how="left", maintain_order="left")["_g"] * span - t_min
+        g = codes * span - t_min
     else:
         if span >= 2**62:
             return None
-        g = pl.repeat(-t_min, n, dtype=pl.Int64, eager=True)
-    key = pl.concat([g + iv["ts_ns"], g + iv["end_ns"]])
+        g = np.full(n, -t_min, dtype=np.int64)
+    key = np.concatenate([g + ts, g + en])
     del g
-    order = key.arg_sort()
-    k = key.gather(order)
+    order = np.argsort(key, kind="stable")
+    k = key[order]
     del key
-    tied = (k == k.shift(1)).fill_null(False) | (k == k.shift(-1)).fill_null(False)
+    eq = k[1:] == k[:-1]
+    tied = np.zeros(k.shape[0], dtype=bool)
+    tied[1:] |= eq
+    tied[:-1] |= eq
+    del eq
     if tied.any():
         # Tied rows sit in contiguous blocks of equal key: sorting them by (key, …) keeps
         # each block at its place and orders it by the remaining keys. Only the order is
         # fixed (one column), before any column is gathered with it.
-        at = tied.arg_true()
-        o = order.gather(at)
+        at = np.flatnonzero(tied)
+        o = order[at]
         end, s = o >= n, o % n
-        ts, en = iv["ts_ns"].gather(s), iv["end_ns"].gather(s)
         rows = pl.DataFrame(
             {
-                "_k": k.gather(at),
-                "t": pl.select(pl.when(end).then(en).otherwise(ts)).to_series(),
-                "kind": (~end).cast(pl.Int8),
-                "sec": pl.select(pl.when(end).then(-ts).otherwise(-en)).to_series(),
+                "_k": k[at],
+                "t": np.where(end, en[s], ts[s]),
+                "kind": (~end).astype(np.int8),
+                "sec": np.where(end, -ts[s], -en[s]),
                 "id": iv["id"].gather(s),
                 "_o": o,
             }
         )
-        order = order.scatter(at, _sort_boundary_rows(rows, [], lead=["_k"])["_o"])
+        order[at] = _sort_boundary_rows(rows, [], lead=["_k"])["_o"].to_numpy()
     del k, tied
     is_end = order >= n
     src = order % n
     del order
+    at_src = pl.Series(src)
     return pl.DataFrame(
-        [iv[c].gather(src) for c in [*by, "id"]]
+        [iv[c].gather(at_src) for c in [*by, "id"]]
         + [
-            pl.select(
-                pl.when(is_end).then(iv["end_ns"].gather(src)).otherwise(iv["ts_ns"].gather(src)).alias("t")
-            ).to_series(),
-            (~is_end).cast(pl.Int8).alias("kind"),
-            pl.select(
-                pl.when(is_end).then(-iv["ts_ns"].gather(src)).otherwise(-iv["end_ns"].gather(src)).alias("sec")
-            ).to_series(),
+            pl.Series("t", np.where(is_end, en[src], ts[src]), dtype=pl.Int64),
+            pl.Series("kind", (~is_end).astype(np.int8), dtype=pl.Int8),
+            pl.Series("sec", np.where(is_end, -ts[src], -en[src]), dtype=pl.Int64),
         ]
     )
+
+
+def group_codes(df: pl.DataFrame, by: Sequence[str]) -> tuple[Any, int] | None:
+    """The number of each row's ``by`` group among the distinct groups in sorted order
+    (numpy Int64 array) and the number of groups; None when a ``by`` column is not an
+    integer, holds nulls, or their combined range overflows an Int64 (the caller joins).
+
+    The columns are folded into one Int64 (``(c₁ − min₁) · range₂ + (c₂ − min₂)`` …, which
+    sorts as the tuples do), whose few distinct values are found by hashing and each row's
+    number by binary search among them: no sort and no join of the rows."""
+    import numpy as np  # lazy: importing the package does not pay for numpy
+
+    if df.is_empty():
+        return np.zeros(0, dtype=np.int64), 0
+    key: Any = None
+    total = 1
+    for c in by:
+        col = df[c]
+        if not col.dtype.is_integer() or col.null_count():
+            return None
+        lo, hi = int(col.min()), int(col.max())  # type: ignore[arg-type]
+        r = hi - lo + 1
+        total *= r
+        if total >= 2**62:
+            return None
+        v = col.to_numpy().astype(np.int64) - lo
+        key = v if key is None else key * r + v
+    uniq = np.sort(pl.Series(key).unique().to_numpy())
+    return np.searchsorted(uniq, key).astype(np.int64), int(uniq.shape[0])
 
 
 def _numbered(b: pl.DataFrame) -> pl.DataFrame:
