@@ -140,16 +140,44 @@ def assign_window(
         return df.with_columns(pl.lit(None, dtype=pl.Int64).alias(out_col),
                                *[pl.lit(None, windows.schema[c]).alias(c) for c in carry])
     w = windows.select("window", *carry, "start_ns", "end_ns").sort("start_ns", maintain_order=True)
+    t = df[ts_col]
+    # Below a few thousand rows the fixed cost of the numpy route outweighs its gain.
+    if df.height >= 4096 and t.dtype == w.schema["start_ns"] == w.schema["end_ns"] == pl.Int64 and not (
+        w["start_ns"].null_count() or w["end_ns"].null_count()
+    ):
+        return df.with_columns(_window_rows(t, w, out_col, carry))
     # The last window starting at or before t, by binary search on the (few) window
     # starts: no sort of the rows and no join (as an as-of join, backward, would).
-    t = pl.col(ts_col)
-    pos = pl.lit(w["start_ns"]).search_sorted(t, side="right").cast(pl.Int64) - 1
+    tc = pl.col(ts_col)
+    pos = pl.lit(w["start_ns"]).search_sorted(tc, side="right").cast(pl.Int64) - 1
     at = pos.clip(lower_bound=0)
-    inside = t.is_not_null() & (pos >= 0) & (t < pl.lit(w["end_ns"]).gather(at))
+    inside = tc.is_not_null() & (pos >= 0) & (tc < pl.lit(w["end_ns"]).gather(at))
     return df.with_columns(
         pl.when(inside).then(pl.lit(w["window"]).gather(at)).otherwise(None).cast(pl.Int64).alias(out_col),
         *[pl.when(inside).then(pl.lit(w[c]).gather(at)).otherwise(None).cast(w.schema[c]).alias(c) for c in carry],
     )
+
+
+def _window_rows(t: pl.Series, w: pl.DataFrame, out_col: str, carry: list[str]) -> list[pl.Series]:
+    """:func:`assign_window`'s columns for Int64 times ``t`` and windows ``w`` sorted by
+    start (no nulls): the window row of each time by one numpy binary search (several
+    times faster than polars' on a few window starts), then one gather per column."""
+    import numpy as np  # lazy: importing the package does not pay for numpy
+
+    tn = t.fill_null(0).to_numpy()
+    starts, ends = w["start_ns"].to_numpy(), w["end_ns"].to_numpy()
+    pos = np.searchsorted(starts, tn, side="right") - 1
+    at = np.clip(pos, 0, None)
+    inside = (pos >= 0) & (tn < ends[at])
+    if t.null_count():
+        inside &= t.is_not_null().to_numpy()
+    rows = pl.Series(np.where(inside, at, 0), dtype=pl.Int64)
+    if not inside.all():
+        rows = pl.select(pl.when(pl.lit(pl.Series(inside))).then(pl.lit(rows))).to_series()
+    return [
+        w["window"].gather(rows).cast(pl.Int64).alias(out_col),
+        *[w[c].gather(rows).cast(w.schema[c]).alias(c) for c in carry],
+    ]
 
 
 def is_comm_kernel(name: pl.Expr, comm_name: pl.Expr | None = None) -> pl.Expr:

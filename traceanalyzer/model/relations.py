@@ -130,7 +130,13 @@ def _link_parents_keyed(starts: pl.DataFrame, by: list[str]) -> pl.DataFrame | N
     level = g * n_depths + (starts["depth"].cast(pl.Int64) - d_min + 1)
     pos = starts["pos"].cast(pl.Int64)
     key = level * n_pos + pos
-    order = key.arg_sort()
+    # The rows come in ``pos`` order, so sorting by ``key`` is a stable sort by ``level``
+    # alone: few distinct values, a numpy radix sort when they fit 16 bits.
+    import numpy as np  # lazy: importing the package does not pay for numpy
+
+    lv = level.to_numpy()
+    n_levels = int(lv.max()) + 1
+    order = pl.Series(np.argsort(lv.astype(np.int16) if n_levels < 2**15 else lv, kind="stable"))
     keys, ids = key.gather(order), starts["id"].gather(order)
     # The last start one level below with pos <= this pos − 1 (strictly earlier).
     want = level - 1
