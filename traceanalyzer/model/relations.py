@@ -588,13 +588,33 @@ def _op_nesting(t: TraceTables) -> CoverIndex:
         )
         links, index = nest_with_index(ivs.filter(pl.col("end_ns") > pl.col("ts_ns")), ["pid", "tid"])
         # The nesting's depths are what op_top_level computes with a sort of its own:
-        # handed over now (the links are not kept), they save that sort.
+        # handed over now, they save that sort.
         top = _top_level_from_nesting(ivs, links)
         if top is not None:
             t.get("op_top_level", lambda: top)
+        # The links themselves are kept only for an analysis of this run that declares them.
+        if t.wanted("op_links"):
+            t.get("op_links", lambda: links)
         return index
 
     return t.get("op_nesting", build)
+
+
+def op_links(src: TraceModel | TraceTables) -> pl.DataFrame:
+    """:func:`nest` of the positive-length ops of ``model.cpu_ops`` on (pid, tid), ``id`` =
+    the op's row number: ``id, depth, parent_id`` (built once per run, with :func:`op_index`,
+    from the same sort of the boundaries)."""
+    t = trace_tables(src)
+
+    def build() -> pl.DataFrame:
+        ivs = t.model.cpu_ops.select("pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(
+            pl.col("id").cast(pl.Int64)
+        )
+        return nest(ivs.filter(pl.col("end_ns") > pl.col("ts_ns")), ["pid", "tid"])
+
+    if "op_nesting" not in t.held() and "op_links" not in t.held() and t.wanted("op_nesting"):
+        _op_nesting(t)  # builds both from one sort, while the index is wanted anyway
+    return t.get("op_links", build)
 
 
 def _top_level_from_nesting(ivs: pl.DataFrame, links: pl.DataFrame) -> pl.Series | None:
