@@ -174,15 +174,15 @@ def _linked_ops(t: TraceTables, k: pl.DataFrame, ctx: pl.DataFrame) -> pl.DataFr
     if need.any():
         ops = model.cpu_ops
         idx = need.arg_true()
-        rt = model.runtime.filter(pl.col("correlation").is_not_null()).unique(
-            "correlation", keep="first", maintain_order=True)
+        # The columns first: unique() copies every column it is given (the names are long strings).
+        rt = model.runtime.select("correlation", "pid", "tid", "ts_ns").filter(
+            pl.col("correlation").is_not_null()).unique("correlation", keep="first", maintain_order=True)
         pts = k[idx].select("correlation").join(rt.select("correlation", "pid", "tid", "ts_ns"), on="correlation",
                                                 how="left", maintain_order="left")
         op_id = op_index(t).lookup(pts.select("pid", "tid", "ts_ns"))
-        found = ops.select(
-            "external_id", "name", *[pl.col(c).alias(a) for c, a in _OP_META.items()]).with_row_index("_r")
-        got = op_id.to_frame("_r").with_columns(pl.col("_r").cast(pl.UInt32)).join(
-            found, on="_r", how="left", maintain_order="left")
+        # Op ids are row numbers of model.cpu_ops: the op's columns by a gather, not a join.
+        got = ops.select("external_id", "name", *[pl.col(c).alias(a) for c, a in _OP_META.items()]).select(
+            pl.all().gather(op_id)).with_columns(op_id.cast(pl.UInt32).alias("_r"))
         got = got.with_columns(
             pl.when(pl.col("name").str.contains(COMM_OP_RE)).then(pl.col("name")).alias("name"))
         # The op's row number stands in for its External id (negative: never a real one).
