@@ -31,7 +31,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analyses import AnalysisContext, analysis
-from traceanalyzer.analyses._memevents import device_name_expr
+from traceanalyzer.analyses._memevents import with_device_by_time
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
@@ -154,7 +154,7 @@ def memory_per_op(ctx: AnalysisContext[TraceModel]) -> MemoryPerOpResult:
     ev = model.memory_events.filter(~pl.col("oom"))
     if ev.is_empty():
         raise NotApplicable("no [memory] events: profile with profile_memory=True")
-    mem = ev.with_columns(device=device_name_expr()).sort("ts_ns", maintain_order=True)
+    mem = with_device_by_time(ev)
     curve = _curve(mem, ctx.need("steps", StepsResult).windows(), points)
     ops = model.cpu_ops
     op_id = (op_index(ctx.tables).lookup(mem.select("ts_ns", "pid", "tid")) if ops.height
