@@ -29,6 +29,7 @@ from __future__ import annotations
 import polars as pl
 from polars.expr.whenthen import ChainedThen, Then
 
+from traceanalyzer.analyses._names import contains_by_name
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, op_index, trace_tables
 
@@ -146,7 +147,7 @@ def _contexts(model: TraceModel) -> pl.DataFrame:
     """Communication CPU ops and annotations: ``external_id, name`` and their metadata."""
     ops = model.cpu_ops
     ann = model.annotations
-    o = ops.filter(pl.col("name").str.contains(COMM_OP_RE)).select(
+    o = ops.filter(contains_by_name(ops, COMM_OP_RE)).select(
         "external_id", "name", *[pl.col(c).alias(a) for c, a in _OP_META.items()])
     a = ann.filter(pl.col("name").str.contains(COMM_OP_RE)).select(
         "external_id", "name", *[pl.lit(None, ops.schema[c]).alias(a) for c, a in _OP_META.items()])

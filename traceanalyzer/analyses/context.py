@@ -60,6 +60,7 @@ from polars.expr.whenthen import ChainedThen, Then
 from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._copysync import runtime_by_correlation
 from traceanalyzer.analyses._kernels import on_distinct
+from traceanalyzer.analyses._names import contains_by_name
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.model import TraceModel
@@ -444,7 +445,7 @@ def _attention(t: TraceTables, kn: pl.DataFrame, sr: StepsResult) -> tuple[bool,
     k = assign_steps(k, windows, "ts_ns").filter(pl.col("window").is_in(steady))
     total = int(k["dur_ns"].sum() or 0)
     # The innermost attention-like op around each kernel's launch call.
-    att = ops.filter(pl.col("name").str.contains(f"{BMM_OP_RE}|{SOFTMAX_OP_RE}|{MASK_OP_RE}"))
+    att = ops.filter(contains_by_name(ops, f"{BMM_OP_RE}|{SOFTMAX_OP_RE}|{MASK_OP_RE}"))
     # Kernel names repeat: the two regexes run once per distinct name.
     k = on_distinct(k, ["name"], part=pl.when(pl.col("name").str.contains(SOFTMAX_KERNEL_RE)
                                               & ~pl.col("name").str.contains(FUSED_ATTENTION_KERNEL_RE))
