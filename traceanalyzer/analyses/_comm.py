@@ -162,7 +162,6 @@ _OP_META = {"comm_name": "op_comm_name", "comm_dtype": "op_dtype", "comm_in_nele
 
 def _linked_ops(t: TraceTables, k: pl.DataFrame, ctx: pl.DataFrame) -> pl.DataFrame:
     """For each kernel row, the communication op it is linked to (null columns where none)."""
-    cols = ctx.columns
     by_ext = ctx.filter(pl.col("external_id").is_not_null()).unique("external_id", keep="first", maintain_order=True)
     j = k.select("external_id").join(by_ext, on="external_id", how="left", maintain_order="left")
     j = j.with_columns(pl.when(pl.col("name").is_not_null()).then(pl.col("external_id")).alias("_ext")).drop(
@@ -178,21 +177,17 @@ def _linked_ops(t: TraceTables, k: pl.DataFrame, ctx: pl.DataFrame) -> pl.DataFr
         # The columns first: unique() copies every column it is given (the names are long strings).
         rt = model.runtime.select("correlation", "pid", "tid", "ts_ns").filter(
             pl.col("correlation").is_not_null()).unique("correlation", keep="first", maintain_order=True)
-        pts = k[idx].select("correlation").join(rt.select("correlation", "pid", "tid", "ts_ns"), on="correlation",
-                                                how="left", maintain_order="left")
+        pts = k[idx].select("correlation").join(rt, on="correlation", how="left", maintain_order="left")
         op_id = op_index(t).lookup(pts.select("pid", "tid", "ts_ns"))
         # Op ids are row numbers of model.cpu_ops: the op's columns by a gather, not a join.
         got = ops.select("external_id", "name", *[pl.col(c).alias(a) for c, a in _OP_META.items()]).select(
-            pl.all().gather(op_id)).with_columns(op_id.cast(pl.UInt32).alias("_r"))
-        got = got.with_columns(
-            pl.when(pl.col("name").str.contains(COMM_OP_RE)).then(pl.col("name")).alias("name"))
-        # The op's row number stands in for its External id (negative: never a real one).
-        got = got.with_columns(
-            pl.when(pl.col("name").is_not_null()).then(-1 - pl.col("_r").cast(pl.Int64)).alias("_ext"))
-        for c in cols:
-            if c not in ("external_id", "name"):
-                got = got.with_columns(pl.when(pl.col("name").is_not_null()).then(pl.col(c)).alias(c))
-        got = got.select(j.columns)
+            pl.all().gather(op_id))
+        # Only a communication op links (its row number stands in for its External id:
+        # negative, never a real one); elsewhere every column is null. One query.
+        hit = pl.col("_hit")
+        got = got.with_columns(_hit=contains_by_name(got, COMM_OP_RE).fill_null(False)).select(
+            *[pl.when(hit).then(pl.col(c)).alias(c) for c in j.columns if c != "_ext"],
+            pl.when(hit).then(-1 - op_id).alias("_ext"))
         j = j.with_row_index("_i").update(got.with_columns(_i=idx.cast(pl.UInt32)), on="_i", how="left").drop("_i")
     return j
 
