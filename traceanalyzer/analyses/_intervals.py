@@ -66,6 +66,9 @@ def covered_before(
         return pl.Series("covered", [], dtype=pl.Int64)
     if merged.is_empty():
         return pl.Series("covered", [0] * points.height, dtype=pl.Int64)
+    fast = _covered_before_np(merged, points, by, point_col)
+    if fast is not None:
+        return fast
     length = pl.col("end_ns") - pl.col("start_ns")
     cum = length.cum_sum().over(by) if by else length.cum_sum()
     m = (merged if presorted else merged.sort([*by, "start_ns"])).with_columns(_before=cum - length)
@@ -85,6 +88,56 @@ def covered_before(
     )
     inside = (pl.min_horizontal(pl.col("_t"), pl.col("end_ns")) - pl.col("start_ns")).clip(lower_bound=0)
     return j.select((pl.col("_before") + inside).fill_null(0).cast(pl.Int64).alias("covered"))["covered"]
+
+
+def _covered_before_np(merged: pl.DataFrame, points: pl.DataFrame, by: list[str], point_col: str) -> pl.Series | None:
+    """:func:`covered_before` by numpy binary search: the groups of ``merged`` and
+    ``points`` numbered together (:func:`~traceanalyzer.model.relations.group_codes`), each
+    interval start and each point keyed ``group · span + (t − t_min)``, the last start at or
+    before each point found by one ``searchsorted`` (no sort of the points, no as-of join,
+    no sort back). None (the caller joins) where a time or group is null, a column is not
+    an Int64 / integer, or the key would overflow."""
+    import numpy as np  # lazy: importing the package does not pay for numpy
+
+    from traceanalyzer.model.relations import group_codes
+
+    t_col, s_col, e_col = points[point_col], merged["start_ns"], merged["end_ns"]
+    if not (t_col.dtype == s_col.dtype == e_col.dtype == pl.Int64) or (
+        t_col.null_count() or s_col.null_count() or e_col.null_count()
+    ):
+        return None
+    n_m = merged.height
+    if by:
+        if any(merged.schema[c] != points.schema[c] for c in by):
+            return None
+        coded = group_codes(pl.concat([merged.select(by), points.select(by)]), by)
+        if coded is None:
+            return None
+        codes, n_groups = coded
+        g_m, g_p = codes[:n_m], codes[n_m:]
+    else:
+        g_m, g_p, n_groups = np.zeros(n_m, dtype=np.int64), np.zeros(points.height, dtype=np.int64), 1
+    start, end, t = s_col.to_numpy(), e_col.to_numpy(), t_col.to_numpy()
+    lo = min(int(start.min()), int(t.min()))
+    span = max(int(start.max()), int(t.max())) - lo + 1
+    if n_groups * span >= 2**62:
+        return None
+    key_m = g_m * span + (start - lo)
+    order = None if bool(np.all(key_m[1:] >= key_m[:-1])) else np.argsort(key_m, kind="stable")
+    if order is not None:
+        key_m, g_m, start, end = key_m[order], g_m[order], start[order], end[order]
+    length = end - start
+    before = np.cumsum(length) - length
+    if by and n_m:
+        # Per group: subtract what the earlier groups hold (their first row's running sum).
+        first = np.ones(n_m, dtype=bool)
+        first[1:] = g_m[1:] != g_m[:-1]
+        before = before - before[np.maximum.accumulate(np.where(first, np.arange(n_m), 0))]
+    pos = np.searchsorted(key_m, g_p * span + (t - lo), side="right") - 1
+    at = np.clip(pos, 0, None)
+    found = (pos >= 0) & (g_m[at] == g_p)
+    inside = np.clip(np.minimum(t, end[at]) - start[at], 0, None)
+    return pl.Series("covered", np.where(found, before[at] + inside, 0), dtype=pl.Int64)
 
 
 def window_union_lengths(
