@@ -92,14 +92,14 @@ def covered_before(
 
 def _covered_before_np(merged: pl.DataFrame, points: pl.DataFrame, by: list[str], point_col: str) -> pl.Series | None:
     """:func:`covered_before` by numpy binary search: the groups of ``merged`` and
-    ``points`` numbered together (:func:`~traceanalyzer.model.relations.group_codes`), each
+    ``points`` numbered together (:func:`~traceanalyzer.timeutil.group_codes`), each
     interval start and each point keyed ``group · span + (t − t_min)``, the last start at or
     before each point found by one ``searchsorted`` (no sort of the points, no as-of join,
     no sort back). None (the caller joins) where a time or group is null, a column is not
     an Int64 / integer, or the key would overflow."""
     import numpy as np  # lazy: importing the package does not pay for numpy
 
-    from traceanalyzer.model.relations import group_codes
+    from traceanalyzer.timeutil import group_codes
 
     t_col, s_col, e_col = points[point_col], merged["start_ns"], merged["end_ns"]
     if not (t_col.dtype == s_col.dtype == e_col.dtype == pl.Int64) or (

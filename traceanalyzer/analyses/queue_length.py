@@ -38,8 +38,8 @@ from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import group_codes
 from traceanalyzer.model.relations import launches as join_launches
+from traceanalyzer.timeutil import group_codes
 
 STREAM_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "device": pl.Int64, "stream": pl.Int64, "launches": pl.Int64, "gpu_ns": pl.Int64, "window_ns": pl.Int64,

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import polars as pl
 
 from traceanalyzer.model.derived import DerivedTables
 from traceanalyzer.model.trace import TraceModel
-from traceanalyzer.timeutil import group_numbers
+from traceanalyzer.timeutil import group_codes, group_numbers
 
 # Runtime/driver calls that enqueue device work. HTA joins only the first few; we
 # also count driver launches (Triton), graph launches, memcpy/memset APIs, HIP,
@@ -276,35 +275,6 @@ def _sort_by_time_key(iv: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
             pl.Series("sec", np.where(is_end, -ts[src], -en[src]), dtype=pl.Int64),
         ]
     )
-
-
-def group_codes(df: pl.DataFrame, by: Sequence[str]) -> tuple[Any, int] | None:
-    """The number of each row's ``by`` group among the distinct groups in sorted order
-    (numpy Int64 array) and the number of groups; None when a ``by`` column is not an
-    integer, holds nulls, or their combined range overflows an Int64 (the caller joins).
-
-    The columns are folded into one Int64 (``(c₁ − min₁) · range₂ + (c₂ − min₂)`` …, which
-    sorts as the tuples do), whose few distinct values are found by hashing and each row's
-    number by binary search among them: no sort and no join of the rows."""
-    import numpy as np  # lazy: importing the package does not pay for numpy
-
-    if df.is_empty():
-        return np.zeros(0, dtype=np.int64), 0
-    key: Any = None
-    total = 1
-    for c in by:
-        col = df[c]
-        if not col.dtype.is_integer() or col.null_count():
-            return None
-        lo, hi = int(col.min()), int(col.max())  # type: ignore[arg-type]
-        r = hi - lo + 1
-        total *= r
-        if total >= 2**62:
-            return None
-        v = col.to_numpy().astype(np.int64) - lo
-        key = v if key is None else key * r + v
-    uniq = np.sort(pl.Series(key).unique().to_numpy())
-    return np.searchsorted(uniq, key).astype(np.int64), int(uniq.shape[0])
 
 
 def _numbered(b: pl.DataFrame) -> pl.DataFrame:
