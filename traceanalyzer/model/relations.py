@@ -331,9 +331,10 @@ class CoverIndex:
         by = list(self.by)
         t = pl.col(point_col)
         if by:
-            g = points.select([pl.col(c).cast(self.groups.schema[c]) for c in by]).join(
-                self.groups, on=by, how="left", maintain_order="left"
-            )["_g"]
+            pb = points.select([pl.col(c).cast(self.groups.schema[c]) for c in by])
+            g = self._group_of(pb, by)
+            if g is None:
+                g = pb.join(self.groups, on=by, how="left", maintain_order="left")["_g"]
         else:
             g = pl.zeros(points.height, dtype=pl.Int64, eager=True)
         # A point after every time of the index reads its group's last state (clipped to
@@ -352,6 +353,25 @@ class CoverIndex:
             pl.select(pl.when(pos >= 0).then(current.gather(at)).otherwise(None).cast(pl.Int64).alias("id"))
             .to_series()
         )
+
+    def _group_of(self, pb: pl.DataFrame, by: list[str]) -> pl.Series | None:
+        """The group number ``_g`` of each row of ``pb`` (the points' ``by`` columns), null
+        where no group of the index has its values: the index's groups and the points
+        numbered together (:func:`group_codes`), a lookup table from those numbers to
+        ``_g`` (no hash join of the points). None where the columns cannot be numbered
+        that way (nulls, non-integers, overflow): the caller joins."""
+        import numpy as np  # lazy: importing the package does not pay for numpy
+
+        assert self.groups is not None
+        n_groups = self.groups.height
+        coded = group_codes(pl.concat([self.groups.select(by), pb]), by)
+        if coded is None:
+            return None
+        codes, n = coded
+        lut = np.full(n, -1, dtype=np.int64)
+        lut[codes[:n_groups]] = self.groups["_g"].cast(pl.Int64).to_numpy()
+        g = pl.Series("_g", lut[codes[n_groups:]], dtype=pl.Int64)
+        return pl.select(pl.when(pl.lit(g) >= 0).then(pl.lit(g)).alias("_g")).to_series()
 
 
 def _keyed_index(state: pl.DataFrame, by: list[str]) -> CoverIndex:
