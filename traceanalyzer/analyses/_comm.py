@@ -29,6 +29,7 @@ from __future__ import annotations
 import polars as pl
 from polars.expr.whenthen import ChainedThen, Then
 
+from traceanalyzer.analyses._names import contains_by_name
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, op_index, trace_tables
 
@@ -146,7 +147,7 @@ def _contexts(model: TraceModel) -> pl.DataFrame:
     """Communication CPU ops and annotations: ``external_id, name`` and their metadata."""
     ops = model.cpu_ops
     ann = model.annotations
-    o = ops.filter(pl.col("name").str.contains(COMM_OP_RE)).select(
+    o = ops.filter(contains_by_name(ops, COMM_OP_RE)).select(
         "external_id", "name", *[pl.col(c).alias(a) for c, a in _OP_META.items()])
     a = ann.filter(pl.col("name").str.contains(COMM_OP_RE)).select(
         "external_id", "name", *[pl.lit(None, ops.schema[c]).alias(a) for c, a in _OP_META.items()])
@@ -161,7 +162,6 @@ _OP_META = {"comm_name": "op_comm_name", "comm_dtype": "op_dtype", "comm_in_nele
 
 def _linked_ops(t: TraceTables, k: pl.DataFrame, ctx: pl.DataFrame) -> pl.DataFrame:
     """For each kernel row, the communication op it is linked to (null columns where none)."""
-    cols = ctx.columns
     by_ext = ctx.filter(pl.col("external_id").is_not_null()).unique("external_id", keep="first", maintain_order=True)
     j = k.select("external_id").join(by_ext, on="external_id", how="left", maintain_order="left")
     j = j.with_columns(pl.when(pl.col("name").is_not_null()).then(pl.col("external_id")).alias("_ext")).drop(
@@ -174,24 +174,20 @@ def _linked_ops(t: TraceTables, k: pl.DataFrame, ctx: pl.DataFrame) -> pl.DataFr
     if need.any():
         ops = model.cpu_ops
         idx = need.arg_true()
-        rt = model.runtime.filter(pl.col("correlation").is_not_null()).unique(
-            "correlation", keep="first", maintain_order=True)
-        pts = k[idx].select("correlation").join(rt.select("correlation", "pid", "tid", "ts_ns"), on="correlation",
-                                                how="left", maintain_order="left")
+        # The columns first: unique() copies every column it is given (the names are long strings).
+        rt = model.runtime.select("correlation", "pid", "tid", "ts_ns").filter(
+            pl.col("correlation").is_not_null()).unique("correlation", keep="first", maintain_order=True)
+        pts = k[idx].select("correlation").join(rt, on="correlation", how="left", maintain_order="left")
         op_id = op_index(t).lookup(pts.select("pid", "tid", "ts_ns"))
-        found = ops.select(
-            "external_id", "name", *[pl.col(c).alias(a) for c, a in _OP_META.items()]).with_row_index("_r")
-        got = op_id.to_frame("_r").with_columns(pl.col("_r").cast(pl.UInt32)).join(
-            found, on="_r", how="left", maintain_order="left")
-        got = got.with_columns(
-            pl.when(pl.col("name").str.contains(COMM_OP_RE)).then(pl.col("name")).alias("name"))
-        # The op's row number stands in for its External id (negative: never a real one).
-        got = got.with_columns(
-            pl.when(pl.col("name").is_not_null()).then(-1 - pl.col("_r").cast(pl.Int64)).alias("_ext"))
-        for c in cols:
-            if c not in ("external_id", "name"):
-                got = got.with_columns(pl.when(pl.col("name").is_not_null()).then(pl.col(c)).alias(c))
-        got = got.select(j.columns)
+        # Op ids are row numbers of model.cpu_ops: the op's columns by a gather, not a join.
+        got = ops.select("external_id", "name", *[pl.col(c).alias(a) for c, a in _OP_META.items()]).select(
+            pl.all().gather(op_id))
+        # Only a communication op links (its row number stands in for its External id:
+        # negative, never a real one); elsewhere every column is null. One query.
+        hit = pl.col("_hit")
+        got = got.with_columns(_hit=contains_by_name(got, COMM_OP_RE).fill_null(False)).select(
+            *[pl.when(hit).then(pl.col(c)).alias(c) for c in j.columns if c != "_ext"],
+            pl.when(hit).then(-1 - op_id).alias("_ext"))
         j = j.with_row_index("_i").update(got.with_columns(_i=idx.cast(pl.UInt32)), on="_i", how="left").drop("_i")
     return j
 

@@ -18,3 +18,23 @@ def device_name_expr() -> pl.Expr:
         .fill_null(pl.lit("type") + pl.col("device_type").cast(pl.String).fill_null("?"))
     )
     return pl.when(kind == "cpu").then(kind).otherwise(kind + ":" + pl.col("device_id").cast(pl.String).fill_null("?"))
+
+
+def with_device_by_time(ev: pl.DataFrame) -> pl.DataFrame:
+    """``ev`` (``[memory]`` events) with ``device`` (:func:`device_name_expr`), in time order
+    (a stable sort by ``ts_ns``). The name is built once per distinct (device type, id), a
+    handful, and joined back by those integers (not formatted per event); events already in
+    time order, as a trace writes them, are not sorted again."""
+    if ev.is_empty():
+        out = ev.with_columns(device=device_name_expr())
+    else:
+        keys = ["device_type", "device_id"]
+        names = ev.select(keys).unique().with_columns(device=device_name_expr())
+        out = ev.drop("device", strict=False).join(names, on=keys, how="left", nulls_equal=True,
+                                                   maintain_order="left")
+        if "device" in ev.columns:  # with_columns would have replaced it in place
+            out = out.select(ev.columns)
+    t = out["ts_ns"]
+    if t.null_count() == 0 and t.is_sorted():
+        return out
+    return out.sort("ts_ns", maintain_order=True)

@@ -39,6 +39,7 @@ import polars as pl
 from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._intervals import ms
 from traceanalyzer.analyses._kernels import GEMM_KERNEL_RE, GEMM_OPS_RE
+from traceanalyzer.analyses._names import contains_by_name
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.context import ContextResult
 from traceanalyzer.analyses.steps import StepsResult
@@ -184,7 +185,7 @@ class BaselineResult:
 
 
 def _batch_size(model: TraceModel, sr: StepsResult) -> tuple[int | None, str | None]:
-    ops = model.cpu_ops.filter(pl.col("name").str.contains(BATCH_OPS_RE) & pl.col("input_dims").is_not_null())
+    ops = model.cpu_ops.filter(contains_by_name(model.cpu_ops, BATCH_OPS_RE) & pl.col("input_dims").is_not_null())
     if ops.is_empty():
         return None, None
     ops = assign_steps(ops.select("name", "ts_ns", "input_dims"), sr, "ts_ns").filter(
@@ -206,7 +207,7 @@ def _batch_size(model: TraceModel, sr: StepsResult) -> tuple[int | None, str | N
 
 
 def _dtypes(model: TraceModel) -> dict[str, Any]:
-    ops = model.cpu_ops.filter(pl.col("name").str.contains(GEMM_OPS_RE) & pl.col("input_types").is_not_null())
+    ops = model.cpu_ops.filter(contains_by_name(model.cpu_ops, GEMM_OPS_RE) & pl.col("input_types").is_not_null())
     op_types: dict[str, int] = {}
     if ops.height:
         t = (
@@ -220,7 +221,7 @@ def _dtypes(model: TraceModel) -> dict[str, Any]:
             .sort(["len", "t"], descending=[True, False])
         )
         op_types = {r[0]: int(r[1]) for r in t.iter_rows()}
-    k = model.kernels.filter(pl.col("name").str.contains(GEMM_KERNEL_RE))
+    k = model.kernels.filter(contains_by_name(model.kernels, GEMM_KERNEL_RE))
     kern: dict[str, int] = {}
     if k.height:
         tok = pl.col("name").str.to_lowercase()

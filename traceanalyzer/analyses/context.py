@@ -59,6 +59,8 @@ from polars.expr.whenthen import ChainedThen, Then
 
 from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._copysync import runtime_by_correlation
+from traceanalyzer.analyses._kernels import on_distinct
+from traceanalyzer.analyses._names import contains_by_name
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.model import TraceModel
@@ -443,10 +445,11 @@ def _attention(t: TraceTables, kn: pl.DataFrame, sr: StepsResult) -> tuple[bool,
     k = assign_steps(k, windows, "ts_ns").filter(pl.col("window").is_in(steady))
     total = int(k["dur_ns"].sum() or 0)
     # The innermost attention-like op around each kernel's launch call.
-    att = ops.filter(pl.col("name").str.contains(f"{BMM_OP_RE}|{SOFTMAX_OP_RE}|{MASK_OP_RE}"))
-    k = k.with_columns(part=pl.when(pl.col("name").str.contains(SOFTMAX_KERNEL_RE)
-                                    & ~pl.col("name").str.contains(FUSED_ATTENTION_KERNEL_RE))
-                       .then(pl.lit("softmax")).otherwise(pl.lit(None, pl.String)))
+    att = ops.filter(contains_by_name(ops, f"{BMM_OP_RE}|{SOFTMAX_OP_RE}|{MASK_OP_RE}"))
+    # Kernel names repeat: the two regexes run once per distinct name.
+    k = on_distinct(k, ["name"], part=pl.when(pl.col("name").str.contains(SOFTMAX_KERNEL_RE)
+                                              & ~pl.col("name").str.contains(FUSED_ATTENTION_KERNEL_RE))
+                    .then(pl.lit("softmax")).otherwise(pl.lit(None, pl.String)))
     if att.height and k.height:
         iv = att.select("name", "pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(
             pl.col("id").cast(pl.Int64))
@@ -495,7 +498,9 @@ def context(ctx: AnalysisContext[TraceModel]) -> ContextResult:
     markers, cev, n_frames, recompiles, n_tri, tri_pct = _compile(model, ops, anns, frames, kn)
     compiled = bool(cev)
 
-    launch_corr = model.runtime.filter(pl.col("name").str.contains(GRAPH_LAUNCH_RE))["correlation"]
+    # The regex runs over the distinct call names (``rt``), the calls are picked by name.
+    graph_apis = rt.filter(pl.col("name").str.contains(GRAPH_LAUNCH_RE))["name"] if rt.height else rt["name"]
+    launch_corr = model.runtime.filter(pl.col("name").is_in(graph_apis.implode()))["correlation"]
     n_launch = int(launch_corr.len())
     graph_k = 0
     if model.kernels.height:

@@ -74,6 +74,7 @@ from traceanalyzer.analyses._comm import comm_classes
 from traceanalyzer.analyses._copysync import runtime_by_correlation
 from traceanalyzer.analyses._intervals import DATALOADER_RE, ms, window_union_lengths
 from traceanalyzer.analyses._kernels import kernel_class, normalize_kernel_names, on_distinct
+from traceanalyzer.analyses._names import contains_by_name
 from traceanalyzer.analyses._phases import PHASES, USER_DATA_RE
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.baseline import BaselineResult
@@ -342,7 +343,7 @@ def _dataloader_intervals(model: TraceModel) -> pl.DataFrame:
     parts = [
         model.annotations.filter(
             pl.col("name").str.contains(DATALOADER_RE) | pl.col("name").str.contains(USER_DATA_RE)),
-        model.cpu_ops.filter(pl.col("name").str.contains(DATALOADER_RE)),
+        model.cpu_ops.filter(contains_by_name(model.cpu_ops, DATALOADER_RE)),
     ]
     return pl.concat([p.select("ts_ns", "end_ns") for p in parts])
 

@@ -217,8 +217,9 @@ def efficiency(ctx: AnalysisContext[TraceModel]) -> EfficiencyResult:
     )
 
     # Kernels → the operation around their launch call.
-    rt = model.runtime.filter(pl.col("correlation").is_not_null()).unique("correlation", keep="first").select(
-        "correlation", pl.col("pid"), pl.col("tid"), pl.col("ts_ns").alias("launch_ns"))
+    # The columns first: unique() copies every column it is given (the names are long strings).
+    rt = model.runtime.select("correlation", "pid", "tid", "ts_ns").filter(pl.col("correlation").is_not_null()).unique(
+        "correlation", keep="first").select("correlation", "pid", "tid", pl.col("ts_ns").alias("launch_ns"))
     k = model.kernels.select("name", "ts_ns", "dur_ns", "correlation").join(rt, on="correlation", how="left")
     k = k.with_columns(gid=containing(k, groups.select(pl.col("id").alias("gid"), "pid", "tid", "ts_ns", "end_ns"),
                                       "launch_ns", "gid"))

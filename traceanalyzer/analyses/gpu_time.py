@@ -52,6 +52,7 @@ from traceanalyzer.analyses._intervals import (
     ms,
     pct,
 )
+from traceanalyzer.analyses._names import contains_by_name
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
@@ -197,7 +198,7 @@ def _tb_breakdown(model: TraceModel, act: pl.DataFrame, windows: pl.DataFrame) -
             pl.concat(
                 [
                     act.filter(pl.col("category") == "communication").select(iv),
-                    cpu.filter(pl.col("name").str.contains(CPU_COMM_RE)).select(iv),
+                    cpu.filter(contains_by_name(cpu, CPU_COMM_RE)).select(iv),
                 ]
             ),
         ),

@@ -146,7 +146,9 @@ def kernel_sequences(ctx: AnalysisContext[TraceModel]) -> KernelSequencesResult:
     if k.height < min_n:
         raise NotApplicable(f"fewer than {min_n} kernels in the steady steps")
     # Launching CPU op of each kernel: runtime call (by correlation) → deepest cpu_op covering its start.
-    rt = model.runtime.filter(pl.col("correlation").is_not_null()).unique("correlation", keep="first")
+    # The columns first: unique() copies every column it is given (the names are long strings).
+    rt = model.runtime.select("correlation", "pid", "tid", "ts_ns").filter(pl.col("correlation").is_not_null()).unique(
+        "correlation", keep="first")
     at = k.select("correlation").join(rt.select("correlation", "pid", "tid", "ts_ns"), on="correlation",
                                       how="left", maintain_order="left")
     k = k.with_columns(cpu_op=model.cpu_ops["name"].gather(op_index(ctx.tables).lookup(at.select(

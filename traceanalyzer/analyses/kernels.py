@@ -159,7 +159,9 @@ def kernels(ctx: AnalysisContext[TraceModel]) -> KernelsResult:
     )
 
     # Launching CPU op: runtime call (by correlation) → deepest cpu_op covering its start.
-    rt = model.runtime.filter(pl.col("correlation").is_not_null()).unique("correlation", keep="first")
+    # The columns first: unique() copies every column it is given (the names are long strings).
+    rt = model.runtime.select("correlation", "pid", "tid", "ts_ns").filter(pl.col("correlation").is_not_null()).unique(
+        "correlation", keep="first")
     # Only the launch points of these kernels are looked up (not every runtime call), and
     # op ids are row numbers of model.cpu_ops: the name is a gather, not a join.
     launch = k.select("correlation").join(

@@ -47,6 +47,7 @@ import polars as pl
 
 from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._intervals import dist_stats, pct, us
+from traceanalyzer.analyses._kernels import on_distinct
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.gpu_time import GpuTimeResult
 from traceanalyzer.analyses.steps import StepsResult
@@ -137,10 +138,14 @@ def launches(ctx: AnalysisContext[TraceModel]) -> LaunchesResult:
         raise NotApplicable(
             f"none of the {all_calls.height:,} launch calls has its GPU activity in the trace (kernels not captured)"
         )
+    # The API names repeat (a handful in 100k calls): their string tests run once per name.
+    api = pl.col("api")
+    j = on_distinct(j, ["api"], is_graph=api.str.contains("Graph"),
+                    _sync_api=~api.str.contains("(?i)async") & ~api.str.starts_with("ur"),
+                    _run_fn=api.str.starts_with("runFunction"))
     t = (
         j.with_columns(
             n_replayed=pl.len().over("correlation").cast(pl.Int64),
-            is_graph=pl.col("api").str.contains("Graph"),
             launch_delay_ns=(pl.col("gpu_ts_ns") - pl.col("cpu_end_ns")).clip(lower_bound=0),
             start_delay_ns=pl.col("gpu_ts_ns") - pl.col("cpu_ts_ns"),
         )
@@ -149,7 +154,7 @@ def launches(ctx: AnalysisContext[TraceModel]) -> LaunchesResult:
             shorter_than_launch=pl.col("gpu_dur_ns") < pl.col("cpu_share_ns"),
             blocking=pl.col("activity").is_in(["memcpy", "memset"])
             & (
-                (~pl.col("api").str.contains("(?i)async") & ~pl.col("api").str.starts_with("ur"))
+                pl.col("_sync_api")
                 | pl.col("gpu_name").str.contains("Pageable").fill_null(False)
             )
             # A synchronous MTIA runtime (some versions): runFunction returns at about
@@ -158,7 +163,7 @@ def launches(ctx: AnalysisContext[TraceModel]) -> LaunchesResult:
             # may appear to start just after a synchronous call returned, or just before
             # an asynchronous one returned.
             | (
-                pl.col("api").str.starts_with("runFunction")
+                pl.col("_run_fn")
                 & ((pl.col("gpu_ts_ns") < pl.col("cpu_end_ns")).mean().over("api") > 0.5)
             ),
         )

@@ -31,12 +31,12 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analyses import AnalysisContext, analysis
-from traceanalyzer.analyses._memevents import device_name_expr
+from traceanalyzer.analyses._memevents import with_device_by_time
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import nest, op_index
+from traceanalyzer.model.relations import op_index, op_links
 
 _SUMS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes")
 CURVE_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
@@ -146,7 +146,7 @@ def _up_the_tree(per: pl.DataFrame, parent: pl.Series, depth: pl.Series) -> pl.D
 
 
 @analysis("memory_per_op", input="trace", depends_on=("steps",), title="Memory per operator", order=61,
-          shared=("op_nesting",), params={"top_n": 30, "curve_points": 50})
+          shared=("op_nesting", "op_links"), params={"top_n": 30, "curve_points": 50})
 def memory_per_op(ctx: AnalysisContext[TraceModel]) -> MemoryPerOpResult:
     """Allocations, frees and peak increase per operator (self and with nested ops); memory curve per step."""
     model = ctx.model
@@ -154,7 +154,7 @@ def memory_per_op(ctx: AnalysisContext[TraceModel]) -> MemoryPerOpResult:
     ev = model.memory_events.filter(~pl.col("oom"))
     if ev.is_empty():
         raise NotApplicable("no [memory] events: profile with profile_memory=True")
-    mem = ev.with_columns(device=device_name_expr()).sort("ts_ns", maintain_order=True)
+    mem = with_device_by_time(ev)
     curve = _curve(mem, ctx.need("steps", StepsResult).windows(), points)
     ops = model.cpu_ops
     op_id = (op_index(ctx.tables).lookup(mem.select("ts_ns", "pid", "tid")) if ops.height
@@ -168,8 +168,7 @@ def memory_per_op(ctx: AnalysisContext[TraceModel]) -> MemoryPerOpResult:
         peak=pl.col("total_allocated").max())
     if int(self_["alloc_count"].sum()) == 0:
         raise NotApplicable("no allocation ([memory] event) falls inside a CPU op on its thread")
-    iv = ops.select("pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
-    links = nest(iv.filter(pl.col("end_ns") > pl.col("ts_ns")))
+    links = op_links(ctx.tables)
     parent = pl.repeat(None, ops.height, dtype=pl.Int64, eager=True).scatter(links["id"], links["parent_id"])
     depth = pl.repeat(0, ops.height, dtype=pl.Int64, eager=True).scatter(links["id"], links["depth"])
     total = _up_the_tree(self_, parent, depth)

@@ -49,7 +49,7 @@ from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._callsites import has_stacks, innermost_frames, short_site
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import cover_index, launches, nest, op_index
+from traceanalyzer.model.relations import cover_index, launches, nest, op_index, op_links
 
 MODULE_PREFIX = "nn.Module: "
 _BACKWARD_NODE = r"^autograd::engine::evaluate_function: "
@@ -100,15 +100,17 @@ class OperatorsResult:
         return out
 
 
-def _tree_times(iv: pl.DataFrame, self_dev: pl.Series) -> pl.DataFrame:
+def _tree_times(iv: pl.DataFrame, self_dev: pl.Series, links: pl.DataFrame | None = None) -> pl.DataFrame:
     """Host/device self and total times of nested intervals.
 
     ``iv``: ``id`` (row number 0…n−1), ``pid, tid, ts_ns, end_ns``; ``self_dev``: device
     time launched directly under each id (aligned with ``iv``). Returns ``iv`` with
     ``parent_id``, ``host_total_ns``, ``host_self_ns``, ``device_self_ns``,
     ``device_total_ns``. Device totals go up the tree one depth level at a time (a few tens
-    of levels, each vectorised)."""
-    links = nest(iv.filter(pl.col("end_ns") > pl.col("ts_ns")).select("id", "pid", "tid", "ts_ns", "end_ns"))
+    of levels, each vectorised). ``links``: :func:`nest` of ``iv``'s positive-length intervals
+    where the caller has it (the run's :func:`op_links` for the CPU ops)."""
+    if links is None:
+        links = nest(iv.filter(pl.col("end_ns") > pl.col("ts_ns")).select("id", "pid", "tid", "ts_ns", "end_ns"))
     n = iv.height
     depth = pl.repeat(0, n, dtype=pl.Int64, eager=True).scatter(links["id"], links["depth"])
     parent = pl.repeat(None, n, dtype=pl.Int64, eager=True).scatter(links["id"], links["parent_id"])
@@ -193,7 +195,7 @@ def _backward(model: TraceModel, ops: pl.DataFrame) -> tuple[pl.DataFrame, str |
 
 
 @analysis("operators", input="trace", title="Operators and modules", order=44,
-          shared=("op_nesting", "gpu_activity", "launches"), params={"top_n": 50})
+          shared=("op_nesting", "op_links", "gpu_activity", "launches"), params={"top_n": 50})
 def operators(ctx: AnalysisContext[TraceModel]) -> OperatorsResult:
     """TensorBoard's operator and module views: self/total host and device time per op, per input shape, per
     nn.Module; backward ops linked to their forward op."""
@@ -205,7 +207,7 @@ def operators(ctx: AnalysisContext[TraceModel]) -> OperatorsResult:
     ops = model.cpu_ops.select("name", "pid", "tid", "ts_ns", "end_ns", "seq_num", "fwd_thread_id",
                                "input_dims").with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
     dev, k = _self_device(ctx, op_index(ctx.tables), n)
-    t = _tree_times(ops.select("id", "pid", "tid", "ts_ns", "end_ns"), dev)
+    t = _tree_times(ops.select("id", "pid", "tid", "ts_ns", "end_ns"), dev, op_links(ctx.tables))
     ops = ops.hstack(t.select(*_TIMES)).with_columns(kernels=k)
     by_name = _agg(ops, ["name"], top_n)
     shaped = ops.filter(pl.col("input_dims").is_not_null() & (pl.col("input_dims") != "[]"))

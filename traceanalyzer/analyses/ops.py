@@ -209,8 +209,9 @@ def _kernel_classes(t: TraceTables, windows: pl.DataFrame, steady: list[int]) ->
     if gemm_ops.height:
         ops = gemm_ops.select("pid", "tid", "ts_ns", "end_ns", _dtype_of(pl.col("input_types")).alias("_dt")
                               ).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
-        rt = model.runtime.filter(pl.col("correlation").is_not_null()).unique("correlation", keep="first").select(
-            "correlation", "pid", "tid", "ts_ns")
+        # The columns first: unique() copies every column it is given (the names are long strings).
+        rt = model.runtime.select("correlation", "pid", "tid", "ts_ns").filter(
+            pl.col("correlation").is_not_null()).unique("correlation", keep="first")
         rt = rt.with_columns(id=deepest_at(ops.select("id", "pid", "tid", "ts_ns", "end_ns"), rt))
         rt = rt.with_columns(_dt=ops["_dt"].gather(rt["id"]))  # ids are row numbers of ops
         k = k.drop("op_dtype").join(rt.select("correlation", pl.col("_dt").alias("op_dtype")), on="correlation",

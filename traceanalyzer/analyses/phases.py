@@ -83,6 +83,7 @@ from traceanalyzer.analyses._intervals import (
     window_union_lengths,
 )
 from traceanalyzer.analyses._kernels import normalize_kernel_names, on_distinct
+from traceanalyzer.analyses._names import contains_by_name
 from traceanalyzer.analyses._phases import PHASES, USER_DATA_RE
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
@@ -180,12 +181,12 @@ def phase_context(t: TraceTables, windows: pl.DataFrame) -> PhaseContext:
     cpu = pl.concat([ops, ann.select("name", "pid", "tid", "ts_ns", "end_ns")])
     dl = cpu.filter(pl.col("name").str.contains(DATALOADER_RE))
     dl_user = ann.filter(pl.col("name").str.contains(USER_DATA_RE) & ~pl.col("name").str.contains(DATALOADER_RE))
-    comm = cpu.filter(pl.col("name").str.contains(CPU_COMM_RE))
+    comm = cpu.filter(contains_by_name(cpu, CPU_COMM_RE))
     opt = pl.concat([
-        cpu.filter(pl.col("name").str.contains(OPTIMIZER_OP_RE)),
+        cpu.filter(contains_by_name(cpu, OPTIMIZER_OP_RE)),
         ann.filter(pl.col("name").str.contains(USER_OPTIMIZER_RE)).select(cpu.columns),
     ])
-    bwd_ops = ops.filter(pl.col("name").str.contains(BACKWARD_OP_RE))
+    bwd_ops = ops.filter(contains_by_name(ops, BACKWARD_OP_RE))
     # Autograd engine threads: named so, or a non-step thread that runs backward ops.
     step_threads = model.steps.select("pid", "tid").unique()
     if step_threads.is_empty() and ops.height:

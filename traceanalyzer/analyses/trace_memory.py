@@ -30,7 +30,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analyses import AnalysisContext, analysis
-from traceanalyzer.analyses._memevents import device_name_expr
+from traceanalyzer.analyses._memevents import with_device_by_time
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, op_index
@@ -143,9 +143,7 @@ def trace_memory(ctx: AnalysisContext[TraceModel]) -> TraceMemoryResult:
     ev = model.memory_events
     if ev.is_empty():
         raise NotApplicable("no [memory] events: profile with profile_memory=True")
-    ev = ev.with_columns(
-        device=device_name_expr()
-    ).sort("ts_ns", maintain_order=True)
+    ev = with_device_by_time(ev)
     ooms = ev.filter(pl.col("oom"))
     mem = _enclosing_ops(ev.filter(~pl.col("oom")), ctx.tables)
 

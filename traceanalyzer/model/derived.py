@@ -73,6 +73,12 @@ class DerivedTables(Generic[M]):
                     _REBUILDS[key] = _REBUILDS.get(key, 0) + 1
             return value
 
+    def wanted(self, key: str) -> bool:
+        """Whether an analysis of this run that declares ``key`` has yet to finish (a table
+        built as a by-product of another is kept only then)."""
+        with self._lock:
+            return self._readers.get(key, 0) > 0
+
     def held(self) -> frozenset[str]:
         """The keys whose tables are held now."""
         with self._lock:

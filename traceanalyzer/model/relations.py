@@ -26,7 +26,7 @@ import polars as pl
 
 from traceanalyzer.model.derived import DerivedTables
 from traceanalyzer.model.trace import TraceModel
-from traceanalyzer.timeutil import group_numbers
+from traceanalyzer.timeutil import group_codes, group_numbers
 
 # Runtime/driver calls that enqueue device work. HTA joins only the first few; we
 # also count driver launches (Triton), graph launches, memcpy/memset APIs, HIP,
@@ -129,7 +129,13 @@ def _link_parents_keyed(starts: pl.DataFrame, by: list[str]) -> pl.DataFrame | N
     level = g * n_depths + (starts["depth"].cast(pl.Int64) - d_min + 1)
     pos = starts["pos"].cast(pl.Int64)
     key = level * n_pos + pos
-    order = key.arg_sort()
+    # The rows come in ``pos`` order, so sorting by ``key`` is a stable sort by ``level``
+    # alone: few distinct values, a numpy radix sort when they fit 16 bits.
+    import numpy as np  # lazy: importing the package does not pay for numpy
+
+    lv = level.to_numpy()
+    n_levels = int(lv.max()) + 1
+    order = pl.Series(np.argsort(lv.astype(np.int16) if n_levels < 2**15 else lv, kind="stable"))
     keys, ids = key.gather(order), starts["id"].gather(order)
     # The last start one level below with pos <= this pos − 1 (strictly earlier).
     want = level - 1
@@ -201,60 +207,72 @@ def _sort_by_time_key(iv: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     instant: few at ns resolution) then sorted by every key in place. Each column of the
     result is gathered straight from ``iv`` (row ``i < n`` is the start of interval ``i``,
     row ``n + i`` its end): the unsorted 2n boundary rows are never built. None when the
-    key would overflow or a key column holds nulls (the caller sorts the rows)."""
+    key would overflow or a key column holds nulls (the caller sorts the rows).
+
+    The key is sorted by numpy's stable sort (a merge of runs): a trace's starts and ends
+    are each nearly sorted per thread, which it exploits and a general sort does not."""
+    import numpy as np  # lazy: importing the package does not pay for numpy
+
     n = iv.height
     if n == 0 or any(iv[c].null_count() for c in [*by, "id", "ts_ns", "end_ns"]):
         return None
     t_min, t_max = int(iv["ts_ns"].min()), int(iv["end_ns"].max())  # type: ignore[arg-type]
     span = t_max - t_min + 1
+    ts = iv["ts_ns"].cast(pl.Int64).to_numpy()
+    en = iv["end_ns"].cast(pl.Int64).to_numpy()
     if by:
-        groups = iv.select(by).unique().sort(by).with_row_index("_g").with_columns(pl.col("_g").cast(pl.Int64))
-        if groups.height * span >= 2**62:
+        coded = group_codes(iv, by)
+        if coded is None:  # e.g. string columns: number the groups by a join
+            groups = iv.select(by).unique().sort(by).with_row_index("_g").with_columns(pl.col("_g").cast(pl.Int64))
+            coded = (iv.select(by).join(groups, on=by, how="left", maintain_order="left")["_g"].to_numpy(),
+                     groups.height)
+        codes, n_groups = coded
+        if n_groups * span >= 2**62:
             return None
-        g = iv.select(by).join(groups, on=by, how="left", maintain_order="left")["_g"] * span - t_min
+        g = codes * span - t_min
     else:
         if span >= 2**62:
             return None
-        g = pl.repeat(-t_min, n, dtype=pl.Int64, eager=True)
-    key = pl.concat([g + iv["ts_ns"], g + iv["end_ns"]])
+        g = np.full(n, -t_min, dtype=np.int64)
+    key = np.concatenate([g + ts, g + en])
     del g
-    order = key.arg_sort()
-    k = key.gather(order)
+    order = np.argsort(key, kind="stable")
+    k = key[order]
     del key
-    tied = (k == k.shift(1)).fill_null(False) | (k == k.shift(-1)).fill_null(False)
+    eq = k[1:] == k[:-1]
+    tied = np.zeros(k.shape[0], dtype=bool)
+    tied[1:] |= eq
+    tied[:-1] |= eq
+    del eq
     if tied.any():
         # Tied rows sit in contiguous blocks of equal key: sorting them by (key, …) keeps
         # each block at its place and orders it by the remaining keys. Only the order is
         # fixed (one column), before any column is gathered with it.
-        at = tied.arg_true()
-        o = order.gather(at)
+        at = np.flatnonzero(tied)
+        o = order[at]
         end, s = o >= n, o % n
-        ts, en = iv["ts_ns"].gather(s), iv["end_ns"].gather(s)
         rows = pl.DataFrame(
             {
-                "_k": k.gather(at),
-                "t": pl.select(pl.when(end).then(en).otherwise(ts)).to_series(),
-                "kind": (~end).cast(pl.Int8),
-                "sec": pl.select(pl.when(end).then(-ts).otherwise(-en)).to_series(),
+                "_k": k[at],
+                "t": np.where(end, en[s], ts[s]),
+                "kind": (~end).astype(np.int8),
+                "sec": np.where(end, -ts[s], -en[s]),
                 "id": iv["id"].gather(s),
                 "_o": o,
             }
         )
-        order = order.scatter(at, _sort_boundary_rows(rows, [], lead=["_k"])["_o"])
+        order[at] = _sort_boundary_rows(rows, [], lead=["_k"])["_o"].to_numpy()
     del k, tied
     is_end = order >= n
     src = order % n
     del order
+    at_src = pl.Series(src)
     return pl.DataFrame(
-        [iv[c].gather(src) for c in [*by, "id"]]
+        [iv[c].gather(at_src) for c in [*by, "id"]]
         + [
-            pl.select(
-                pl.when(is_end).then(iv["end_ns"].gather(src)).otherwise(iv["ts_ns"].gather(src)).alias("t")
-            ).to_series(),
-            (~is_end).cast(pl.Int8).alias("kind"),
-            pl.select(
-                pl.when(is_end).then(-iv["ts_ns"].gather(src)).otherwise(-iv["end_ns"].gather(src)).alias("sec")
-            ).to_series(),
+            pl.Series("t", np.where(is_end, en[src], ts[src]), dtype=pl.Int64),
+            pl.Series("kind", (~is_end).astype(np.int8), dtype=pl.Int8),
+            pl.Series("sec", np.where(is_end, -ts[src], -en[src]), dtype=pl.Int64),
         ]
     )
 
@@ -313,9 +331,10 @@ class CoverIndex:
         by = list(self.by)
         t = pl.col(point_col)
         if by:
-            g = points.select([pl.col(c).cast(self.groups.schema[c]) for c in by]).join(
-                self.groups, on=by, how="left", maintain_order="left"
-            )["_g"]
+            pb = points.select([pl.col(c).cast(self.groups.schema[c]) for c in by])
+            g = self._group_of(pb, by)
+            if g is None:
+                g = pb.join(self.groups, on=by, how="left", maintain_order="left")["_g"]
         else:
             g = pl.zeros(points.height, dtype=pl.Int64, eager=True)
         # A point after every time of the index reads its group's last state (clipped to
@@ -334,6 +353,25 @@ class CoverIndex:
             pl.select(pl.when(pos >= 0).then(current.gather(at)).otherwise(None).cast(pl.Int64).alias("id"))
             .to_series()
         )
+
+    def _group_of(self, pb: pl.DataFrame, by: list[str]) -> pl.Series | None:
+        """The group number ``_g`` of each row of ``pb`` (the points' ``by`` columns), null
+        where no group of the index has its values: the index's groups and the points
+        numbered together (:func:`group_codes`), a lookup table from those numbers to
+        ``_g`` (no hash join of the points). None where the columns cannot be numbered
+        that way (nulls, non-integers, overflow): the caller joins."""
+        import numpy as np  # lazy: importing the package does not pay for numpy
+
+        assert self.groups is not None
+        n_groups = self.groups.height
+        coded = group_codes(pl.concat([self.groups.select(by), pb]), by)
+        if coded is None:
+            return None
+        codes, n = coded
+        lut = np.full(n, -1, dtype=np.int64)
+        lut[codes[:n_groups]] = self.groups["_g"].cast(pl.Int64).to_numpy()
+        g = pl.Series("_g", lut[codes[n_groups:]], dtype=pl.Int64)
+        return pl.select(pl.when(pl.lit(g) >= 0).then(pl.lit(g)).alias("_g")).to_series()
 
 
 def _keyed_index(state: pl.DataFrame, by: list[str]) -> CoverIndex:
@@ -540,13 +578,33 @@ def _op_nesting(t: TraceTables) -> CoverIndex:
         )
         links, index = nest_with_index(ivs.filter(pl.col("end_ns") > pl.col("ts_ns")), ["pid", "tid"])
         # The nesting's depths are what op_top_level computes with a sort of its own:
-        # handed over now (the links are not kept), they save that sort.
+        # handed over now, they save that sort.
         top = _top_level_from_nesting(ivs, links)
         if top is not None:
             t.get("op_top_level", lambda: top)
+        # The links themselves are kept only for an analysis of this run that declares them.
+        if t.wanted("op_links"):
+            t.get("op_links", lambda: links)
         return index
 
     return t.get("op_nesting", build)
+
+
+def op_links(src: TraceModel | TraceTables) -> pl.DataFrame:
+    """:func:`nest` of the positive-length ops of ``model.cpu_ops`` on (pid, tid), ``id`` =
+    the op's row number: ``id, depth, parent_id`` (built once per run, with :func:`op_index`,
+    from the same sort of the boundaries)."""
+    t = trace_tables(src)
+
+    def build() -> pl.DataFrame:
+        ivs = t.model.cpu_ops.select("pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(
+            pl.col("id").cast(pl.Int64)
+        )
+        return nest(ivs.filter(pl.col("end_ns") > pl.col("ts_ns")), ["pid", "tid"])
+
+    if "op_nesting" not in t.held() and "op_links" not in t.held() and t.wanted("op_nesting"):
+        _op_nesting(t)  # builds both from one sort, while the index is wanted anyway
+    return t.get("op_links", build)
 
 
 def _top_level_from_nesting(ivs: pl.DataFrame, links: pl.DataFrame) -> pl.Series | None:
