@@ -278,10 +278,10 @@ def test_longest_path_dp_matches_brute_force() -> None:
     z = np.zeros(n, dtype=np.int64)
     # Some chains start with a lead (the time before their first node counts on a path from there).
     lead = seg_start & (rng.random(n) < 0.5)
-    g = CPGraph(node_ts=np.arange(n, dtype=np.int64), node_event=np.arange(n, dtype=np.int64),
-                node_start=np.ones(n, dtype=bool), node_window=z, seg_start=seg_start, link_w=link_w,
-                link_type=z, link_event=z - 1, link_dl=np.zeros(n, dtype=bool), lead=lead, x_src=src, x_dst=dst,
-                x_w=xw, x_type=z[:300] + 4, x_event=z[:300] - 1, events=pl.DataFrame(), sync_source="none")
+    g = CPGraph(node_event=np.arange(n, dtype=np.int32), node_window=z.astype(np.int32), seg_start=seg_start,
+                link_w=link_w, link_type=z, link_event=z - 1, link_dl=np.zeros(n, dtype=bool), lead=lead,
+                x_src=src, x_dst=dst, x_w=xw, x_type=z[:300] + 4, x_event=z[:300] - 1, events=pl.DataFrame(),
+                sync_source="none")
     lp = longest_path(g)
     best = np.where(lead, link_w, 0).astype(np.int64)
     for i in range(n):

@@ -40,6 +40,7 @@ path, not over nodes), its nodes marked with a difference array.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeAlias
 
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     I64: TypeAlias = npt.NDArray[np.int64]
+    I32: TypeAlias = npt.NDArray[np.int32]
     F64: TypeAlias = npt.NDArray[np.float64]
     B: TypeAlias = npt.NDArray[np.bool_]
 
@@ -113,39 +115,51 @@ class CPGraph:
     Node ``i`` is linked to node ``i − 1`` (same chain) unless ``seg_start[i]``; that link has
     weight ``link_w[i]``, type ``link_type[i]`` and is attributed to event ``link_event[i]``.
     Cross edge ``k`` joins ``x_src[k]`` → ``x_dst[k]`` (sorted by ``x_dst``), weight ``x_w``.
+    Node, event, window and type numbers are int32 (far below 2³¹), times and weights int64.
     ``events``: ``event, kind, name, pid, tid, device, stream, ts_ns, end_ns, klass, bound``
     (``event`` = row number).
     """
 
-    node_ts: I64
-    node_event: I64
-    node_start: B
-    node_window: I64
+    node_event: I32
+    node_window: I32
     seg_start: B
     link_w: I64
-    link_type: I64
-    link_event: I64
+    link_type: I32
+    link_event: I32
     link_dl: B  # a dependency link (gap between ops, or lead) inside a DataLoader range
     lead: B  # the chain's first node carries a lead (its link_w: time from the step start)
-    x_src: I64
-    x_dst: I64
+    x_src: I32
+    x_dst: I32
     x_w: I64
-    x_type: I64
-    x_event: I64
+    x_type: I32
+    x_event: I32
     events: pl.DataFrame
     sync_source: str  # "cuda_sync events" / "runtime calls" / "none"
 
     @property
     def n_nodes(self) -> int:
-        return int(self.node_ts.size)
+        return int(self.node_event.size)
+
+    @functools.cached_property
+    def chains(self) -> tuple[I64, I64, I64, I64, I32]:
+        """``(seg, seg_first, seg_end, x_dst_first, x_dst_u)``: each node's segment, each
+        segment's first node and end (exclusive), the first cross edge into each destination
+        and those destinations (the what-ifs reuse them: only weights change)."""
+        import numpy as np
+
+        seg = _seg_ids(self.seg_start)
+        seg_first = np.flatnonzero(self.seg_start).astype(np.int64)
+        seg_end = np.r_[seg_first[1:], self.n_nodes].astype(np.int64)
+        x_dst_first = np.flatnonzero(np.r_[True, self.x_dst[1:] != self.x_dst[:-1]]).astype(np.int64) \
+            if self.x_dst.size else np.zeros(0, np.int64)
+        return seg, seg_first, seg_end, x_dst_first, self.x_dst[x_dst_first]
 
 
 def _empty_graph(events: pl.DataFrame, sync_source: str) -> CPGraph:
     import numpy as np
 
-    z = np.zeros(0, dtype=np.int64)
-    return CPGraph(z, z, z.astype(bool), z, z.astype(bool), z, z, z, z.astype(bool), z.astype(bool), z, z, z, z, z,
-                   events, sync_source)
+    z, z32, f = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=bool)
+    return CPGraph(z32, z32, f, z, z32, z32, f, f, z32, z32, z, z32, z32, events, sync_source)
 
 
 def _cpu_events(model: TraceModel) -> pl.DataFrame:
@@ -377,56 +391,79 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     casts = (pl.col("link_type").cast(pl.Int64), pl.col("link_w").cast(pl.Int64), pl.col("link_event").cast(pl.Int64))
     nodes = pl.concat([cpu_nodes.lazy().with_columns(*casts), gpu_nodes.with_columns(*casts)]).with_columns(
         node=pl.int_range(pl.len(), dtype=pl.Int64)).collect(engine=_ENGINE)
-    start_of = nodes.filter(pl.col("start")).select("event", pl.col("node").alias("s"))
-    end_of = nodes.filter(~pl.col("start")).select("event", pl.col("node").alias("e"))
-    ev_nodes = start_of.join(end_of, on="event")
+    del cpu_nodes, gpu_nodes, gs, ge, lg
+    # Each event's start and end node (events are numbered 0 … n − 1 by row, each has both).
+    node_event = _ints(nodes["event"])
+    node_start = nodes["start"].to_numpy()
+    start_node = np.empty(events.height, dtype=np.int32)
+    end_node = np.empty(events.height, dtype=np.int32)
+    start_node[node_event[node_start]] = np.flatnonzero(node_start)
+    end_node[node_event[~node_start]] = np.flatnonzero(~node_start)
+    del node_start
+
+    def edges(src: I32, dst: I32, w: pl.Series | int, typ: int,
+              ev: pl.Series) -> pl.DataFrame:
+        return pl.DataFrame({"src": src, "dst": dst, "w": w, "type": typ, "ev": ev}).with_columns(
+            pl.all().cast(pl.Int64))
 
     # ---- cross edges: src node, dst node, weight, type, attributed event.
     parts = []
     le = g.filter(pl.col("_launch")).join(
         rt.select(pl.col("event").alias("rt_event"), "correlation", "pid", "tid"), on=["correlation", "pid", "tid"],
         how="inner")
+    del g
     if le.height:
-        parts.append(le.join(ev_nodes.rename({"event": "rt_event", "s": "src", "e": "_e"}), on="rt_event").join(
-            ev_nodes.rename({"s": "dst", "e": "_e2"}), on="event").select(
-            "src", "dst", (pl.col("gpu_ts_ns") - pl.col("cpu_ts_ns")).clip(lower_bound=0).alias("w"),
-            pl.lit(LAUNCH).alias("type"), pl.col("rt_event").alias("ev")))
+        parts.append(edges(start_node[_ints(le["rt_event"])], start_node[_ints(le["event"])],
+                           (le["gpu_ts_ns"] - le["cpu_ts_ns"]).clip(lower_bound=0), LAUNCH, le["rt_event"]))
+    del le
     if sync_calls.height:
         # GPU → CPU: the activity's end → the call's end.
-        parts.append(sync_calls.join(ev_nodes.rename({"event": "src_event", "s": "_s", "e": "src"}), on="src_event")
-                     .join(ev_nodes.rename({"event": "call", "s": "_s2", "e": "dst"}), on="call")
-                     .select("src", "dst", pl.lit(0).alias("w"), pl.lit(SYNC).alias("type"),
-                             pl.col("call").alias("ev")))
+        parts.append(edges(end_node[_ints(sync_calls["src_event"])], end_node[_ints(sync_calls["call"])], 0, SYNC,
+                           sync_calls["call"]))
     if waits.height:
-        parts.append(waits.join(ev_nodes.rename({"event": "src_event", "s": "_s", "e": "src"}), on="src_event")
-                     .join(ev_nodes.rename({"event": "dst", "s": "_dst", "e": "_e"}), on="dst")
-                     .select("src", pl.col("_dst").alias("dst"), pl.lit(0).alias("w"), pl.lit(SYNC).alias("type"),
-                             pl.col("src_event").alias("ev")))
+        parts.append(edges(end_node[_ints(waits["src_event"])], start_node[_ints(waits["dst"])], 0, SYNC,
+                           waits["src_event"]))
     if handoff.height:
         parts.append(handoff)
     if parts:
         x = pl.concat([p.with_columns(pl.all().cast(pl.Int64)) for p in parts]).unique(["src", "dst"]).sort("dst")
     else:
         x = pl.DataFrame(schema={c: pl.Int64 for c in ("src", "dst", "w", "type", "ev")})
+    del parts, start_node, end_node
 
     # A blocking call's wait weighs nothing only where a sync edge explains it; one without
     # (its stream guessed wrong, a copy that returned early) keeps its CPU time (with
     # cpu_gaps; HTA's weights zero it regardless).
-    synced = x.filter(pl.col("type") == SYNC)["dst"].unique()
-    nodes = nodes.with_columns(link_w=pl.when(pl.col("_unexplained").is_not_null() & ~pl.col("node").is_in(
-        synced.implode())).then(pl.col("_unexplained")).otherwise(pl.col("link_w")))
-
-    def arr(s: pl.Series) -> I64:
-        return s.cast(pl.Int64).to_numpy().astype(np.int64, copy=False)
-
+    x_src, x_dst, x_type = _ints(x["src"]), _ints(x["dst"]), _ints(x["type"])
+    synced = np.zeros(node_event.size, dtype=bool)
+    synced[x_dst[x_type == SYNC]] = True
+    link_w = _i64(nodes["link_w"])
+    unexplained = nodes["_unexplained"]
+    if unexplained.null_count() < unexplained.len():
+        link_w = np.where(unexplained.is_not_null().to_numpy() & ~synced, _i64(unexplained.fill_null(0)), link_w)
+    del synced, unexplained
+    seg_start = nodes["seg"].to_numpy()
     return CPGraph(
-        node_ts=arr(nodes["ts"]), node_event=arr(nodes["event"]), node_start=nodes["start"].to_numpy(),
-        node_window=arr(nodes["window"]), seg_start=nodes["seg"].to_numpy(), link_w=arr(nodes["link_w"]),
-        link_type=arr(nodes["link_type"]), link_event=arr(nodes["link_event"]),
-        link_dl=nodes["link_dl"].to_numpy(), lead=(nodes["seg"] & (nodes["link_w"] > 0)).to_numpy(),
-        x_src=arr(x["src"]), x_dst=arr(x["dst"]), x_w=arr(x["w"]), x_type=arr(x["type"]), x_event=arr(x["ev"]),
+        node_event=node_event, node_window=_ints(nodes["window"]), seg_start=seg_start, link_w=link_w,
+        link_type=_ints(nodes["link_type"]), link_event=_ints(nodes["link_event"]),
+        link_dl=nodes["link_dl"].to_numpy(), lead=seg_start & (link_w > 0),
+        x_src=x_src, x_dst=x_dst, x_w=_i64(x["w"]), x_type=x_type, x_event=_ints(x["ev"]),
         events=events.drop("window"), sync_source=source,
     )
+
+
+def _ints(s: pl.Series) -> I32:
+    """A column of node, event, window or type numbers as int32 (all far below 2³¹)."""
+    import numpy as np
+
+    return s.cast(pl.Int32).to_numpy().astype(np.int32, copy=False)
+
+
+def _i64(s: pl.Series) -> I64:
+    """A column of times or weights (ns) as int64."""
+    import numpy as np
+
+    return s.cast(pl.Int64).to_numpy().astype(np.int64, copy=False)
 
 
 def _inferred_waits(act: pl.DataFrame) -> pl.DataFrame:
@@ -633,14 +670,15 @@ def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
     if n == 0:
         z = np.zeros(0, dtype=np.int64)
         return LongestPath(z, 0, True, {}, z.astype(bool), z, z)
-    seg = _seg_ids(g.seg_start)
+    seg, seg_first, seg_end, x_dst_first, x_dst_u = g.chains
     w = np.where(g.seg_start, 0, lw).astype(np.int64)
     csum = np.cumsum(w)
-    seg_first = np.flatnonzero(g.seg_start)
-    prefix = csum - csum[seg_first][seg]  # P: weights from the segment's first node
+    prefix = csum - np.repeat(csum[seg_first], seg_end - seg_first)  # P: weights from the segment's first node
+    del csum
     # Segmented running maximum: offset each segment far above the previous one so a plain
     # running maximum never carries a value across segments.
     span = int(w.clip(min=0).sum()) + int(xw.clip(min=0).sum() if xw.size else 0) + 1
+    del w
     big = np.int64(2 * span + 1)
     # The offsets, computed once; where they would overflow, _chain_dist offsets by blocks.
     off = seg * big if float(big) * float(seg[-1] + 1) < 2.0**62 else None
@@ -648,22 +686,19 @@ def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
     # that much behind it: the floor of the node's offer.
     floor = np.where(g.lead, lw, 0).astype(np.int64)
     offer = floor.copy()
-    x_dst_first = np.flatnonzero(np.r_[True, g.x_dst[1:] != g.x_dst[:-1]]) if g.x_dst.size else np.zeros(0, np.int64)
-    x_dst_u = g.x_dst[x_dst_first] if g.x_dst.size else np.zeros(0, np.int64)
-    rounds, converged = 0, True
-    while True:
-        rounds += 1
-        dist = _chain_dist(offer, prefix, seg, seg_first, big, off)
-        if not g.x_dst.size:
-            break
+    rounds, converged = 1, True
+    dist = _chain_dist(offer, prefix, seg, seg_first, big, off)
+    while g.x_dst.size:
         cand = dist[g.x_src] + xw
         best = np.maximum.reduceat(cand, x_dst_first)
         # Offers differ from the floor only at cross-edge destinations: compared and
-        # updated there.
+        # updated there. They only grow (so do the distances they come from).
         new = np.maximum(floor[x_dst_u], best)
-        if np.array_equal(new, offer[x_dst_u]):
+        grew = new != offer[x_dst_u]
+        if not grew.any():
             break
-        offer[x_dst_u] = new
+        at = x_dst_u[grew]
+        offer[at] = new[grew]
         if rounds >= max_rounds:
             # Many chain switches (thousands of syncs in one window): finish with one pass in
             # topological order instead, linear in nodes and edges whatever the depth.
@@ -672,7 +707,11 @@ def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
             offer = floor.copy()
             offer[x_dst_u] = np.maximum(floor[x_dst_u], np.maximum.reduceat(cand, x_dst_first))
             break
-    return _extract(g, dist, offer, prefix, seg, seg_first, lw, xw, rounds, converged)
+        rounds += 1
+        # Only the segments whose offers grew change, from their first grown node on.
+        _raise_dist(dist, offer, prefix, seg, seg_first, seg_end, big, off, at)
+    del prefix, off, floor
+    return _extract(g, dist, offer, lw, xw, rounds, converged)
 
 
 def _topological_dist(g: CPGraph, lw: I64, xw: I64, floor: I64) -> tuple[I64, bool]:
@@ -728,19 +767,37 @@ def _chain_dist(offer: I64, prefix: I64, seg: I64, seg_first: I64, big: np.int64
     return out
 
 
-def _extract(g: CPGraph, dist: I64, offer: I64, prefix: I64, seg: I64, seg_first: I64, lw: I64, xw: I64,
-             rounds: int, converged: bool) -> LongestPath:
+def _raise_dist(dist: I64, offer: I64, prefix: I64, seg: I64, seg_first: I64, seg_end: I64, big: np.int64,
+                off: I64 | None, grew: I64) -> None:
+    """Update ``dist`` in place after the offers at nodes ``grew`` (sorted) went up: in each
+    segment holding one, from the first such node to the segment's end, ``dist[i]`` becomes
+    ``max(dist[i], P[i] + max_{lo ≤ j ≤ i}(offer[j] − P[j]))`` (the nodes before ``lo`` kept their
+    offers, so their part of the maximum is already in ``dist``)."""
+    import numpy as np
+
+    s = seg[grew]
+    first = np.r_[True, s[1:] != s[:-1]]
+    idx = _ranges(grew[first], seg_end[s[first]])
+    if off is None:
+        dist[:] = _chain_dist(offer, prefix, seg, seg_first, big, None)
+        return
+    o = off[idx]
+    p = prefix[idx]
+    m = np.maximum.accumulate(offer[idx] - p + o)
+    m -= o
+    m += p
+    dist[idx] = np.maximum(dist[idx], m)
+
+
+def _extract(g: CPGraph, dist: I64, offer: I64, lw: I64, xw: I64, rounds: int, converged: bool) -> LongestPath:
     import numpy as np
 
     n = dist.size
     # Where along its segment each node's best start lies: the last j ≤ i at which
-    # offer[j] − P[j] reached the running maximum.
-    v = offer - prefix
-    m = dist - prefix
-    hit = v == m
-    idx = np.where(hit, np.arange(n), -1)
-    big = np.int64(n + 1)
-    jstar = np.maximum.accumulate(np.where(idx >= 0, idx + seg * big, -1)) - seg * big
+    # offer[j] − P[j] reached the running maximum, i.e. offer[j] = dist[j]. A segment's first
+    # node always qualifies (its distance is its offer), so a plain running maximum of the
+    # qualifying indices never reaches back into the previous segment.
+    jstar = np.maximum.accumulate(np.where((offer == dist) | g.seg_start, np.arange(n), 0))
     # Best cross edge into each node (the one whose offer won: the first of the largest
     # offers among the edges into it, edges being sorted by destination).
     cand = dist[g.x_src] + xw if g.x_src.size else np.zeros(0, np.int64)

@@ -183,45 +183,52 @@ class _BadTarget(ValueError):
 
 
 def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: TraceModel,
-            step_of: dict[int, int]) -> dict[str, Any]:
+            step_of: dict[int, int], node_win: np.ndarray) -> dict[str, Any]:
     """One what-if row: ``target``'s edges ``factor``× lighter, the longest paths recomputed.
-    Step, saving and new step are medians over the steady steps (the step every report cites)."""
+    Step, saving and new step are medians over the steady steps (the step every report cites).
+    ``node_win``: each node's window as an index into the sorted windows of ``base``."""
     import numpy as np
 
     scaled, launch = _event_scale(g, target, model)
     steps = [step_of[w] for w in base.window_len]
     step_med = float(np.median(steps)) if steps else 0.0
     lw, xw = g.link_w, g.x_w
+
+    def lighter(w: np.ndarray, hit: np.ndarray) -> np.ndarray:
+        out = w.copy()
+        out[hit] = np.floor(w[hit] / factor)
+        return out
+
     if launch:
         x_hit = g.x_type == LAUNCH
         touched = bool(x_hit[base.path_x].any())
-        xw = np.where(x_hit, np.floor(g.x_w / factor), g.x_w).astype(np.int64)
+        xw = lighter(g.x_w, x_hit)
     else:
-        ev_ok = g.link_event >= 0
-        hit = np.zeros(g.link_event.size, dtype=bool)
-        hit[ev_ok] = scaled[g.link_event[ev_ok]]
+        # Event -1 (a link of no event) reads the False appended at the end.
+        hit = np.append(scaled, False)[g.link_event]
         hit &= g.link_type == OP
         if target in ("cpu", "data_loading"):  # the time between a thread's ops is CPU time too
             hit |= (g.link_type == DEPENDENCY) & (g.link_dl == (target == "data_loading"))
         touched = bool(hit[base.path_links].any())
-        lw = np.where(hit, np.floor(g.link_w / factor), g.link_w).astype(np.int64)
+        if touched:
+            lw = lighter(g.link_w, hit)
+        del hit
         if target == "cpu":  # hand-offs between threads: CPU time of the step's thread
             x_hit = g.x_type == DEPENDENCY
             touched |= bool(x_hit[base.path_x].any())
-            xw = np.where(x_hit, np.floor(g.x_w / factor), g.x_w).astype(np.int64)
+            xw = lighter(g.x_w, x_hit)
     if not touched:
         # Weights only shrink: a target with no edge on any path leaves every path as it is.
         return {"target": target, "factor": factor, "step_ns": round(step_med), "new_step_ns": round(step_med),
                 "saved_ns": 0, "saved_pct_of_step": 0.0, "path_moved_steps": 0, "path_overlap_pct": 100.0}
     new = longest_path(g, lw, xw)
+    del lw, xw
     saved = [base.window_len[w] - new.window_len.get(w, 0) for w in base.window_len]
     # Per window: nodes whose membership changed, nodes on both paths, nodes on the new one.
-    wins = np.array(sorted(base.window_len), dtype=np.int64)
-    at = np.searchsorted(wins, g.node_window)
-    changed = np.bincount(at, weights=base.on_path != new.on_path, minlength=wins.size)
-    both = np.bincount(at, weights=base.on_path & new.on_path, minlength=wins.size)
-    on_new = np.bincount(at, weights=new.on_path, minlength=wins.size)
-    moved = int((changed > 0).sum())
+    n_win = len(base.window_len)
+    moved = int(np.unique(node_win[base.on_path != new.on_path]).size)
+    both = np.bincount(node_win[base.on_path & new.on_path], minlength=n_win)
+    on_new = np.bincount(node_win[new.on_path], minlength=n_win)
     overlap = (100.0 * both / np.maximum(on_new, 1)).tolist()
     saved_med = float(np.median(saved)) if saved else 0.0
     return {"target": target, "factor": factor, "step_ns": round(step_med),
@@ -324,9 +331,10 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
     targets = ([target] if target else []) + [c for c in [*classes, "cpu", "data_loading", "launch_overhead"]
                                               if c != target]
     wrows, whatif_error = [], None
+    node_win = np.searchsorted(np.array(sorted(lp.window_len), dtype=np.int64), g.node_window)
     for t in targets:
         try:
-            wrows.append({**_whatif(g, lp, t, factor, model, step_of), "requested": t == target})
+            wrows.append({**_whatif(g, lp, t, factor, model, step_of, node_win), "requested": t == target})
         except _BadTarget as err:
             whatif_error = f"critical_path.whatif_target: {err}"
     whatif = pl.DataFrame(wrows, schema=_WHATIF_SCHEMA).sort(["requested", "saved_ns"], descending=[True, True])
