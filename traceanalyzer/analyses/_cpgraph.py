@@ -180,11 +180,14 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     # op, a kernel past the next step's start) counts only inside it, so a path never exceeds
     # its step.
     bounds = windows.select("window", pl.col("start_ns").alias("_w0"), pl.col("end_ns").alias("_w1"))
-    cpu = assign_steps(_cpu_events(model), windows, "ts_ns").filter(pl.col("window").is_in(keep)).join(
-        bounds, on="window", how="left").with_columns(
+    # A window's bounds by look-up (the windows are few; a join would copy every column).
+    w0 = pl.col("window").replace_strict(bounds["window"], bounds["_w0"], default=None)
+    w1 = pl.col("window").replace_strict(bounds["window"], bounds["_w1"], default=None)
+    cpu = assign_steps(_cpu_events(model), windows, "ts_ns").lazy().filter(pl.col("window").is_in(keep)).with_columns(
+        _w0=w0, _w1=w1).with_columns(
         ts_ns=pl.col("ts_ns").clip(pl.col("_w0"), pl.col("_w1")), end_ns=pl.col("end_ns").clip(pl.col("_w0"),
                                                                                            pl.col("_w1"))
-    ).filter(pl.col("end_ns") > pl.col("ts_ns")).drop("_w0", "_w1")
+    ).filter(pl.col("end_ns") > pl.col("ts_ns")).drop("_w0", "_w1").collect(engine=_ENGINE)
     lj = launches(t).filter(pl.col("gpu_ts_ns").is_not_null())
     lj = lj.select("correlation", "pid", "tid", "cpu_ts_ns", "cpu_end_ns", "cpu_dur_ns", "api", "gpu_name",
                    "activity", "gpu_ts_ns", "gpu_end_ns", "device", "stream")
@@ -207,10 +210,11 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     lj = lj.join(ga, on=["device", "stream", "gpu_ts_ns", "correlation"], how="left").with_columns(
         queue_empty=pl.col("queue_empty") & (pl.col("_prev_end_all").is_null()
                                              | (pl.col("_prev_end_all") < pl.col("cpu_ts_ns"))))
-    gpu = assign_steps(lj, windows, "cpu_ts_ns").filter(pl.col("window").is_in(keep)).join(
-        bounds, on="window", how="left").with_columns(
+    gpu = assign_steps(lj, windows, "cpu_ts_ns").lazy().filter(pl.col("window").is_in(keep)).with_columns(
+        _w0=w0, _w1=w1).with_columns(
         [pl.col(c).clip(pl.col("_w0"), pl.col("_w1")) for c in ("cpu_ts_ns", "cpu_end_ns", "gpu_ts_ns", "gpu_end_ns")]
-    ).drop("_w0", "_w1")
+    ).drop("_w0", "_w1").collect(engine=_ENGINE)
+    del lj, ga
 
     # The event table: CPU events, then GPU activities.
     comm = comm_classes(t).select("is_comm")
@@ -274,13 +278,13 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     # While another thread of the process runs an op, the step's thread between its own ops is
     # waiting for it (backward on the autograd thread), not working: that part of a gap (or
     # lead) does not count; the other thread's ops carry the path there (hand-off edges below).
-    b = lb.join(main.lazy().select("pid", "tid", pl.lit(True).alias("_main")), on=["pid", "tid"],
-                how="left").with_columns(pl.col("_main").fill_null(False)).join(
-        bounds.lazy().select("window", "_w0"), on="window", how="left").with_columns(
+    # (Expressions, not joins: a join would copy every column, and keep the rows in ``pos`` order.)
+    is_main = pl.struct("pid", "tid").is_in(main.select(pl.struct("pid", "tid")).to_series().implode())
+    b = lb.with_columns(_main=is_main, _w0=w0).with_columns(
         _gap_from=pl.when(pl.col("first")).then(pl.col("_w0")).otherwise(pl.col("prev_t"))).collect(engine=_ENGINE)
+    del sb, blocking
     busy = pl.zeros(b.height, pl.Int64, eager=True).alias("_busy")
-    others = cpu.join(main.select("pid", "tid", pl.lit(True).alias("_m")), on=["pid", "tid"], how="left").filter(
-        pl.col("_m").is_null() & pl.col("pid").is_in(main["pid"].implode()))
+    others = cpu.filter(~is_main & pl.col("pid").is_in(main["pid"].implode()))
     if cpu_gaps and others.height:
         merged = merge_intervals(others.select("pid", "ts_ns", "end_ns"), by=["pid"])
         # Busy time in [gap start, t): the covered length before t less that before the
@@ -314,8 +318,12 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     end_start = (pl.col("prev_kind") == 0) & (pl.col("kind") == 1) & ~is_dep
     par = lb.filter(end_start).select(*by, "pos", pl.col("prev_depth").alias("_pd")).sort("pos").join_asof(
         opened.sort("pos"), on="pos", by=[*by, "_pd"], strategy="backward",
-        check_sortedness=False).select("pos", "_parent")
-    b = lb.join(par, on="pos", how="left").sort("pos").with_columns(
+        check_sortedness=False).select("pos", pl.col("_parent").fill_null(-1)).collect(engine=_ENGINE)
+    # The rows of ``b`` are in ``pos`` order: the parents scattered there.
+    parent = np.full(b.height, -1, dtype=np.int64)
+    parent[par["pos"].to_numpy()] = par["_parent"].to_numpy()
+    del par
+    b = lb.with_columns(_parent=pl.Series(parent)).with_columns(
         link_event=pl.when(pl.col("first") | (pl.col("link_type") == DEPENDENCY)).then(-1)
         .when(pl.col("prev_kind") == 1).then(pl.col("prev_event"))
         .when(pl.col("kind") == 0).then(pl.col("event"))
