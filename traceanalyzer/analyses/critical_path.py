@@ -57,7 +57,7 @@ from traceanalyzer.analyses._intervals import ms
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import deepest_at
+from traceanalyzer.model.relations import TraceTables, deepest_at
 
 if TYPE_CHECKING:
     import numpy as np  # imported where it runs: importing the analyses stays free of numpy
@@ -81,8 +81,6 @@ class CriticalPathResult:
     breakdown: pl.DataFrame  # bound_by, ns_per_step, pct_of_path
     top_events: pl.DataFrame  # name, kind, bound_by, ns_per_step, pct_of_path, count
     whatif: pl.DataFrame  # _WHATIF_SCHEMA
-    critical_events: pl.DataFrame  # events on a path: kind, name, pid, tid, device, stream, ts_ns, end_ns, bound
-    path_edges: pl.DataFrame  # every path edge: window, type, bound_by, weight_ns, event name
     sync_source: str
     cpu_gaps: bool
     rounds: int
@@ -237,6 +235,77 @@ def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: Tr
             "path_moved_steps": moved, "path_overlap_pct": float(np.mean(overlap)) if overlap else 100.0}
 
 
+_BOUND_NAMES = (*BOUND_CLASSES, "")  # bound codes: index here (the last, none: a sync edge)
+
+
+@dataclass(frozen=True)
+class _PathEdges:
+    """Every edge on a path (chain links, then cross edges) as parallel arrays: window, edge
+    type (``EDGE_TYPES`` index), bound class (``_BOUND_NAMES`` index), weight, event (-1: none)."""
+
+    window: np.ndarray
+    type: np.ndarray
+    bound: np.ndarray
+    weight_ns: np.ndarray
+    event: np.ndarray
+
+
+def _path_edges(g: CPGraph, lp: LongestPath) -> _PathEdges:
+    import numpy as np
+
+    code = {c: i for i, c in enumerate(_BOUND_NAMES)}
+    bound = g.events["bound"].replace_strict(list(_BOUND_NAMES), list(range(len(_BOUND_NAMES))),
+                                             return_dtype=pl.Int8).to_numpy()
+    li = lp.path_links
+    l_ev = g.link_event[li]
+    l_type = g.link_type[li]
+    l_bound = np.where(l_type == KERNEL_KERNEL, code["gpu_kernel_kernel_overhead"],
+                       np.where(l_type == DEPENDENCY, np.where(g.link_dl[li], code["data_loading"], code["cpu_bound"]),
+                                np.where(l_ev >= 0, bound[np.maximum(l_ev, 0)], code["cpu_bound"])))
+    xi = lp.path_x
+    x_type = g.x_type[xi]
+    x_bound = np.where(x_type == LAUNCH, code["gpu_kernel_launch_overhead"],
+                       np.where(x_type == DEPENDENCY, code["cpu_bound"], code[""]))
+    return _PathEdges(
+        window=np.concatenate([g.node_window[li], g.node_window[g.x_dst[xi]]]),
+        type=np.concatenate([l_type, x_type]), bound=np.concatenate([l_bound, x_bound]),
+        weight_ns=np.concatenate([g.link_w[li], g.x_w[xi]]), event=np.concatenate([l_ev, g.x_event[xi]]))
+
+
+def path_tables(g: CPGraph, lp: LongestPath) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``(critical_events, path_edges)``: the events on a path (``kind, name, pid, tid, device,
+    stream, ts_ns, end_ns, klass, bound``) and every path edge (``window, type, bound_by,
+    weight_ns, event, name, kind``). The analysis keeps neither (its result holds what the
+    reports read); they show a path in full (tests, investigations)."""
+    import numpy as np
+
+    ev = g.events
+    pe = _path_edges(g, lp)
+    edges = pl.DataFrame({"window": pe.window, "type": pe.type, "bound_by": pe.bound, "weight_ns": pe.weight_ns,
+                          "event": pe.event},
+                         schema={"window": pl.Int64, "type": pl.Int64, "bound_by": pl.Int64, "weight_ns": pl.Int64,
+                                 "event": pl.Int64}).with_columns(
+        pl.col("type").replace_strict(list(range(len(EDGE_TYPES))), list(EDGE_TYPES), return_dtype=pl.String),
+        pl.col("bound_by").replace_strict(list(range(len(_BOUND_NAMES))), list(_BOUND_NAMES),
+                                          return_dtype=pl.String))
+    # Events are numbered by row: their name and kind by position (null for no event).
+    at = edges["event"]
+    edges = edges.with_columns(
+        name=pl.when(at >= 0).then(ev["name"].gather(at.clip(lower_bound=0))),
+        kind=pl.when(at >= 0).then(ev["kind"].gather(at.clip(lower_bound=0))))
+    on = np.zeros(ev.height, dtype=bool)
+    on[g.node_event[lp.on_path]] = True
+    return ev.filter(pl.Series(on)).drop("event"), edges
+
+
+def graph_and_path(tables: TraceTables, steps: StepsResult, cpu_gaps: bool) -> tuple[CPGraph, LongestPath]:
+    """The graph of the steady steps and its longest paths (NotApplicable: no graph)."""
+    g = build_graph(tables, steps.windows(), steps.steady_windows(), cpu_gaps)
+    if g.n_nodes == 0:
+        raise NotApplicable("no CPU op or runtime call of positive length in a steady step")
+    return g, longest_path(g)
+
+
 @analysis(
     "critical_path", depends_on=("steps",), title="Critical path", order=85,
     shared=("gpu_activity", "launches", "comm_classes", "op_nesting"),
@@ -254,53 +323,21 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
         raise NotApplicable("critical_path.whatif_factor must be > 0")
     if model.cpu_ops.is_empty() and model.runtime.is_empty():
         raise NotApplicable("no CPU ops or runtime calls: the critical path needs the CPU side of the trace")
-    keep = steps.steady_windows()
-    g = build_graph(ctx.tables, steps.windows(), keep, bool(ctx.params.cpu_gaps))
-    if g.n_nodes == 0:
-        raise NotApplicable("no CPU op or runtime call of positive length in a steady step")
-    lp = longest_path(g)
+    g, lp = graph_and_path(ctx.tables, steps, bool(ctx.params.cpu_gaps))
     step_of = dict(zip(steps.table["window"].to_list(), steps.table["dur_ns"].to_list(), strict=True))
     step_label = dict(zip(steps.table["window"].to_list(), steps.table["step"].to_list(), strict=True))
 
-    # Path edges: chain links and cross edges on a path, with their bound class.
+    # Path edges (chain links and cross edges on a path) with their bound class, as codes:
+    # summed per window and class, and per event, before any name is attached.
     ev = g.events
-    # Bound classes as codes into BOUND_CLASSES (code len(BOUND_CLASSES): none, a sync edge),
-    # named once the edges are a frame.
-    names = [*BOUND_CLASSES, ""]
-    code = {c: i for i, c in enumerate(names)}
-    bound = ev["bound"].replace_strict(names, list(range(len(names))), return_dtype=pl.Int64).to_numpy()
-    li = lp.path_links
-    l_ev = g.link_event[li]
-    l_type = g.link_type[li]
-    l_bound = np.where(l_type == KERNEL_KERNEL, code["gpu_kernel_kernel_overhead"],
-                       np.where(l_type == DEPENDENCY, np.where(g.link_dl[li], code["data_loading"], code["cpu_bound"]),
-                                np.where(l_ev >= 0, bound[np.maximum(l_ev, 0)], code["cpu_bound"])))
-    xi = lp.path_x
-    x_type = g.x_type[xi]
-    x_bound = np.where(x_type == LAUNCH, code["gpu_kernel_launch_overhead"],
-                       np.where(x_type == DEPENDENCY, code["cpu_bound"], code[""]))
-    x_ev = g.x_event[xi]
-    edges = pl.DataFrame({
-        "window": np.concatenate([g.node_window[li], g.node_window[g.x_dst[xi]]]),
-        "type": np.concatenate([l_type, x_type]),
-        "bound_by": np.concatenate([l_bound, x_bound]),
-        "weight_ns": np.concatenate([g.link_w[li], g.x_w[xi]]),
-        "event": np.concatenate([l_ev, x_ev]),
-    }, schema={"window": pl.Int64, "type": pl.Int64, "bound_by": pl.Int64, "weight_ns": pl.Int64,
-               "event": pl.Int64}).with_columns(
-        pl.col("type").replace_strict(list(range(len(EDGE_TYPES))), list(EDGE_TYPES), return_dtype=pl.String),
-        pl.col("bound_by").replace_strict(list(range(len(names))), names, return_dtype=pl.String))
-    # Events are numbered by row: their name and kind by position (null for no event).
-    at = edges["event"]
-    edges = edges.with_columns(
-        name=pl.when(at >= 0).then(ev["name"].gather(at.clip(lower_bound=0))),
-        kind=pl.when(at >= 0).then(ev["kind"].gather(at.clip(lower_bound=0))))
+    pe = _path_edges(g, lp)
     n_steps = len(lp.window_len)
     total_path = sum(lp.window_len.values())
-    per_class = edges.group_by("window", "bound_by").agg(pl.col("weight_ns").sum())
+    per_class = pl.DataFrame({"window": pe.window, "bound_by": pe.bound, "weight_ns": pe.weight_ns}).group_by(
+        "window", "bound_by").agg(pl.col("weight_ns").sum())
     by_window: dict[int, dict[str, int]] = {}
-    for r in per_class.iter_rows(named=True):
-        by_window.setdefault(r["window"], {})[r["bound_by"]] = r["weight_ns"]
+    for w, b, ns in per_class.iter_rows():
+        by_window.setdefault(w, {})[_BOUND_NAMES[b]] = ns
     rows = []
     for w, length in sorted(lp.window_len.items()):
         pc = by_window.get(w, {})
@@ -313,10 +350,19 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
         "pct_of_path": [100.0 * float(per_step[f"{c}_ns"].sum()) / total_path if total_path else 0.0
                         for c in BOUND_CLASSES],
     })
+    # Top events: weights per (event, class) first (integers), then named; an event has one
+    # name and kind, so the events of a (name, kind, class) are its rows.
+    keep_e = (pe.event >= 0) & (pe.weight_ns > 0) & (pe.type != LAUNCH)
+    per_event = pl.DataFrame({"event": pe.event[keep_e], "bound": pe.bound[keep_e], "w": pe.weight_ns[keep_e]},
+                             schema={"event": pl.Int64, "bound": pl.Int8, "w": pl.Int64}).group_by(
+        "event", "bound").agg(pl.col("w").sum())
+    del pe, keep_e
     top_events = (
-        edges.filter((pl.col("event") >= 0) & (pl.col("weight_ns") > 0) & (pl.col("type") != "launch_delay"))
+        per_event.with_columns(name=ev["name"].gather(per_event["event"]), kind=ev["kind"].gather(per_event["event"]),
+                               bound_by=pl.col("bound").replace_strict(list(range(len(_BOUND_NAMES))),
+                                                                       list(_BOUND_NAMES), return_dtype=pl.String))
         .group_by("name", "kind", "bound_by")
-        .agg(total=pl.col("weight_ns").sum(), count=pl.col("event").n_unique().cast(pl.Int64))
+        .agg(total=pl.col("w").sum(), count=pl.len().cast(pl.Int64))
         .with_columns(ns_per_step=(pl.col("total") / max(n_steps, 1)).round().cast(pl.Int64),
                       pct_of_path=100.0 * pl.col("total") / max(total_path, 1))
         .sort("total", "name", descending=[True, False])
@@ -339,12 +385,8 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
             whatif_error = f"critical_path.whatif_target: {err}"
     whatif = pl.DataFrame(wrows, schema=_WHATIF_SCHEMA).sort(["requested", "saved_ns"], descending=[True, True])
 
-    on = np.zeros(ev.height, dtype=bool)
-    on[g.node_event[lp.on_path]] = True  # events are numbered by row
-    critical_events = ev.filter(pl.Series(on)).drop("event")
     return CriticalPathResult(
-        per_step=per_step, breakdown=breakdown, top_events=top_events, whatif=whatif,
-        critical_events=critical_events, path_edges=edges, sync_source=g.sync_source,
+        per_step=per_step, breakdown=breakdown, top_events=top_events, whatif=whatif, sync_source=g.sync_source,
         cpu_gaps=bool(ctx.params.cpu_gaps), rounds=lp.rounds, converged=lp.converged, graph_nodes=g.n_nodes,
         graph_cross_edges=int(g.x_dst.size), whatif_error=whatif_error,
     )
