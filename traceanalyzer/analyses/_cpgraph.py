@@ -306,13 +306,14 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
         # Where a gap (or lead) lies: its middle, for the DataLoader test below.
         _gap_mid=pl.when(pl.col("first")).then((pl.col("t") + pl.col("_w0")) // 2)
         .otherwise((pl.col("t") + pl.col("prev_t")) // 2),
-    ).collect(engine=_ENGINE)
+    ).drop("prev_t", "_gap_from", "_busy", "_w0", "_blocking").collect(engine=_ENGINE)
+    del busy
     dl_gap = (pl.col("link_type") == DEPENDENCY) & _dataloader_flags(
         model, b.select("pid", "tid", pl.col("_gap_mid").alias("ts_ns")))
     # Attribution (HTA): start→start and start→end to the source, end→end to the destination,
     # end→start to the source's parent (the op open between them): the last start at the
     # depth left open, found by an as-of join on position.
-    lb = b.lazy().with_columns(link_dl=dl_gap)
+    lb = b.lazy().with_columns(link_dl=dl_gap).drop("_gap_mid")
     opened = lb.filter(pl.col("kind") == 1).select(*by, "pos", pl.col("depth").alias("_pd"),
                                                   pl.col("event").alias("_parent"))
     end_start = (pl.col("prev_kind") == 0) & (pl.col("kind") == 1) & ~is_dep
@@ -329,8 +330,9 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
         .when(pl.col("kind") == 0).then(pl.col("event"))
         .otherwise(pl.col("_parent").fill_null(-1)),
     ).collect(engine=_ENGINE)
+    del parent, lb, opened
     cpu_nodes = b.select(
-        pl.col("t").alias("ts"), "event", (pl.col("kind") == 1).alias("start"), "window",
+        "event", (pl.col("kind") == 1).alias("start"), "window",
         pl.col("first").alias("seg"), "link_w", "link_type", "link_event", "link_dl", "_unexplained")
     # Hand-offs (with cpu_gaps): another thread's top-level op may have waited for the step's
     # thread (the autograd engine's backward, a worker fed by the loop): a zero-weight edge
@@ -348,12 +350,14 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
             handoff = h.filter(pl.col("src").is_not_null()).select(
                 "src", "dst", pl.lit(0).alias("w"), pl.lit(DEPENDENCY).alias("type"),
                 pl.lit(-1).alias("ev")).with_columns(pl.all().cast(pl.Int64))
+    del b
 
     # ---- sync and stream-wait edges, GPU side.
     act = gpu.select("event", "window", "correlation", "pid", "tid", "cpu_ts_ns", "cpu_end_ns", "gpu_ts_ns",
                      "gpu_end_ns", "device", "stream", "queue_empty", "api", "_prev_end_all")
     rt = cpu.filter(pl.col("kind") == "runtime").select("event", "window", "name", "pid", "tid", "ts_ns", "end_ns",
                                                          "correlation")
+    del cpu, gpu
     sync_calls, waits, source = _sync_calls(syncs, rt, act)
     if source != "cuda_sync events":
         waits = pl.concat([waits, _inferred_waits(act)])
@@ -381,14 +385,15 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     launch = launch | (~kk & (pl.col("prev_end").is_null() | ~near) & w_ok_launch & (
         pl.col("_prev_end_all").is_null() | (pl.col("_prev_end_all") < pl.col("cpu_ts_ns"))))
     g = lg.with_columns(_launch=launch, _kk=kk).collect(engine=_ENGINE)
-    gs = g.lazy().select(pl.col("gpu_ts_ns").alias("ts"), "event", pl.lit(True).alias("start"), "window",
+    del act, lg
+    gs = g.lazy().select("event", pl.lit(True).alias("start"), "window",
                          (~pl.col("_kk")).alias("seg"),
                          pl.when(pl.col("_kk")).then((pl.col("gpu_ts_ns") - pl.col("prev_end")).clip(lower_bound=0))
                          .otherwise(0).alias("link_w"),
                          pl.when(pl.col("_kk")).then(KERNEL_KERNEL).otherwise(OP).alias("link_type"),
                          pl.when(pl.col("_kk")).then(pl.col("prev_event")).otherwise(-1).alias("link_event"),
                          pl.lit(False).alias("link_dl"), pl.lit(None, pl.Int64).alias("_unexplained"))
-    ge = g.lazy().select(pl.col("gpu_end_ns").alias("ts"), "event", pl.lit(False).alias("start"), "window",
+    ge = g.lazy().select("event", pl.lit(False).alias("start"), "window",
                          pl.lit(False).alias("seg"), (pl.col("gpu_end_ns") - pl.col("gpu_ts_ns")).alias("link_w"),
                          pl.lit(OP).alias("link_type"), pl.col("event").alias("link_event"),
                          pl.lit(False).alias("link_dl"), pl.lit(None, pl.Int64).alias("_unexplained"))
@@ -396,10 +401,10 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     half = pl.len() // 2
     row = pl.int_range(pl.len(), dtype=pl.Int64)
     gpu_nodes = pl.concat([gs, ge]).select(pl.all().gather(row // 2 + (row % 2) * half))
-    casts = (pl.col("link_type").cast(pl.Int64), pl.col("link_w").cast(pl.Int64), pl.col("link_event").cast(pl.Int64))
-    nodes = pl.concat([cpu_nodes.lazy().with_columns(*casts), gpu_nodes.with_columns(*casts)]).with_columns(
-        node=pl.int_range(pl.len(), dtype=pl.Int64)).collect(engine=_ENGINE)
-    del cpu_nodes, gpu_nodes, gs, ge, lg
+    # (Numbers as int32, weights int64: the graph's own types.)
+    casts = (pl.col("event", "window", "link_type", "link_event").cast(pl.Int32), pl.col("link_w").cast(pl.Int64))
+    nodes = pl.concat([cpu_nodes.lazy().with_columns(*casts), gpu_nodes.with_columns(*casts)]).collect(engine=_ENGINE)
+    del cpu_nodes, gpu_nodes, gs, ge
     # Each event's start and end node (events are numbered 0 … n − 1 by row, each has both).
     node_event = _ints(nodes["event"])
     node_start = nodes["start"].to_numpy()

@@ -352,11 +352,18 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
     })
     # Top events: weights per (event, class) first (integers), then named; an event has one
     # name and kind, so the events of a (name, kind, class) are its rows.
+    # (A sort of one integer key and a segmented sum: several times cheaper than a group-by.)
     keep_e = (pe.event >= 0) & (pe.weight_ns > 0) & (pe.type != LAUNCH)
-    per_event = pl.DataFrame({"event": pe.event[keep_e], "bound": pe.bound[keep_e], "w": pe.weight_ns[keep_e]},
-                             schema={"event": pl.Int64, "bound": pl.Int8, "w": pl.Int64}).group_by(
-        "event", "bound").agg(pl.col("w").sum())
-    del pe, keep_e
+    nb = len(_BOUND_NAMES)
+    key = pe.event[keep_e].astype(np.int64) * nb + pe.bound[keep_e]
+    order = np.argsort(key)
+    key = key[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if key.size else np.zeros(0, np.int64)
+    per_event = pl.DataFrame({"event": key[starts] // nb, "bound": (key[starts] % nb).astype(np.int8),
+                              "w": np.add.reduceat(pe.weight_ns[keep_e][order], starts) if key.size
+                              else np.zeros(0, np.int64)},
+                             schema={"event": pl.Int64, "bound": pl.Int8, "w": pl.Int64})
+    del pe, keep_e, key, order, starts
     top_events = (
         per_event.with_columns(name=ev["name"].gather(per_event["event"]), kind=ev["kind"].gather(per_event["event"]),
                                bound_by=pl.col("bound").replace_strict(list(range(len(_BOUND_NAMES))),
