@@ -274,12 +274,18 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     main = model.steps.select("pid", "tid").unique()
     if main.is_empty():
         main = cpu.group_by("pid", "tid").len().sort("len", "pid", "tid", descending=[True, False, False]).head(1)
+    main = main.select("pid", "tid")
     counted = pl.col("_main") if cpu_gaps else pl.lit(False)
     # While another thread of the process runs an op, the step's thread between its own ops is
     # waiting for it (backward on the autograd thread), not working: that part of a gap (or
     # lead) does not count; the other thread's ops carry the path there (hand-off edges below).
-    # (Expressions, not joins: a join would copy every column, and keep the rows in ``pos`` order.)
-    is_main = pl.struct("pid", "tid").is_in(main.select(pl.struct("pid", "tid")).to_series().implode())
+    # (Expressions, not joins: a join would copy every column, and keep the rows in ``pos`` order.
+    # The step's threads are one or a few: compared one by one, cheaper than a struct look-up.)
+    if 0 < main.height <= 8:
+        is_main = pl.any_horizontal([(pl.col("pid") == p) & (pl.col("tid") == t) for p, t in main.iter_rows()]
+                                    ).fill_null(False)
+    else:
+        is_main = pl.struct("pid", "tid").is_in(main.select(pl.struct("pid", "tid")).to_series().implode())
     b = lb.with_columns(_main=is_main, _w0=w0).with_columns(
         _gap_from=pl.when(pl.col("first")).then(pl.col("_w0")).otherwise(pl.col("prev_t"))).collect(engine=_ENGINE)
     del sb, blocking
