@@ -320,12 +320,21 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     # end→start to the source's parent (the op open between them): the last start at the
     # depth left open, found by an as-of join on position.
     lb = b.lazy().with_columns(link_dl=dl_gap).drop("_gap_mid")
-    opened = lb.filter(pl.col("kind") == 1).select(*by, "pos", pl.col("depth").alias("_pd"),
-                                                  pl.col("event").alias("_parent"))
+    # One integer key per (chain, depth) (a chain's rows are contiguous: its number is the
+    # running count of first rows), cheaper to match than window, pid, tid and depth.
+    d_lo, d_hi = b.select(pl.min_horizontal(pl.col("depth").min(), pl.col("prev_depth").min()).alias("lo"),
+                          pl.max_horizontal(pl.col("depth").max(), pl.col("prev_depth").max()).alias("hi")).row(0)
+    span = (d_hi or 0) - (d_lo or 0) + 1
+    keyed = b.lazy().select("pos", "kind", "event", pl.col("first").cast(pl.Int64).cum_sum().alias("_chain"),
+                            "depth", "prev_depth", "prev_kind").with_columns(
+        (pl.col("_chain") * span + pl.col("depth") - (d_lo or 0)).alias("_key"),
+        (pl.col("_chain") * span + pl.col("prev_depth") - (d_lo or 0)).alias("_pkey")).collect(engine=_ENGINE)
+    opened = keyed.lazy().filter(pl.col("kind") == 1).select("pos", "_key", pl.col("event").alias("_parent"))
     end_start = (pl.col("prev_kind") == 0) & (pl.col("kind") == 1) & ~is_dep
-    par = lb.filter(end_start).select(*by, "pos", pl.col("prev_depth").alias("_pd")).sort("pos").join_asof(
-        opened.sort("pos"), on="pos", by=[*by, "_pd"], strategy="backward",
-        check_sortedness=False).select("pos", pl.col("_parent").fill_null(-1)).collect(engine=_ENGINE)
+    par = keyed.lazy().filter(end_start).select("pos", pl.col("_pkey").alias("_key")).join_asof(
+        opened, on="pos", by="_key", strategy="backward", check_sortedness=False).select(
+        "pos", pl.col("_parent").fill_null(-1)).collect(engine=_ENGINE)
+    del keyed, opened
     # The rows of ``b`` are in ``pos`` order: the parents scattered there.
     parent = np.full(b.height, -1, dtype=np.int64)
     parent[par["pos"].to_numpy()] = par["_parent"].to_numpy()
@@ -336,7 +345,7 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
         .when(pl.col("kind") == 0).then(pl.col("event"))
         .otherwise(pl.col("_parent").fill_null(-1)),
     ).collect(engine=_ENGINE)
-    del parent, lb, opened
+    del parent, lb
     cpu_nodes = b.select(
         "event", (pl.col("kind") == 1).alias("start"), "window",
         pl.col("first").alias("seg"), "link_w", "link_type", "link_event", "link_dl", "_unexplained")
