@@ -278,19 +278,22 @@ def test_planted_dataloader_stalls_are_on_the_path(name: str) -> None:
     assert all(abs(g - p) <= 10 * US for g, p in zip(got, planted, strict=True)), (got, planted)
 
 
-def test_longest_path_dp_matches_brute_force() -> None:
-    """The chain DP against a plain topological longest path on a random chain-structured DAG."""
+@pytest.mark.parametrize("scale", [1, 2**43])
+def test_longest_path_dp_matches_brute_force(scale: int) -> None:
+    """The chain DP against a plain topological longest path on a random chain-structured DAG
+    (at ``2**43`` the segment offsets would overflow: the rounds after the first recompute the
+    chains by blocks instead of the grown segments only)."""
     rng = np.random.default_rng(7)
     n = 400
     seg_start = rng.random(n) < 0.1
     seg_start[0] = True
-    link_w = rng.integers(0, 50, n).astype(np.int64)
+    link_w = rng.integers(0, 50, n).astype(np.int64) * scale
     # Cross edges go forward in node order (a DAG); several may meet one node.
     src0 = rng.integers(0, n - 1, 300)
     dst0 = np.minimum(src0 + rng.integers(1, 40, 300), n - 1)
     order = np.argsort(dst0, kind="stable")
     src, dst = src0[order].astype(np.int32), dst0[order].astype(np.int32)
-    xw = rng.integers(0, 30, 300).astype(np.int64)
+    xw = rng.integers(0, 30, 300).astype(np.int64) * scale
     z = np.zeros(n, dtype=np.int32)
     # Some chains start with a lead (the time before their first node counts on a path from there).
     lead = seg_start & (rng.random(n) < 0.5)

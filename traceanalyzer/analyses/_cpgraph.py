@@ -31,9 +31,11 @@ consecutive nodes, so along a chain ``dist[i] = P[i] + max_{j â‰¤ i}(offer[j] âˆ
 path may start anywhere): one segmented running maximum over all chains at once. Cross edges
 (launch, sync, stream wait) feed the offers of the next round; rounds repeat until no offer
 changes, which takes as many rounds as the path switches between chains through a sync (a
-launch edge leads onto the GPU, only a sync leads back). Each round is a few numpy passes over
-the nodes. After :data:`MAX_ROUNDS` (a window with thousands of syncs) one pass in topological
-order finishes the job: a Python loop over nodes, linear whatever the depth, the fallback only.
+launch edge leads onto the GPU, only a sync leads back). The first round is a few numpy passes
+over the nodes; a later one recomputes only the segments whose offers grew, from the first
+such node on (offers only grow, so the rest keeps its distances). After :data:`MAX_ROUNDS` (a
+window with thousands of syncs) one pass in topological order finishes the job: a Python loop
+over nodes, linear whatever the depth, the fallback only.
 The path is then walked back one chain segment at a time (a Python loop over segments of the
 path, not over nodes), its nodes marked with a difference array.
 """

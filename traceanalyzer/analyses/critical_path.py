@@ -208,8 +208,7 @@ def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: Tr
         if target in ("cpu", "data_loading"):  # the time between a thread's ops is CPU time too
             hit |= (g.link_type == DEPENDENCY) & (g.link_dl == (target == "data_loading"))
         touched = bool(hit[base.path_links].any())
-        if touched:
-            lw = lighter(g.link_w, hit)
+        lw = lighter(g.link_w, hit)
         del hit
         if target == "cpu":  # hand-offs between threads: CPU time of the step's thread
             x_hit = g.x_type == DEPENDENCY
