@@ -15,22 +15,38 @@ from support.events import PID, STREAM, TID, Trace, x
 
 from traceanalyzer.analyses import run_analyses
 from traceanalyzer.analyses._cpgraph import CPGraph, longest_path
-from traceanalyzer.analyses.critical_path import CriticalPathResult
+from traceanalyzer.analyses.critical_path import CriticalPathResult, graph_and_path, path_tables
+from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.config import Config
 from traceanalyzer.load.chrome_trace import load_chrome_trace
 from traceanalyzer.model import TraceModel
+from traceanalyzer.model.relations import trace_tables
 
 CP_DIR = SHARED_TRACES / "hta" / "critical_path"
 US = 1000
 
 
-def _run(model: TraceModel, **settings: Any) -> CriticalPathResult:
+class _Run:
+    """The analysis's result, plus the path in full (``path_tables``: not part of the result)."""
+
+    def __init__(self, res: CriticalPathResult, critical_events: pl.DataFrame, path_edges: pl.DataFrame) -> None:
+        self.res, self.critical_events, self.path_edges = res, critical_events, path_edges
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.res, name)
+
+
+def _run(model: TraceModel, **settings: Any) -> Any:
     cfg = Config({f"critical_path.{k}": v for k, v in settings.items()})
     r = run_analyses(model, cfg, only=("critical_path",), strict=True)
     assert "critical_path" in r.values, r.skipped
     res = r.values["critical_path"]
     assert isinstance(res, CriticalPathResult)
-    return res
+    steps = r.values["steps"]
+    assert isinstance(steps, StepsResult)
+    g, lp = graph_and_path(trace_tables(model), steps, res.cpu_gaps)
+    assert lp.window_len and sum(lp.window_len.values()) == int(res.per_step["path_ns"].sum())
+    return _Run(res, *path_tables(g, lp))
 
 
 def _bound(res: CriticalPathResult) -> dict[str, int]:
@@ -262,26 +278,29 @@ def test_planted_dataloader_stalls_are_on_the_path(name: str) -> None:
     assert all(abs(g - p) <= 10 * US for g, p in zip(got, planted, strict=True)), (got, planted)
 
 
-def test_longest_path_dp_matches_brute_force() -> None:
-    """The chain DP against a plain topological longest path on a random chain-structured DAG."""
+@pytest.mark.parametrize("scale", [1, 2**43])
+def test_longest_path_dp_matches_brute_force(scale: int) -> None:
+    """The chain DP against a plain topological longest path on a random chain-structured DAG
+    (at ``2**43`` the segment offsets would overflow: the rounds after the first recompute the
+    chains by blocks instead of the grown segments only)."""
     rng = np.random.default_rng(7)
     n = 400
     seg_start = rng.random(n) < 0.1
     seg_start[0] = True
-    link_w = rng.integers(0, 50, n).astype(np.int64)
+    link_w = rng.integers(0, 50, n).astype(np.int64) * scale
     # Cross edges go forward in node order (a DAG); several may meet one node.
-    src = rng.integers(0, n - 1, 300)
-    dst = np.minimum(src + rng.integers(1, 40, 300), n - 1)
-    order = np.argsort(dst, kind="stable")
-    src, dst = src[order].astype(np.int64), dst[order].astype(np.int64)
-    xw = rng.integers(0, 30, 300).astype(np.int64)
-    z = np.zeros(n, dtype=np.int64)
+    src0 = rng.integers(0, n - 1, 300)
+    dst0 = np.minimum(src0 + rng.integers(1, 40, 300), n - 1)
+    order = np.argsort(dst0, kind="stable")
+    src, dst = src0[order].astype(np.int32), dst0[order].astype(np.int32)
+    xw = rng.integers(0, 30, 300).astype(np.int64) * scale
+    z = np.zeros(n, dtype=np.int32)
     # Some chains start with a lead (the time before their first node counts on a path from there).
     lead = seg_start & (rng.random(n) < 0.5)
-    g = CPGraph(node_ts=np.arange(n, dtype=np.int64), node_event=np.arange(n, dtype=np.int64),
-                node_start=np.ones(n, dtype=bool), node_window=z, seg_start=seg_start, link_w=link_w,
-                link_type=z, link_event=z - 1, link_dl=np.zeros(n, dtype=bool), lead=lead, x_src=src, x_dst=dst,
-                x_w=xw, x_type=z[:300] + 4, x_event=z[:300] - 1, events=pl.DataFrame(), sync_source="none")
+    g = CPGraph(node_event=np.arange(n, dtype=np.int32), node_window=z, seg_start=seg_start,
+                link_w=link_w, link_type=z, link_event=z - 1, link_dl=np.zeros(n, dtype=bool), lead=lead,
+                x_src=src, x_dst=dst, x_w=xw, x_type=z[:300] + 4, x_event=z[:300] - 1, events=pl.DataFrame(),
+                sync_source="none")
     lp = longest_path(g)
     best = np.where(lead, link_w, 0).astype(np.int64)
     for i in range(n):

@@ -31,15 +31,18 @@ consecutive nodes, so along a chain ``dist[i] = P[i] + max_{j ≤ i}(offer[j] �
 path may start anywhere): one segmented running maximum over all chains at once. Cross edges
 (launch, sync, stream wait) feed the offers of the next round; rounds repeat until no offer
 changes, which takes as many rounds as the path switches between chains through a sync (a
-launch edge leads onto the GPU, only a sync leads back). Each round is a few numpy passes over
-the nodes. After :data:`MAX_ROUNDS` (a window with thousands of syncs) one pass in topological
-order finishes the job: a Python loop over nodes, linear whatever the depth, the fallback only.
+launch edge leads onto the GPU, only a sync leads back). The first round is a few numpy passes
+over the nodes; a later one recomputes only the segments whose offers grew, from the first
+such node on (offers only grow, so the rest keeps its distances). After :data:`MAX_ROUNDS` (a
+window with thousands of syncs) one pass in topological order finishes the job: a Python loop
+over nodes, linear whatever the depth, the fallback only.
 The path is then walked back one chain segment at a time (a Python loop over segments of the
 path, not over nodes), its nodes marked with a difference array.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeAlias
 
@@ -60,6 +63,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     I64: TypeAlias = npt.NDArray[np.int64]
+    I32: TypeAlias = npt.NDArray[np.int32]
     F64: TypeAlias = npt.NDArray[np.float64]
     B: TypeAlias = npt.NDArray[np.bool_]
 
@@ -113,39 +117,51 @@ class CPGraph:
     Node ``i`` is linked to node ``i − 1`` (same chain) unless ``seg_start[i]``; that link has
     weight ``link_w[i]``, type ``link_type[i]`` and is attributed to event ``link_event[i]``.
     Cross edge ``k`` joins ``x_src[k]`` → ``x_dst[k]`` (sorted by ``x_dst``), weight ``x_w``.
+    Node, event, window and type numbers are int32 (far below 2³¹), times and weights int64.
     ``events``: ``event, kind, name, pid, tid, device, stream, ts_ns, end_ns, klass, bound``
     (``event`` = row number).
     """
 
-    node_ts: I64
-    node_event: I64
-    node_start: B
-    node_window: I64
+    node_event: I32
+    node_window: I32
     seg_start: B
     link_w: I64
-    link_type: I64
-    link_event: I64
+    link_type: I32
+    link_event: I32
     link_dl: B  # a dependency link (gap between ops, or lead) inside a DataLoader range
     lead: B  # the chain's first node carries a lead (its link_w: time from the step start)
-    x_src: I64
-    x_dst: I64
+    x_src: I32
+    x_dst: I32
     x_w: I64
-    x_type: I64
-    x_event: I64
+    x_type: I32
+    x_event: I32
     events: pl.DataFrame
     sync_source: str  # "cuda_sync events" / "runtime calls" / "none"
 
     @property
     def n_nodes(self) -> int:
-        return int(self.node_ts.size)
+        return int(self.node_event.size)
+
+    @functools.cached_property
+    def chains(self) -> tuple[I64, I64, I64, I64, I32]:
+        """``(seg, seg_first, seg_end, x_dst_first, x_dst_u)``: each node's segment, each
+        segment's first node and end (exclusive), the first cross edge into each destination
+        and those destinations (the what-ifs reuse them: only weights change)."""
+        import numpy as np
+
+        seg = _seg_ids(self.seg_start)
+        seg_first = np.flatnonzero(self.seg_start).astype(np.int64)
+        seg_end = np.r_[seg_first[1:], self.n_nodes].astype(np.int64)
+        x_dst_first = np.flatnonzero(np.r_[True, self.x_dst[1:] != self.x_dst[:-1]]).astype(np.int64) \
+            if self.x_dst.size else np.zeros(0, np.int64)
+        return seg, seg_first, seg_end, x_dst_first, self.x_dst[x_dst_first]
 
 
 def _empty_graph(events: pl.DataFrame, sync_source: str) -> CPGraph:
     import numpy as np
 
-    z = np.zeros(0, dtype=np.int64)
-    return CPGraph(z, z, z.astype(bool), z, z.astype(bool), z, z, z, z.astype(bool), z.astype(bool), z, z, z, z, z,
-                   events, sync_source)
+    z, z32, f = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=bool)
+    return CPGraph(z32, z32, f, z, z32, z32, f, f, z32, z32, z, z32, z32, events, sync_source)
 
 
 def _cpu_events(model: TraceModel) -> pl.DataFrame:
@@ -166,11 +182,14 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     # op, a kernel past the next step's start) counts only inside it, so a path never exceeds
     # its step.
     bounds = windows.select("window", pl.col("start_ns").alias("_w0"), pl.col("end_ns").alias("_w1"))
-    cpu = assign_steps(_cpu_events(model), windows, "ts_ns").filter(pl.col("window").is_in(keep)).join(
-        bounds, on="window", how="left").with_columns(
+    # A window's bounds by look-up (the windows are few; a join would copy every column).
+    w0 = pl.col("window").replace_strict(bounds["window"], bounds["_w0"], default=None)
+    w1 = pl.col("window").replace_strict(bounds["window"], bounds["_w1"], default=None)
+    cpu = assign_steps(_cpu_events(model), windows, "ts_ns").lazy().filter(pl.col("window").is_in(keep)).with_columns(
+        _w0=w0, _w1=w1).with_columns(
         ts_ns=pl.col("ts_ns").clip(pl.col("_w0"), pl.col("_w1")), end_ns=pl.col("end_ns").clip(pl.col("_w0"),
                                                                                            pl.col("_w1"))
-    ).filter(pl.col("end_ns") > pl.col("ts_ns")).drop("_w0", "_w1")
+    ).filter(pl.col("end_ns") > pl.col("ts_ns")).drop("_w0", "_w1").collect(engine=_ENGINE)
     lj = launches(t).filter(pl.col("gpu_ts_ns").is_not_null())
     lj = lj.select("correlation", "pid", "tid", "cpu_ts_ns", "cpu_end_ns", "cpu_dur_ns", "api", "gpu_name",
                    "activity", "gpu_ts_ns", "gpu_end_ns", "device", "stream")
@@ -193,10 +212,11 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     lj = lj.join(ga, on=["device", "stream", "gpu_ts_ns", "correlation"], how="left").with_columns(
         queue_empty=pl.col("queue_empty") & (pl.col("_prev_end_all").is_null()
                                              | (pl.col("_prev_end_all") < pl.col("cpu_ts_ns"))))
-    gpu = assign_steps(lj, windows, "cpu_ts_ns").filter(pl.col("window").is_in(keep)).join(
-        bounds, on="window", how="left").with_columns(
+    gpu = assign_steps(lj, windows, "cpu_ts_ns").lazy().filter(pl.col("window").is_in(keep)).with_columns(
+        _w0=w0, _w1=w1).with_columns(
         [pl.col(c).clip(pl.col("_w0"), pl.col("_w1")) for c in ("cpu_ts_ns", "cpu_end_ns", "gpu_ts_ns", "gpu_end_ns")]
-    ).drop("_w0", "_w1")
+    ).drop("_w0", "_w1").collect(engine=_ENGINE)
+    del lj, ga
 
     # The event table: CPU events, then GPU activities.
     comm = comm_classes(t).select("is_comm")
@@ -256,17 +276,23 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     main = model.steps.select("pid", "tid").unique()
     if main.is_empty():
         main = cpu.group_by("pid", "tid").len().sort("len", "pid", "tid", descending=[True, False, False]).head(1)
+    main = main.select("pid", "tid")
     counted = pl.col("_main") if cpu_gaps else pl.lit(False)
     # While another thread of the process runs an op, the step's thread between its own ops is
     # waiting for it (backward on the autograd thread), not working: that part of a gap (or
     # lead) does not count; the other thread's ops carry the path there (hand-off edges below).
-    b = lb.join(main.lazy().select("pid", "tid", pl.lit(True).alias("_main")), on=["pid", "tid"],
-                how="left").with_columns(pl.col("_main").fill_null(False)).join(
-        bounds.lazy().select("window", "_w0"), on="window", how="left").with_columns(
+    # (Expressions, not joins: a join would copy every column, and keep the rows in ``pos`` order.
+    # The step's threads are one or a few: compared one by one, cheaper than a struct look-up.)
+    if 0 < main.height <= 8:
+        is_main = pl.any_horizontal([(pl.col("pid") == p) & (pl.col("tid") == t) for p, t in main.iter_rows()]
+                                    ).fill_null(False)
+    else:
+        is_main = pl.struct("pid", "tid").is_in(main.select(pl.struct("pid", "tid")).to_series().implode())
+    b = lb.with_columns(_main=is_main, _w0=w0).with_columns(
         _gap_from=pl.when(pl.col("first")).then(pl.col("_w0")).otherwise(pl.col("prev_t"))).collect(engine=_ENGINE)
+    del sb, blocking
     busy = pl.zeros(b.height, pl.Int64, eager=True).alias("_busy")
-    others = cpu.join(main.select("pid", "tid", pl.lit(True).alias("_m")), on=["pid", "tid"], how="left").filter(
-        pl.col("_m").is_null() & pl.col("pid").is_in(main["pid"].implode()))
+    others = cpu.filter(~is_main & pl.col("pid").is_in(main["pid"].implode()))
     if cpu_gaps and others.height:
         merged = merge_intervals(others.select("pid", "ts_ns", "end_ns"), by=["pid"])
         # Busy time in [gap start, t): the covered length before t less that before the
@@ -288,27 +314,42 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
         # Where a gap (or lead) lies: its middle, for the DataLoader test below.
         _gap_mid=pl.when(pl.col("first")).then((pl.col("t") + pl.col("_w0")) // 2)
         .otherwise((pl.col("t") + pl.col("prev_t")) // 2),
-    ).collect(engine=_ENGINE)
+    ).drop("prev_t", "_gap_from", "_busy", "_w0", "_blocking").collect(engine=_ENGINE)
+    del busy
     dl_gap = (pl.col("link_type") == DEPENDENCY) & _dataloader_flags(
         model, b.select("pid", "tid", pl.col("_gap_mid").alias("ts_ns")))
     # Attribution (HTA): start→start and start→end to the source, end→end to the destination,
     # end→start to the source's parent (the op open between them): the last start at the
     # depth left open, found by an as-of join on position.
-    lb = b.lazy().with_columns(link_dl=dl_gap)
-    opened = lb.filter(pl.col("kind") == 1).select(*by, "pos", pl.col("depth").alias("_pd"),
-                                                  pl.col("event").alias("_parent"))
+    lb = b.lazy().with_columns(link_dl=dl_gap).drop("_gap_mid")
+    # One integer key per (chain, depth) (a chain's rows are contiguous: its number is the
+    # running count of first rows), cheaper to match than window, pid, tid and depth.
+    d_lo, d_hi = b.select(pl.min_horizontal(pl.col("depth").min(), pl.col("prev_depth").min()).alias("lo"),
+                          pl.max_horizontal(pl.col("depth").max(), pl.col("prev_depth").max()).alias("hi")).row(0)
+    span = (d_hi or 0) - (d_lo or 0) + 1
+    keyed = b.lazy().select("pos", "kind", "event", pl.col("first").cast(pl.Int64).cum_sum().alias("_chain"),
+                            "depth", "prev_depth", "prev_kind").with_columns(
+        (pl.col("_chain") * span + pl.col("depth") - (d_lo or 0)).alias("_key"),
+        (pl.col("_chain") * span + pl.col("prev_depth") - (d_lo or 0)).alias("_pkey")).collect(engine=_ENGINE)
+    opened = keyed.lazy().filter(pl.col("kind") == 1).select("pos", "_key", pl.col("event").alias("_parent"))
     end_start = (pl.col("prev_kind") == 0) & (pl.col("kind") == 1) & ~is_dep
-    par = lb.filter(end_start).select(*by, "pos", pl.col("prev_depth").alias("_pd")).sort("pos").join_asof(
-        opened.sort("pos"), on="pos", by=[*by, "_pd"], strategy="backward",
-        check_sortedness=False).select("pos", "_parent")
-    b = lb.join(par, on="pos", how="left").sort("pos").with_columns(
+    par = keyed.lazy().filter(end_start).select("pos", pl.col("_pkey").alias("_key")).join_asof(
+        opened, on="pos", by="_key", strategy="backward", check_sortedness=False).select(
+        "pos", pl.col("_parent").fill_null(-1)).collect(engine=_ENGINE)
+    del keyed, opened
+    # The rows of ``b`` are in ``pos`` order: the parents scattered there.
+    parent = np.full(b.height, -1, dtype=np.int64)
+    parent[par["pos"].to_numpy()] = par["_parent"].to_numpy()
+    del par
+    b = lb.with_columns(_parent=pl.Series(parent)).with_columns(
         link_event=pl.when(pl.col("first") | (pl.col("link_type") == DEPENDENCY)).then(-1)
         .when(pl.col("prev_kind") == 1).then(pl.col("prev_event"))
         .when(pl.col("kind") == 0).then(pl.col("event"))
         .otherwise(pl.col("_parent").fill_null(-1)),
     ).collect(engine=_ENGINE)
+    del parent, lb
     cpu_nodes = b.select(
-        pl.col("t").alias("ts"), "event", (pl.col("kind") == 1).alias("start"), "window",
+        "event", (pl.col("kind") == 1).alias("start"), "window",
         pl.col("first").alias("seg"), "link_w", "link_type", "link_event", "link_dl", "_unexplained")
     # Hand-offs (with cpu_gaps): another thread's top-level op may have waited for the step's
     # thread (the autograd engine's backward, a worker fed by the loop): a zero-weight edge
@@ -326,12 +367,14 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
             handoff = h.filter(pl.col("src").is_not_null()).select(
                 "src", "dst", pl.lit(0).alias("w"), pl.lit(DEPENDENCY).alias("type"),
                 pl.lit(-1).alias("ev")).with_columns(pl.all().cast(pl.Int64))
+    del b
 
     # ---- sync and stream-wait edges, GPU side.
     act = gpu.select("event", "window", "correlation", "pid", "tid", "cpu_ts_ns", "cpu_end_ns", "gpu_ts_ns",
                      "gpu_end_ns", "device", "stream", "queue_empty", "api", "_prev_end_all")
     rt = cpu.filter(pl.col("kind") == "runtime").select("event", "window", "name", "pid", "tid", "ts_ns", "end_ns",
                                                          "correlation")
+    del cpu, gpu
     sync_calls, waits, source = _sync_calls(syncs, rt, act)
     if source != "cuda_sync events":
         waits = pl.concat([waits, _inferred_waits(act)])
@@ -359,14 +402,15 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     launch = launch | (~kk & (pl.col("prev_end").is_null() | ~near) & w_ok_launch & (
         pl.col("_prev_end_all").is_null() | (pl.col("_prev_end_all") < pl.col("cpu_ts_ns"))))
     g = lg.with_columns(_launch=launch, _kk=kk).collect(engine=_ENGINE)
-    gs = g.lazy().select(pl.col("gpu_ts_ns").alias("ts"), "event", pl.lit(True).alias("start"), "window",
+    del act, lg
+    gs = g.lazy().select("event", pl.lit(True).alias("start"), "window",
                          (~pl.col("_kk")).alias("seg"),
                          pl.when(pl.col("_kk")).then((pl.col("gpu_ts_ns") - pl.col("prev_end")).clip(lower_bound=0))
                          .otherwise(0).alias("link_w"),
                          pl.when(pl.col("_kk")).then(KERNEL_KERNEL).otherwise(OP).alias("link_type"),
                          pl.when(pl.col("_kk")).then(pl.col("prev_event")).otherwise(-1).alias("link_event"),
                          pl.lit(False).alias("link_dl"), pl.lit(None, pl.Int64).alias("_unexplained"))
-    ge = g.lazy().select(pl.col("gpu_end_ns").alias("ts"), "event", pl.lit(False).alias("start"), "window",
+    ge = g.lazy().select("event", pl.lit(False).alias("start"), "window",
                          pl.lit(False).alias("seg"), (pl.col("gpu_end_ns") - pl.col("gpu_ts_ns")).alias("link_w"),
                          pl.lit(OP).alias("link_type"), pl.col("event").alias("link_event"),
                          pl.lit(False).alias("link_dl"), pl.lit(None, pl.Int64).alias("_unexplained"))
@@ -374,59 +418,82 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     half = pl.len() // 2
     row = pl.int_range(pl.len(), dtype=pl.Int64)
     gpu_nodes = pl.concat([gs, ge]).select(pl.all().gather(row // 2 + (row % 2) * half))
-    casts = (pl.col("link_type").cast(pl.Int64), pl.col("link_w").cast(pl.Int64), pl.col("link_event").cast(pl.Int64))
-    nodes = pl.concat([cpu_nodes.lazy().with_columns(*casts), gpu_nodes.with_columns(*casts)]).with_columns(
-        node=pl.int_range(pl.len(), dtype=pl.Int64)).collect(engine=_ENGINE)
-    start_of = nodes.filter(pl.col("start")).select("event", pl.col("node").alias("s"))
-    end_of = nodes.filter(~pl.col("start")).select("event", pl.col("node").alias("e"))
-    ev_nodes = start_of.join(end_of, on="event")
+    # (Numbers as int32, weights int64: the graph's own types.)
+    casts = (pl.col("event", "window", "link_type", "link_event").cast(pl.Int32), pl.col("link_w").cast(pl.Int64))
+    nodes = pl.concat([cpu_nodes.lazy().with_columns(*casts), gpu_nodes.with_columns(*casts)]).collect(engine=_ENGINE)
+    del cpu_nodes, gpu_nodes, gs, ge
+    # Each event's start and end node (events are numbered 0 … n − 1 by row, each has both).
+    node_event = _ints(nodes["event"])
+    node_start = nodes["start"].to_numpy()
+    start_node = np.empty(events.height, dtype=np.int32)
+    end_node = np.empty(events.height, dtype=np.int32)
+    start_node[node_event[node_start]] = np.flatnonzero(node_start)
+    end_node[node_event[~node_start]] = np.flatnonzero(~node_start)
+    del node_start
+
+    def edges(src: I32, dst: I32, w: pl.Series | int, typ: int,
+              ev: pl.Series) -> pl.DataFrame:
+        return pl.DataFrame({"src": src, "dst": dst, "w": w, "type": typ, "ev": ev}).with_columns(
+            pl.all().cast(pl.Int64))
 
     # ---- cross edges: src node, dst node, weight, type, attributed event.
     parts = []
     le = g.filter(pl.col("_launch")).join(
         rt.select(pl.col("event").alias("rt_event"), "correlation", "pid", "tid"), on=["correlation", "pid", "tid"],
         how="inner")
+    del g
     if le.height:
-        parts.append(le.join(ev_nodes.rename({"event": "rt_event", "s": "src", "e": "_e"}), on="rt_event").join(
-            ev_nodes.rename({"s": "dst", "e": "_e2"}), on="event").select(
-            "src", "dst", (pl.col("gpu_ts_ns") - pl.col("cpu_ts_ns")).clip(lower_bound=0).alias("w"),
-            pl.lit(LAUNCH).alias("type"), pl.col("rt_event").alias("ev")))
+        parts.append(edges(start_node[_ints(le["rt_event"])], start_node[_ints(le["event"])],
+                           (le["gpu_ts_ns"] - le["cpu_ts_ns"]).clip(lower_bound=0), LAUNCH, le["rt_event"]))
+    del le
     if sync_calls.height:
         # GPU → CPU: the activity's end → the call's end.
-        parts.append(sync_calls.join(ev_nodes.rename({"event": "src_event", "s": "_s", "e": "src"}), on="src_event")
-                     .join(ev_nodes.rename({"event": "call", "s": "_s2", "e": "dst"}), on="call")
-                     .select("src", "dst", pl.lit(0).alias("w"), pl.lit(SYNC).alias("type"),
-                             pl.col("call").alias("ev")))
+        parts.append(edges(end_node[_ints(sync_calls["src_event"])], end_node[_ints(sync_calls["call"])], 0, SYNC,
+                           sync_calls["call"]))
     if waits.height:
-        parts.append(waits.join(ev_nodes.rename({"event": "src_event", "s": "_s", "e": "src"}), on="src_event")
-                     .join(ev_nodes.rename({"event": "dst", "s": "_dst", "e": "_e"}), on="dst")
-                     .select("src", pl.col("_dst").alias("dst"), pl.lit(0).alias("w"), pl.lit(SYNC).alias("type"),
-                             pl.col("src_event").alias("ev")))
+        parts.append(edges(end_node[_ints(waits["src_event"])], start_node[_ints(waits["dst"])], 0, SYNC,
+                           waits["src_event"]))
     if handoff.height:
         parts.append(handoff)
     if parts:
         x = pl.concat([p.with_columns(pl.all().cast(pl.Int64)) for p in parts]).unique(["src", "dst"]).sort("dst")
     else:
         x = pl.DataFrame(schema={c: pl.Int64 for c in ("src", "dst", "w", "type", "ev")})
+    del parts, start_node, end_node
 
     # A blocking call's wait weighs nothing only where a sync edge explains it; one without
     # (its stream guessed wrong, a copy that returned early) keeps its CPU time (with
     # cpu_gaps; HTA's weights zero it regardless).
-    synced = x.filter(pl.col("type") == SYNC)["dst"].unique()
-    nodes = nodes.with_columns(link_w=pl.when(pl.col("_unexplained").is_not_null() & ~pl.col("node").is_in(
-        synced.implode())).then(pl.col("_unexplained")).otherwise(pl.col("link_w")))
-
-    def arr(s: pl.Series) -> I64:
-        return s.cast(pl.Int64).to_numpy().astype(np.int64, copy=False)
-
+    x_src, x_dst, x_type = _ints(x["src"]), _ints(x["dst"]), _ints(x["type"])
+    synced = np.zeros(node_event.size, dtype=bool)
+    synced[x_dst[x_type == SYNC]] = True
+    link_w = _i64(nodes["link_w"])
+    unexplained = nodes["_unexplained"]
+    if unexplained.null_count() < unexplained.len():
+        link_w = np.where(unexplained.is_not_null().to_numpy() & ~synced, _i64(unexplained.fill_null(0)), link_w)
+    del synced, unexplained
+    seg_start = nodes["seg"].to_numpy()
     return CPGraph(
-        node_ts=arr(nodes["ts"]), node_event=arr(nodes["event"]), node_start=nodes["start"].to_numpy(),
-        node_window=arr(nodes["window"]), seg_start=nodes["seg"].to_numpy(), link_w=arr(nodes["link_w"]),
-        link_type=arr(nodes["link_type"]), link_event=arr(nodes["link_event"]),
-        link_dl=nodes["link_dl"].to_numpy(), lead=(nodes["seg"] & (nodes["link_w"] > 0)).to_numpy(),
-        x_src=arr(x["src"]), x_dst=arr(x["dst"]), x_w=arr(x["w"]), x_type=arr(x["type"]), x_event=arr(x["ev"]),
+        node_event=node_event, node_window=_ints(nodes["window"]), seg_start=seg_start, link_w=link_w,
+        link_type=_ints(nodes["link_type"]), link_event=_ints(nodes["link_event"]),
+        link_dl=nodes["link_dl"].to_numpy(), lead=seg_start & (link_w > 0),
+        x_src=x_src, x_dst=x_dst, x_w=_i64(x["w"]), x_type=x_type, x_event=_ints(x["ev"]),
         events=events.drop("window"), sync_source=source,
     )
+
+
+def _ints(s: pl.Series) -> I32:
+    """A column of node, event, window or type numbers as int32 (all far below 2³¹)."""
+    import numpy as np
+
+    return s.cast(pl.Int32).to_numpy().astype(np.int32, copy=False)
+
+
+def _i64(s: pl.Series) -> I64:
+    """A column of times or weights (ns) as int64."""
+    import numpy as np
+
+    return s.cast(pl.Int64).to_numpy().astype(np.int64, copy=False)
 
 
 def _inferred_waits(act: pl.DataFrame) -> pl.DataFrame:
@@ -633,14 +700,15 @@ def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
     if n == 0:
         z = np.zeros(0, dtype=np.int64)
         return LongestPath(z, 0, True, {}, z.astype(bool), z, z)
-    seg = _seg_ids(g.seg_start)
+    seg, seg_first, seg_end, x_dst_first, x_dst_u = g.chains
     w = np.where(g.seg_start, 0, lw).astype(np.int64)
     csum = np.cumsum(w)
-    seg_first = np.flatnonzero(g.seg_start)
-    prefix = csum - csum[seg_first][seg]  # P: weights from the segment's first node
+    prefix = csum - np.repeat(csum[seg_first], seg_end - seg_first)  # P: weights from the segment's first node
+    del csum
     # Segmented running maximum: offset each segment far above the previous one so a plain
     # running maximum never carries a value across segments.
     span = int(w.clip(min=0).sum()) + int(xw.clip(min=0).sum() if xw.size else 0) + 1
+    del w
     big = np.int64(2 * span + 1)
     # The offsets, computed once; where they would overflow, _chain_dist offsets by blocks.
     off = seg * big if float(big) * float(seg[-1] + 1) < 2.0**62 else None
@@ -648,22 +716,19 @@ def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
     # that much behind it: the floor of the node's offer.
     floor = np.where(g.lead, lw, 0).astype(np.int64)
     offer = floor.copy()
-    x_dst_first = np.flatnonzero(np.r_[True, g.x_dst[1:] != g.x_dst[:-1]]) if g.x_dst.size else np.zeros(0, np.int64)
-    x_dst_u = g.x_dst[x_dst_first] if g.x_dst.size else np.zeros(0, np.int64)
-    rounds, converged = 0, True
-    while True:
-        rounds += 1
-        dist = _chain_dist(offer, prefix, seg, seg_first, big, off)
-        if not g.x_dst.size:
-            break
+    rounds, converged = 1, True
+    dist = _chain_dist(offer, prefix, seg, seg_first, big, off)
+    while g.x_dst.size:
         cand = dist[g.x_src] + xw
         best = np.maximum.reduceat(cand, x_dst_first)
         # Offers differ from the floor only at cross-edge destinations: compared and
-        # updated there.
+        # updated there. They only grow (so do the distances they come from).
         new = np.maximum(floor[x_dst_u], best)
-        if np.array_equal(new, offer[x_dst_u]):
+        grew = new != offer[x_dst_u]
+        if not grew.any():
             break
-        offer[x_dst_u] = new
+        at = x_dst_u[grew]
+        offer[at] = new[grew]
         if rounds >= max_rounds:
             # Many chain switches (thousands of syncs in one window): finish with one pass in
             # topological order instead, linear in nodes and edges whatever the depth.
@@ -672,7 +737,11 @@ def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
             offer = floor.copy()
             offer[x_dst_u] = np.maximum(floor[x_dst_u], np.maximum.reduceat(cand, x_dst_first))
             break
-    return _extract(g, dist, offer, prefix, seg, seg_first, lw, xw, rounds, converged)
+        rounds += 1
+        # Only the segments whose offers grew change, from their first grown node on.
+        _raise_dist(dist, offer, prefix, seg, seg_first, seg_end, big, off, at)
+    del prefix, off, floor
+    return _extract(g, dist, offer, lw, xw, rounds, converged)
 
 
 def _topological_dist(g: CPGraph, lw: I64, xw: I64, floor: I64) -> tuple[I64, bool]:
@@ -728,19 +797,37 @@ def _chain_dist(offer: I64, prefix: I64, seg: I64, seg_first: I64, big: np.int64
     return out
 
 
-def _extract(g: CPGraph, dist: I64, offer: I64, prefix: I64, seg: I64, seg_first: I64, lw: I64, xw: I64,
-             rounds: int, converged: bool) -> LongestPath:
+def _raise_dist(dist: I64, offer: I64, prefix: I64, seg: I64, seg_first: I64, seg_end: I64, big: np.int64,
+                off: I64 | None, grew: I64) -> None:
+    """Update ``dist`` in place after the offers at nodes ``grew`` (sorted) went up: in each
+    segment holding one, from the first such node to the segment's end, ``dist[i]`` becomes
+    ``max(dist[i], P[i] + max_{lo ≤ j ≤ i}(offer[j] − P[j]))`` (the nodes before ``lo`` kept their
+    offers, so their part of the maximum is already in ``dist``)."""
+    import numpy as np
+
+    s = seg[grew]
+    first = np.r_[True, s[1:] != s[:-1]]
+    idx = _ranges(grew[first], seg_end[s[first]])
+    if off is None:
+        dist[:] = _chain_dist(offer, prefix, seg, seg_first, big, None)
+        return
+    o = off[idx]
+    p = prefix[idx]
+    m = np.maximum.accumulate(offer[idx] - p + o)
+    m -= o
+    m += p
+    dist[idx] = np.maximum(dist[idx], m)
+
+
+def _extract(g: CPGraph, dist: I64, offer: I64, lw: I64, xw: I64, rounds: int, converged: bool) -> LongestPath:
     import numpy as np
 
     n = dist.size
     # Where along its segment each node's best start lies: the last j ≤ i at which
-    # offer[j] − P[j] reached the running maximum.
-    v = offer - prefix
-    m = dist - prefix
-    hit = v == m
-    idx = np.where(hit, np.arange(n), -1)
-    big = np.int64(n + 1)
-    jstar = np.maximum.accumulate(np.where(idx >= 0, idx + seg * big, -1)) - seg * big
+    # offer[j] − P[j] reached the running maximum, i.e. offer[j] = dist[j]. A segment's first
+    # node always qualifies (its distance is its offer), so a plain running maximum of the
+    # qualifying indices never reaches back into the previous segment.
+    jstar = np.maximum.accumulate(np.where((offer == dist) | g.seg_start, np.arange(n), 0))
     # Best cross edge into each node (the one whose offer won: the first of the largest
     # offers among the edges into it, edges being sorted by destination).
     cand = dist[g.x_src] + xw if g.x_src.size else np.zeros(0, np.int64)
