@@ -29,7 +29,15 @@ from support.events import complete
 from traceanalyzer.errors import InputError
 from traceanalyzer.load import load
 from traceanalyzer.load.chrome_trace import load_chrome_trace, load_chrome_trace_simple
-from traceanalyzer.load.chrome_trace.framing import _ChunkedLoader, _Unframed
+from traceanalyzer.load.chrome_trace.framing import (
+    CHUNK_BYTES,
+    MAX_REGION_SCALE,
+    PARALLEL_CHUNK_BYTES,
+    REGION_SCALE_BYTES,
+    _ChunkedLoader,
+    _Unframed,
+    region_scale,
+)
 from traceanalyzer.model import SCHEMAS
 
 # Chunk sizes for hand-made files: the default run's land cuts inside events, strings and
@@ -989,3 +997,22 @@ def test_screens_send_exactly_the_blurred_values_to_the_exact_decoder(odd: dict[
     base = [e for e in modern_events(1) if e.get("cat") != "cuda_sync"]
     assert _columnar(modern_events(2))
     assert _columnar([*base, odd]) is columnar
+
+
+def test_region_size_grows_with_the_file_up_to_its_cap(tmp_path: Path) -> None:
+    """Regions are the base size below REGION_SCALE_BYTES (and for an unknown size), one
+    more base per REGION_SCALE_BYTES above, at most MAX_REGION_SCALE times."""
+    assert [region_scale(s) for s in (None, 0, 1, REGION_SCALE_BYTES - 1)] == [1, 1, 1, 1]
+    assert region_scale(REGION_SCALE_BYTES) == 1
+    assert region_scale(2 * REGION_SCALE_BYTES) == 2
+    assert region_scale(3 * REGION_SCALE_BYTES + 5) == 3
+    assert region_scale(1 << 40) == MAX_REGION_SCALE
+    small = tmp_path / "small.json"
+    small.write_bytes(orjson.dumps(kineto_doc([complete("cpu_op", "a", 1, 2)])))
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:  # sparse: only the size matters here
+        f.truncate(3 * REGION_SCALE_BYTES)
+    assert _ChunkedLoader(small, workers=2).chunk == PARALLEL_CHUNK_BYTES
+    assert _ChunkedLoader(small, workers=1).chunk == CHUNK_BYTES
+    assert _ChunkedLoader(big, workers=2).chunk == 3 * PARALLEL_CHUNK_BYTES
+    assert _ChunkedLoader(big, workers=1, chunk_bytes=1000).chunk == 1000  # an explicit size wins

@@ -54,12 +54,29 @@ from traceanalyzer.model.trace import TraceModel
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["CHUNK_BYTES", "PARALLEL_CHUNK_BYTES", "_ChunkedLoader", "_Unframed", "_brackets", "_structure"]
+__all__ = ["CHUNK_BYTES", "MAX_REGION_SCALE", "PARALLEL_CHUNK_BYTES", "REGION_SCALE_BYTES", "_ChunkedLoader",
+           "_Unframed", "_brackets", "_structure", "region_scale"]
 
 CHUNK_BYTES = 4 << 20
 # Regions when two are decoded at once (see _ChunkedLoader): the same peak as one region
 # of CHUNK_BYTES at a time.
 PARALLEL_CHUNK_BYTES = 2 << 20
+# Larger files get larger regions, up to this many times the sizes above: each region
+# costs a fixed ~20 ms of CPU (the reads and the polars queries that split it), 400 regions
+# on an 800 MB file. A region's working set (~15x it) grows with it, but from a file of
+# REGION_SCALE_BYTES on the analyses' working set, which grows with the model, is larger.
+MAX_REGION_SCALE = 4
+REGION_SCALE_BYTES = 64 << 20
+
+
+def region_scale(size: int | None) -> int:
+    """How many times the base region size a file of ``size`` bytes on disk is read in:
+    1 below :data:`REGION_SCALE_BYTES` and for an unknown size, then one more per
+    REGION_SCALE_BYTES, at most :data:`MAX_REGION_SCALE`. A ``.gz`` counts its compressed
+    size: it scales later than its JSON would."""
+    if not size or size < REGION_SCALE_BYTES:
+        return 1
+    return int(min(MAX_REGION_SCALE, size // REGION_SCALE_BYTES))
 
 
 _WS = b" \t\r\n"
@@ -136,7 +153,8 @@ class _ChunkedLoader:
     one, so on 2 cores one region's tables are built while the next one is read. Two
     regions in flight hold two working sets, hence regions of
     :data:`PARALLEL_CHUNK_BYTES` then, half of :data:`CHUNK_BYTES`: the same peak as one
-    region at a time. Regions are cut assuming the one
+    region at a time; both grow with the file (:func:`region_scale`). Regions are cut
+    assuming the one
     before decodes; where one does not (a value the reader would blur, a separator inside
     a string), the regions cut after it are dropped, the loader goes back to its start
     and carries on one region at a time, exactly as with ``workers=1``. Frames are added
@@ -149,7 +167,12 @@ class _ChunkedLoader:
             workers = 2 if pl.thread_pool_size() >= 2 else 1
         self.workers = workers
         if chunk_bytes is None:
-            chunk_bytes = PARALLEL_CHUNK_BYTES if workers > 1 else CHUNK_BYTES
+            try:
+                size: int | None = path.stat().st_size
+            except OSError:
+                size = None  # the stream's own open reports it
+            base = PARALLEL_CHUNK_BYTES if workers > 1 else CHUNK_BYTES
+            chunk_bytes = base * region_scale(size)
         self.chunk = max(1, chunk_bytes)
         self.pool: ThreadPoolExecutor | None = None
         self.pending: deque[_Pending] = deque()
