@@ -37,6 +37,7 @@ from traceanalyzer.load.chrome_trace.framing import (
     _ChunkedLoader,
     _Unframed,
     region_scale,
+    size_hint,
 )
 from traceanalyzer.model import SCHEMAS
 
@@ -1016,3 +1017,29 @@ def test_region_size_grows_with_the_file_up_to_its_cap(tmp_path: Path) -> None:
     assert _ChunkedLoader(small, workers=1).chunk == CHUNK_BYTES
     assert _ChunkedLoader(big, workers=2).chunk == 3 * PARALLEL_CHUNK_BYTES
     assert _ChunkedLoader(big, workers=1, chunk_bytes=1000).chunk == 1000  # an explicit size wins
+
+
+def test_gzip_files_scale_by_their_decompressed_size(tmp_path: Path) -> None:
+    """A .json.gz's regions follow its trailer's ISIZE (the JSON's size), never less than
+    the size on disk; the model is the same as with the base regions."""
+    events = [complete("cpu_op", f"op{i}", i * 10, 5) for i in range(2000)]
+    text = orjson.dumps(kineto_doc(events))
+    gz = tmp_path / "t.json.gz"
+    gz.write_bytes(gzip.compress(text))
+    assert size_hint(gz) == len(text) > gz.stat().st_size
+    plain = tmp_path / "t.json"
+    plain.write_bytes(text)
+    assert size_hint(plain) == len(text)
+    assert size_hint(tmp_path / "missing.json") is None
+    # A trailer claiming 3 scale steps of JSON: the regions grow, the model does not change.
+    fake = tmp_path / "fake.json.gz"
+    body = gzip.compress(text)
+    fake.write_bytes(body[:-4] + (3 * REGION_SCALE_BYTES).to_bytes(4, "little"))
+    assert _ChunkedLoader(fake, workers=2).chunk == 3 * PARALLEL_CHUNK_BYTES
+    short = tmp_path / "short.gz"
+    short.write_bytes(b"\x1f\x8b" + b"\0" * 8)  # too short to have a trailer
+    assert size_hint(short) == 10
+    small = load_chrome_trace(gz)
+    base = _ChunkedLoader(gz, chunk_bytes=PARALLEL_CHUNK_BYTES).load()
+    for name in SCHEMAS:
+        assert_frame_equal(getattr(small, name), getattr(base, name))

@@ -19,6 +19,7 @@ always goes through the exact scan, on a small piece.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import deque
 from collections.abc import Iterator
@@ -39,6 +40,7 @@ from traceanalyzer.load.chrome_trace.guard import StringSkipper, _structure, cli
 from traceanalyzer.load.chrome_trace.ndjson import _NL_TO_TAB, _decode_region, _fast_chunk, _NotFast
 from traceanalyzer.load.chrome_trace.raw import _RAW_COLS, _Stats
 from traceanalyzer.load.jsonio import (
+    GZIP_MAGIC,
     ByteStream,
     Repaired,
     damage_inside_events,
@@ -55,7 +57,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["CHUNK_BYTES", "MAX_REGION_SCALE", "PARALLEL_CHUNK_BYTES", "REGION_SCALE_BYTES", "_ChunkedLoader",
-           "_Unframed", "_brackets", "_structure", "region_scale"]
+           "_Unframed", "_brackets", "_structure", "region_scale", "size_hint"]
 
 CHUNK_BYTES = 4 << 20
 # Regions when two are decoded at once (see _ChunkedLoader): the same peak as one region
@@ -69,11 +71,26 @@ MAX_REGION_SCALE = 4
 REGION_SCALE_BYTES = 64 << 20
 
 
+def size_hint(path: Path) -> int | None:
+    """The file's size on disk, or for a gzip file the larger of that and its trailer's
+    ISIZE (the last member's decompressed size modulo 2**32: a multi-member or > 4 GiB file
+    reads smaller than it is, which only keeps its regions smaller). None when unreadable
+    (the stream's own open reports why)."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < 18 or f.read(2) != GZIP_MAGIC:
+                return size
+            f.seek(size - 4)
+            return max(size, int.from_bytes(f.read(4), "little"))
+    except OSError:
+        return None
+
+
 def region_scale(size: int | None) -> int:
     """How many times the base region size a file of ``size`` bytes on disk is read in:
     1 below :data:`REGION_SCALE_BYTES` and for an unknown size, then one more per
-    REGION_SCALE_BYTES, at most :data:`MAX_REGION_SCALE`. A ``.gz`` counts its compressed
-    size: it scales later than its JSON would."""
+    REGION_SCALE_BYTES, at most :data:`MAX_REGION_SCALE` (``size`` from :func:`size_hint`)."""
     if not size or size < REGION_SCALE_BYTES:
         return 1
     return int(min(MAX_REGION_SCALE, size // REGION_SCALE_BYTES))
@@ -167,12 +184,8 @@ class _ChunkedLoader:
             workers = 2 if pl.thread_pool_size() >= 2 else 1
         self.workers = workers
         if chunk_bytes is None:
-            try:
-                size: int | None = path.stat().st_size
-            except OSError:
-                size = None  # the stream's own open reports it
             base = PARALLEL_CHUNK_BYTES if workers > 1 else CHUNK_BYTES
-            chunk_bytes = base * region_scale(size)
+            chunk_bytes = base * region_scale(size_hint(path))
         self.chunk = max(1, chunk_bytes)
         self.pool: ThreadPoolExecutor | None = None
         self.pending: deque[_Pending] = deque()
