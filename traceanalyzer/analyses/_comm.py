@@ -31,7 +31,7 @@ from polars.expr.whenthen import ChainedThen, Then
 
 from traceanalyzer.analyses._names import contains_by_name
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import TraceTables, op_index, trace_tables
+from traceanalyzer.model.relations import TraceTables, launch_calls, op_index, trace_tables
 
 #: Communication kernel families by name: (family, regex searched in the demangled name).
 #: NCCL and RCCL share the ``nccl*Kernel`` names; sources in ``docs/communication.md``.
@@ -174,9 +174,7 @@ def _linked_ops(t: TraceTables, k: pl.DataFrame, ctx: pl.DataFrame) -> pl.DataFr
     if need.any():
         ops = model.cpu_ops
         idx = need.arg_true()
-        # The columns first: unique() copies every column it is given (the names are long strings).
-        rt = model.runtime.select("correlation", "pid", "tid", "ts_ns").filter(
-            pl.col("correlation").is_not_null()).unique("correlation", keep="first", maintain_order=True)
+        rt = launch_calls(model)
         pts = k[idx].select("correlation").join(rt, on="correlation", how="left", maintain_order="left")
         op_id = op_index(t).lookup(pts.select("pid", "tid", "ts_ns"))
         # Op ids are row numbers of model.cpu_ops: the op's columns by a gather, not a join.

@@ -51,7 +51,7 @@ from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import op_index
+from traceanalyzer.model.relations import launch_calls, op_index
 
 #: NVIDIA kernel names of fp32 GEMMs on TF32 tensor cores (cuBLAS/CUTLASS/cuDNN naming).
 TF32_KERNEL_RE = r"(?i)tf32|tensorop_s1688|tensorop_s16816|_s1688gemm|_s16816gemm|xmma.*_tf32"
@@ -217,9 +217,7 @@ def efficiency(ctx: AnalysisContext[TraceModel]) -> EfficiencyResult:
     )
 
     # Kernels → the operation around their launch call.
-    # The columns first: unique() copies every column it is given (the names are long strings).
-    rt = model.runtime.select("correlation", "pid", "tid", "ts_ns").filter(pl.col("correlation").is_not_null()).unique(
-        "correlation", keep="first").select("correlation", "pid", "tid", pl.col("ts_ns").alias("launch_ns"))
+    rt = launch_calls(model).rename({"ts_ns": "launch_ns"})
     k = model.kernels.select("name", "ts_ns", "dur_ns", "correlation").join(rt, on="correlation", how="left")
     k = k.with_columns(gid=containing(k, groups.select(pl.col("id").alias("gid"), "pid", "tid", "ts_ns", "end_ns"),
                                       "launch_ns", "gid"))

@@ -44,7 +44,7 @@ from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import op_index
+from traceanalyzer.model.relations import launch_calls, op_index
 
 SEQ_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "n": pl.Int64, "sequence": pl.String, "ops": pl.String, "classes": pl.String, "fusable": pl.Boolean,
@@ -146,9 +146,7 @@ def kernel_sequences(ctx: AnalysisContext[TraceModel]) -> KernelSequencesResult:
     if k.height < min_n:
         raise NotApplicable(f"fewer than {min_n} kernels in the steady steps")
     # Launching CPU op of each kernel: runtime call (by correlation) → deepest cpu_op covering its start.
-    # The columns first: unique() copies every column it is given (the names are long strings).
-    rt = model.runtime.select("correlation", "pid", "tid", "ts_ns").filter(pl.col("correlation").is_not_null()).unique(
-        "correlation", keep="first")
+    rt = launch_calls(model)
     at = k.select("correlation").join(rt.select("correlation", "pid", "tid", "ts_ns"), on="correlation",
                                       how="left", maintain_order="left")
     k = k.with_columns(cpu_op=model.cpu_ops["name"].gather(op_index(ctx.tables).lookup(at.select(

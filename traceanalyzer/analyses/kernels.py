@@ -37,7 +37,7 @@ from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import op_index
+from traceanalyzer.model.relations import launch_calls, op_index
 
 
 @dataclass(frozen=True)
@@ -159,9 +159,7 @@ def kernels(ctx: AnalysisContext[TraceModel]) -> KernelsResult:
     )
 
     # Launching CPU op: runtime call (by correlation) → deepest cpu_op covering its start.
-    # The columns first: unique() copies every column it is given (the names are long strings).
-    rt = model.runtime.select("correlation", "pid", "tid", "ts_ns").filter(pl.col("correlation").is_not_null()).unique(
-        "correlation", keep="first")
+    rt = launch_calls(model)
     # Only the launch points of these kernels are looked up (not every runtime call), and
     # op ids are row numbers of model.cpu_ops: the name is a gather, not a join.
     launch = k.select("correlation").join(

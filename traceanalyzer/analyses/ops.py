@@ -58,7 +58,7 @@ from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.context import ContextResult
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import TraceTables, deepest_at, gpu_activity, launches
+from traceanalyzer.model.relations import TraceTables, deepest_at, gpu_activity, launch_calls, launches
 
 #: cuDNN / MIOpen layout conversion kernels (NCHW <-> NHWC around convolutions).
 LAYOUT_TRANSPOSE_RE = r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|batched_transpose|transpose_nchw|transpose_nhwc"
@@ -209,9 +209,7 @@ def _kernel_classes(t: TraceTables, windows: pl.DataFrame, steady: list[int]) ->
     if gemm_ops.height:
         ops = gemm_ops.select("pid", "tid", "ts_ns", "end_ns", _dtype_of(pl.col("input_types")).alias("_dt")
                               ).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
-        # The columns first: unique() copies every column it is given (the names are long strings).
-        rt = model.runtime.select("correlation", "pid", "tid", "ts_ns").filter(
-            pl.col("correlation").is_not_null()).unique("correlation", keep="first")
+        rt = launch_calls(model)
         rt = rt.with_columns(id=deepest_at(ops.select("id", "pid", "tid", "ts_ns", "end_ns"), rt))
         rt = rt.with_columns(_dt=ops["_dt"].gather(rt["id"]))  # ids are row numbers of ops
         k = k.drop("op_dtype").join(rt.select("correlation", pl.col("_dt").alias("op_dtype")), on="correlation",

@@ -571,11 +571,25 @@ def op_top_level(src: TraceModel | TraceTables) -> pl.Series:
     return t.get("op_top_level", build)
 
 
+def launch_calls(model: TraceModel) -> pl.DataFrame:
+    """``correlation, pid, tid, ts_ns`` of the first runtime call (in file order) of each
+    correlation id: where GPU work was launched from. The four columns are selected before
+    ``unique()``, which copies every column it is given (call names are long strings)."""
+    return model.runtime.select("correlation", "pid", "tid", "ts_ns").filter(
+        pl.col("correlation").is_not_null()).unique("correlation", keep="first", maintain_order=True)
+
+
+def _op_intervals(model: TraceModel) -> pl.DataFrame:
+    """The CPU ops as ``id`` (row number), ``pid, tid, ts_ns, end_ns``: what the op nesting
+    and its links are built from."""
+    return model.cpu_ops.select("pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(
+        pl.col("id").cast(pl.Int64)
+    )
+
+
 def _op_nesting(t: TraceTables) -> CoverIndex:
     def build() -> CoverIndex:
-        ivs = t.model.cpu_ops.select("pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(
-            pl.col("id").cast(pl.Int64)
-        )
+        ivs = _op_intervals(t.model)
         links, index = nest_with_index(ivs.filter(pl.col("end_ns") > pl.col("ts_ns")), ["pid", "tid"])
         # The nesting's depths are what op_top_level computes with a sort of its own:
         # handed over now, they save that sort.
@@ -597,9 +611,7 @@ def op_links(src: TraceModel | TraceTables) -> pl.DataFrame:
     t = trace_tables(src)
 
     def build() -> pl.DataFrame:
-        ivs = t.model.cpu_ops.select("pid", "tid", "ts_ns", "end_ns").with_row_index("id").with_columns(
-            pl.col("id").cast(pl.Int64)
-        )
+        ivs = _op_intervals(t.model)
         return nest(ivs.filter(pl.col("end_ns") > pl.col("ts_ns")), ["pid", "tid"])
 
     if "op_nesting" not in t.held() and "op_links" not in t.held() and t.wanted("op_nesting"):
