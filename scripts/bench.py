@@ -359,6 +359,9 @@ def _worker_ours_stages(path: str) -> dict[str, Any]:
             "cache_hit": again is not None, "work_s": t_get - t1}
 
 
+#: Workers that run the console command (``cli.main``) and end as it does.
+_CLI_MODES = frozenset({"ours-analyze", "ours-default", "ours-analyze-other"})
+
 WORKERS = {
     "ours-analyze": _worker_ours_analyze,
     "ours-default": _worker_ours_default,
@@ -1026,6 +1029,12 @@ def main(argv: list[str] | None = None) -> int:
         res = WORKERS[mode](path)
         with open(args.worker_out, "w") as f:
             json.dump(res, f)
+        if mode in _CLI_MODES:
+            # The console command ends with os._exit once its outputs are written
+            # (traceanalyzer.cli._leave); main(argv), which these workers call, raises SystemExit
+            # instead, so the worker leaves the same way, and its wall time is what users wait for.
+            sys.stderr.flush()
+            os._exit(0)
         return 0
 
     if not args.source.exists():
