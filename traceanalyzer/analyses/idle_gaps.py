@@ -378,8 +378,8 @@ def idle_gaps(ctx: AnalysisContext[TraceModel]) -> IdleGapsResult:
             pl.col("pid").alias("launch_pid"),
             pl.col("tid").alias("launch_tid"),
         )
-        .filter(pl.col("correlation").is_not_null())
-        .unique("correlation", keep="first")
+        # the first call of each correlation id (a filter: no group table, as unique() builds)
+        .filter(pl.col("correlation").is_not_null() & pl.col("correlation").is_first_distinct())
     )
 
     # The shared union when the stream / length filters above dropped nothing.

@@ -574,9 +574,12 @@ def op_top_level(src: TraceModel | TraceTables) -> pl.Series:
 def launch_calls(model: TraceModel) -> pl.DataFrame:
     """``correlation, pid, tid, ts_ns`` of the first runtime call (in file order) of each
     correlation id: where GPU work was launched from. The four columns are selected before
-    ``unique()``, which copies every column it is given (call names are long strings)."""
+    the filter, which copies every column it is given (call names are long strings)."""
+    # A filter on the first occurrence: the same rows, in file order, as unique(keep="first",
+    # maintain_order=True), without its group table (about four times faster).
+    corr = pl.col("correlation")
     return model.runtime.select("correlation", "pid", "tid", "ts_ns").filter(
-        pl.col("correlation").is_not_null()).unique("correlation", keep="first", maintain_order=True)
+        corr.is_not_null() & corr.is_first_distinct())
 
 
 def _op_intervals(model: TraceModel) -> pl.DataFrame:
