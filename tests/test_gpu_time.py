@@ -215,6 +215,13 @@ def test_exclusive_breakdown_sweep_and_unions_match_a_brute_force_count():
                 want.append({"device": d, "window": w, **{f"{k}_ns": v for k, v in counts.items()}})
         got = exclusive_breakdown(levels, windows, ["device"], "rest").to_dicts()
         assert got == want
+        # the polars sweep (the numpy one's fallback, where a group or time is null), forced
+        fast = _gputime._exclusive_sweep_np
+        _gputime._exclusive_sweep_np = lambda *_: None  # type: ignore[assignment]
+        try:
+            assert exclusive_breakdown(levels, windows, ["device"], "rest").to_dicts() == want
+        finally:
+            _gputime._exclusive_sweep_np = fast
         unions = _gputime._exclusive_by_unions  # the general path, forced
         grid = pl.DataFrame({"device": devices}).join(windows, how="cross")
         forced = unions(levels, ["device"], grid).with_columns(
