@@ -12,7 +12,7 @@ import polars as pl
 
 from traceanalyzer.analyses._steps import StepWindows
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import TraceTables, gpu_activity, trace_tables
+from traceanalyzer.model.relations import TraceTables, gpu_activity, join_unique, trace_tables
 
 #: CPU ops that copy tensors (outermost one of a nest counts once: aten::to > _to_copy > copy_).
 COPY_OPS: tuple[str, ...] = ("aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone")
@@ -153,7 +153,7 @@ def _transfers(t: TraceTables) -> pl.DataFrame:
             "device", "stream", "correlation"]
     gpu = pl.concat([mc.select(cols), ms.select(cols)])
     rt = runtime_by_correlation(t)
-    out = gpu.join(rt, on="correlation", how="left", maintain_order="left")
+    out = join_unique(gpu, rt, "correlation")
     return out.with_columns(
         api_mode=api_mode(pl.col("api")),
         gbps=pl.when((pl.col("dur_ns") > 0) & pl.col("bytes").is_not_null())

@@ -67,7 +67,7 @@ from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import TraceTables, annotation_index, by_id, cpu_context, deepest_at
+from traceanalyzer.model.relations import TraceTables, annotation_index, by_id, cpu_context, deepest_at, join_unique
 from traceanalyzer.timeutil import gaps_between, merge_intervals
 from traceanalyzer.units import device_name
 
@@ -205,7 +205,7 @@ def _classify(
 ) -> pl.DataFrame:
     """Add launch columns, ``queued`` and ``cause`` to gaps carrying ``next_correlation``
     (``host``: :func:`_host_unions`)."""
-    g = gaps.join(launch, left_on="next_correlation", right_on="correlation", how="left")
+    g = join_unique(gaps, launch, "next_correlation", "correlation")
     g = g.with_columns(
         queued=pl.col("launch_ts_ns").is_not_null() & (pl.col("launch_ts_ns") < pl.col("start_ns"))
     )

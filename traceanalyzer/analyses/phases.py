@@ -88,7 +88,15 @@ from traceanalyzer.analyses._phases import PHASES, USER_DATA_RE
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import TraceTables, annotation_index, by_id, deepest_at, op_index, op_top_level
+from traceanalyzer.model.relations import (
+    TraceTables,
+    annotation_index,
+    by_id,
+    deepest_at,
+    join_unique,
+    op_index,
+    op_top_level,
+)
 from traceanalyzer.timeutil import group_codes, merge_intervals
 from traceanalyzer.units import device_name
 
@@ -555,7 +563,7 @@ def phases(ctx: AnalysisContext[TraceModel]) -> PhasesResult:
     if model.has_gpu:
         a = gpu_activity_classes(ctx.tables).filter(pl.col("device").is_not_null())
         rt = runtime_by_correlation(ctx.tables)
-        a = a.join(rt, on="correlation", how="left", maintain_order="left")
+        a = join_unique(a, rt, "correlation")
         ph = pc.classify(a.select("pid", "tid", pl.col("api_ts_ns").alias("t")))
         htod = (pl.col("activity") == "memcpy") & pl.col("name").str.contains(r"HtoD|H2D|M2D")
         a = a.with_columns(phase=ph).with_columns(
