@@ -13,6 +13,7 @@ import polars as pl
 from traceanalyzer.analyses._steps import StepWindows
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, gpu_activity, join_unique, trace_tables
+from traceanalyzer.timeutil import group_codes
 
 #: CPU ops that copy tensors (outermost one of a nest counts once: aten::to > _to_copy > copy_).
 COPY_OPS: tuple[str, ...] = ("aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone")
@@ -181,6 +182,9 @@ def containing(df: pl.DataFrame, outer: pl.DataFrame, ts_col: str, id_col: str =
     row's ``ts_col`` on the same ``pid, tid``; a zero-length outer row holds its own instant."""
     if df.is_empty() or outer.is_empty():
         return pl.Series(id_col, [None] * df.height, dtype=pl.Int64)
+    fast = _containing_np(df, outer, ts_col, id_col)
+    if fast is not None:
+        return fast
     o = outer.select(
         pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64), pl.col(id_col).alias("_id"),
         pl.col("ts_ns").alias("_cs"), pl.col("end_ns").alias("_ce"),
@@ -194,6 +198,45 @@ def containing(df: pl.DataFrame, outer: pl.DataFrame, ts_col: str, id_col: str =
     )
     inside = (pl.col("_t") < pl.col("_ce")) | ((pl.col("_ce") == pl.col("_cs")) & (pl.col("_t") == pl.col("_cs")))
     return j.select(pl.when(inside).then(pl.col("_id")).otherwise(None).alias(id_col))[id_col]
+
+
+def _containing_np(df: pl.DataFrame, outer: pl.DataFrame, ts_col: str, id_col: str) -> pl.Series | None:
+    """:func:`containing` by numpy binary search: the threads of both frames numbered together
+    (:func:`group_codes`), each outer start and each point keyed ``thread · span + (t −
+    t_min)``, the last outer row starting at or before each point found by one
+    ``searchsorted`` (no sort of the points, no as-of join, no sort back). None (the caller
+    joins) where a thread or time is null, the key would overflow, or two outer rows of a
+    thread start at one instant (which one the as-of join takes is then its own choice)."""
+    import numpy as np  # lazy: importing the package does not pay for numpy
+
+    by = ["pid", "tid"]
+    t_col, s_col, e_col = df[ts_col], outer["ts_ns"], outer["end_ns"]
+    if any(c.null_count() or not c.dtype.is_integer() for c in (t_col, s_col, e_col)):
+        return None
+    threads = pl.concat([outer.select(pl.col(c).cast(pl.Int64) for c in by),
+                         df.select(pl.col(c).cast(pl.Int64) for c in by)])
+    coded = group_codes(threads, by)
+    if coded is None:
+        return None
+    codes, n_groups = coded
+    start, end, t = (c.cast(pl.Int64).to_numpy() for c in (s_col, e_col, t_col))
+    lo = min(int(start.min()), int(t.min()))
+    span = max(int(start.max()), int(t.max())) - lo + 1
+    if n_groups * span >= 2**62:
+        return None
+    n_o = outer.height
+    g_o, g_p = codes[:n_o], codes[n_o:]
+    key_o = g_o * span + (start - lo)
+    order = np.argsort(key_o, kind="stable")
+    key_o = key_o[order]
+    if bool((key_o[1:] == key_o[:-1]).any()):
+        return None
+    pos = np.searchsorted(key_o, g_p * span + (t - lo), side="right") - 1
+    at = order[np.clip(pos, 0, None)]
+    cs, ce = start[at], end[at]
+    inside = (pos >= 0) & (g_o[at] == g_p) & ((t < ce) | ((ce == cs) & (t == cs)))
+    ids = outer[id_col].gather(pl.Series(at, dtype=pl.Int64))
+    return pl.select(pl.when(pl.lit(pl.Series(inside))).then(pl.lit(ids)).otherwise(None).alias(id_col)).to_series()
 
 
 # ---------------------------------------------------------------------------------------------
