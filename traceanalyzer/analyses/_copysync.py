@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.analyses._intervals import asof_rows
 from traceanalyzer.analyses._steps import StepWindows
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import TraceTables, gpu_activity, join_unique, trace_tables
-from traceanalyzer.timeutil import group_codes
 
 #: CPU ops that copy tensors (outermost one of a nest counts once: aten::to > _to_copy > copy_).
 COPY_OPS: tuple[str, ...] = ("aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone")
@@ -201,42 +201,15 @@ def containing(df: pl.DataFrame, outer: pl.DataFrame, ts_col: str, id_col: str =
 
 
 def _containing_np(df: pl.DataFrame, outer: pl.DataFrame, ts_col: str, id_col: str) -> pl.Series | None:
-    """:func:`containing` by numpy binary search: the threads of both frames numbered together
-    (:func:`group_codes`), each outer start and each point keyed ``thread · span + (t −
-    t_min)``, the last outer row starting at or before each point found by one
-    ``searchsorted`` (no sort of the points, no as-of join, no sort back). None (the caller
-    joins) where a thread or time is null, the key would overflow, or two outer rows of a
-    thread start at one instant (which one the as-of join takes is then its own choice)."""
-    import numpy as np  # lazy: importing the package does not pay for numpy
-
-    by = ["pid", "tid"]
-    t_col, s_col, e_col = df[ts_col], outer["ts_ns"], outer["end_ns"]
-    if any(c.null_count() or not c.dtype.is_integer() for c in (t_col, s_col, e_col)):
+    """:func:`containing` by the numpy as-of search (:func:`asof_rows`: the last outer row of the
+    thread starting at or before each point); None (the caller joins) where it gives none (a
+    null thread or time, two outer rows of a thread starting at one instant …)."""
+    rows = asof_rows(df, outer, ["pid", "tid"], ts_col, "ts_ns")
+    if rows is None:
         return None
-    threads = pl.concat([outer.select(pl.col(c).cast(pl.Int64) for c in by),
-                         df.select(pl.col(c).cast(pl.Int64) for c in by)])
-    coded = group_codes(threads, by)
-    if coded is None:
-        return None
-    codes, n_groups = coded
-    start, end, t = (c.cast(pl.Int64).to_numpy() for c in (s_col, e_col, t_col))
-    lo = min(int(start.min()), int(t.min()))
-    span = max(int(start.max()), int(t.max())) - lo + 1
-    if n_groups * span >= 2**62:
-        return None
-    n_o = outer.height
-    g_o, g_p = codes[:n_o], codes[n_o:]
-    key_o = g_o * span + (start - lo)
-    order = np.argsort(key_o, kind="stable")
-    key_o = key_o[order]
-    if bool((key_o[1:] == key_o[:-1]).any()):
-        return None
-    pos = np.searchsorted(key_o, g_p * span + (t - lo), side="right") - 1
-    at = order[np.clip(pos, 0, None)]
-    cs, ce = start[at], end[at]
-    inside = (pos >= 0) & (g_o[at] == g_p) & ((t < ce) | ((ce == cs) & (t == cs)))
-    ids = outer[id_col].gather(pl.Series(at, dtype=pl.Int64))
-    return pl.select(pl.when(pl.lit(pl.Series(inside))).then(pl.lit(ids)).otherwise(None).alias(id_col)).to_series()
+    t, cs, ce = df[ts_col], outer["ts_ns"].gather(rows), outer["end_ns"].gather(rows)
+    inside = (t < ce) | ((ce == cs) & (t == cs))
+    return pl.select(pl.when(pl.lit(inside)).then(pl.lit(outer[id_col].gather(rows))).alias(id_col)).to_series()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -56,6 +56,7 @@ from traceanalyzer.analyses._intervals import (
     LOG_BINS_NS,
     MEMCPY_API_RE,
     SYNC_API_RE,
+    asof_rows,
     covered_before,
     device_union,
     gpu_activity_classes,
@@ -143,6 +144,10 @@ def _next_activity(gaps: pl.DataFrame, act: pl.DataFrame, by: list[str]) -> pl.D
             pl.col("correlation").alias("next_correlation")]
     if "stream" not in by:
         cols.append(pl.col("stream").alias("next_stream"))
+    # the first activity of the group starting at or after the gap's end
+    rows = asof_rows(gaps, act, by, "end_ns", "ts_ns", forward=True)
+    if rows is not None:
+        return gaps.hstack(act.select(cols).drop(*by, "next_ts_ns").select(pl.all().gather(rows)).get_columns())
     nxt = act.select(cols).sort("next_ts_ns")
     return (
         gaps.with_row_index("_row")
