@@ -267,3 +267,39 @@ def test_real_trace_totals(path: Path) -> None:
     json.dumps(r["copies"].to_json())
     if "syncs" in r.values:
         json.dumps(r["syncs"].to_json())
+
+
+def test_containing_binary_search_matches_the_asof_join(monkeypatch: pytest.MonkeyPatch) -> None:
+    """containing: the numpy route = the as-of join on disjoint outer rows per thread (zero-length
+    rows hold their own instant; points outside, before, on other threads)."""
+    import random
+
+    import polars as pl
+
+    from traceanalyzer.analyses import _copysync as C
+
+    rng = random.Random(7)
+    for _ in range(60):
+        rows: list[tuple[int, int, int, int, int]] = []
+        for pid in (1, 2):
+            for tid in (1, 2):
+                t = rng.randint(0, 4)
+                for _ in range(rng.randint(0, 6)):
+                    d = rng.choice([0, 1, 4, 10])
+                    rows.append((pid, tid, t, t + d, 10 * len(rows)))
+                    t += d + rng.randint(0 if d else 1, 5)
+        if not rows:
+            continue
+        outer = pl.DataFrame(rows, schema={"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64, "end_ns": pl.Int64,
+                                           "copy_id": pl.Int64}, orient="row")
+        n = rng.randint(1, 40)
+        df = pl.DataFrame({"pid": [rng.randint(1, 2) for _ in range(n)], "tid": [rng.randint(1, 3) for _ in range(n)],
+                           "t": [rng.randint(-3, 70) for _ in range(n)]})
+        assert C._containing_np(df, outer, "t", "copy_id") is not None
+        fast = C.containing(df, outer, "t")
+        with monkeypatch.context() as m:
+            m.setattr(C, "_containing_np", lambda *_: None)
+            assert C.containing(df, outer, "t").equals(fast)
+    zero = pl.DataFrame({"pid": [1, 1], "tid": [1, 1], "ts_ns": [5, 8], "end_ns": [5, 12], "copy_id": [0, 1]})
+    pts = pl.DataFrame({"pid": [1, 1, 1, 1, 2], "tid": [1, 1, 1, 1, 1], "t": [5, 6, 8, 12, 9]})
+    assert C.containing(pts, zero, "t").to_list() == [0, None, 1, None, None]

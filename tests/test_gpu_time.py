@@ -215,6 +215,13 @@ def test_exclusive_breakdown_sweep_and_unions_match_a_brute_force_count():
                 want.append({"device": d, "window": w, **{f"{k}_ns": v for k, v in counts.items()}})
         got = exclusive_breakdown(levels, windows, ["device"], "rest").to_dicts()
         assert got == want
+        # the polars sweep (the numpy one's fallback, where a group or time is null), forced
+        fast = _gputime._exclusive_sweep_np
+        _gputime._exclusive_sweep_np = lambda *_: None  # type: ignore[assignment]
+        try:
+            assert exclusive_breakdown(levels, windows, ["device"], "rest").to_dicts() == want
+        finally:
+            _gputime._exclusive_sweep_np = fast
         unions = _gputime._exclusive_by_unions  # the general path, forced
         grid = pl.DataFrame({"device": devices}).join(windows, how="cross")
         forced = unions(levels, ["device"], grid).with_columns(
@@ -253,3 +260,29 @@ def test_assign_steps_and_window_union_lengths_match_brute_force():
         want = [(d, w, sum(1 for t in range(a, b) if any(dd == d and s <= t < e for dd, s, e in rows)))
                 for d in sorted({r[0] for r in rows}) for w, a, b in over.rows()]
         assert got.rows() == want
+
+
+def test_asof_rows_matches_the_asof_join() -> None:
+    """asof_rows (numpy search) = join_asof by group, backward and forward, on unique times per
+    group; None where a group repeats a time."""
+    import random
+
+    import polars as pl
+
+    from traceanalyzer.analyses._intervals import asof_rows
+
+    rng = random.Random(9)
+    for _ in range(60):
+        n, m = rng.randint(1, 30), rng.randint(1, 30)
+        table = pl.DataFrame({"g": [rng.randint(0, 2) for _ in range(n)], "t": rng.sample(range(0, 200), n)}
+                             ).with_row_index("row").with_columns(pl.col("row").cast(pl.Int64))
+        pts = pl.DataFrame({"g": [rng.randint(0, 3) for _ in range(m)], "p": [rng.randint(-5, 205) for _ in range(m)]})
+        for forward in (False, True):
+            want = pts.with_row_index("_i").sort("p").join_asof(
+                table.sort("t"), left_on="p", right_on="t", by="g", strategy="forward" if forward else "backward",
+                check_sortedness=False,
+            ).sort("_i")["row"]
+            got = asof_rows(pts, table, ["g"], "p", "t", forward=forward)
+            assert got is not None and got.to_list() == want.to_list()
+    tied = pl.DataFrame({"g": [0, 0], "t": [5, 5]})
+    assert asof_rows(pl.DataFrame({"g": [0], "p": [6]}), tied, ["g"], "p", "t") is None

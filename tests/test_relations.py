@@ -345,3 +345,28 @@ def test_deepest_at_and_nest_with_index_match_the_definition(monkeypatch) -> Non
                 # Among positive intervals alone, the nesting is the brute force of that subset.
                 sub = _brute_nest(positive)
                 assert {r["id"]: (r["depth"], r["parent_id"]) for r in links.to_dicts()} == sub
+
+
+def test_join_unique_matches_the_left_join() -> None:
+    """join_unique (binary search on a unique integer key) = the ordered left join: unmatched
+    and null keys get nulls, keys in any order, a renamed key, a colliding column (the join)."""
+    import random
+
+    from traceanalyzer.model.relations import join_unique
+
+    rng = random.Random(11)
+    for _ in range(60):
+        nr, nl = rng.randint(0, 30), rng.randint(0, 40)
+        keys = rng.sample(range(-20, 120), nr)
+        right = pl.DataFrame({"k": keys, "a": [rng.randint(0, 9) for _ in keys], "s": [f"x{i}" for i in range(nr)]},
+                             schema={"k": pl.Int64, "a": pl.Int64, "s": pl.String})
+        left = pl.DataFrame({"c": [None if rng.random() < 0.1 else rng.randint(-25, 125) for _ in range(nl)],
+                             "v": list(range(nl))}, schema={"c": pl.Int64, "v": pl.Int64})
+        want = left.join(right, left_on="c", right_on="k", how="left", maintain_order="left")
+        assert join_unique(left, right, "c", "k").equals(want)
+        same = right.rename({"k": "c"})
+        assert join_unique(left, same, "c").equals(left.join(same, on="c", how="left", maintain_order="left"))
+        clash = right.rename({"k": "c", "a": "v"})
+        assert join_unique(left, clash, "c").equals(left.join(clash, on="c", how="left", maintain_order="left"))
+    got = join_unique(pl.DataFrame({"c": [3, None, 7, 5]}), pl.DataFrame({"c": [5, 3], "n": ["five", "three"]}), "c")
+    assert got["n"].to_list() == ["three", None, None, "five"]

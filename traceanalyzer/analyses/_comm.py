@@ -31,7 +31,7 @@ from polars.expr.whenthen import ChainedThen, Then
 
 from traceanalyzer.analyses._names import contains_by_name
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import TraceTables, launch_calls, op_index, trace_tables
+from traceanalyzer.model.relations import TraceTables, join_unique, launch_calls, op_index, trace_tables
 
 #: Communication kernel families by name: (family, regex searched in the demangled name).
 #: NCCL and RCCL share the ``nccl*Kernel`` names; sources in ``docs/communication.md``.
@@ -175,7 +175,7 @@ def _linked_ops(t: TraceTables, k: pl.DataFrame, ctx: pl.DataFrame) -> pl.DataFr
         ops = model.cpu_ops
         idx = need.arg_true()
         rt = launch_calls(model)
-        pts = k[idx].select("correlation").join(rt, on="correlation", how="left", maintain_order="left")
+        pts = join_unique(k[idx].select("correlation"), rt, "correlation")
         op_id = op_index(t).lookup(pts.select("pid", "tid", "ts_ns"))
         # Op ids are row numbers of model.cpu_ops: the op's columns by a gather, not a join.
         got = ops.select("external_id", "name", *[pl.col(c).alias(a) for c, a in _OP_META.items()]).select(

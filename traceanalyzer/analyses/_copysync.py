@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.analyses._intervals import asof_rows
 from traceanalyzer.analyses._steps import StepWindows
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import TraceTables, gpu_activity, trace_tables
+from traceanalyzer.model.relations import TraceTables, gpu_activity, join_unique, trace_tables
 
 #: CPU ops that copy tensors (outermost one of a nest counts once: aten::to > _to_copy > copy_).
 COPY_OPS: tuple[str, ...] = ("aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone")
@@ -153,7 +154,7 @@ def _transfers(t: TraceTables) -> pl.DataFrame:
             "device", "stream", "correlation"]
     gpu = pl.concat([mc.select(cols), ms.select(cols)])
     rt = runtime_by_correlation(t)
-    out = gpu.join(rt, on="correlation", how="left", maintain_order="left")
+    out = join_unique(gpu, rt, "correlation")
     return out.with_columns(
         api_mode=api_mode(pl.col("api")),
         gbps=pl.when((pl.col("dur_ns") > 0) & pl.col("bytes").is_not_null())
@@ -181,6 +182,9 @@ def containing(df: pl.DataFrame, outer: pl.DataFrame, ts_col: str, id_col: str =
     row's ``ts_col`` on the same ``pid, tid``; a zero-length outer row holds its own instant."""
     if df.is_empty() or outer.is_empty():
         return pl.Series(id_col, [None] * df.height, dtype=pl.Int64)
+    fast = _containing_np(df, outer, ts_col, id_col)
+    if fast is not None:
+        return fast
     o = outer.select(
         pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64), pl.col(id_col).alias("_id"),
         pl.col("ts_ns").alias("_cs"), pl.col("end_ns").alias("_ce"),
@@ -194,6 +198,18 @@ def containing(df: pl.DataFrame, outer: pl.DataFrame, ts_col: str, id_col: str =
     )
     inside = (pl.col("_t") < pl.col("_ce")) | ((pl.col("_ce") == pl.col("_cs")) & (pl.col("_t") == pl.col("_cs")))
     return j.select(pl.when(inside).then(pl.col("_id")).otherwise(None).alias(id_col))[id_col]
+
+
+def _containing_np(df: pl.DataFrame, outer: pl.DataFrame, ts_col: str, id_col: str) -> pl.Series | None:
+    """:func:`containing` by the numpy as-of search (:func:`asof_rows`: the last outer row of the
+    thread starting at or before each point); None (the caller joins) where it gives none (a
+    null thread or time, two outer rows of a thread starting at one instant …)."""
+    rows = asof_rows(df, outer, ["pid", "tid"], ts_col, "ts_ns")
+    if rows is None:
+        return None
+    t, cs, ce = df[ts_col], outer["ts_ns"].gather(rows), outer["end_ns"].gather(rows)
+    inside = (t < ce) | ((ce == cs) & (t == cs))
+    return pl.select(pl.when(pl.lit(inside)).then(pl.lit(outer[id_col].gather(rows))).alias(id_col)).to_series()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import polars as pl
 
 from traceanalyzer.analyses._comm import COMM_OP_RE
 from traceanalyzer.analyses._intervals import covered_within
-from traceanalyzer.timeutil import merge_intervals, sort_within_groups
+from traceanalyzer.timeutil import group_codes, merge_intervals, sort_within_groups
 
 CPU_COMM_RE = COMM_OP_RE  # CPU ops/annotations of communication (_comm: c10d, nccl:*, symm_mem, DeepEP …)
 
@@ -59,6 +59,9 @@ def _exclusive_sweep(
     the union level by level (each piece of the window is counted once, in the first
     level covering it), with one sort instead of a merge and two searches per level.
     """
+    fast = _exclusive_sweep_np(levels, by, grid)
+    if fast is not None:
+        return fast
     k = len(levels)
     parts = []
     for i, (_, df) in enumerate(levels):
@@ -102,6 +105,66 @@ def _exclusive_sweep(
     )
     cols = [f"{n}_ns" for n, _ in levels]
     return grid.join(agg, on=keys, how="left", nulls_equal=True).with_columns(pl.col(c).fill_null(0) for c in cols)
+
+
+def _exclusive_sweep_np(
+    levels: list[tuple[str, pl.DataFrame]], by: list[str], grid: pl.DataFrame
+) -> pl.DataFrame | None:
+    """:func:`_exclusive_sweep` on numpy arrays: the same boundaries and running counts,
+    sorted by one key ``group · span + (t − t_min)`` (:func:`group_codes`), and each window's
+    share read at its own edge rows (their place in the sorted order), so no group_by and no
+    join back. The order of boundaries at one instant does not matter: the pieces between
+    them have no length, and the counts after the last of them are the same in any order.
+    None (the caller takes the polars route) where a group or time is null, a column is not
+    an Int64 / integer, or the key would overflow."""
+    import numpy as np  # lazy: importing the package does not pay for numpy
+
+    if grid.is_empty():
+        return None
+    ivs = [df.select([*by, "ts_ns", "end_ns"]).filter(pl.col("end_ns") > pl.col("ts_ns")) for _, df in levels]
+    times = [grid["start_ns"], grid["end_ns"], *[iv[c] for iv in ivs for c in ("ts_ns", "end_ns")]]
+    if any(c.dtype != pl.Int64 or c.null_count() for c in times):
+        return None
+    coded = group_codes(
+        pl.concat([grid.select(by), *[iv.select(by).cast({c: grid.schema[c] for c in by}) for iv in ivs]]), by)
+    if coded is None:
+        return None
+    codes, n_groups = coded
+    nw = grid.height
+    lo = min(int(c.min()) for c in times if c.len())  # type: ignore[arg-type]  # Int64 columns
+    hi = max(int(c.max()) for c in times if c.len())  # type: ignore[arg-type]  # as above
+    span = hi - lo + 1
+    if n_groups * span >= 2**62:
+        return None
+    # Rows: window starts, window ends, then each level's starts and ends.
+    sizes = [iv.height for iv in ivs]
+    per_level = np.split(codes[nw:], np.cumsum(sizes)[:-1])
+    g = np.concatenate([codes[:nw], codes[:nw], *[np.concatenate([part, part]) for part in per_level]])
+    t = np.concatenate([c.to_numpy() for c in times])
+    lvl = np.concatenate([np.full(2 * nw, -1, dtype=np.int32),
+                          *[np.full(2 * h, i, dtype=np.int32) for i, h in enumerate(sizes)]])
+    d = np.concatenate([np.zeros(2 * nw, dtype=np.int32),
+                        *[np.concatenate([np.ones(h, dtype=np.int32), -np.ones(h, dtype=np.int32)]) for h in sizes]])
+    order = np.argsort(g * span + (t - lo), kind="stable")
+    g, t, lvl, d = g[order], t[order], lvl[order], d[order]
+    n = t.shape[0]
+    # Piece [t, next t) of the group, given to the first level with a positive running count.
+    piece = np.zeros(n, dtype=np.int64)
+    same = g[1:] == g[:-1]
+    piece[:-1] = np.where(same, t[1:] - t[:-1], 0)
+    top = np.full(n, -1, dtype=np.int32)
+    for i in range(len(levels) - 1, -1, -1):  # the first level covering wins: assigned last
+        covered = np.cumsum(np.where(lvl == i, d, 0)) > 0
+        top[covered] = i
+    at = np.empty(n, dtype=np.int64)
+    at[order] = np.arange(n)
+    w_start, w_end = at[:nw], at[nw:2 * nw]
+    cols = []
+    for i, (name, _) in enumerate(levels):
+        got = np.where(top == i, piece, 0)
+        before = np.cumsum(got) - got
+        cols.append(pl.Series(f"{name}_ns", before[w_end] - before[w_start], dtype=pl.Int64))
+    return grid.with_columns(cols)
 
 
 def _exclusive_by_unions(levels: list[tuple[str, pl.DataFrame]], by: list[str], grid: pl.DataFrame) -> pl.DataFrame:

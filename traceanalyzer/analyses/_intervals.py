@@ -140,6 +140,57 @@ def _covered_before_np(merged: pl.DataFrame, points: pl.DataFrame, by: list[str]
     return pl.Series("covered", np.where(found, before[at] + inside, 0), dtype=pl.Int64)
 
 
+def asof_rows(
+    points: pl.DataFrame, table: pl.DataFrame, by: Sequence[str], point_col: str, table_col: str,
+    forward: bool = False,
+) -> pl.Series | None:
+    """For each row of ``points``, the row number of ``table`` with the same ``by`` values whose
+    ``table_col`` is the last at or before the point's ``point_col`` (``forward``: the first at
+    or after it); null where none. An as-of join by ``by`` as a row index, by numpy binary
+    search: the groups of both frames numbered together
+    (:func:`~traceanalyzer.timeutil.group_codes`), each time keyed ``group · span + (t −
+    t_min)``, one ``searchsorted`` (no sort of the points, no join, no sort back).
+
+    None (the caller joins) where a group or time is null or not an integer, the key would
+    overflow, or two rows of ``table`` share a group and a time (which of them an as-of join
+    takes is its own choice)."""
+    import numpy as np  # lazy: importing the package does not pay for numpy
+
+    from traceanalyzer.timeutil import group_codes
+
+    by = list(by)
+    t_p, t_t = points[point_col], table[table_col]
+    if points.is_empty() or table.is_empty() or any(c.null_count() or not c.dtype.is_integer() for c in (t_p, t_t)):
+        return None
+    coded = group_codes(pl.concat([table.select(pl.col(by).cast(pl.Int64)), points.select(pl.col(by).cast(pl.Int64))]),
+                        by)
+    if coded is None:
+        return None
+    codes, n_groups = coded
+    tt, tp = t_t.cast(pl.Int64).to_numpy(), t_p.cast(pl.Int64).to_numpy()
+    lo = min(int(tt.min()), int(tp.min()))
+    span = max(int(tt.max()), int(tp.max())) - lo + 1
+    if n_groups * span >= 2**62:
+        return None
+    n = table.height
+    g_t, g_p = codes[:n], codes[n:]
+    key = g_t * span + (tt - lo)
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    if bool((key[1:] == key[:-1]).any()):
+        return None
+    q = g_p * span + (tp - lo)
+    if forward:
+        pos = np.searchsorted(key, q, side="left")
+        ok = pos < n
+    else:
+        pos = np.searchsorted(key, q, side="right") - 1
+        ok = pos >= 0
+    at = order[np.clip(pos, 0, n - 1)]
+    found = ok & (g_t[at] == g_p)
+    return pl.select(pl.when(pl.lit(pl.Series(found))).then(pl.lit(pl.Series(at, dtype=pl.Int64)))).to_series()
+
+
 def window_union_lengths(
     activity: pl.DataFrame,
     windows: pl.DataFrame,

@@ -59,8 +59,18 @@ def on_distinct(df: pl.DataFrame, keys: list[str], **exprs: pl.Expr) -> pl.DataF
     live = [k for k in keys if df[k].null_count() < df.height]
     if not live:
         return df.with_columns(**exprs)
-    table = df.select(keys).unique(live).with_columns(**exprs).drop([k for k in keys if k not in live])
-    return df.join(table, on=live, how="left", nulls_equal=True, maintain_order="left")
+    # String keys by their categorical codes: each (long) name is hashed once, and the
+    # unique and the join back run on integer keys (half the time of both on the strings).
+    codes = df.select(
+        (pl.col(c).cast(pl.Categorical).to_physical() if df.schema[c] == pl.String else pl.col(c)).alias(f"_od{i}")
+        for i, c in enumerate(live)
+    )
+    on = codes.columns
+    first = codes.with_row_index("_od_row").unique(on, keep="any")["_od_row"]
+    table = df.select(keys).gather(first).select(**exprs).hstack(codes.gather(first))
+    return df.with_columns(
+        codes.join(table, on=on, how="left", nulls_equal=True, maintain_order="left").drop(on).get_columns()
+    )
 
 
 def normalize_kernel_name(name: str) -> str:

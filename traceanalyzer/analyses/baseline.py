@@ -38,7 +38,7 @@ import polars as pl
 
 from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._intervals import ms
-from traceanalyzer.analyses._kernels import GEMM_KERNEL_RE, GEMM_OPS_RE
+from traceanalyzer.analyses._kernels import GEMM_KERNEL_RE, GEMM_OPS_RE, on_distinct
 from traceanalyzer.analyses._names import contains_by_name
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.context import ContextResult
@@ -225,15 +225,15 @@ def _dtypes(model: TraceModel) -> dict[str, Any]:
     kern: dict[str, int] = {}
     if k.height:
         tok = pl.col("name").str.to_lowercase()
+        # the dtype once per distinct kernel name (long names, repeated thousands of times)
         kd = (
-            k.select(
+            on_distinct(k.select("name", "dur_ns"), ["name"], d=(
                 pl.when(tok.str.contains("tf32"))
                 .then(pl.lit("tf32"))
                 .otherwise(tok.str.extract(r"(bf16|fp16|f16|half|hgemm|fp32|f32|sgemm|fp8|e4m3|e5m2|int8)", 1)
                            .replace_strict(_KERNEL_DTYPE_MAP, default=None))
-                .alias("d"),
-                "dur_ns",
-            )
+            ))
+            .select("d", "dur_ns")
             .filter(pl.col("d").is_not_null())
             .group_by("d")
             .agg(pl.col("dur_ns").sum())

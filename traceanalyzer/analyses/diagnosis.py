@@ -90,7 +90,7 @@ from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.analyses.syncs import SyncsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import TraceTables, gpu_activity, op_index
+from traceanalyzer.model.relations import TraceTables, gpu_activity, join_unique, op_index
 from traceanalyzer.timeutil import merge_intervals
 from traceanalyzer.units import device_name
 
@@ -776,7 +776,7 @@ def _comm_ops(t: TraceTables, windows: pl.DataFrame, steady: list[int], device: 
     if k.is_empty():
         return pl.DataFrame()
     rt = runtime_by_correlation(t).select("correlation", "pid", "tid", "api_ts_ns")
-    k = k.join(rt, on="correlation", how="left")
+    k = join_unique(k, rt, "correlation")
     ops = model.cpu_ops.select("name", "input_dims").with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
     pts = k.select(pl.col("pid").fill_null(-1), pl.col("tid").fill_null(-1),
                    pl.col("api_ts_ns").fill_null(0).alias("ts_ns"))

@@ -51,7 +51,7 @@ from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import launch_calls, op_index
+from traceanalyzer.model.relations import join_unique, launch_calls, op_index
 
 #: NVIDIA kernel names of fp32 GEMMs on TF32 tensor cores (cuBLAS/CUTLASS/cuDNN naming).
 TF32_KERNEL_RE = r"(?i)tf32|tensorop_s1688|tensorop_s16816|_s1688gemm|_s16816gemm|xmma.*_tf32"
@@ -218,7 +218,7 @@ def efficiency(ctx: AnalysisContext[TraceModel]) -> EfficiencyResult:
 
     # Kernels → the operation around their launch call.
     rt = launch_calls(model).rename({"ts_ns": "launch_ns"})
-    k = model.kernels.select("name", "ts_ns", "dur_ns", "correlation").join(rt, on="correlation", how="left")
+    k = join_unique(model.kernels.select("name", "ts_ns", "dur_ns", "correlation"), rt, "correlation")
     k = k.with_columns(gid=containing(k, groups.select(pl.col("id").alias("gid"), "pid", "tid", "ts_ns", "end_ns"),
                                       "launch_ns", "gid"))
     k = assign_steps(k, sr, "ts_ns")

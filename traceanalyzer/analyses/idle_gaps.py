@@ -56,6 +56,7 @@ from traceanalyzer.analyses._intervals import (
     LOG_BINS_NS,
     MEMCPY_API_RE,
     SYNC_API_RE,
+    asof_rows,
     covered_before,
     device_union,
     gpu_activity_classes,
@@ -67,7 +68,7 @@ from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import TraceTables, annotation_index, by_id, cpu_context, deepest_at
+from traceanalyzer.model.relations import TraceTables, annotation_index, by_id, cpu_context, deepest_at, join_unique
 from traceanalyzer.timeutil import gaps_between, merge_intervals
 from traceanalyzer.units import device_name
 
@@ -143,6 +144,10 @@ def _next_activity(gaps: pl.DataFrame, act: pl.DataFrame, by: list[str]) -> pl.D
             pl.col("correlation").alias("next_correlation")]
     if "stream" not in by:
         cols.append(pl.col("stream").alias("next_stream"))
+    # the first activity of the group starting at or after the gap's end
+    rows = asof_rows(gaps, act, by, "end_ns", "ts_ns", forward=True)
+    if rows is not None:
+        return gaps.hstack(act.select(cols).drop(*by, "next_ts_ns").select(pl.all().gather(rows)).get_columns())
     nxt = act.select(cols).sort("next_ts_ns")
     return (
         gaps.with_row_index("_row")
@@ -205,21 +210,18 @@ def _classify(
 ) -> pl.DataFrame:
     """Add launch columns, ``queued`` and ``cause`` to gaps carrying ``next_correlation``
     (``host``: :func:`_host_unions`)."""
-    g = gaps.join(launch, left_on="next_correlation", right_on="correlation", how="left")
+    g = join_unique(gaps, launch, "next_correlation", "correlation")
     g = g.with_columns(
         queued=pl.col("launch_ts_ns").is_not_null() & (pl.col("launch_ts_ns") < pl.col("start_ns"))
     )
-    has = g.filter(pl.col("launch_pid").is_not_null())
-    rest = g.filter(pl.col("launch_pid").is_null())
-    has = has.with_columns(
-        _sync=_overlap(has, host["sync"], ["launch_pid"]),
-        _memcpy=_overlap(has, host["memcpy"], ["launch_pid"]),
-        _dl=_overlap(has, host["dl"], ["launch_pid"]),
+    # The host overlaps where the launching process is known, 0 elsewhere, put back in the
+    # gaps' row order (the callers sort the gaps by their own unique keys afterwards).
+    known = g["launch_pid"].is_not_null()
+    has, at = g.filter(known), known.arg_true()
+    g = g.with_columns(
+        pl.zeros(g.height, pl.Int64, eager=True).scatter(at, _overlap(has, host[k], ["launch_pid"])).alias(f"_{k}")
+        for k in ("sync", "memcpy", "dl")
     )
-    rest = rest.with_columns(
-        _sync=pl.lit(0, pl.Int64), _memcpy=pl.lit(0, pl.Int64), _dl=pl.lit(0, pl.Int64)
-    )
-    g = pl.concat([has, rest]).sort(["start_ns"])
     if device_merged is not None and g.height:
         lo = covered_before(device_merged, g.select("device", pl.col("start_ns").alias("t")), ["device"])
         hi = covered_before(device_merged, g.select("device", pl.col("end_ns").alias("t")), ["device"])
@@ -227,25 +229,29 @@ def _classify(
     else:
         g = g.with_columns(other_streams_busy_ns=pl.lit(0, pl.Int64))
     best = pl.max_horizontal("_sync", "_memcpy", "_dl")
+    # The cause's position in CAUSES, then its name by one gather (a chain of string
+    # literals builds a string column per branch).
+    code = {c: pl.lit(i, pl.UInt32) for i, c in enumerate(CAUSES)}
     host_cause = (
         pl.when(best <= 0)
-        .then(pl.lit("host_bound"))
+        .then(code["host_bound"])
         .when(pl.col("_sync") == best)
-        .then(pl.lit("sync"))
+        .then(code["sync"])
         .when(pl.col("_memcpy") == best)
-        .then(pl.lit("memcpy"))
-        .otherwise(pl.lit("data_loader"))
+        .then(code["memcpy"])
+        .otherwise(code["data_loader"])
     )
     cause = (
         pl.when(pl.col("launch_ts_ns").is_null())
-        .then(pl.lit("other"))
+        .then(code["other"])
         .when(~pl.col("queued"))
         .then(host_cause)
         .when(pl.col("other_streams_busy_ns") > 0)
-        .then(pl.lit("stream_dependency"))
-        .otherwise(pl.lit("other"))
+        .then(code["stream_dependency"])
+        .otherwise(code["other"])
     )
-    return g.with_columns(cause=cause).drop("_sync", "_memcpy", "_dl")
+    return g.with_columns(cause=pl.lit(pl.Series(CAUSES, dtype=pl.String)).gather(cause)).drop(
+        "_sync", "_memcpy", "_dl")
 
 
 def _attribution(gaps: list[pl.DataFrame], t: TraceTables) -> list[pl.DataFrame]:
@@ -378,8 +384,8 @@ def idle_gaps(ctx: AnalysisContext[TraceModel]) -> IdleGapsResult:
             pl.col("pid").alias("launch_pid"),
             pl.col("tid").alias("launch_tid"),
         )
-        .filter(pl.col("correlation").is_not_null())
-        .unique("correlation", keep="first")
+        # the first call of each correlation id (a filter: no group table, as unique() builds)
+        .filter(pl.col("correlation").is_not_null() & pl.col("correlation").is_first_distinct())
     )
 
     # The shared union when the stream / length filters above dropped nothing.

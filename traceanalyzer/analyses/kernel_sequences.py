@@ -44,7 +44,7 @@ from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import launch_calls, op_index
+from traceanalyzer.model.relations import join_unique, launch_calls, op_index
 
 SEQ_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "n": pl.Int64, "sequence": pl.String, "ops": pl.String, "classes": pl.String, "fusable": pl.Boolean,
@@ -147,8 +147,7 @@ def kernel_sequences(ctx: AnalysisContext[TraceModel]) -> KernelSequencesResult:
         raise NotApplicable(f"fewer than {min_n} kernels in the steady steps")
     # Launching CPU op of each kernel: runtime call (by correlation) → deepest cpu_op covering its start.
     rt = launch_calls(model)
-    at = k.select("correlation").join(rt.select("correlation", "pid", "tid", "ts_ns"), on="correlation",
-                                      how="left", maintain_order="left")
+    at = join_unique(k.select("correlation"), rt.select("correlation", "pid", "tid", "ts_ns"), "correlation")
     k = k.with_columns(cpu_op=model.cpu_ops["name"].gather(op_index(ctx.tables).lookup(at.select(
         "pid", "tid", "ts_ns"))) if model.cpu_ops.height else pl.lit(None, pl.String))
     k = on_distinct(k, ["name"], norm=normalize_kernel_names(pl.col("name")))

@@ -37,7 +37,7 @@ from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import launch_calls, op_index
+from traceanalyzer.model.relations import join_unique, launch_calls, op_index
 
 
 @dataclass(frozen=True)
@@ -162,9 +162,7 @@ def kernels(ctx: AnalysisContext[TraceModel]) -> KernelsResult:
     rt = launch_calls(model)
     # Only the launch points of these kernels are looked up (not every runtime call), and
     # op ids are row numbers of model.cpu_ops: the name is a gather, not a join.
-    launch = k.select("correlation").join(
-        rt.select("correlation", "pid", "tid", "ts_ns"), on="correlation", how="left", maintain_order="left"
-    )
+    launch = join_unique(k.select("correlation"), rt.select("correlation", "pid", "tid", "ts_ns"), "correlation")
     op_id = op_index(ctx.tables).lookup(launch.select("pid", "tid", "ts_ns"))
     kk = k.with_columns(cpu_op=model.cpu_ops["name"].gather(op_id))
     by_op = (

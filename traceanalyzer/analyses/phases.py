@@ -88,8 +88,16 @@ from traceanalyzer.analyses._phases import PHASES, USER_DATA_RE
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import TraceTables, annotation_index, by_id, deepest_at, op_index, op_top_level
-from traceanalyzer.timeutil import merge_intervals
+from traceanalyzer.model.relations import (
+    TraceTables,
+    annotation_index,
+    by_id,
+    deepest_at,
+    join_unique,
+    op_index,
+    op_top_level,
+)
+from traceanalyzer.timeutil import group_codes, merge_intervals
 from traceanalyzer.units import device_name
 
 #: CPU precedence (first wins); ``other`` is the rest.
@@ -138,22 +146,22 @@ class PhaseContext:
         p = points.select(pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64),
                           pl.col(t_col).cast(pl.Int64).alias("t"))
         # Point t is in a phase when the last merged interval of its thread starting at or
-        # before t ends after t (the unions are disjoint): one as-of join per phase.
-        s = p.with_row_index("_r").sort("t")
-        for name in CPU_PRECEDENCE:
-            merged = self.merged.get(name)
-            if merged is None:
-                merged = _merge_phase(self.intervals[name])
-            if merged.is_empty():
-                s = s.with_columns(pl.lit(False).alias(name))
-                continue
-            s = s.join_asof(
-                merged.select("pid", "tid", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e")),
-                left_on="t", right_on="_s", by=["pid", "tid"], strategy="backward", check_sortedness=False,
-            ).with_columns((pl.col("t") < pl.col("_e")).fill_null(False).alias(name)).drop("_s", "_e")
-        flags = s.sort("_r").select(list(CPU_PRECEDENCE))
-        w = assign_steps(p.with_row_index("_r"), self.windows, "t").join(self.bwd_start, on="window", how="left")
-        w = w.sort("_r")
+        # before t ends after t (the unions are disjoint).
+        unions = {name: self.merged[name] if name in self.merged else _merge_phase(self.intervals[name])
+                  for name in CPU_PRECEDENCE}
+        flags = _phase_flags(p, unions)
+        if flags is None:  # a null thread or time: one as-of join per phase
+            s = p.with_row_index("_r").sort("t")
+            for name, merged in unions.items():
+                if merged.is_empty():
+                    s = s.with_columns(pl.lit(False).alias(name))
+                    continue
+                s = s.join_asof(
+                    merged.select("pid", "tid", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e")),
+                    left_on="t", right_on="_s", by=["pid", "tid"], strategy="backward", check_sortedness=False,
+                ).with_columns((pl.col("t") < pl.col("_e")).fill_null(False).alias(name)).drop("_s", "_e")
+            flags = s.sort("_r").select(list(CPU_PRECEDENCE))
+        w = assign_steps(p, self.windows, "t").join(self.bwd_start, on="window", how="left", maintain_order="left")
         chain: Then | ChainedThen = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
         for name in CPU_PRECEDENCE:
             chain = chain.when(pl.col(name)).then(pl.lit(name))
@@ -237,6 +245,49 @@ def phase_context(t: TraceTables, windows: pl.DataFrame) -> PhaseContext:
     }
     merged = {name: _merge_phase(intervals[name]) for name in CPU_PRECEDENCE}
     return PhaseContext(intervals, bwd_start, windows.select("window", "step", "start_ns", "end_ns"), sources, merged)
+
+
+def _phase_flags(p: pl.DataFrame, unions: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
+    """One boolean column per phase of ``unions`` (disjoint intervals per thread: ``pid,
+    tid, start_ns, end_ns``): whether each point of ``p`` (``pid, tid, t``, Int64) lies in
+    that phase's union on its thread. By numpy binary search: the threads of the points and
+    of every union numbered together (:func:`group_codes`), each union start and each point
+    keyed ``thread · span + (t − t_min)``, the last start at or before each point found by
+    one ``searchsorted`` per phase (no sort of the points, no as-of join). None where a
+    thread or time is null or the key would overflow (the caller joins)."""
+    import numpy as np  # lazy: importing the package does not pay for numpy
+
+    if p["t"].null_count():
+        return None
+    by = ["pid", "tid"]
+    threads = [p.select(by), *[u.select(by).cast({c: pl.Int64 for c in by}) for u in unions.values()]]
+    coded = group_codes(pl.concat(threads), by)
+    if coded is None:
+        return None
+    codes, n_groups = coded
+    t = p["t"].to_numpy()
+    starts = [u["start_ns"].to_numpy() for u in unions.values()]
+    ends = [u["end_ns"].to_numpy() for u in unions.values()]
+    lo = min([int(t.min()), *[int(s.min()) for s in starts if s.shape[0]]])
+    hi = max([int(t.max()), *[int(e.max()) for e in ends if e.shape[0]]])
+    span = hi - lo + 1
+    if n_groups * span >= 2**62:
+        return None
+    n = p.height
+    g_p = codes[:n]
+    key_p = g_p * span + (t - lo)
+    flags, at = {}, n
+    for name, start, end in zip(unions, starts, ends):
+        g_m = codes[at:at + start.shape[0]]
+        at += start.shape[0]
+        key_m = g_m * span + (start - lo)
+        if not bool(np.all(key_m[1:] >= key_m[:-1])):
+            order = np.argsort(key_m, kind="stable")
+            key_m, g_m, end = key_m[order], g_m[order], end[order]
+        pos = np.searchsorted(key_m, key_p, side="right") - 1
+        j = np.clip(pos, 0, None)
+        flags[name] = (pos >= 0) & (g_m[j] == g_p) & (t < end[j]) if start.shape[0] else np.zeros(n, dtype=bool)
+    return pl.DataFrame(flags)
 
 
 def _merge_phase(iv: pl.DataFrame) -> pl.DataFrame:
@@ -512,7 +563,7 @@ def phases(ctx: AnalysisContext[TraceModel]) -> PhasesResult:
     if model.has_gpu:
         a = gpu_activity_classes(ctx.tables).filter(pl.col("device").is_not_null())
         rt = runtime_by_correlation(ctx.tables)
-        a = a.join(rt, on="correlation", how="left", maintain_order="left")
+        a = join_unique(a, rt, "correlation")
         ph = pc.classify(a.select("pid", "tid", pl.col("api_ts_ns").alias("t")))
         htod = (pl.col("activity") == "memcpy") & pl.col("name").str.contains(r"HtoD|H2D|M2D")
         a = a.with_columns(phase=ph).with_columns(

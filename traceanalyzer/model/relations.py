@@ -469,6 +469,39 @@ def by_id(ids: pl.Series, table_ids: pl.Series, values: pl.Series) -> pl.Series:
     return joined["_v"].alias(values.name)
 
 
+def join_unique(left: pl.DataFrame, right: pl.DataFrame, on: str, right_on: str | None = None) -> pl.DataFrame:
+    """``left.join(right, left_on=on, right_on=right_on or on, how="left",
+    maintain_order="left")`` where ``right``'s key holds each value at most once (the caller
+    guarantees it: the first runtime call of each correlation id, :func:`launch_calls`,
+    ``runtime_by_correlation``). Integer keys: each left row's match by one numpy binary search
+    on right's keys (sorted once), then right's other columns gathered, about a third of a
+    hash join on correlation ids. Other keys, an empty frame or a column name on both sides
+    take the join."""
+    import numpy as np  # lazy: importing the package does not pay for numpy
+
+    r_on = right_on or on
+    rest = [c for c in right.columns if c != r_on]
+    if not rest:
+        return left
+    lk, rk = left[on], right[r_on]
+    if (left.is_empty() or right.is_empty() or set(rest) & set(left.columns) or not lk.dtype.is_integer()
+            or not rk.dtype.is_integer() or rk.null_count() or lk.dtype == pl.UInt64 or rk.dtype == pl.UInt64):
+        return left.join(right, left_on=on, right_on=r_on, how="left", maintain_order="left")
+    keys = rk.cast(pl.Int64).to_numpy()
+    order = None if bool(np.all(keys[1:] >= keys[:-1])) else np.argsort(keys, kind="stable")
+    if order is not None:
+        keys = keys[order]
+    q = lk.cast(pl.Int64).fill_null(0).to_numpy()
+    at = np.minimum(np.searchsorted(keys, q), keys.shape[0] - 1)
+    hit = keys[at] == q
+    if lk.null_count():
+        hit &= lk.is_not_null().to_numpy()
+    rows = pl.Series(at if order is None else order[at], dtype=pl.Int64)
+    if not hit.all():
+        rows = pl.select(pl.when(pl.lit(pl.Series(hit))).then(pl.lit(rows))).to_series()
+    return left.hstack(right.select(pl.col(rest).gather(rows)).get_columns())
+
+
 def deepest_at(
     intervals: pl.DataFrame,
     points: pl.DataFrame,
@@ -574,9 +607,12 @@ def op_top_level(src: TraceModel | TraceTables) -> pl.Series:
 def launch_calls(model: TraceModel) -> pl.DataFrame:
     """``correlation, pid, tid, ts_ns`` of the first runtime call (in file order) of each
     correlation id: where GPU work was launched from. The four columns are selected before
-    ``unique()``, which copies every column it is given (call names are long strings)."""
+    the filter, which copies every column it is given (call names are long strings)."""
+    # A filter on the first occurrence: the same rows, in file order, as unique(keep="first",
+    # maintain_order=True), without its group table (about four times faster).
+    corr = pl.col("correlation")
     return model.runtime.select("correlation", "pid", "tid", "ts_ns").filter(
-        pl.col("correlation").is_not_null()).unique("correlation", keep="first", maintain_order=True)
+        corr.is_not_null() & corr.is_first_distinct())
 
 
 def _op_intervals(model: TraceModel) -> pl.DataFrame:
