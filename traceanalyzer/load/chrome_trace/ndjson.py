@@ -322,7 +322,9 @@ def _read(nd: bytes, backslash: bool, seen: ArgKeys | None) -> tuple[pl.DataFram
             df = pl.read_ndjson(nd, schema=schema)
         except Exception:  # noqa: BLE001 - a refusal: the other schema, then the two passes
             continue
-        df = df.with_columns(pl.col("args").struct.rename_fields(["a." + k for k in fields])).unnest("args")
+        # The reader cuts its columns in pieces of its own; the null columns are one piece:
+        # made one piece here, else every expression over both would align them again.
+        df = df.rechunk().with_columns(pl.col("args").struct.rename_fields(["a." + k for k in fields])).unnest("args")
         missing = [k for k in _ARG_NAMES if k not in fields]
         if missing:
             df = df.with_columns(pl.lit(None, full[k]).alias("a." + k) for k in missing)
