@@ -981,6 +981,8 @@ def _columnar(events: list[dict[str, Any]]) -> bool:
     pytest.param(X("cpu_op", "a", 1, 1, pid=9.2e18), False, id="huge-float-pid"),
     pytest.param({**X("cpu_op", "a", 1, 1), "args": '{"External id": 5}'}, False, id="string-args-like-an-object"),
     pytest.param({**X("cpu_op", "a\\b", 1, 1), "args": {"External id": 5}}, True, id="backslash-elsewhere"),
+    # The struct read refuses a list ``args``; the two-pass read takes it (the simple path reads {}).
+    pytest.param({**X("cpu_op", "a", 1, 1), "args": [1, 2]}, True, id="list-args"),
     pytest.param(X("kernel", "k", 1, 1, grid=[1.0, 1, 1]), False, id="float-in-grid"),
     pytest.param(X("kernel", "k", 1, 1, grid="[1, 1, 1]"), False, id="string-grid"),
     pytest.param(X("cpu_op", "a", 1, 1, **{"Input Dims": [[2.0]]}), False, id="float-in-dims"),

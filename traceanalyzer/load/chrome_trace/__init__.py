@@ -52,7 +52,8 @@ cases, with chunks down to one event).
 Exactness: the reader blurs some JSON types (it reads ``1.0`` into a string column as
 "1", a string where a list is expected as the list's text, …), so each chunk is
 screened for such values (``_SUSPECT_ARGS``…) and any chunk it cannot take exactly (odd
-types, NaN/inf tokens, control characters, a non-object item …) is decoded by the simple path's per-event loop with the same repairs.
+types, NaN/inf tokens, control characters, a non-object item …) is decoded by the
+simple path's per-event loop with the same repairs.
 Known, accepted difference: an event object with a duplicate key (the reader keeps
 the first value, orjson the last; RFC 8259 leaves it undefined). Damage in the
 middle of the events array (not a file cut off) is refused by both paths with the
