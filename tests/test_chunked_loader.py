@@ -981,6 +981,8 @@ def _columnar(events: list[dict[str, Any]]) -> bool:
     pytest.param(X("cpu_op", "a", 1, 1, pid=9.2e18), False, id="huge-float-pid"),
     pytest.param({**X("cpu_op", "a", 1, 1), "args": '{"External id": 5}'}, False, id="string-args-like-an-object"),
     pytest.param({**X("cpu_op", "a\\b", 1, 1), "args": {"External id": 5}}, True, id="backslash-elsewhere"),
+    # The struct read refuses a list ``args``; the two-pass read takes it (the simple path reads {}).
+    pytest.param({**X("cpu_op", "a", 1, 1), "args": [1, 2]}, True, id="list-args"),
     pytest.param(X("kernel", "k", 1, 1, grid=[1.0, 1, 1]), False, id="float-in-grid"),
     pytest.param(X("kernel", "k", 1, 1, grid="[1, 1, 1]"), False, id="string-grid"),
     pytest.param(X("cpu_op", "a", 1, 1, **{"Input Dims": [[2.0]]}), False, id="float-in-dims"),
@@ -1043,3 +1045,25 @@ def test_gzip_files_scale_by_their_decompressed_size(tmp_path: Path) -> None:
     base = _ChunkedLoader(gz, chunk_bytes=PARALLEL_CHUNK_BYTES).load()
     for name in SCHEMAS:
         assert_frame_equal(getattr(small, name), getattr(base, name))
+
+
+def test_args_fields_read_where_their_key_is_late_or_escaped() -> None:
+    """A region is read with only the args fields whose key it holds (ndjson._present): a
+    key first seen past the head of a region, one the earlier regions never had, and one
+    written with ``\\u`` escapes (the reader decodes it) are all read."""
+    from traceanalyzer.load.chrome_trace.ndjson import ArgKeys, _fast_chunk
+
+    filler = [X("cpu_op", f"op{i}", i, 1, **{"External id": i}) for i in range(2000)]  # > 64 KiB of text
+    late = X("cpu_op", "late", 5000, 1, **{"External id": 7, "Sequence number": 11, "Fwd thread id": 3})
+    seen = ArgKeys()
+    seen.fields = frozenset({"External id", "Sequence number"})
+    nd = b"\n".join(orjson.dumps(e) for e in [*filler, late])
+    assert len(nd) > 64 << 10
+    frames, _ = _fast_chunk(nd, False, seen)
+    row = frames["cpu_ops"].filter(pl.col("name") == "late").row(0, named=True)
+    assert (row["external_id"], row["seq_num"], row["fwd_thread_id"]) == (7, 11, 3)
+    assert {"External id", "Sequence number", "Fwd thread id"} <= seen.fields
+    escaped = b'{"ph": "X", "cat": "cpu_op", "name": "esc", "ts": 1, "dur": 1, "pid": 1, "tid": 1, ' \
+              b'"args": {"Ext\\u0065rnal id": 9}}'
+    frames, _ = _fast_chunk(escaped, False, ArgKeys())
+    assert frames["cpu_ops"]["external_id"].to_list() == [9]

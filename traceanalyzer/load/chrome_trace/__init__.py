@@ -39,8 +39,9 @@ cases, with chunks down to one event).
   :class:`~traceanalyzer.load.jsonio.ByteStream`, never whole) in chunks of
   ``CHUNK_BYTES`` cut at event boundaries. Each chunk becomes newline-delimited JSON
   that polars' reader (Rust) decodes into typed columns of only the fields the model
-  needs, in two passes (events with ``args`` as text, then the ``args`` texts: the
-  reader is slower on a wide struct); polars expressions sort the rows into tables.
+  needs, in one pass with ``args`` as a struct of only the fields whose key the chunk
+  holds (the reader's cost grows with the struct's fields); polars expressions sort
+  the rows into tables.
   No Python object per event. Two chunks are decoded at once where polars has two
   threads (``_ChunkedLoader``: the reader keeps two cores busy, the rest of a chunk's
   work one), in chunks of ``PARALLEL_CHUNK_BYTES``. Memory: the model's columns plus
@@ -51,8 +52,8 @@ cases, with chunks down to one event).
 Exactness: the reader blurs some JSON types (it reads ``1.0`` into a string column as
 "1", a string where a list is expected as the list's text, …), so each chunk is
 screened for such values (``_SUSPECT_ARGS``…) and any chunk it cannot take exactly (odd
-types, NaN/inf tokens, control characters, a non-object item, a backslash in
-``args``…) is decoded by the simple path's per-event loop with the same repairs.
+types, NaN/inf tokens, control characters, a non-object item …) is decoded by the
+simple path's per-event loop with the same repairs.
 Known, accepted difference: an event object with a duplicate key (the reader keeps
 the first value, orjson the last; RFC 8259 leaves it undefined). Damage in the
 middle of the events array (not a file cut off) is refused by both paths with the

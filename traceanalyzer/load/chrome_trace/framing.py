@@ -37,7 +37,7 @@ from traceanalyzer.load.budget import DEPTH_CEILING, Budget
 from traceanalyzer.load.chrome_trace.assembly import _assemble
 from traceanalyzer.load.chrome_trace.exact import _collect_events
 from traceanalyzer.load.chrome_trace.guard import StringSkipper, _structure, clip_strings, max_depth
-from traceanalyzer.load.chrome_trace.ndjson import _NL_TO_TAB, _decode_region, _fast_chunk, _NotFast
+from traceanalyzer.load.chrome_trace.ndjson import _NL_TO_TAB, ArgKeys, _decode_region, _fast_chunk, _NotFast
 from traceanalyzer.load.chrome_trace.raw import _RAW_COLS, _Stats
 from traceanalyzer.load.jsonio import (
     GZIP_MAGIC,
@@ -202,6 +202,7 @@ class _ChunkedLoader:
         self.n_ctrl = 0
         self.not_strict = False
         self.autograd = False
+        self.arg_keys = ArgKeys()  # the args fields the regions read so far hold
         self.top: dict[str, Any] = {}
         self.sep: bytes | None = None  # raw bytes between two events, learned from the file
         self.sep_nd: bytes = b""
@@ -515,7 +516,7 @@ class _ChunkedLoader:
         self._check_depth(region)
         seen = self.events_seen
         self._count(region, len(region))
-        got = _decode_region(region, self.sep_nd, self.sep_nl, self.autograd)
+        got = _decode_region(region, self.sep_nd, self.sep_nl, self.autograd, self.arg_keys)
         if got is None:
             self.events_seen = seen  # the exact path counts them
             return False
@@ -529,7 +530,8 @@ class _ChunkedLoader:
         self._count(carry, p + 1)
         if self.pool is None:
             self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="traceanalyzer-load")
-        future = self.pool.submit(_decode_region, carry[: p + 1], self.sep_nd, self.sep_nl, self.autograd)
+        future = self.pool.submit(_decode_region, carry[: p + 1], self.sep_nd, self.sep_nl, self.autograd,
+                                  self.arg_keys)
         self.pending.append(_Pending(future, carry, nxt, self.offset, self.last_end))
         self.last_end = self.offset + p + 1
         self.offset += nxt
@@ -637,7 +639,7 @@ class _ChunkedLoader:
                     and not outer.translate(None, b" \t")):
                 nd = b"\n".join(t[s:e + 1] for s, e in zip(s_list, e_list))
                 try:
-                    frames, stats = _fast_chunk(nd, self.autograd)
+                    frames, stats = _fast_chunk(nd, self.autograd, self.arg_keys)
                 except _NotFast:
                     pass
                 else:

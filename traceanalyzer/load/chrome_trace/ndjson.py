@@ -150,10 +150,9 @@ def _nd_schema(args: Any) -> dict[str, Any]:
 
 
 _ARGS_SCHEMAS = (_args_schema(False), _args_schema(True))
-# One pass: ``args`` as a struct of the fields the model reads.
-_ND_SCHEMAS = tuple(_nd_schema(pl.Struct(a)) for a in _ARGS_SCHEMAS)
 # Two passes: ``args`` as the reader's JSON text, then those texts as NDJSON of their own.
 _ND_TOP_SCHEMA = _nd_schema(pl.String)
+_ND_TOP_COLS = [k for k in _ND_TOP_SCHEMA if k != "args"]
 _ARG_COLS = ["a." + k for k in _ARG_NAMES]
 
 
@@ -186,7 +185,7 @@ def _matches(nd: bytes, pattern: re.Pattern[bytes]) -> bool:
     return pattern.search(nd) is not None
 
 
-def _screen(nd: bytes, df: pl.DataFrame) -> None:
+def _screen(nd: bytes, df: pl.DataFrame, backslash: bool) -> None:
     """Raise :class:`_NotFast` where a value the reader read (``df``, the chunk ``nd``
     read) may have been blurred (see ``_SUSPECT_ARGS``). Only what can matter is scanned:
 
@@ -199,7 +198,7 @@ def _screen(nd: bytes, df: pl.DataFrame) -> None:
       reads as no id, as ``_int`` gives): see :func:`_screen_ids`.
     """
     patterns: list[re.Pattern[bytes]] = []
-    if b"\\" in nd:
+    if backslash:
         patterns.append(_ARG_SCREENS["args"])
     n = df.height
     for k, pattern in _ARG_SCREENS.items():
@@ -215,6 +214,19 @@ def _screen(nd: bytes, df: pl.DataFrame) -> None:
         patterns.append(pattern)
     # One scan per pattern: each has one literal prefix (see above).
     if any(_matches(nd, p) for p in patterns):
+        raise _NotFast("a value of a type the reader would blur")
+
+
+def _screen_top(nd: bytes, df: pl.DataFrame) -> None:
+    """Raise :class:`_NotFast` where a name, cat or ph read (``df``) may be the reader's text
+    of a non-string (``_SUSPECT_TOP``): only where one reads like one is the chunk scanned."""
+    name = pl.col("name")
+    flagged = df.select(
+        (name.str.contains(_NON_STRING_TEXT) & ~name.is_in(["[memory]", "[OutOfMemory]"])).any()
+        | pl.col("cat").str.contains(_NON_STRING_TEXT).any()
+        | pl.col("ph").str.contains(_NON_STRING_TEXT).any()
+    ).item()
+    if flagged and _matches(nd, _RX_TOP):
         raise _NotFast("a value of a type the reader would blur")
 
 
@@ -234,13 +246,16 @@ def _A(k: str) -> pl.Expr:
     return pl.col("a." + k)
 
 
-def _fast_chunk(nd: bytes, autograd_array: bool) -> tuple[dict[str, pl.DataFrame], _Stats]:
-    """Newline-delimited events → raw table frames and counts, or :class:`_NotFast`."""
+def _fast_chunk(nd: bytes, autograd_array: bool, seen: ArgKeys | None = None) -> tuple[dict[str, pl.DataFrame], _Stats]:
+    """Newline-delimited events → raw table frames and counts, or :class:`_NotFast`
+    (``seen``: the args fields of the file's earlier regions, see :class:`ArgKeys`)."""
     if COUNTER_CAT.encode() in nd:  # counter args are free-form: the exact decoder keeps them
         raise _NotFast("CUPTI counter events")
-    df, ints_as_text = _read_two_passes(nd)
+    backslash = b"\\" in nd
+    df, ints_as_text = _read(nd, backslash, seen)
     try:
-        _screen(nd, df)
+        _screen_top(nd, df)
+        _screen(nd, df, backslash)
         frames, stats = _fast_tables(df, ints_as_text, autograd_array)
         del df
         _screen_ids(nd, frames.get("other_events"))
@@ -251,40 +266,86 @@ def _fast_chunk(nd: bytes, autograd_array: bool) -> tuple[dict[str, pl.DataFrame
         raise _NotFast(str(exc)) from None
 
 
-def _read_one_pass(nd: bytes) -> tuple[pl.DataFrame, bool]:
-    """The events with ``args`` read as a struct, flattened to ``a.<key>`` columns."""
-    for ints_as_text, schema in enumerate(_ND_SCHEMAS):
+class ArgKeys:
+    """The args fields found so far in one file's regions: where to look first. The reader
+    looks each field of a struct up in every object (cost ∝ fields × keys), so a region
+    is read with a struct of only the fields whose key its text holds (:func:`_present`);
+    those of the earlier regions are looked for in its head, with a bounded search each.
+    Shared by the regions decoded at once: what it holds changes only the speed."""
+
+    def __init__(self) -> None:
+        self.fields: frozenset[str] = frozenset()
+
+
+# The keys of the args fields as regexes. In the text a key can differ from its name only by
+# ``\u`` escapes (the other escapes give characters no field name has): see :func:`_present`.
+_KEY_RX = {k: re.escape(k) for k in _ARG_NAMES}
+_KEY_TEXT = {k: f'"{k}"'.encode() for k in _ARG_NAMES}
+_HEAD = 64 << 10
+
+
+def _present(nd: bytes, backslash: bool, seen: ArgKeys | None) -> list[str]:
+    """The args fields to read for the chunk ``nd``: a superset of those whose key it holds
+    (a field read but absent is all null). The fields of the file's earlier regions are
+    looked for in the chunk's head (a bounded search each); every other key by one scan
+    of Rust's regex engine for all of them."""
+    if backslash and b"\\u" in nd:  # a key could be written with escapes
+        return list(_ARG_NAMES)
+    # "name" is a key of nearly every event (the event's own): always read, so that the
+    # struct is never empty.
+    found = {"name"}
+    if seen is not None:
+        found.update(k for k in seen.fields if nd.find(_KEY_TEXT[k], 0, _HEAD) >= 0)
+    rest = [k for k in _ARG_NAMES if k not in found]
+    if rest:
+        text = pl.Series([nd], dtype=pl.Binary).cast(pl.String, strict=False)
+        if text.null_count():  # not UTF-8: the reader refuses it
+            return list(_ARG_NAMES)
+        # ``key"`` (any ``"key"`` holds it): a pattern that starts with ``"`` is scanned
+        # several times more slowly (``"`` is everywhere). Matches do not overlap, but one
+        # cannot hide a ``"key"``: a match ends at a ``"`` and holds no other.
+        hits = text.str.extract_all("(?:" + "|".join(_KEY_RX[k] for k in rest) + ')"').explode().unique()
+        found.update(h[:-1] for h in hits.drop_nulls().to_list())
+    if seen is not None and not found <= seen.fields:
+        seen.fields = seen.fields | found
+    return [k for k in _ARG_NAMES if k in found]
+
+
+def _read(nd: bytes, backslash: bool, seen: ArgKeys | None) -> tuple[pl.DataFrame, bool]:
+    """The events with ``args`` flattened to ``a.<key>`` columns (every field of
+    ``_ARG_NAMES``, those not read all null), and whether the int fields were read as
+    text (a value the Int64 column refuses: ``_int_column`` then reads them)."""
+    fields = _present(nd, backslash, seen)
+    for ints_as_text, full in enumerate(_ARGS_SCHEMAS):
+        schema = _nd_schema(pl.Struct({k: full[k] for k in fields}))
         try:
             df = pl.read_ndjson(nd, schema=schema)
-        except Exception:  # noqa: BLE001 - any refusal sends the chunk to the slow path
+        except Exception:  # noqa: BLE001 - a refusal: the other schema, then the two passes
             continue
-        return df.with_columns(pl.col("args").struct.rename_fields(_ARG_COLS)).unnest("args"), bool(ints_as_text)
-    raise _NotFast("reader refused the chunk")
+        # The reader cuts its columns in pieces of its own; the null columns are one piece:
+        # made one piece here, else every expression over both would align them again.
+        df = df.rechunk().with_columns(pl.col("args").struct.rename_fields(["a." + k for k in fields])).unnest("args")
+        missing = [k for k in _ARG_NAMES if k not in fields]
+        if missing:
+            df = df.with_columns(pl.lit(None, full[k]).alias("a." + k) for k in missing)
+        return df.select(*_ND_TOP_COLS, *_ARG_COLS), bool(ints_as_text)
+    return _read_two_passes(nd)
 
 
 def _read_two_passes(nd: bytes) -> tuple[pl.DataFrame, bool]:
-    r"""As :func:`_read_one_pass`, faster: the reader looks each struct field up
-    in every object (cost ∝ fields × keys), but reads a flat row quickly, so ``args``
-    is first read as text (the reader re-serialises the object) and those texts are
-    then read as NDJSON rows of their own. The re-serialisation does not escape
-    backslashes or control characters, so a chunk whose ``args`` text has a ``\``
-    takes one pass."""
+    r"""As :func:`_read`, for a chunk whose ``args`` are not all objects (null, a list,
+    a number …: the struct column refuses them, the simple path reads them as ``{}``):
+    ``args`` is first read as text (the reader re-serialises the object) and those texts
+    are then read as NDJSON rows of their own. The re-serialisation does not escape
+    backslashes or control characters, so a chunk whose ``args`` text has a ``\`` goes
+    to the exact decoder."""
     try:
         top = pl.read_ndjson(nd, schema=_ND_TOP_SCHEMA)
     except Exception:  # noqa: BLE001
         raise _NotFast("reader refused the chunk") from None
     args = top.get_column("args")
     if args.str.contains("\\", literal=True).any():
-        del top, args
-        return _read_one_pass(nd)
-    name = pl.col("name")
-    flagged = top.select(
-        (name.str.contains(_NON_STRING_TEXT) & ~name.is_in(["[memory]", "[OutOfMemory]"])).any()
-        | pl.col("cat").str.contains(_NON_STRING_TEXT).any()
-        | pl.col("ph").str.contains(_NON_STRING_TEXT).any()
-    ).item()
-    if flagged and _matches(nd, _RX_TOP):
-        raise _NotFast("a value of a type the reader would blur")
+        raise _NotFast("args text with a backslash")
     # Non-object args (null, a list, a number) read as {} in the simple path too.
     lines = pl.when(pl.col("args").str.starts_with("{")).then(pl.col("args")).otherwise(pl.lit("{}"))
     nd2 = top.select(lines.str.join("\n")).item().encode()
@@ -304,7 +365,7 @@ def _read_two_passes(nd: bytes) -> tuple[pl.DataFrame, bool]:
         break
     del nd2
     if a is None or a.height != top.height:
-        return _read_one_pass(nd)
+        raise _NotFast("args texts the reader refused")
     a = a.rechunk()
     return top.hstack([c.alias(new) for c, new in zip(a.get_columns(), _ARG_COLS)]), ints_as_text
 
@@ -518,12 +579,12 @@ def _other_frame(p: pl.DataFrame, stats: _Stats) -> pl.DataFrame:
     ))
 
 
-def _decode_region(region: bytes, sep_nd: bytes, sep_nl: bytes,
-                   autograd: bool) -> tuple[dict[str, pl.DataFrame], _Stats] | None:
+def _decode_region(region: bytes, sep_nd: bytes, sep_nl: bytes, autograd: bool,
+                   seen: ArgKeys | None = None) -> tuple[dict[str, pl.DataFrame], _Stats] | None:
     """A region of whole events (cut at separators) → raw frames and counts, or None when
     the columnar reader cannot take it exactly (the caller frames it exactly)."""
     try:
         nd = region.translate(_NL_TO_TAB).replace(sep_nd, sep_nl)
-        return _fast_chunk(nd, autograd)
+        return _fast_chunk(nd, autograd, seen)
     except _NotFast:
         return None
