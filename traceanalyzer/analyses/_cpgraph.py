@@ -43,6 +43,7 @@ path, not over nodes), its nodes marked with a difference array.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeAlias
 
@@ -53,7 +54,14 @@ from traceanalyzer.analyses._intervals import DATALOADER_RE, covered_within
 from traceanalyzer.analyses._kernels import kernel_class, on_distinct
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import TraceTables, deepest_at, gpu_activity, launches, sorted_boundaries
+from traceanalyzer.model.relations import (
+    CoverIndex,
+    TraceTables,
+    cover_index,
+    gpu_activity,
+    launches,
+    sorted_boundaries,
+)
 from traceanalyzer.timeutil import merge_intervals
 
 if TYPE_CHECKING:
@@ -164,39 +172,83 @@ def _empty_graph(events: pl.DataFrame, sync_source: str) -> CPGraph:
     return CPGraph(z32, z32, f, z, z32, z32, f, f, z32, z32, z, z32, z32, events, sync_source)
 
 
-def _cpu_events(model: TraceModel) -> pl.DataFrame:
+#: Graph nodes per batch of step windows (two per event, at least one window a batch): each
+#: batch's graph is built, solved and summarised before the next, so the critical path's
+#: memory follows the largest batch rather than the trace. Windows share no edge: the
+#: results are those of one graph of every window.
+BATCH_NODES = 400_000
+
+
+@dataclass(frozen=True)
+class GraphInputs:
+    """What every batch of windows reads from the whole trace, computed once: the stream
+    queue state of each launch (HTA reads the queue of the full trace), the communication
+    flag of each kernel, the DataLoader ranges, the step's threads, the ``cuda_sync`` records
+    and the batches of windows themselves."""
+
+    windows: pl.DataFrame  # window, step, start_ns, end_ns
+    batches: list[list[int]]  # kept windows, in time order, in batches of bounded size
+    queue: pl.DataFrame  # _lrow (row of launches()), cpu_ts_ns, queue_empty, _prev_end_all
+    k_comm: pl.DataFrame  # correlation, ts_ns, is_comm
+    dl: CoverIndex | None  # the DataLoader ranges (None: none)
+    syncs: pl.DataFrame  # cuda_sync records, _call_window: the window of their call in the graph
+    main: pl.DataFrame  # pid, tid: the step's thread(s)
+
+
+def _cpu_events(model: TraceModel, lo: int | None = None, hi: int | None = None) -> pl.DataFrame:
+    """CPU ops and runtime calls of positive length (starting in ``[lo, hi]`` when given)."""
     cols = ["name", "pid", "tid", "ts_ns", "end_ns"]
-    ops = model.cpu_ops.select(cols).with_columns(kind=pl.lit("cpu_op"), correlation=pl.lit(None, pl.Int64))
-    rt = model.runtime.select(*cols, "correlation").with_columns(kind=pl.lit("runtime"))
-    ev = pl.concat([ops, rt.select(ops.columns)]).filter(pl.col("end_ns") > pl.col("ts_ns"))
-    return ev
+    rng = pl.col("ts_ns").is_between(lo, hi) if lo is not None and hi is not None else pl.lit(True)
+    ops = model.cpu_ops.lazy().select(cols).filter(rng).with_columns(kind=pl.lit("cpu_op"),
+                                                                      correlation=pl.lit(None, pl.Int64))
+    rt = model.runtime.lazy().select(*cols, "correlation").filter(rng).with_columns(kind=pl.lit("runtime"))
+    ev = pl.concat([ops, rt.select(ops.collect_schema().names())]).filter(pl.col("end_ns") > pl.col("ts_ns"))
+    return ev.collect(engine=_ENGINE)
 
 
-def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps: bool,
-                kk_max_gap_ns: int = KK_MAX_GAP_NS) -> CPGraph:
-    """The graph of the step windows ``keep`` (``windows``: ``window, step, start_ns, end_ns``)."""
-    import numpy as np
-
-    model = t.model
-    # Events are clipped to their step window: an op that outlives its step (a thread's long
-    # op, a kernel past the next step's start) counts only inside it, so a path never exceeds
-    # its step.
+def _bounds_exprs(windows: pl.DataFrame) -> tuple[pl.Expr, pl.Expr]:
+    """A window's start and end by look-up (the windows are few; a join would copy every column)."""
     bounds = windows.select("window", pl.col("start_ns").alias("_w0"), pl.col("end_ns").alias("_w1"))
-    # A window's bounds by look-up (the windows are few; a join would copy every column).
-    w0 = pl.col("window").replace_strict(bounds["window"], bounds["_w0"], default=None)
-    w1 = pl.col("window").replace_strict(bounds["window"], bounds["_w1"], default=None)
-    cpu = assign_steps(_cpu_events(model), windows, "ts_ns").lazy().filter(pl.col("window").is_in(keep)).with_columns(
-        _w0=w0, _w1=w1).with_columns(
+    return (pl.col("window").replace_strict(bounds["window"], bounds["_w0"], default=None),
+            pl.col("window").replace_strict(bounds["window"], bounds["_w1"], default=None))
+
+
+def _span(windows: pl.DataFrame, batch: list[int]) -> tuple[int, int]:
+    """``[first start, last end]`` of the windows ``batch``: every event that starts in one
+    of them starts in there."""
+    w = windows.filter(pl.col("window").is_in(batch))
+    return int(w["start_ns"].min()), int(w["end_ns"].max())  # type: ignore[arg-type]
+
+
+def _batch_cpu(model: TraceModel, windows: pl.DataFrame, batch: list[int]) -> pl.DataFrame:
+    """The CPU events of the windows ``batch``, clipped to their window: an op that outlives
+    its step (a thread's long op, a kernel past the next step's start) counts only inside
+    it, so a path never exceeds its step."""
+    if not batch:
+        return assign_steps(_cpu_events(model).clear(), windows, "ts_ns")
+    lo, hi = _span(windows, batch)
+    w0, w1 = _bounds_exprs(windows)
+    return assign_steps(_cpu_events(model, lo, hi), windows, "ts_ns").lazy().filter(
+        pl.col("window").is_in(batch)).with_columns(_w0=w0, _w1=w1).with_columns(
         ts_ns=pl.col("ts_ns").clip(pl.col("_w0"), pl.col("_w1")), end_ns=pl.col("end_ns").clip(pl.col("_w0"),
                                                                                            pl.col("_w1"))
     ).filter(pl.col("end_ns") > pl.col("ts_ns")).drop("_w0", "_w1").collect(engine=_ENGINE)
-    lj = launches(t).filter(pl.col("gpu_ts_ns").is_not_null())
-    lj = lj.select("correlation", "pid", "tid", "cpu_ts_ns", "cpu_end_ns", "cpu_dur_ns", "api", "gpu_name",
-                   "activity", "gpu_ts_ns", "gpu_end_ns", "device", "stream")
+
+
+def graph_inputs(t: TraceTables, windows: pl.DataFrame, keep: list[int],
+                 max_nodes: int | None = BATCH_NODES) -> GraphInputs:
+    """The whole-trace inputs of the graph of the windows ``keep``, in batches of about
+    ``max_nodes`` graph nodes (``None``: one batch)."""
+    import numpy as np
+
+    model = t.model
     # Queue state per stream over the whole trace (HTA reads the queue of the full trace):
     # empty at the launch (everything launched earlier on the stream had started) and the
-    # kernel was the next to start (no later launch on the stream before it began).
-    lj = lj.sort("device", "stream", "cpu_ts_ns", "gpu_ts_ns").with_columns(
+    # kernel was the next to start (no later launch on the stream before it began). Kept per
+    # launch row (``_lrow``), in the order the graph reads them.
+    lj = launches(t).lazy().with_row_index("_lrow").filter(pl.col("gpu_ts_ns").is_not_null()).select(
+        "_lrow", "correlation", "cpu_ts_ns", "cpu_dur_ns", "gpu_ts_ns", "device", "stream").sort(
+        "device", "stream", "cpu_ts_ns", "gpu_ts_ns").with_columns(
         _prev_started=pl.col("gpu_ts_ns").cum_max().shift(1).over("device", "stream"),
         _next_launch=pl.col("cpu_ts_ns").shift(-1).over("device", "stream"),
     ).with_columns(
@@ -205,29 +257,129 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     ).filter(pl.col("cpu_dur_ns") > 0)  # the queue counts every launch; the graph, calls of positive length
     # The stream's previous activity among all of them, orphans (no launch call recorded)
     # included: a kernel queued behind an orphan waited for it, not for its launch.
-    ga = gpu_activity(t).select("device", "stream", pl.col("ts_ns").alias("gpu_ts_ns"), "end_ns", "correlation").filter(
+    ga = gpu_activity(t).lazy().select("device", "stream", pl.col("ts_ns").alias("gpu_ts_ns"), "end_ns",
+                                       "correlation").filter(
         pl.col("stream").is_not_null()).sort("device", "stream", "gpu_ts_ns").with_columns(
         _prev_end_all=pl.col("end_ns").cum_max().shift(1).over("device", "stream")).drop("end_ns").unique(
         ["device", "stream", "gpu_ts_ns", "correlation"], keep="first")
-    lj = lj.join(ga, on=["device", "stream", "gpu_ts_ns", "correlation"], how="left").with_columns(
-        queue_empty=pl.col("queue_empty") & (pl.col("_prev_end_all").is_null()
-                                             | (pl.col("_prev_end_all") < pl.col("cpu_ts_ns"))))
+    queue = lj.join(ga, on=["device", "stream", "gpu_ts_ns", "correlation"], how="left",
+                    maintain_order="left").select(
+        "_lrow", "cpu_ts_ns", queue_empty=pl.col("queue_empty") & (pl.col("_prev_end_all").is_null()
+                                                                   | (pl.col("_prev_end_all") < pl.col("cpu_ts_ns"))),
+        _prev_end_all="_prev_end_all").collect(engine=_ENGINE)
+    comm = comm_classes(t).select("is_comm")
+    k_comm = model.kernels.select("ts_ns", "correlation").with_columns(comm["is_comm"]).unique(
+        ["correlation", "ts_ns"], keep="first")
+    dl_ranges = pl.concat([
+        model.annotations.filter(pl.col("name").str.contains(DATALOADER_RE)).select("pid", "tid", "ts_ns", "end_ns"),
+        model.cpu_ops.filter(pl.col("name").str.contains(DATALOADER_RE)).select("pid", "tid", "ts_ns", "end_ns"),
+    ]).filter(pl.col("end_ns") > pl.col("ts_ns"))
+    dl = None if dl_ranges.is_empty() else cover_index(
+        dl_ranges.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64)))
+
+    # Batches: consecutive kept windows (in time order) up to max_nodes nodes, two per event
+    # starting in them (an estimate: the graph drops some; a window is never split).
+    w = windows.filter(pl.col("window").is_in(keep)).sort("start_ns")
+    order = w["window"].to_list()
+    if max_nodes is None or len(order) <= 1:
+        batches = [order]
+    else:
+        starts = w["start_ns"].to_numpy()
+        ends = w["end_ns"].to_numpy()
+        count = np.zeros(len(order), dtype=np.int64)
+        for ts in (model.cpu_ops["ts_ns"], model.runtime["ts_ns"], queue["cpu_ts_ns"]):
+            at = np.searchsorted(starts, ts.to_numpy(), side="right") - 1
+            ok = at >= 0
+            at = at[ok]
+            ok2 = ts.to_numpy()[ok] < ends[at]
+            count += np.bincount(at[ok2], minlength=len(order))
+        batches, size = [], 0
+        for win, c in zip(order, (2 * count).tolist(), strict=True):
+            if not batches or size + c > max_nodes:
+                batches.append([])
+                size = 0
+            batches[-1].append(win)
+            size += c
+
+    # The step's own thread (the ProfilerStep's; without steps, the thread with the most
+    # events in the graph).
+    main = model.steps.select("pid", "tid").unique()
+    if main.is_empty():
+        per = [_batch_cpu(model, windows, b).group_by("pid", "tid").len() for b in batches]
+        main = pl.concat(per).group_by("pid", "tid").agg(pl.col("len").sum()).sort(
+            "len", "pid", "tid", descending=[True, False, False]).head(1)
+    main = main.select("pid", "tid")
+
+    # The cuda_sync records, each with the window of its runtime call (by correlation, the
+    # first such call in the graph): a batch reads the records whose call is in it, and those
+    # of no call in the graph (matched by time there).
+    syncs = model.other_events.filter(pl.col("cat") == "cuda_sync")
+    if syncs.height and keep:
+        corr = syncs["correlation"].drop_nulls().unique()
+        w0, w1 = _bounds_exprs(windows)
+        rt = model.runtime.lazy().select("ts_ns", "end_ns", "correlation").filter(
+            pl.col("correlation").is_in(corr.implode()) & (pl.col("end_ns") > pl.col("ts_ns"))).collect(
+            engine=_ENGINE)
+        calls = assign_steps(rt, windows, "ts_ns").lazy().filter(pl.col("window").is_in(keep)).with_columns(
+            _w0=w0, _w1=w1).filter(
+            pl.col("end_ns").clip(pl.col("_w0"), pl.col("_w1")) > pl.col("ts_ns").clip(pl.col("_w0"), pl.col("_w1"))
+        ).unique("correlation", keep="first", maintain_order=True).select(
+            "correlation", pl.col("window").alias("_call_window")).collect(engine=_ENGINE)
+        syncs = syncs.join(calls, on="correlation", how="left", maintain_order="left")
+    else:
+        syncs = syncs.with_columns(_call_window=pl.lit(None, pl.Int64))
+    return GraphInputs(windows=windows, batches=batches, queue=queue, k_comm=k_comm, dl=dl, syncs=syncs, main=main)
+
+
+def graph_batches(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps: bool,
+                  max_nodes: int | None = BATCH_NODES, kk_max_gap_ns: int = KK_MAX_GAP_NS) -> Iterator[CPGraph]:
+    """The graphs of the step windows ``keep`` (``windows``: ``window, step, start_ns, end_ns``),
+    one per batch of windows of about ``max_nodes`` nodes (``None``: one graph), in time order."""
+    inp = graph_inputs(t, windows, keep, max_nodes)
+    for batch in inp.batches:
+        yield _build_batch(t, inp, batch, cpu_gaps, kk_max_gap_ns)
+
+
+def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps: bool,
+                kk_max_gap_ns: int = KK_MAX_GAP_NS) -> CPGraph:
+    """The graph of the step windows ``keep`` (``windows``: ``window, step, start_ns, end_ns``)."""
+    (g,) = graph_batches(t, windows, keep, cpu_gaps, None, kk_max_gap_ns)
+    return g
+
+
+def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bool,
+                 kk_max_gap_ns: int) -> CPGraph:
+    """The graph of the windows ``keep``, a batch of ``inp.batches``."""
+    import numpy as np
+
+    model = t.model
+    windows = inp.windows
+    w0, w1 = _bounds_exprs(windows)
+    cpu = _batch_cpu(model, windows, keep)
+    lo, hi = _span(windows, keep) if keep else (0, -1)
+    # The launches of the batch, in the queue's order, with its state.
+    q = inp.queue.filter(pl.col("cpu_ts_ns").is_between(lo, hi))
+    lj = launches(t).select("correlation", "pid", "tid", "cpu_ts_ns", "cpu_end_ns", "cpu_dur_ns", "api",
+                            "gpu_name", "activity", "gpu_ts_ns", "gpu_end_ns", "device", "stream")[q["_lrow"]]
+    lj = lj.with_columns(queue_empty=q["queue_empty"], _prev_end_all=q["_prev_end_all"])
+    del q
     gpu = assign_steps(lj, windows, "cpu_ts_ns").lazy().filter(pl.col("window").is_in(keep)).with_columns(
         _w0=w0, _w1=w1).with_columns(
         [pl.col(c).clip(pl.col("_w0"), pl.col("_w1")) for c in ("cpu_ts_ns", "cpu_end_ns", "gpu_ts_ns", "gpu_end_ns")]
     ).drop("_w0", "_w1").collect(engine=_ENGINE)
-    del lj, ga
+    del lj
 
     # The event table: CPU events, then GPU activities.
-    comm = comm_classes(t).select("is_comm")
-    k_comm = model.kernels.select("name", "ts_ns", "correlation").with_columns(comm["is_comm"]).unique(
-        ["correlation", "ts_ns"], keep="first")
+    # (Clipped starts lie in the batch's span: the kernels that can match are there.)
+    k_comm = inp.k_comm.filter(pl.col("ts_ns").is_between(lo, hi))
     gpu = gpu.join(k_comm.select("correlation", pl.col("ts_ns").alias("gpu_ts_ns"), "is_comm"),
-                   on=["correlation", "gpu_ts_ns"], how="left").with_columns(pl.col("is_comm").fill_null(False))
+                   on=["correlation", "gpu_ts_ns"], how="left", maintain_order="left").with_columns(
+        pl.col("is_comm").fill_null(False))
+    del k_comm
     gpu = on_distinct(gpu, ["gpu_name", "activity", "is_comm"], klass=pl.when(pl.col("activity") != "kernel").then(
         pl.col("activity")).when(pl.col("is_comm")).then(pl.lit("communication")).otherwise(
         kernel_class(pl.col("gpu_name"))))
-    dl = _dataloader_flags(model, cpu)
+    dl = _dataloader_flags(inp.dl, cpu)
     n_cpu = cpu.height
     cpu = cpu.with_columns(event=pl.int_range(pl.len(), dtype=pl.Int64), dl=dl)
     gpu = gpu.with_columns(event=pl.int_range(pl.len(), dtype=pl.Int64) + n_cpu)
@@ -242,7 +394,10 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
                    .otherwise(pl.lit("gpu_compute_bound")).alias("bound")),
     ])
 
-    syncs = model.other_events.filter(pl.col("cat") == "cuda_sync")
+    # The cuda_sync records of the batch: those whose call is in it, and those of no call (see
+    # graph_inputs).
+    syncs = inp.syncs.filter(pl.col("_call_window").is_null() | pl.col("_call_window").is_in(keep)).drop(
+        "_call_window")
     if cpu.is_empty():
         return _empty_graph(events, "none")
 
@@ -273,10 +428,7 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     # step's own thread only (the ProfilerStep's; without steps, the thread with the most
     # events): a helper thread's idle between two ops is not work, and as a path it would tie
     # with the real one.
-    main = model.steps.select("pid", "tid").unique()
-    if main.is_empty():
-        main = cpu.group_by("pid", "tid").len().sort("len", "pid", "tid", descending=[True, False, False]).head(1)
-    main = main.select("pid", "tid")
+    main = inp.main
     counted = pl.col("_main") if cpu_gaps else pl.lit(False)
     # While another thread of the process runs an op, the step's thread between its own ops is
     # waiting for it (backward on the autograd thread), not working: that part of a gap (or
@@ -317,7 +469,7 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     ).drop("prev_t", "_gap_from", "_busy", "_w0", "_blocking").collect(engine=_ENGINE)
     del busy
     dl_gap = (pl.col("link_type") == DEPENDENCY) & _dataloader_flags(
-        model, b.select("pid", "tid", pl.col("_gap_mid").alias("ts_ns")))
+        inp.dl, b.select("pid", "tid", pl.col("_gap_mid").alias("ts_ns")))
     # Attribution (HTA): start→start and start→end to the source, end→end to the destination,
     # end→start to the source's parent (the op open between them): the last start at the
     # depth left open, found by an as-of join on position.
@@ -375,7 +527,7 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     rt = cpu.filter(pl.col("kind") == "runtime").select("event", "window", "name", "pid", "tid", "ts_ns", "end_ns",
                                                          "correlation")
     del cpu, gpu
-    sync_calls, waits, source = _sync_calls(syncs, rt, act)
+    sync_calls, waits, source = _sync_calls(syncs, rt, act, inp.syncs.height > 0)
     if source != "cuda_sync events":
         waits = pl.concat([waits, _inferred_waits(act)])
 
@@ -523,31 +675,27 @@ def _inferred_waits(act: pl.DataFrame) -> pl.DataFrame:
     return m.select("src_event", "dst", "src_end").with_columns(pl.all().cast(pl.Int64)) if m.height else empty
 
 
-def _dataloader_flags(model: TraceModel, cpu: pl.DataFrame) -> pl.Series:
+def _dataloader_flags(dl: CoverIndex | None, cpu: pl.DataFrame) -> pl.Series:
     """Per row of ``cpu`` (``pid, tid, ts_ns``): inside a DataLoader range (annotation or op)
-    of its thread."""
-    dl = pl.concat([
-        model.annotations.filter(pl.col("name").str.contains(DATALOADER_RE)).select("pid", "tid", "ts_ns", "end_ns"),
-        model.cpu_ops.filter(pl.col("name").str.contains(DATALOADER_RE)).select("pid", "tid", "ts_ns", "end_ns"),
-    ]).filter(pl.col("end_ns") > pl.col("ts_ns"))
-    if dl.is_empty() or cpu.is_empty():
+    of its thread (``dl``: their cover index, :func:`graph_inputs`)."""
+    if dl is None or cpu.is_empty():
         return pl.Series("dl", [False] * cpu.height, dtype=pl.Boolean)
-    ids = deepest_at(dl.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64)), cpu.select("pid", "tid",
-                                                                                                   "ts_ns"))
-    return ids.is_not_null().alias("dl")
+    return dl.lookup(cpu.select("pid", "tid", "ts_ns"), "ts_ns").is_not_null().alias("dl")
 
 
-def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, str]:
+def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame,
+                with_syncs: bool) -> tuple[pl.DataFrame, pl.DataFrame, str]:
     """``(sync edges: src_event → call, wait edges: src_event → dst with src_end, source)``.
 
-    ``rt``: runtime events in the graph; ``act``: GPU activities in the graph."""
+    ``rt``: runtime events in the graph; ``act``: GPU activities in the graph; ``with_syncs``:
+    the trace has ``cuda_sync`` records (``syncs``: those of the graph's windows)."""
     # A launch row per activity, for "the thread's last launch before t" look-ups.
     last_act = act.sort("gpu_end_ns").unique("correlation", keep="last").select(
         "pid", "tid", "cpu_ts_ns", "event", "gpu_end_ns", "stream", "device", "window").sort("cpu_ts_ns")
     first_act = act.sort("gpu_ts_ns").unique("correlation", keep="first").select(
         "pid", "tid", "cpu_ts_ns", "event", "stream", "window").sort("cpu_ts_ns")
     calls = rt.filter(pl.col("name").is_in(list(_SYNC_CALLS)))
-    if syncs.height:
+    if with_syncs:
         source = "cuda_sync events"
         # rec_corr / wait_stream: the awaited cudaEventRecord's correlation and the stream it was
         # recorded on (Event Sync, Stream Wait Event), -1 when Kineto did not know it; null in
