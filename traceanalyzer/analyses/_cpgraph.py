@@ -514,7 +514,7 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
             "window", "t", pl.col("pos").alias("dst"))
         mains = b.filter(pl.col("_main")).select("window", pl.col("t").alias("_mt"), pl.col("pos").alias("src"))
         if helper.height and mains.height:
-            h = helper.sort("t").join_asof(mains.sort("_mt"), left_on="t", right_on="_mt", by="window",
+            h = helper.sort("t").join_asof(mains.sort("_mt", "src"), left_on="t", right_on="_mt", by="window",
                                            strategy="backward", check_sortedness=False)
             handoff = h.filter(pl.col("src").is_not_null()).select(
                 "src", "dst", pl.lit(0).alias("w"), pl.lit(DEPENDENCY).alias("type"),
@@ -532,7 +532,7 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
         waits = pl.concat([waits, _inferred_waits(act)])
 
     # ---- GPU chains per (window, device, stream), kernels by start.
-    lg = act.lazy().sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns").with_columns(
+    lg = act.lazy().sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", "event").with_columns(
         prev_end=pl.col("gpu_end_ns").shift(1).over("window", "device", "stream"),
         prev_event=pl.col("event").shift(1).over("window", "device", "stream"),
     )
@@ -541,7 +541,7 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
             "event").agg(pl.col("wait_end").max()), on="event", how="left")
     else:
         lg = lg.with_columns(wait_end=pl.lit(None, pl.Int64))
-    lg = lg.sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns")
+    lg = lg.sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", "event")
     w_ok_launch = pl.col("wait_end").is_null() | (pl.col("wait_end") < pl.col("cpu_ts_ns"))
     launch = pl.col("queue_empty") & (pl.col("prev_end").is_null() | (pl.col("prev_end") < pl.col("cpu_ts_ns"))) \
         & w_ok_launch
@@ -608,7 +608,10 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
     if handoff.height:
         parts.append(handoff)
     if parts:
-        x = pl.concat([p.with_columns(pl.all().cast(pl.Int64)) for p in parts]).unique(["src", "dst"]).sort("dst")
+        # (Sorted by source within a destination: which of tied edges into a node the path
+        # walks back through must not depend on the other windows in the graph.)
+        x = pl.concat([p.with_columns(pl.all().cast(pl.Int64)) for p in parts]).unique(["src", "dst"]).sort(
+            "dst", "src")
     else:
         x = pl.DataFrame(schema={c: pl.Int64 for c in ("src", "dst", "w", "type", "ev")})
     del parts, start_node, end_node
@@ -655,7 +658,7 @@ def _inferred_waits(act: pl.DataFrame) -> pl.DataFrame:
     finished within :data:`_TOL_NS` before it started (and after the call ended), that is taken
     as what it waited for (a ``cudaStreamWaitEvent`` on another thread, or the device being
     full). Without it the whole wait would read as launch overhead."""
-    a = act.sort("window", "device", "stream", "gpu_ts_ns").with_columns(
+    a = act.sort("window", "device", "stream", "gpu_ts_ns", "event").with_columns(
         _prev_end=pl.col("gpu_end_ns").shift(1).over("window", "device", "stream"))
     late = a.filter((pl.col("gpu_ts_ns") - pl.col("cpu_end_ns") > INFERRED_WAIT_NS)
                     & (pl.col("_prev_end").is_null() | (pl.col("_prev_end") < pl.col("cpu_end_ns"))))
@@ -663,7 +666,7 @@ def _inferred_waits(act: pl.DataFrame) -> pl.DataFrame:
     if late.is_empty():
         return empty
     ends = act.select("window", "device", pl.col("stream").alias("src_stream"), pl.col("gpu_end_ns").alias("src_end"),
-                      pl.col("event").alias("src_event")).sort("src_end")
+                      pl.col("event").alias("src_event")).sort("src_end", "src_event")
     q = late.select("window", "device", "stream", "cpu_end_ns", pl.col("event").alias("dst"),
                     (pl.col("gpu_ts_ns") + _TOL_NS).alias("_t")).sort("_t")
     # The latest end on the device before the start; another stream's only (a same-stream end
@@ -689,11 +692,13 @@ def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame,
 
     ``rt``: runtime events in the graph; ``act``: GPU activities in the graph; ``with_syncs``:
     the trace has ``cuda_sync`` records (``syncs``: those of the graph's windows)."""
-    # A launch row per activity, for "the thread's last launch before t" look-ups.
-    last_act = act.sort("gpu_end_ns").unique("correlation", keep="last").select(
-        "pid", "tid", "cpu_ts_ns", "event", "gpu_end_ns", "stream", "device", "window").sort("cpu_ts_ns")
-    first_act = act.sort("gpu_ts_ns").unique("correlation", keep="first").select(
-        "pid", "tid", "cpu_ts_ns", "event", "stream", "window").sort("cpu_ts_ns")
+    # A launch row per activity, for "the thread's last launch before t" look-ups. (Ties, the
+    # activities clipped to their window's end, broken by event number: the same activity
+    # whatever the other windows in the graph.)
+    last_act = act.sort("gpu_end_ns", "event").unique("correlation", keep="last").select(
+        "pid", "tid", "cpu_ts_ns", "event", "gpu_end_ns", "stream", "device", "window").sort("cpu_ts_ns", "event")
+    first_act = act.sort("gpu_ts_ns", "event").unique("correlation", keep="first").select(
+        "pid", "tid", "cpu_ts_ns", "event", "stream", "window").sort("cpu_ts_ns", "event")
     calls = rt.filter(pl.col("name").is_in(list(_SYNC_CALLS)))
     if with_syncs:
         source = "cuda_sync events"
@@ -713,7 +718,7 @@ def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame,
         # within a few µs of its start).
         by_corr = s.join(rt.select(*cols, pl.col("correlation").alias("_corr")).filter(
             pl.col("_corr").is_not_null()).unique("_corr", keep="first"), on="_corr", how="inner")
-        c = calls.select(*cols).sort("ts_ns")
+        c = calls.select(*cols).sort("ts_ns", "call")
         by_time = s.join(by_corr.select("_corr"), on="_corr", how="anti").sort("_mid").join_asof(
             c, left_on="_mid", right_on="ts_ns", strategy="backward", check_sortedness=False).filter(
             pl.col("call").is_not_null() & (pl.col("_mid") <= pl.col("end_ns") + _TOL_NS))
@@ -746,7 +751,7 @@ def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame,
         q = cs.join(streams, on="window").filter(
             (pl.col("kind") == "context") | (pl.col("stream") == pl.col("sync_stream")))
         last = act.select("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", pl.col("event").alias("src_event"))
-        q = q.sort("s_end").join_asof(last.sort("gpu_ts_ns"), left_on="s_end", right_on="gpu_ts_ns",
+        q = q.sort("s_end").join_asof(last.sort("gpu_ts_ns", "src_event"), left_on="s_end", right_on="gpu_ts_ns",
                                       by=["window", "device", "stream"], strategy="backward", check_sortedness=False)
         q = q.filter(pl.col("src_event").is_not_null() & (pl.col("gpu_end_ns") <= pl.col("end_ns") + _TOL_NS))
         parts.append(q.select("src_event", "call"))
@@ -794,12 +799,12 @@ def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame,
             got = []
             if has_stream.height:
                 got.append(has_stream.sort("end_ns").join_asof(
-                    nxt.sort("n_ts"), left_on="end_ns", right_on="n_ts", by_left=["pid", "tid", "sync_stream"],
+                    nxt.sort("n_ts", "dst"), left_on="end_ns", right_on="n_ts", by_left=["pid", "tid", "sync_stream"],
                     by_right=["pid", "tid", "dst_stream"], strategy="forward", check_sortedness=False,
                 ).with_columns(dst_stream=pl.col("sync_stream")))
             if no_stream.height:
                 got.append(no_stream.sort("end_ns").join_asof(
-                    nxt.sort("n_ts"), left_on="end_ns", right_on="n_ts", by=["pid", "tid"], strategy="forward",
+                    nxt.sort("n_ts", "dst"), left_on="end_ns", right_on="n_ts", by=["pid", "tid"], strategy="forward",
                     check_sortedness=False))
             w = pl.concat([x.select("src_event", "gpu_end_ns", "src_stream", "dst", "dst_stream", "dst_window",
                                     "window") for x in got])
