@@ -38,6 +38,12 @@ window with thousands of syncs) one pass in topological order finishes the job: 
 over nodes, linear whatever the depth, the fallback only.
 The path is then walked back one chain segment at a time (a Python loop over segments of the
 path, not over nodes), its nodes marked with a difference array.
+
+Windows share no edge: :func:`graph_batches` builds the graph of consecutive windows a batch of
+about :data:`BATCH_NODES` nodes at a time, from whole-trace inputs computed once
+(:class:`GraphInputs`), and each batch's graph is the part of the graph of every window that
+lies in its windows (ties between events at one instant are broken by event number, never by
+what else is in the graph).
 """
 
 from __future__ import annotations
@@ -191,7 +197,7 @@ class GraphInputs:
     queue: pl.DataFrame  # _lrow (row of launches()), cpu_ts_ns, queue_empty, _prev_end_all
     k_comm: pl.DataFrame  # correlation, ts_ns, is_comm
     dl: CoverIndex | None  # the DataLoader ranges (None: none)
-    syncs: pl.DataFrame  # cuda_sync records, _call_window: the window of their call in the graph
+    syncs: pl.DataFrame  # cuda_sync records, _call_window: the window of their call in the graph (or null)
     main: pl.DataFrame  # pid, tid: the step's thread(s)
 
 
@@ -310,22 +316,36 @@ def graph_inputs(t: TraceTables, windows: pl.DataFrame, keep: list[int],
             "len", "pid", "tid", descending=[True, False, False]).head(1)
     main = main.select("pid", "tid")
 
-    # The cuda_sync records, each with the window of its runtime call (by correlation, the
-    # first such call in the graph): a batch reads the records whose call is in it, and those
-    # of no call in the graph (matched by time there).
+    # The cuda_sync records, each with the window of its runtime call in the graph, matched as
+    # _sync_calls matches them (by correlation, the first such call; else by time, the sync
+    # call starting last before the record, if the record lies within it): a batch reads the
+    # records whose call is in it, and finds the same call among its own (the latest of a
+    # superset is in it). A record of no call gives no edge.
     syncs = model.other_events.filter(pl.col("cat") == "cuda_sync")
     if syncs.height and keep:
-        corr = syncs["correlation"].drop_nulls().unique()
+        corr = syncs["correlation"].drop_nulls().unique().implode()
         w0, w1 = _bounds_exprs(windows)
-        rt = model.runtime.lazy().select("ts_ns", "end_ns", "correlation").filter(
-            pl.col("correlation").is_in(corr.implode()) & (pl.col("end_ns") > pl.col("ts_ns"))).collect(
-            engine=_ENGINE)
-        calls = assign_steps(rt, windows, "ts_ns").lazy().filter(pl.col("window").is_in(keep)).with_columns(
-            _w0=w0, _w1=w1).filter(
-            pl.col("end_ns").clip(pl.col("_w0"), pl.col("_w1")) > pl.col("ts_ns").clip(pl.col("_w0"), pl.col("_w1"))
-        ).unique("correlation", keep="first", maintain_order=True).select(
-            "correlation", pl.col("window").alias("_call_window")).collect(engine=_ENGINE)
-        syncs = syncs.join(calls, on="correlation", how="left", maintain_order="left")
+        rt = model.runtime.lazy().with_row_index("_row").select(
+            "_row", "name", "ts_ns", "end_ns", "correlation").filter(
+            (pl.col("end_ns") > pl.col("ts_ns"))
+            & (pl.col("correlation").is_in(corr) | pl.col("name").is_in(list(_SYNC_CALLS)))).collect(engine=_ENGINE)
+        rt = assign_steps(rt, windows, "ts_ns").lazy().filter(pl.col("window").is_in(keep)).with_columns(
+            _w0=w0, _w1=w1).with_columns(
+            ts_ns=pl.col("ts_ns").clip(pl.col("_w0"), pl.col("_w1")),
+            end_ns=pl.col("end_ns").clip(pl.col("_w0"), pl.col("_w1"))).filter(
+            pl.col("end_ns") > pl.col("ts_ns")).collect(engine=_ENGINE)
+        by_corr = rt.filter(pl.col("correlation").is_in(corr)).unique("correlation", keep="first",
+                                                                       maintain_order=True).select(
+            "correlation", pl.col("window").alias("_corr_window"))
+        syncs = syncs.with_row_index("_srow").join(by_corr, on="correlation", how="left", maintain_order="left")
+        sc = rt.filter(pl.col("name").is_in(list(_SYNC_CALLS))).select("_row", "ts_ns", "end_ns", "window").sort(
+            "ts_ns", "_row")
+        by_time = syncs.filter(pl.col("_corr_window").is_null()).select("_srow", pl.col("ts_ns").alias("_mid")).sort(
+            "_mid").join_asof(sc, left_on="_mid", right_on="ts_ns", strategy="backward", check_sortedness=False).filter(
+            pl.col("_row").is_not_null() & (pl.col("_mid") <= pl.col("end_ns") + _TOL_NS)).select(
+            "_srow", pl.col("window").alias("_time_window"))
+        syncs = syncs.join(by_time, on="_srow", how="left", maintain_order="left").with_columns(
+            _call_window=pl.coalesce("_corr_window", "_time_window")).drop("_srow", "_corr_window", "_time_window")
     else:
         syncs = syncs.with_columns(_call_window=pl.lit(None, pl.Int64))
     return GraphInputs(windows=windows, batches=batches, queue=queue, k_comm=k_comm, dl=dl, syncs=syncs, main=main)
@@ -394,10 +414,8 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
                    .otherwise(pl.lit("gpu_compute_bound")).alias("bound")),
     ])
 
-    # The cuda_sync records of the batch: those whose call is in it, and those of no call (see
-    # graph_inputs).
-    syncs = inp.syncs.filter(pl.col("_call_window").is_null() | pl.col("_call_window").is_in(keep)).drop(
-        "_call_window")
+    # The cuda_sync records whose call is in the batch (see graph_inputs).
+    syncs = inp.syncs.filter(pl.col("_call_window").is_in(keep)).drop("_call_window")
     if cpu.is_empty():
         return _empty_graph(events, "none")
 
