@@ -231,7 +231,7 @@ def _batch_cpu(model: TraceModel, windows: pl.DataFrame, batch: list[int]) -> pl
     its step (a thread's long op, a kernel past the next step's start) counts only inside
     it, so a path never exceeds its step."""
     if not batch:
-        return assign_steps(_cpu_events(model).clear(), windows, "ts_ns")
+        return assign_steps(_cpu_events(model, 0, -1), windows, "ts_ns")
     lo, hi = _span(windows, batch)
     w0, w1 = _bounds_exprs(windows)
     return assign_steps(_cpu_events(model, lo, hi), windows, "ts_ns").lazy().filter(
