@@ -293,12 +293,13 @@ def graph_inputs(t: TraceTables, windows: pl.DataFrame, keep: list[int],
         starts = w["start_ns"].to_numpy()
         ends = w["end_ns"].to_numpy()
         count = np.zeros(len(order), dtype=np.int64)
-        for ts in (model.cpu_ops["ts_ns"], model.runtime["ts_ns"], queue["cpu_ts_ns"]):
-            at = np.searchsorted(starts, ts.to_numpy(), side="right") - 1
-            ok = at >= 0
-            at = at[ok]
-            ok2 = ts.to_numpy()[ok] < ends[at]
-            count += np.bincount(at[ok2], minlength=len(order))
+        for col in (model.cpu_ops["ts_ns"], model.runtime["ts_ns"], queue["cpu_ts_ns"]):
+            # (By slices: the trace's full length of positions would be a large transient.)
+            for lo in range(0, col.len(), 1 << 20):
+                ts = col.slice(lo, 1 << 20).fill_null(-1).to_numpy()
+                at = np.searchsorted(starts, ts, side="right") - 1
+                inside = (at >= 0) & (ts < ends[np.maximum(at, 0)])
+                count += np.bincount(at[inside], minlength=len(order))
         batches, size = [], 0
         for win, c in zip(order, (2 * count).tolist(), strict=True):
             if not batches or size + c > max_nodes:
