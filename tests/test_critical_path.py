@@ -448,3 +448,94 @@ def test_chain_dist_by_blocks_equals_per_segment_maximum() -> None:
     assert (_chain_dist(offer, prefix, seg, seg_first, big, None) == want).all()
     small = np.int64(4_001)
     assert (_chain_dist(offer, prefix, seg, seg_first, small, seg * small) == want).all()
+
+
+def _multi_step_trace() -> Trace:
+    """Eight steps of different shapes: CPU-bound, GPU-bound behind a stream sync (with its
+    cuda_sync record, by correlation or by time), a stream wait between streams (with the record's args), a DataLoader
+    range, a kernel-kernel chain, a communication kernel in one step only, and an op that
+    outlives its step."""
+    t = Trace()
+    for i in range(8):
+        s = i * 1000
+        t.step(i + 1, s, 900)
+        kind = i % 4
+        if kind == 0:
+            t.op("aten::A", s, 100)
+            t.launch(s + 10, 5, s + 20, 10, name="ampere_sgemm_128x64_tn")
+            t.op("aten::B", s + 100, 100 + 10 * i)
+        elif kind == 1:
+            t.op("aten::A", s, 20)
+            t.launch(s + 5, 5, s + 12, 500, name="ampere_sgemm_128x64_tn")
+            t.launch(s + 11, 3, s + 514, 40, name="elementwise_kernel")
+            corr = t.runtime("cudaStreamSynchronize", s + 30, 530)
+            # (Step 6's record names no call: matched by time.)
+            t.events.append(x("cuda_sync", "Stream Sync", s + 31, 528, pid=0, tid=STREAM, stream=STREAM,
+                              **({"correlation": corr} if i != 5 else {})))
+            t.op("aten::B", s + 570, 20)
+        elif kind == 2:
+            t.ann("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", s, 60)
+            t.op("aten::stack", s + 5, 50)
+            t.launch(s + 65, 3, s + 70, 300, name="k1", stream=7)
+            rec = t.runtime("cudaEventRecord", s + 69, 1)
+            wait = t.runtime("cudaStreamWaitEvent", s + 71, 1)
+            t.events.append(x("cuda_sync", "Stream Wait Event", s + 71.5, 0.5, pid=0, tid=8, correlation=wait,
+                              stream=8, wait_on_stream=7, wait_on_cuda_event_record_corr_id=rec))
+            t.launch(s + 73, 3, s + 371, 50 + i, name="ncclKernel_AllReduce" if i == 2 else "k2", stream=8)
+            dev = t.runtime("cudaDeviceSynchronize", s + 80, 345)
+            t.events.append(x("cuda_sync", "Context Sync", s + 81, 343, pid=0, tid=-1, correlation=dev,
+                              stream=-1))
+        else:
+            t.op("aten::long", s + 2, 1200)  # outlives the step: clipped to it
+            t.launch(s + 10, 3, s + 20, 100, name="ampere_sgemm_128x64_tn")
+            t.launch(s + 14, 3, s + 123, 100 + i, name="elementwise_kernel")
+    return t
+
+
+def _batched_equals_one_graph(model: TraceModel, monkeypatch: pytest.MonkeyPatch, **settings: Any) -> int:
+    """The analysis's JSON with one window a batch equals that of one graph of every window;
+    returns the number of batches."""
+    import traceanalyzer.analyses.critical_path as cp
+    from traceanalyzer.analyses._cpgraph import graph_inputs
+
+    cfg = Config({f"critical_path.{k}": v for k, v in settings.items()})
+    out = []
+    for max_nodes in (None, 1):
+        monkeypatch.setattr(cp, "BATCH_NODES", max_nodes)
+        r = run_analyses(model, cfg, only=("critical_path",), strict=True)
+        assert "critical_path" in r.values, r.skipped
+        out.append(json.dumps(r.values["critical_path"].to_json(), sort_keys=True, default=str))
+    assert out[0] == out[1]
+    steps = r.values["steps"]
+    assert isinstance(steps, StepsResult)
+    return len(graph_inputs(trace_tables(model), steps.windows(), steps.steady_windows(), 1).batches)
+
+
+@pytest.mark.parametrize("settings", [{}, {"cpu_gaps": False, "whatif_target": "kernel:ncclKernel"},
+                                      {"whatif_target": "op:aten::B"}, {"whatif_target": "kernel:("}])
+def test_batches_of_windows_give_the_figures_of_one_graph(settings: dict[str, Any],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _multi_step_trace().model()
+    assert _batched_equals_one_graph(model, monkeypatch, **settings) >= 6
+    res = _run(model, **settings)
+    assert res.per_step.height >= 6 and res.per_step["gpu_communication_bound_ns"].sum() > 0
+    assert (res.whatif_error is not None) == (settings.get("whatif_target") == "kernel:(")
+
+
+@pytest.mark.parametrize("name", ["resnet_like_a100.json.gz", "legacy_pt18.json"])
+def test_batches_of_windows_on_sample_traces(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    samples = Path(__file__).resolve().parents[1] / "sample_traces"
+    assert _batched_equals_one_graph(load_chrome_trace(samples / name), monkeypatch) > 1
+
+
+@needs_shared
+@pytest.mark.parametrize("rel", [
+    "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
+    "critical_path/cuda_event_sync_multi_stream/event_sync_trace.json.gz",
+    # Kernels clipped to their window's end tie on time: broken by event number, whatever
+    # the other windows in the graph.
+    "trace_diff/test/test.json.gz",
+])
+def test_batches_of_windows_on_hta_traces(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    n = _batched_equals_one_graph(load_chrome_trace(SHARED_TRACES / "hta" / rel), monkeypatch)
+    assert n > 1 or not rel.startswith("trace_diff")

@@ -38,11 +38,18 @@ window with thousands of syncs) one pass in topological order finishes the job: 
 over nodes, linear whatever the depth, the fallback only.
 The path is then walked back one chain segment at a time (a Python loop over segments of the
 path, not over nodes), its nodes marked with a difference array.
+
+Windows share no edge: :func:`graph_batches` builds the graph of consecutive windows a batch of
+about :data:`BATCH_NODES` nodes at a time, from whole-trace inputs computed once
+(:class:`GraphInputs`), and each batch's graph is the part of the graph of every window that
+lies in its windows (ties between events at one instant are broken by event number, never by
+what else is in the graph).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeAlias
 
@@ -53,7 +60,14 @@ from traceanalyzer.analyses._intervals import DATALOADER_RE, covered_within
 from traceanalyzer.analyses._kernels import kernel_class, on_distinct
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import TraceTables, deepest_at, gpu_activity, launches, sorted_boundaries
+from traceanalyzer.model.relations import (
+    CoverIndex,
+    TraceTables,
+    cover_index,
+    gpu_activity,
+    launches,
+    sorted_boundaries,
+)
 from traceanalyzer.timeutil import merge_intervals
 
 if TYPE_CHECKING:
@@ -164,39 +178,83 @@ def _empty_graph(events: pl.DataFrame, sync_source: str) -> CPGraph:
     return CPGraph(z32, z32, f, z, z32, z32, f, f, z32, z32, z, z32, z32, events, sync_source)
 
 
-def _cpu_events(model: TraceModel) -> pl.DataFrame:
+#: Graph nodes per batch of step windows (two per event, at least one window a batch): each
+#: batch's graph is built, solved and summarised before the next, so the critical path's
+#: memory follows the largest batch rather than the trace. Windows share no edge: the
+#: results are those of one graph of every window.
+BATCH_NODES = 400_000
+
+
+@dataclass(frozen=True)
+class GraphInputs:
+    """What every batch of windows reads from the whole trace, computed once: the stream
+    queue state of each launch (HTA reads the queue of the full trace), the communication
+    flag of each kernel, the DataLoader ranges, the step's threads, the ``cuda_sync`` records
+    and the batches of windows themselves."""
+
+    windows: pl.DataFrame  # window, step, start_ns, end_ns
+    batches: list[list[int]]  # kept windows, in time order, in batches of bounded size
+    queue: pl.DataFrame  # _lrow (row of launches()), cpu_ts_ns, queue_empty, _prev_end_all
+    k_comm: pl.DataFrame  # correlation, ts_ns, is_comm
+    dl: CoverIndex | None  # the DataLoader ranges (None: none)
+    syncs: pl.DataFrame  # cuda_sync records, _call_window: the window of their call in the graph (or null)
+    main: pl.DataFrame  # pid, tid: the step's thread(s)
+
+
+def _cpu_events(model: TraceModel, lo: int | None = None, hi: int | None = None) -> pl.DataFrame:
+    """CPU ops and runtime calls of positive length (starting in ``[lo, hi]`` when given)."""
     cols = ["name", "pid", "tid", "ts_ns", "end_ns"]
-    ops = model.cpu_ops.select(cols).with_columns(kind=pl.lit("cpu_op"), correlation=pl.lit(None, pl.Int64))
-    rt = model.runtime.select(*cols, "correlation").with_columns(kind=pl.lit("runtime"))
-    ev = pl.concat([ops, rt.select(ops.columns)]).filter(pl.col("end_ns") > pl.col("ts_ns"))
-    return ev
+    rng = pl.col("ts_ns").is_between(lo, hi) if lo is not None and hi is not None else pl.lit(True)
+    ops = model.cpu_ops.lazy().select(cols).filter(rng).with_columns(kind=pl.lit("cpu_op"),
+                                                                      correlation=pl.lit(None, pl.Int64))
+    rt = model.runtime.lazy().select(*cols, "correlation").filter(rng).with_columns(kind=pl.lit("runtime"))
+    ev = pl.concat([ops, rt.select(ops.collect_schema().names())]).filter(pl.col("end_ns") > pl.col("ts_ns"))
+    return ev.collect(engine=_ENGINE)
 
 
-def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps: bool,
-                kk_max_gap_ns: int = KK_MAX_GAP_NS) -> CPGraph:
-    """The graph of the step windows ``keep`` (``windows``: ``window, step, start_ns, end_ns``)."""
-    import numpy as np
-
-    model = t.model
-    # Events are clipped to their step window: an op that outlives its step (a thread's long
-    # op, a kernel past the next step's start) counts only inside it, so a path never exceeds
-    # its step.
+def _bounds_exprs(windows: pl.DataFrame) -> tuple[pl.Expr, pl.Expr]:
+    """A window's start and end by look-up (the windows are few; a join would copy every column)."""
     bounds = windows.select("window", pl.col("start_ns").alias("_w0"), pl.col("end_ns").alias("_w1"))
-    # A window's bounds by look-up (the windows are few; a join would copy every column).
-    w0 = pl.col("window").replace_strict(bounds["window"], bounds["_w0"], default=None)
-    w1 = pl.col("window").replace_strict(bounds["window"], bounds["_w1"], default=None)
-    cpu = assign_steps(_cpu_events(model), windows, "ts_ns").lazy().filter(pl.col("window").is_in(keep)).with_columns(
-        _w0=w0, _w1=w1).with_columns(
+    return (pl.col("window").replace_strict(bounds["window"], bounds["_w0"], default=None),
+            pl.col("window").replace_strict(bounds["window"], bounds["_w1"], default=None))
+
+
+def _span(windows: pl.DataFrame, batch: list[int]) -> tuple[int, int]:
+    """``[first start, last end]`` of the windows ``batch``: every event that starts in one
+    of them starts in there."""
+    w = windows.filter(pl.col("window").is_in(batch))
+    return int(w["start_ns"].min()), int(w["end_ns"].max())  # type: ignore[arg-type]
+
+
+def _batch_cpu(model: TraceModel, windows: pl.DataFrame, batch: list[int]) -> pl.DataFrame:
+    """The CPU events of the windows ``batch``, clipped to their window: an op that outlives
+    its step (a thread's long op, a kernel past the next step's start) counts only inside
+    it, so a path never exceeds its step."""
+    if not batch:
+        return assign_steps(_cpu_events(model, 0, -1), windows, "ts_ns")
+    lo, hi = _span(windows, batch)
+    w0, w1 = _bounds_exprs(windows)
+    return assign_steps(_cpu_events(model, lo, hi), windows, "ts_ns").lazy().filter(
+        pl.col("window").is_in(batch)).with_columns(_w0=w0, _w1=w1).with_columns(
         ts_ns=pl.col("ts_ns").clip(pl.col("_w0"), pl.col("_w1")), end_ns=pl.col("end_ns").clip(pl.col("_w0"),
                                                                                            pl.col("_w1"))
     ).filter(pl.col("end_ns") > pl.col("ts_ns")).drop("_w0", "_w1").collect(engine=_ENGINE)
-    lj = launches(t).filter(pl.col("gpu_ts_ns").is_not_null())
-    lj = lj.select("correlation", "pid", "tid", "cpu_ts_ns", "cpu_end_ns", "cpu_dur_ns", "api", "gpu_name",
-                   "activity", "gpu_ts_ns", "gpu_end_ns", "device", "stream")
+
+
+def graph_inputs(t: TraceTables, windows: pl.DataFrame, keep: list[int],
+                 max_nodes: int | None = BATCH_NODES) -> GraphInputs:
+    """The whole-trace inputs of the graph of the windows ``keep``, in batches of about
+    ``max_nodes`` graph nodes (``None``: one batch)."""
+    import numpy as np
+
+    model = t.model
     # Queue state per stream over the whole trace (HTA reads the queue of the full trace):
     # empty at the launch (everything launched earlier on the stream had started) and the
-    # kernel was the next to start (no later launch on the stream before it began).
-    lj = lj.sort("device", "stream", "cpu_ts_ns", "gpu_ts_ns").with_columns(
+    # kernel was the next to start (no later launch on the stream before it began). Kept per
+    # launch row (``_lrow``), in the order the graph reads them.
+    lj = launches(t).lazy().with_row_index("_lrow").filter(pl.col("gpu_ts_ns").is_not_null()).select(
+        "_lrow", "correlation", "cpu_ts_ns", "cpu_dur_ns", "gpu_ts_ns", "device", "stream").sort(
+        "device", "stream", "cpu_ts_ns", "gpu_ts_ns").with_columns(
         _prev_started=pl.col("gpu_ts_ns").cum_max().shift(1).over("device", "stream"),
         _next_launch=pl.col("cpu_ts_ns").shift(-1).over("device", "stream"),
     ).with_columns(
@@ -205,29 +263,144 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     ).filter(pl.col("cpu_dur_ns") > 0)  # the queue counts every launch; the graph, calls of positive length
     # The stream's previous activity among all of them, orphans (no launch call recorded)
     # included: a kernel queued behind an orphan waited for it, not for its launch.
-    ga = gpu_activity(t).select("device", "stream", pl.col("ts_ns").alias("gpu_ts_ns"), "end_ns", "correlation").filter(
+    ga = gpu_activity(t).lazy().select("device", "stream", pl.col("ts_ns").alias("gpu_ts_ns"), "end_ns",
+                                       "correlation").filter(
         pl.col("stream").is_not_null()).sort("device", "stream", "gpu_ts_ns").with_columns(
         _prev_end_all=pl.col("end_ns").cum_max().shift(1).over("device", "stream")).drop("end_ns").unique(
         ["device", "stream", "gpu_ts_ns", "correlation"], keep="first")
-    lj = lj.join(ga, on=["device", "stream", "gpu_ts_ns", "correlation"], how="left").with_columns(
-        queue_empty=pl.col("queue_empty") & (pl.col("_prev_end_all").is_null()
-                                             | (pl.col("_prev_end_all") < pl.col("cpu_ts_ns"))))
+    queue = lj.join(ga, on=["device", "stream", "gpu_ts_ns", "correlation"], how="left",
+                    maintain_order="left").select(
+        "_lrow", "cpu_ts_ns", queue_empty=pl.col("queue_empty") & (pl.col("_prev_end_all").is_null()
+                                                                   | (pl.col("_prev_end_all") < pl.col("cpu_ts_ns"))),
+        _prev_end_all="_prev_end_all").collect(engine=_ENGINE)
+    comm = comm_classes(t).select("is_comm")
+    k_comm = model.kernels.select("ts_ns", "correlation").with_columns(comm["is_comm"]).unique(
+        ["correlation", "ts_ns"], keep="first")
+    dl_ranges = pl.concat([
+        model.annotations.filter(pl.col("name").str.contains(DATALOADER_RE)).select("pid", "tid", "ts_ns", "end_ns"),
+        model.cpu_ops.filter(pl.col("name").str.contains(DATALOADER_RE)).select("pid", "tid", "ts_ns", "end_ns"),
+    ]).filter(pl.col("end_ns") > pl.col("ts_ns"))
+    dl = None if dl_ranges.is_empty() else cover_index(
+        dl_ranges.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64)))
+
+    # Batches: consecutive kept windows (in time order) up to max_nodes nodes, two per event
+    # starting in them (an estimate: the graph drops some; a window is never split).
+    w = windows.filter(pl.col("window").is_in(keep)).sort("start_ns")
+    order = w["window"].to_list()
+    if max_nodes is None or len(order) <= 1:
+        batches = [order]
+    else:
+        starts = w["start_ns"].to_numpy()
+        ends = w["end_ns"].to_numpy()
+        count = np.zeros(len(order), dtype=np.int64)
+        for col in (model.cpu_ops["ts_ns"], model.runtime["ts_ns"], queue["cpu_ts_ns"]):
+            # (By slices: the trace's full length of positions would be a large transient.)
+            for lo in range(0, col.len(), 1 << 20):
+                ts = col.slice(lo, 1 << 20).fill_null(-1).to_numpy()
+                at = np.searchsorted(starts, ts, side="right") - 1
+                inside = (at >= 0) & (ts < ends[np.maximum(at, 0)])
+                count += np.bincount(at[inside], minlength=len(order))
+        batches, size = [], 0
+        for win, c in zip(order, (2 * count).tolist(), strict=True):
+            if not batches or size + c > max_nodes:
+                batches.append([])
+                size = 0
+            batches[-1].append(win)
+            size += c
+
+    # The step's own thread (the ProfilerStep's; without steps, the thread with the most
+    # events in the graph).
+    main = model.steps.select("pid", "tid").unique()
+    if main.is_empty():
+        per = [_batch_cpu(model, windows, b).group_by("pid", "tid").len() for b in batches]
+        main = pl.concat(per).group_by("pid", "tid").agg(pl.col("len").sum()).sort(
+            "len", "pid", "tid", descending=[True, False, False]).head(1)
+    main = main.select("pid", "tid")
+
+    # The cuda_sync records, each with the window of its runtime call in the graph, matched as
+    # _sync_calls matches them (by correlation, the first such call; else by time, the sync
+    # call starting last before the record, if the record lies within it): a batch reads the
+    # records whose call is in it, and finds the same call among its own (the latest of a
+    # superset is in it). A record of no call gives no edge.
+    syncs = model.other_events.filter(pl.col("cat") == "cuda_sync")
+    if syncs.height and keep:
+        corr = syncs["correlation"].drop_nulls().unique().implode()
+        w0, w1 = _bounds_exprs(windows)
+        rt = model.runtime.lazy().with_row_index("_row").select(
+            "_row", "name", "ts_ns", "end_ns", "correlation").filter(
+            (pl.col("end_ns") > pl.col("ts_ns"))
+            & (pl.col("correlation").is_in(corr) | pl.col("name").is_in(list(_SYNC_CALLS)))).collect(engine=_ENGINE)
+        rt = assign_steps(rt, windows, "ts_ns").lazy().filter(pl.col("window").is_in(keep)).with_columns(
+            _w0=w0, _w1=w1).with_columns(
+            ts_ns=pl.col("ts_ns").clip(pl.col("_w0"), pl.col("_w1")),
+            end_ns=pl.col("end_ns").clip(pl.col("_w0"), pl.col("_w1"))).filter(
+            pl.col("end_ns") > pl.col("ts_ns")).collect(engine=_ENGINE)
+        by_corr = rt.filter(pl.col("correlation").is_in(corr)).unique("correlation", keep="first",
+                                                                       maintain_order=True).select(
+            "correlation", pl.col("window").alias("_corr_window"))
+        syncs = syncs.with_row_index("_srow").join(by_corr, on="correlation", how="left", maintain_order="left")
+        sc = rt.filter(pl.col("name").is_in(list(_SYNC_CALLS))).select("_row", "ts_ns", "end_ns", "window").sort(
+            "ts_ns", "_row")
+        by_time = syncs.filter(pl.col("_corr_window").is_null()).select("_srow", pl.col("ts_ns").alias("_mid")).sort(
+            "_mid").join_asof(sc, left_on="_mid", right_on="ts_ns", strategy="backward", check_sortedness=False).filter(
+            pl.col("_row").is_not_null() & (pl.col("_mid") <= pl.col("end_ns") + _TOL_NS)).select(
+            "_srow", pl.col("window").alias("_time_window"))
+        syncs = syncs.join(by_time, on="_srow", how="left", maintain_order="left").with_columns(
+            _call_window=pl.coalesce("_corr_window", "_time_window")).drop("_srow", "_corr_window", "_time_window")
+    else:
+        syncs = syncs.with_columns(_call_window=pl.lit(None, pl.Int64))
+    return GraphInputs(windows=windows, batches=batches, queue=queue, k_comm=k_comm, dl=dl, syncs=syncs, main=main)
+
+
+def graph_batches(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps: bool,
+                  max_nodes: int | None = BATCH_NODES, kk_max_gap_ns: int = KK_MAX_GAP_NS) -> Iterator[CPGraph]:
+    """The graphs of the step windows ``keep`` (``windows``: ``window, step, start_ns, end_ns``),
+    one per batch of windows of about ``max_nodes`` nodes (``None``: one graph), in time order."""
+    inp = graph_inputs(t, windows, keep, max_nodes)
+    for batch in inp.batches:
+        yield _build_batch(t, inp, batch, cpu_gaps, kk_max_gap_ns)
+
+
+def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps: bool,
+                kk_max_gap_ns: int = KK_MAX_GAP_NS) -> CPGraph:
+    """The graph of the step windows ``keep`` (``windows``: ``window, step, start_ns, end_ns``)."""
+    (g,) = graph_batches(t, windows, keep, cpu_gaps, None, kk_max_gap_ns)
+    return g
+
+
+def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bool,
+                 kk_max_gap_ns: int) -> CPGraph:
+    """The graph of the windows ``keep``, a batch of ``inp.batches``."""
+    import numpy as np
+
+    model = t.model
+    windows = inp.windows
+    w0, w1 = _bounds_exprs(windows)
+    cpu = _batch_cpu(model, windows, keep)
+    lo, hi = _span(windows, keep) if keep else (0, -1)
+    # The launches of the batch, in the queue's order, with its state.
+    q = inp.queue.filter(pl.col("cpu_ts_ns").is_between(lo, hi))
+    lj = launches(t).select("correlation", "pid", "tid", "cpu_ts_ns", "cpu_end_ns", "cpu_dur_ns", "api",
+                            "gpu_name", "activity", "gpu_ts_ns", "gpu_end_ns", "device", "stream")[q["_lrow"]]
+    lj = lj.with_columns(queue_empty=q["queue_empty"], _prev_end_all=q["_prev_end_all"])
+    del q
     gpu = assign_steps(lj, windows, "cpu_ts_ns").lazy().filter(pl.col("window").is_in(keep)).with_columns(
         _w0=w0, _w1=w1).with_columns(
         [pl.col(c).clip(pl.col("_w0"), pl.col("_w1")) for c in ("cpu_ts_ns", "cpu_end_ns", "gpu_ts_ns", "gpu_end_ns")]
     ).drop("_w0", "_w1").collect(engine=_ENGINE)
-    del lj, ga
+    del lj
 
     # The event table: CPU events, then GPU activities.
-    comm = comm_classes(t).select("is_comm")
-    k_comm = model.kernels.select("name", "ts_ns", "correlation").with_columns(comm["is_comm"]).unique(
-        ["correlation", "ts_ns"], keep="first")
+    # (Clipped starts lie in the batch's span: the kernels that can match are there.)
+    k_comm = inp.k_comm.filter(pl.col("ts_ns").is_between(lo, hi))
     gpu = gpu.join(k_comm.select("correlation", pl.col("ts_ns").alias("gpu_ts_ns"), "is_comm"),
-                   on=["correlation", "gpu_ts_ns"], how="left").with_columns(pl.col("is_comm").fill_null(False))
+                   on=["correlation", "gpu_ts_ns"], how="left", maintain_order="left").with_columns(
+        pl.col("is_comm").fill_null(False))
+    del k_comm
     gpu = on_distinct(gpu, ["gpu_name", "activity", "is_comm"], klass=pl.when(pl.col("activity") != "kernel").then(
         pl.col("activity")).when(pl.col("is_comm")).then(pl.lit("communication")).otherwise(
         kernel_class(pl.col("gpu_name"))))
-    dl = _dataloader_flags(model, cpu)
+    dl = _dataloader_flags(inp.dl, cpu)
     n_cpu = cpu.height
     cpu = cpu.with_columns(event=pl.int_range(pl.len(), dtype=pl.Int64), dl=dl)
     gpu = gpu.with_columns(event=pl.int_range(pl.len(), dtype=pl.Int64) + n_cpu)
@@ -242,7 +415,8 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
                    .otherwise(pl.lit("gpu_compute_bound")).alias("bound")),
     ])
 
-    syncs = model.other_events.filter(pl.col("cat") == "cuda_sync")
+    # The cuda_sync records whose call is in the batch (see graph_inputs).
+    syncs = inp.syncs.filter(pl.col("_call_window").is_in(keep)).drop("_call_window")
     if cpu.is_empty():
         return _empty_graph(events, "none")
 
@@ -273,10 +447,7 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     # step's own thread only (the ProfilerStep's; without steps, the thread with the most
     # events): a helper thread's idle between two ops is not work, and as a path it would tie
     # with the real one.
-    main = model.steps.select("pid", "tid").unique()
-    if main.is_empty():
-        main = cpu.group_by("pid", "tid").len().sort("len", "pid", "tid", descending=[True, False, False]).head(1)
-    main = main.select("pid", "tid")
+    main = inp.main
     counted = pl.col("_main") if cpu_gaps else pl.lit(False)
     # While another thread of the process runs an op, the step's thread between its own ops is
     # waiting for it (backward on the autograd thread), not working: that part of a gap (or
@@ -317,7 +488,7 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     ).drop("prev_t", "_gap_from", "_busy", "_w0", "_blocking").collect(engine=_ENGINE)
     del busy
     dl_gap = (pl.col("link_type") == DEPENDENCY) & _dataloader_flags(
-        model, b.select("pid", "tid", pl.col("_gap_mid").alias("ts_ns")))
+        inp.dl, b.select("pid", "tid", pl.col("_gap_mid").alias("ts_ns")))
     # Attribution (HTA): start→start and start→end to the source, end→end to the destination,
     # end→start to the source's parent (the op open between them): the last start at the
     # depth left open, found by an as-of join on position.
@@ -362,7 +533,7 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
             "window", "t", pl.col("pos").alias("dst"))
         mains = b.filter(pl.col("_main")).select("window", pl.col("t").alias("_mt"), pl.col("pos").alias("src"))
         if helper.height and mains.height:
-            h = helper.sort("t").join_asof(mains.sort("_mt"), left_on="t", right_on="_mt", by="window",
+            h = helper.sort("t").join_asof(mains.sort("_mt", "src"), left_on="t", right_on="_mt", by="window",
                                            strategy="backward", check_sortedness=False)
             handoff = h.filter(pl.col("src").is_not_null()).select(
                 "src", "dst", pl.lit(0).alias("w"), pl.lit(DEPENDENCY).alias("type"),
@@ -375,12 +546,12 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     rt = cpu.filter(pl.col("kind") == "runtime").select("event", "window", "name", "pid", "tid", "ts_ns", "end_ns",
                                                          "correlation")
     del cpu, gpu
-    sync_calls, waits, source = _sync_calls(syncs, rt, act)
+    sync_calls, waits, source = _sync_calls(syncs, rt, act, inp.syncs.height > 0)
     if source != "cuda_sync events":
         waits = pl.concat([waits, _inferred_waits(act)])
 
     # ---- GPU chains per (window, device, stream), kernels by start.
-    lg = act.lazy().sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns").with_columns(
+    lg = act.lazy().sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", "event").with_columns(
         prev_end=pl.col("gpu_end_ns").shift(1).over("window", "device", "stream"),
         prev_event=pl.col("event").shift(1).over("window", "device", "stream"),
     )
@@ -389,7 +560,7 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
             "event").agg(pl.col("wait_end").max()), on="event", how="left")
     else:
         lg = lg.with_columns(wait_end=pl.lit(None, pl.Int64))
-    lg = lg.sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns")
+    lg = lg.sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", "event")
     w_ok_launch = pl.col("wait_end").is_null() | (pl.col("wait_end") < pl.col("cpu_ts_ns"))
     launch = pl.col("queue_empty") & (pl.col("prev_end").is_null() | (pl.col("prev_end") < pl.col("cpu_ts_ns"))) \
         & w_ok_launch
@@ -456,7 +627,10 @@ def build_graph(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps
     if handoff.height:
         parts.append(handoff)
     if parts:
-        x = pl.concat([p.with_columns(pl.all().cast(pl.Int64)) for p in parts]).unique(["src", "dst"]).sort("dst")
+        # (Sorted by source within a destination: which of tied edges into a node the path
+        # walks back through must not depend on the other windows in the graph.)
+        x = pl.concat([p.with_columns(pl.all().cast(pl.Int64)) for p in parts]).unique(["src", "dst"]).sort(
+            "dst", "src")
     else:
         x = pl.DataFrame(schema={c: pl.Int64 for c in ("src", "dst", "w", "type", "ev")})
     del parts, start_node, end_node
@@ -503,7 +677,7 @@ def _inferred_waits(act: pl.DataFrame) -> pl.DataFrame:
     finished within :data:`_TOL_NS` before it started (and after the call ended), that is taken
     as what it waited for (a ``cudaStreamWaitEvent`` on another thread, or the device being
     full). Without it the whole wait would read as launch overhead."""
-    a = act.sort("window", "device", "stream", "gpu_ts_ns").with_columns(
+    a = act.sort("window", "device", "stream", "gpu_ts_ns", "event").with_columns(
         _prev_end=pl.col("gpu_end_ns").shift(1).over("window", "device", "stream"))
     late = a.filter((pl.col("gpu_ts_ns") - pl.col("cpu_end_ns") > INFERRED_WAIT_NS)
                     & (pl.col("_prev_end").is_null() | (pl.col("_prev_end") < pl.col("cpu_end_ns"))))
@@ -511,7 +685,7 @@ def _inferred_waits(act: pl.DataFrame) -> pl.DataFrame:
     if late.is_empty():
         return empty
     ends = act.select("window", "device", pl.col("stream").alias("src_stream"), pl.col("gpu_end_ns").alias("src_end"),
-                      pl.col("event").alias("src_event")).sort("src_end")
+                      pl.col("event").alias("src_event")).sort("src_end", "src_event")
     q = late.select("window", "device", "stream", "cpu_end_ns", pl.col("event").alias("dst"),
                     (pl.col("gpu_ts_ns") + _TOL_NS).alias("_t")).sort("_t")
     # The latest end on the device before the start; another stream's only (a same-stream end
@@ -523,31 +697,29 @@ def _inferred_waits(act: pl.DataFrame) -> pl.DataFrame:
     return m.select("src_event", "dst", "src_end").with_columns(pl.all().cast(pl.Int64)) if m.height else empty
 
 
-def _dataloader_flags(model: TraceModel, cpu: pl.DataFrame) -> pl.Series:
+def _dataloader_flags(dl: CoverIndex | None, cpu: pl.DataFrame) -> pl.Series:
     """Per row of ``cpu`` (``pid, tid, ts_ns``): inside a DataLoader range (annotation or op)
-    of its thread."""
-    dl = pl.concat([
-        model.annotations.filter(pl.col("name").str.contains(DATALOADER_RE)).select("pid", "tid", "ts_ns", "end_ns"),
-        model.cpu_ops.filter(pl.col("name").str.contains(DATALOADER_RE)).select("pid", "tid", "ts_ns", "end_ns"),
-    ]).filter(pl.col("end_ns") > pl.col("ts_ns"))
-    if dl.is_empty() or cpu.is_empty():
+    of its thread (``dl``: their cover index, :func:`graph_inputs`)."""
+    if dl is None or cpu.is_empty():
         return pl.Series("dl", [False] * cpu.height, dtype=pl.Boolean)
-    ids = deepest_at(dl.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64)), cpu.select("pid", "tid",
-                                                                                                   "ts_ns"))
-    return ids.is_not_null().alias("dl")
+    return dl.lookup(cpu.select("pid", "tid", "ts_ns"), "ts_ns").is_not_null().alias("dl")
 
 
-def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, str]:
+def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame,
+                with_syncs: bool) -> tuple[pl.DataFrame, pl.DataFrame, str]:
     """``(sync edges: src_event → call, wait edges: src_event → dst with src_end, source)``.
 
-    ``rt``: runtime events in the graph; ``act``: GPU activities in the graph."""
-    # A launch row per activity, for "the thread's last launch before t" look-ups.
-    last_act = act.sort("gpu_end_ns").unique("correlation", keep="last").select(
-        "pid", "tid", "cpu_ts_ns", "event", "gpu_end_ns", "stream", "device", "window").sort("cpu_ts_ns")
-    first_act = act.sort("gpu_ts_ns").unique("correlation", keep="first").select(
-        "pid", "tid", "cpu_ts_ns", "event", "stream", "window").sort("cpu_ts_ns")
+    ``rt``: runtime events in the graph; ``act``: GPU activities in the graph; ``with_syncs``:
+    the trace has ``cuda_sync`` records (``syncs``: those of the graph's windows)."""
+    # A launch row per activity, for "the thread's last launch before t" look-ups. (Ties, the
+    # activities clipped to their window's end, broken by event number: the same activity
+    # whatever the other windows in the graph.)
+    last_act = act.sort("gpu_end_ns", "event").unique("correlation", keep="last").select(
+        "pid", "tid", "cpu_ts_ns", "event", "gpu_end_ns", "stream", "device", "window").sort("cpu_ts_ns", "event")
+    first_act = act.sort("gpu_ts_ns", "event").unique("correlation", keep="first").select(
+        "pid", "tid", "cpu_ts_ns", "event", "stream", "window").sort("cpu_ts_ns", "event")
     calls = rt.filter(pl.col("name").is_in(list(_SYNC_CALLS)))
-    if syncs.height:
+    if with_syncs:
         source = "cuda_sync events"
         # rec_corr / wait_stream: the awaited cudaEventRecord's correlation and the stream it was
         # recorded on (Event Sync, Stream Wait Event), -1 when Kineto did not know it; null in
@@ -565,7 +737,7 @@ def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame) -> tup
         # within a few µs of its start).
         by_corr = s.join(rt.select(*cols, pl.col("correlation").alias("_corr")).filter(
             pl.col("_corr").is_not_null()).unique("_corr", keep="first"), on="_corr", how="inner")
-        c = calls.select(*cols).sort("ts_ns")
+        c = calls.select(*cols).sort("ts_ns", "call")
         by_time = s.join(by_corr.select("_corr"), on="_corr", how="anti").sort("_mid").join_asof(
             c, left_on="_mid", right_on="ts_ns", strategy="backward", check_sortedness=False).filter(
             pl.col("call").is_not_null() & (pl.col("_mid") <= pl.col("end_ns") + _TOL_NS))
@@ -598,7 +770,7 @@ def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame) -> tup
         q = cs.join(streams, on="window").filter(
             (pl.col("kind") == "context") | (pl.col("stream") == pl.col("sync_stream")))
         last = act.select("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", pl.col("event").alias("src_event"))
-        q = q.sort("s_end").join_asof(last.sort("gpu_ts_ns"), left_on="s_end", right_on="gpu_ts_ns",
+        q = q.sort("s_end").join_asof(last.sort("gpu_ts_ns", "src_event"), left_on="s_end", right_on="gpu_ts_ns",
                                       by=["window", "device", "stream"], strategy="backward", check_sortedness=False)
         q = q.filter(pl.col("src_event").is_not_null() & (pl.col("gpu_end_ns") <= pl.col("end_ns") + _TOL_NS))
         parts.append(q.select("src_event", "call"))
@@ -646,12 +818,12 @@ def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame) -> tup
             got = []
             if has_stream.height:
                 got.append(has_stream.sort("end_ns").join_asof(
-                    nxt.sort("n_ts"), left_on="end_ns", right_on="n_ts", by_left=["pid", "tid", "sync_stream"],
+                    nxt.sort("n_ts", "dst"), left_on="end_ns", right_on="n_ts", by_left=["pid", "tid", "sync_stream"],
                     by_right=["pid", "tid", "dst_stream"], strategy="forward", check_sortedness=False,
                 ).with_columns(dst_stream=pl.col("sync_stream")))
             if no_stream.height:
                 got.append(no_stream.sort("end_ns").join_asof(
-                    nxt.sort("n_ts"), left_on="end_ns", right_on="n_ts", by=["pid", "tid"], strategy="forward",
+                    nxt.sort("n_ts", "dst"), left_on="end_ns", right_on="n_ts", by=["pid", "tid"], strategy="forward",
                     check_sortedness=False))
             w = pl.concat([x.select("src_event", "gpu_end_ns", "src_stream", "dst", "dst_stream", "dst_window",
                                     "window") for x in got])

@@ -42,6 +42,7 @@ import polars as pl
 
 from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._cpgraph import (
+    BATCH_NODES,
     BOUND_CLASSES,
     DEPENDENCY,
     EDGE_TYPES,
@@ -51,6 +52,7 @@ from traceanalyzer.analyses._cpgraph import (
     CPGraph,
     LongestPath,
     build_graph,
+    graph_batches,
     longest_path,
 )
 from traceanalyzer.analyses._intervals import ms
@@ -180,16 +182,25 @@ class _BadTarget(ValueError):
     """A ``critical_path.whatif_target`` that names nothing: reported, the other what-ifs kept."""
 
 
+@dataclass(frozen=True)
+class _WhatifPart:
+    """One what-if on one batch of windows: whether its target has an edge on a path there,
+    and per window (in window order) the path saved and the overlap of the new path with the
+    old (% of the new path's nodes); ``moved``: windows whose path changed."""
+
+    touched: bool
+    saved: list[int]
+    overlap: list[float]
+    moved: int
+
+
 def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: TraceModel,
-            step_of: dict[int, int], node_win: np.ndarray) -> dict[str, Any]:
-    """One what-if row: ``target``'s edges ``factor``× lighter, the longest paths recomputed.
-    Step, saving and new step are medians over the steady steps (the step every report cites).
+            node_win: np.ndarray) -> _WhatifPart:
+    """``target``'s edges ``factor``× lighter, the longest paths of ``g`` recomputed.
     ``node_win``: each node's window as an index into the sorted windows of ``base``."""
     import numpy as np
 
     scaled, launch = _event_scale(g, target, model)
-    steps = [step_of[w] for w in base.window_len]
-    step_med = float(np.median(steps)) if steps else 0.0
     lw, xw = g.link_w, g.x_w
 
     def lighter(w: np.ndarray, hit: np.ndarray) -> np.ndarray:
@@ -216,8 +227,7 @@ def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: Tr
             xw = lighter(g.x_w, x_hit)
     if not touched:
         # Weights only shrink: a target with no edge on any path leaves every path as it is.
-        return {"target": target, "factor": factor, "step_ns": round(step_med), "new_step_ns": round(step_med),
-                "saved_ns": 0, "saved_pct_of_step": 0.0, "path_moved_steps": 0, "path_overlap_pct": 100.0}
+        return _untouched(len(base.window_len))
     new = longest_path(g, lw, xw)
     del lw, xw
     saved = [base.window_len[w] - new.window_len.get(w, 0) for w in base.window_len]
@@ -227,11 +237,34 @@ def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: Tr
     both = np.bincount(node_win[base.on_path & new.on_path], minlength=n_win)
     on_new = np.bincount(node_win[new.on_path], minlength=n_win)
     overlap = (100.0 * both / np.maximum(on_new, 1)).tolist()
+    return _WhatifPart(True, saved, overlap, moved)
+
+
+def _untouched(n_win: int) -> _WhatifPart:
+    """A what-if that changes no weight on a path of ``n_win`` windows: every path stays."""
+    return _WhatifPart(False, [0] * n_win, [100.0] * n_win, 0)
+
+
+def _whatif_row(target: str, factor: float, steps: list[int], parts: list[_WhatifPart],
+                order: np.ndarray) -> dict[str, Any]:
+    """One what-if row from its batches' parts. Step, saving and new step are medians over
+    the steady steps (``steps``: their durations; the step every report cites);
+    ``path_overlap_pct``: mean over steps of the windows' overlaps (``order``: the windows'
+    order by number, in which they are averaged)."""
+    import numpy as np
+
+    step_med = float(np.median(steps)) if steps else 0.0
+    if not any(p.touched for p in parts):
+        return {"target": target, "factor": factor, "step_ns": round(step_med), "new_step_ns": round(step_med),
+                "saved_ns": 0, "saved_pct_of_step": 0.0, "path_moved_steps": 0, "path_overlap_pct": 100.0}
+    saved = [v for p in parts for v in p.saved]
+    overlap = np.asarray([v for p in parts for v in p.overlap], dtype=np.float64)[order]
     saved_med = float(np.median(saved)) if saved else 0.0
     return {"target": target, "factor": factor, "step_ns": round(step_med),
             "new_step_ns": round(step_med - saved_med), "saved_ns": round(saved_med),
             "saved_pct_of_step": 100.0 * saved_med / step_med if step_med else 0.0,
-            "path_moved_steps": moved, "path_overlap_pct": float(np.mean(overlap)) if overlap else 100.0}
+            "path_moved_steps": sum(p.moved for p in parts),
+            "path_overlap_pct": float(np.mean(overlap)) if overlap.size else 100.0}
 
 
 _BOUND_NAMES = (*BOUND_CLASSES, "")  # bound codes: index here (the last, none: a sync edge)
@@ -322,16 +355,93 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
         raise NotApplicable("critical_path.whatif_factor must be > 0")
     if model.cpu_ops.is_empty() and model.runtime.is_empty():
         raise NotApplicable("no CPU ops or runtime calls: the critical path needs the CPU side of the trace")
-    g, lp = graph_and_path(ctx.tables, steps, bool(ctx.params.cpu_gaps))
     step_of = dict(zip(steps.table["window"].to_list(), steps.table["dur_ns"].to_list(), strict=True))
     step_label = dict(zip(steps.table["window"].to_list(), steps.table["step"].to_list(), strict=True))
+    target = str(ctx.params.whatif_target).strip()
 
+    # The windows share no edge: their graphs are built, solved and summarised a batch at a
+    # time (the memory follows the largest batch), and the batches' parts combined exactly
+    # (sums, and medians and means over every window's values).
+    parts = [_batch_part(g, model, target, factor, step_of, step_label)
+             for g in graph_batches(ctx.tables, steps.windows(), steps.steady_windows(), bool(ctx.params.cpu_gaps),
+                                    BATCH_NODES) if g.n_nodes]
+    if not parts:
+        raise NotApplicable("no CPU op or runtime call of positive length in a steady step")
+    rows = sorted((r for p in parts for r in p.rows), key=lambda r: r["window"])
+    per_step = pl.DataFrame(rows, schema=_STEP_SCHEMA)
+    n_steps = per_step.height
+    total_path = int(per_step["path_ns"].sum())
+    breakdown = pl.DataFrame({
+        "bound_by": list(BOUND_CLASSES),
+        "ns_per_step": [round(float(per_step[f"{c}_ns"].sum()) / max(n_steps, 1)) for c in BOUND_CLASSES],
+        "pct_of_path": [100.0 * float(per_step[f"{c}_ns"].sum()) / total_path if total_path else 0.0
+                        for c in BOUND_CLASSES],
+    })
+    top_events = (
+        pl.concat([p.events for p in parts])
+        .group_by("name", "kind", "bound_by")
+        .agg(pl.col("total").sum(), pl.col("count").sum().cast(pl.Int64))
+        .with_columns(ns_per_step=(pl.col("total") / max(n_steps, 1)).round().cast(pl.Int64),
+                      pct_of_path=100.0 * pl.col("total") / max(total_path, 1))
+        .sort("total", "name", descending=[True, False])
+        .drop("total")
+        .head(int(ctx.params.top_n))
+        .select("name", "kind", "bound_by", "ns_per_step", "pct_of_path", "count")
+    )
+
+    # What-ifs: the requested one, then each kernel class on the graph, the CPU and launches.
+    # (A batch without a target's edges keeps its paths: its part is an untouched one.)
+    classes = sorted(set().union(*(p.classes for p in parts)))
+    targets = ([target] if target else []) + [c for c in [*classes, "cpu", "data_loading", "launch_overhead"]
+                                              if c != target]
+    errors = [e for p in parts if (e := p.whatif_error)]
+    whatif_error = errors[0] if errors else None
+    wins = np.asarray([w for p in parts for w in p.windows], dtype=np.int64)
+    order = np.argsort(wins, kind="stable")
+    steps_ns = [step_of[w] for p in parts for w in p.windows]
+    wrows = [{**_whatif_row(t, factor, steps_ns, [p.whatif.get(t) or _untouched(len(p.windows)) for p in parts],
+                            order), "requested": t == target}
+             for t in targets if not (errors and t == target)]
+    whatif = pl.DataFrame(wrows, schema=_WHATIF_SCHEMA).sort(["requested", "saved_ns"], descending=[True, True])
+    sources = {p.sync_source for p in parts}
+    sync_source = next(s for s in ("cuda_sync events", "runtime calls", "none", *sorted(sources)) if s in sources)
+    return CriticalPathResult(
+        per_step=per_step, breakdown=breakdown, top_events=top_events, whatif=whatif, sync_source=sync_source,
+        cpu_gaps=bool(ctx.params.cpu_gaps), rounds=max(p.rounds for p in parts),
+        converged=all(p.converged for p in parts), graph_nodes=sum(p.nodes for p in parts),
+        graph_cross_edges=sum(p.cross_edges for p in parts), whatif_error=whatif_error,
+    )
+
+
+@dataclass(frozen=True)
+class _BatchPart:
+    """What one batch of windows adds to the result: its per-step rows, its path events'
+    weights per ``(name, kind, bound_by)`` (``total``, ``count``), its GPU classes, its what-if
+    parts per target, and its graph's figures."""
+
+    windows: list[int]  # the windows of its paths, in order
+    rows: list[dict[str, Any]]
+    events: pl.DataFrame  # name, kind, bound_by, total, count
+    classes: set[str]
+    whatif: dict[str, _WhatifPart]
+    whatif_error: str | None
+    sync_source: str
+    rounds: int
+    converged: bool
+    nodes: int
+    cross_edges: int
+
+
+def _batch_part(g: CPGraph, model: TraceModel, target: str, factor: float, step_of: dict[int, int],
+                step_label: dict[int, int]) -> _BatchPart:
+    """Solve the graph of one batch of windows and summarise it (see :class:`_BatchPart`)."""
+    import numpy as np
+
+    lp = longest_path(g)
     # Path edges (chain links and cross edges on a path) with their bound class, as codes:
     # summed per window and class, and per event, before any name is attached.
     ev = g.events
     pe = _path_edges(g, lp)
-    n_steps = len(lp.window_len)
-    total_path = sum(lp.window_len.values())
     per_class = pl.DataFrame({"window": pe.window, "bound_by": pe.bound, "weight_ns": pe.weight_ns}).group_by(
         "window", "bound_by").agg(pl.col("weight_ns").sum())
     by_window: dict[int, dict[str, int]] = {}
@@ -342,13 +452,6 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
         pc = by_window.get(w, {})
         rows.append({"window": w, "step": step_label.get(w), "step_ns": step_of.get(w, 0), "path_ns": length,
                      **{f"{c}_ns": int(pc.get(c, 0)) for c in BOUND_CLASSES}})
-    per_step = pl.DataFrame(rows, schema=_STEP_SCHEMA)
-    breakdown = pl.DataFrame({
-        "bound_by": list(BOUND_CLASSES),
-        "ns_per_step": [round(float(per_step[f"{c}_ns"].sum()) / max(n_steps, 1)) for c in BOUND_CLASSES],
-        "pct_of_path": [100.0 * float(per_step[f"{c}_ns"].sum()) / total_path if total_path else 0.0
-                        for c in BOUND_CLASSES],
-    })
     # Top events: weights per (event, class) first (integers), then named; an event has one
     # name and kind, so the events of a (name, kind, class) are its rows.
     # (A sort of one integer key and a segmented sum: several times cheaper than a group-by.)
@@ -363,36 +466,27 @@ def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
                               else np.zeros(0, np.int64)},
                              schema={"event": pl.Int64, "bound": pl.Int8, "w": pl.Int64})
     del pe, keep_e, key, order, starts
-    top_events = (
+    events = (
         per_event.with_columns(name=ev["name"].gather(per_event["event"]), kind=ev["kind"].gather(per_event["event"]),
                                bound_by=pl.col("bound").replace_strict(list(range(len(_BOUND_NAMES))),
                                                                        list(_BOUND_NAMES), return_dtype=pl.String))
         .group_by("name", "kind", "bound_by")
         .agg(total=pl.col("w").sum(), count=pl.len().cast(pl.Int64))
-        .with_columns(ns_per_step=(pl.col("total") / max(n_steps, 1)).round().cast(pl.Int64),
-                      pct_of_path=100.0 * pl.col("total") / max(total_path, 1))
-        .sort("total", "name", descending=[True, False])
-        .drop("total")
-        .head(int(ctx.params.top_n))
-        .select("name", "kind", "bound_by", "ns_per_step", "pct_of_path", "count")
     )
+    del per_event
 
-    # What-ifs: the requested one, then each kernel class on the graph, the CPU and launches.
-    target = str(ctx.params.whatif_target).strip()
-    classes = [c for c in ev.filter(pl.col("klass") != "cpu")["klass"].unique().sort().to_list() if c]
-    targets = ([target] if target else []) + [c for c in [*classes, "cpu", "data_loading", "launch_overhead"]
+    classes = {c for c in ev.filter(pl.col("klass") != "cpu")["klass"].unique().to_list() if c}
+    targets = ([target] if target else []) + [c for c in [*sorted(classes), "cpu", "data_loading", "launch_overhead"]
                                               if c != target]
-    wrows, whatif_error = [], None
+    whatif: dict[str, _WhatifPart] = {}
+    whatif_error = None
     node_win = np.searchsorted(np.array(sorted(lp.window_len), dtype=np.int64), g.node_window)
     for t in targets:
         try:
-            wrows.append({**_whatif(g, lp, t, factor, model, step_of, node_win), "requested": t == target})
+            whatif[t] = _whatif(g, lp, t, factor, model, node_win)
         except _BadTarget as err:
             whatif_error = f"critical_path.whatif_target: {err}"
-    whatif = pl.DataFrame(wrows, schema=_WHATIF_SCHEMA).sort(["requested", "saved_ns"], descending=[True, True])
-
-    return CriticalPathResult(
-        per_step=per_step, breakdown=breakdown, top_events=top_events, whatif=whatif, sync_source=g.sync_source,
-        cpu_gaps=bool(ctx.params.cpu_gaps), rounds=lp.rounds, converged=lp.converged, graph_nodes=g.n_nodes,
-        graph_cross_edges=int(g.x_dst.size), whatif_error=whatif_error,
-    )
+    return _BatchPart(
+        windows=list(lp.window_len), rows=rows, events=events, classes=classes, whatif=whatif,
+        whatif_error=whatif_error, sync_source=g.sync_source, rounds=lp.rounds, converged=lp.converged,
+        nodes=g.n_nodes, cross_edges=int(g.x_dst.size))
