@@ -268,3 +268,27 @@ def test_format_png_still_writes_every_chart(tmp_path: Path) -> None:
     pngs = {p.stem for p in tmp_path.glob("*.png")}
     svgs = set(re.findall(r'id="chart-([a-z_]+)"><svg', (tmp_path / "report.html").read_text(encoding="utf-8")))
     assert pngs and pngs == svgs  # the same charts, both ways
+
+
+def _plain_overlap_join(g: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
+    return g.join(rows, on="device").filter((pl.col("end_ns") > pl.col("ws")) & (pl.col("start_ns") < pl.col("we")))
+
+
+@pytest.mark.parametrize("overlapping_windows", [False, True])
+def test_timeline_gap_row_pairs_match_the_plain_join(overlapping_windows: bool) -> None:
+    # Two devices; gaps inside a window, across a window boundary (two pairs), spanning three
+    # windows, touching a window's edge (no overlap: half-open), before and after every window.
+    rows = pl.DataFrame({"y": [0, 1, 2, 3, 4], "device": [0, 0, 0, 1, 1],
+                         "ws": [100, 200, 300, 100, 250], "we": [200, 300, 400, 250, 400]})
+    if overlapping_windows:  # window 1 ends after window 2: the searches cannot decide, the join does
+        rows = rows.with_columns(we=pl.Series([200, 350, 340, 250, 400]))
+    g = pl.DataFrame({"device": [0, 0, 0, 0, 0, 0, 1, 1, 2],
+                      "start_ns": [120, 190, 150, 200, 10, 450, 240, 90, 100],
+                      "end_ns": [130, 210, 390, 205, 100, 460, 260, 120, 200],
+                      "dur_ns": [10, 20, 240, 5, 90, 10, 20, 30, 100],
+                      "cause": ["a", "b", "c", "d", "e", "f", "g", "h", "i"]})
+    got = _svg_charts._overlapping_rows(g, rows)
+    want = _plain_overlap_join(g, rows)
+    key = ["device", "start_ns", "y"]
+    assert got.select(sorted(got.columns)).sort(key).equals(want.select(sorted(want.columns)).sort(key))
+    assert got.height == 10  # 1 + 2 + 3 + 1 on device 0, 2 + 1 on device 1

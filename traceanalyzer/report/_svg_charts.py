@@ -203,6 +203,39 @@ def _gap_runs(clipped: pl.DataFrame, px_per_ms: float) -> pl.DataFrame:
     )
 
 
+def _overlapping_rows(g: pl.DataFrame, row_frame: pl.DataFrame) -> pl.DataFrame:
+    """Each gap of ``g`` paired with every row window (``row_frame``: ``y, device, ws, we``) of
+    its device that it overlaps (``end_ns > ws`` and ``start_ns < we``), one output row per pair.
+
+    The rows of a device are a few dozen step windows in time order, so the pairs come from two
+    binary searches per gap (the first window ending after the gap starts, the last starting
+    before it ends) rather than from every gap joined with every window of its device. Where
+    the windows of a device, ordered by start, do not also end in order (overlapping windows),
+    the overlapping ones are not a contiguous run and the plain join decides."""
+    parts = []
+    for dev_frame in row_frame.partition_by("device", maintain_order=True):
+        dev = dev_frame["device"][0]
+        win = dev_frame.sort("ws", "y")
+        mine = g.filter(pl.col("device") == dev) if dev is not None else g.filter(pl.col("device").is_null())
+        if not win["we"].is_sorted():
+            parts.append(mine.join(win.drop("device"), how="cross")
+                         .filter((pl.col("end_ns") > pl.col("ws")) & (pl.col("start_ns") < pl.col("we"))))
+            continue
+        # Int64 before the - 1: the searches give unsigned row numbers.
+        first = win["we"].search_sorted(mine["start_ns"], side="right").cast(pl.Int64)
+        last = win["ws"].search_sorted(mine["end_ns"], side="left").cast(pl.Int64) - 1
+        pairs = (mine.with_columns(_first=first, _last=last)
+                 .filter(pl.col("_first") <= pl.col("_last"))
+                 .with_columns(_i=pl.int_ranges("_first", pl.col("_last") + 1))
+                 .explode("_i")
+                 .drop("_first", "_last"))
+        w = win.drop("device").with_row_index("_i").with_columns(pl.col("_i").cast(pl.Int64))
+        parts.append(pairs.join(w, on="_i", how="left").drop("_i"))
+    if not parts:
+        return g.join(row_frame, on="device")
+    return pl.concat(parts, how="vertical")
+
+
 @svg_chart("timeline")
 def timeline_svg(res: IdleGapsResult, results: Mapping[str, object]) -> str | None:
     prep = timeline_rows(res, results)
@@ -221,8 +254,7 @@ def timeline_svg(res: IdleGapsResult, results: Mapping[str, object]) -> str | No
                               "ws": [r[3] for r in rows], "we": [r[4] for r in rows]},
                              schema_overrides={"device": g.schema["device"]})
     clipped = (
-        g.join(row_frame, on="device")
-        .filter((pl.col("end_ns") > pl.col("ws")) & (pl.col("start_ns") < pl.col("we")))
+        _overlapping_rows(g, row_frame)
         .with_columns(lo=pl.max_horizontal("start_ns", "ws"), hi=pl.min_horizontal("end_ns", "we"))
         .with_columns(x=(pl.col("lo") - pl.col("ws")) / 1e6, w=(pl.col("hi") - pl.col("lo")) / 1e6)
     )
