@@ -336,6 +336,10 @@ def run_analyses(
     :class:`~traceanalyzer.model.derived.DerivedTables` of the model, whose tables are
     dropped after their last declared reader and all at the end.
 
+    With one worker the ``wide`` analyses run first among those whose inputs are done
+    (:func:`_serial_order`): the peak is the results and tables held plus the working set of
+    the analysis running, so the widest run while few are held.
+
     ``workers`` analyses run at once (threads; polars leaves the GIL while it computes),
     each as soon as its inputs are done; the results are the same (analyses are pure,
     shared tables are built once) and kept in dependency order whatever order they finish
