@@ -19,9 +19,9 @@ class FakeModel:
 
 
 def _spec(name: str, func: Any, depends_on: tuple[str, ...] = (), after: tuple[str, ...] = (),
-          order: int = 100, shared: tuple[str, ...] = (), heavy: bool = False) -> AnalysisSpec:
+          order: int = 100, shared: tuple[str, ...] = (), heavy: bool = False, wide: bool = False) -> AnalysisSpec:
     return AnalysisSpec(name=name, func=func, input="fake", depends_on=depends_on, title=name, order=order,
-                        doc="", after=after, shared=shared, heavy=heavy)
+                        doc="", after=after, shared=shared, heavy=heavy, wide=wide)
 
 
 @pytest.fixture
@@ -105,6 +105,33 @@ def test_heavy_analysis_starts_first_among_the_ready_ones(fake_registry: dict[st
     starts.clear()
     run_analyses(FakeModel(), Config(), strict=True, workers=1)  # one worker: plain dependency order
     assert starts == ["base", "light0", "light1", "light2", "light3", "long"]
+
+
+def test_wide_analysis_runs_first_among_the_ready_ones_with_one_worker(
+        fake_registry: dict[str, AnalysisSpec]) -> None:
+    """With one worker a wide analysis runs as soon as what it reads is done (``after`` too),
+    before lighter ones that are ready, while few results are held; the results keep
+    dependency order and are the same as in dependency order."""
+    starts: list[str] = []
+
+    def make(name: str) -> Any:
+        def run(ctx: AnalysisContext[Any]) -> str:
+            starts.append(name)
+            return name
+        return run
+
+    fake_registry.update({
+        "base": _spec("base", make("base"), order=1),
+        **{f"light{i}": _spec(f"light{i}", make(f"light{i}"), ("base",), order=2 + i) for i in range(3)},
+        "wide": _spec("wide", make("wide"), ("base",), after=("light1",), order=50, wide=True),
+        "wide_free": _spec("wide_free", make("wide_free"), order=60, wide=True),
+    })
+    res = run_analyses(FakeModel(), Config(), strict=True, workers=1)
+    assert starts == ["wide_free", "base", "light0", "light1", "wide", "light2"]
+    assert list(res.values) == ["base", "light0", "light1", "light2", "wide", "wide_free"]
+    starts.clear()
+    parallel = run_analyses(FakeModel(), Config(), strict=True, workers=2)
+    assert parallel.values == res.values
 
 
 def test_parallel_run_records_or_raises_failures(fake_registry: dict[str, AnalysisSpec]) -> None:

@@ -96,6 +96,7 @@ class AnalysisSpec:
     shared: tuple[str, ...] = ()  # DerivedTables keys it reads (directly or through a helper)
     params: Mapping[str, Any] = field(default_factory=dict)  # parameter -> default
     heavy: bool = False  # one of the longest: started first among those ready (see _run_parallel)
+    wide: bool = False  # a large working set: run first among those ready with one worker (_serial_order)
 
 
 _REGISTRY: dict[str, AnalysisSpec] = {}
@@ -112,6 +113,7 @@ def analysis(
     shared: tuple[str, ...] = (),
     params: Mapping[str, Any] | None = None,
     heavy: bool = False,
+    wide: bool = False,
 ) -> Callable[[Callable[[AnalysisContext[M]], Res]], Callable[[AnalysisContext[M]], Res]]:
     """Register an analysis. ``input`` is the model ``kind`` it applies to;
     ``order`` sorts report sections (lower first). ``depends_on`` names the results it
@@ -124,7 +126,10 @@ def analysis(
     ``gpu_activity``): :func:`run_analyses` drops each table once the last analysis naming
     it has run. A missing name costs a rebuild, not a wrong number. ``heavy`` marks one of
     the longest analyses: with several workers it starts as soon as its inputs are done,
-    before lighter ones that are ready too, so that it does not run alone at the end."""
+    before lighter ones that are ready too, so that it does not run alone at the end. ``wide``
+    marks an analysis whose working set is large for its trace: with one worker it runs as
+    soon as its inputs are done, while the results held are still few (the peak is the held
+    results and tables plus the working set of the analysis running)."""
 
     def deco(func: Callable[[AnalysisContext[M]], Res]) -> Callable[[AnalysisContext[M]], Res]:
         if name in _REGISTRY and _REGISTRY[name].func is not func:
@@ -142,6 +147,7 @@ def analysis(
             shared=shared,
             params=dict(params or {}),
             heavy=heavy,
+            wide=wide,
         )
         return func
 
@@ -330,6 +336,10 @@ def run_analyses(
     :class:`~traceanalyzer.model.derived.DerivedTables` of the model, whose tables are
     dropped after their last declared reader and all at the end.
 
+    With one worker the ``wide`` analyses run first among those whose inputs are done
+    (:func:`_serial_order`): the peak is the results and tables held plus the working set of
+    the analysis running, so the widest run while few are held.
+
     ``workers`` analyses run at once (threads; polars leaves the GIL while it computes),
     each as soon as its inputs are done; the results are the same (analyses are pure,
     shared tables are built once) and kept in dependency order whatever order they finish
@@ -372,7 +382,7 @@ def run_analyses(
 
     try:
         if workers <= 1 or len(order) <= 1:
-            for spec in order:
+            for spec in _serial_order(order, specs):
                 _run_one(spec, model, tables, config, results, strict, keyed)
                 finished(spec)
         else:
@@ -423,6 +433,23 @@ def _model_bytes(model: object) -> int:
     """The estimated size of the model's tables."""
     attrs = getattr(model, "__dict__", {})
     return sum(int(v.estimated_size()) for v in attrs.values() if isinstance(v, pl.DataFrame))
+
+
+def _serial_order(order: list[AnalysisSpec], specs: dict[str, AnalysisSpec]) -> list[AnalysisSpec]:
+    """The order one worker runs ``order`` in: each time, the first ``wide`` analysis whose
+    inputs (``depends_on``, ``after``) are done, else the first in ``order`` that is ready.
+    Results are the same in any order (analyses are pure); the peak memory is not: every
+    result and shared table still held adds to the working set of the analysis running, so
+    the widest run while the fewest are held."""
+    todo = sorted(order, key=lambda s: not s.wide)  # stable: dependency order otherwise
+    done: set[str] = set()
+    out: list[AnalysisSpec] = []
+    while todo:
+        spec = next((s for s in todo if all(d in done for d in (*s.depends_on, *s.after) if d in specs)), todo[0])
+        todo.remove(spec)
+        done.add(spec.name)
+        out.append(spec)
+    return out
 
 
 def _run_parallel(

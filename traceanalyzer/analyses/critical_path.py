@@ -341,7 +341,7 @@ def graph_and_path(tables: TraceTables, steps: StepsResult, cpu_gaps: bool) -> t
 @analysis(
     "critical_path", depends_on=("steps",), title="Critical path", order=85,
     shared=("gpu_activity", "launches", "comm_classes", "op_nesting"),
-    params={"cpu_gaps": True, "whatif_target": "", "whatif_factor": 2.0, "top_n": 15}, heavy=True,
+    params={"cpu_gaps": True, "whatif_target": "", "whatif_factor": 2.0, "top_n": 15}, heavy=True, wide=True,
 )
 def critical_path(ctx: AnalysisContext[TraceModel]) -> CriticalPathResult:
     """Per steady step, the longest dependency chain through CPU ops, launches, kernels and

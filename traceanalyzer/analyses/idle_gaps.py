@@ -371,11 +371,12 @@ def idle_gaps(ctx: AnalysisContext[TraceModel]) -> IdleGapsResult:
     long_ns, tol_ns = int(long_us * 1000), int(tol_us * 1000)
     sr = ctx.need("steps", StepsResult)
     # The columns read below, then the rows: a filter copies every column it is given.
-    act = gpu_activity_classes(ctx.tables).select("name", "ts_ns", "end_ns", "device", "stream", "correlation").filter(
-        pl.col("device").is_not_null()
-    )
-    n_dev = act.height
-    act = act.filter(pl.col("stream").is_not_null()).filter(pl.col("end_ns") >= pl.col("ts_ns"))
+    # One filter (each copies the columns it keeps); ``n_dev`` counts the rows with a device.
+    act = gpu_activity_classes(ctx.tables).select("name", "ts_ns", "end_ns", "device", "stream", "correlation")
+    on_dev = act["device"].is_not_null()
+    n_dev = int(on_dev.sum())
+    act = act.filter(on_dev & act["stream"].is_not_null() & (act["end_ns"] >= act["ts_ns"]))
+    del on_dev
     launch = (
         model.runtime.select(
             "correlation",

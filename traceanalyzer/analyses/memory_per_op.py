@@ -146,7 +146,7 @@ def _up_the_tree(per: pl.DataFrame, parent: pl.Series, depth: pl.Series) -> pl.D
 
 
 @analysis("memory_per_op", input="trace", depends_on=("steps",), title="Memory per operator", order=61,
-          shared=("op_nesting", "op_links"), params={"top_n": 30, "curve_points": 50})
+          shared=("op_nesting", "op_links"), params={"top_n": 30, "curve_points": 50}, wide=True)
 def memory_per_op(ctx: AnalysisContext[TraceModel]) -> MemoryPerOpResult:
     """Allocations, frees and peak increase per operator (self and with nested ops); memory curve per step."""
     model = ctx.model

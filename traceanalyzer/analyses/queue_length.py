@@ -171,7 +171,7 @@ def _p95(level: pl.Expr, dur: pl.Expr) -> pl.Expr:
 
 
 @analysis("queue_length", depends_on=("steps",), title="Launch queue length", order=52,
-          shared=("gpu_activity", "launches"), params={"full_queue": 1024})
+          shared=("gpu_activity", "launches"), params={"full_queue": 1024}, wide=True)
 def queue_length(ctx: AnalysisContext[TraceModel]) -> QueueLengthResult:
     """Outstanding launches per stream over time: mean/p95/max, time empty and time full."""
     full_queue = int(ctx.params.full_queue)
