@@ -444,26 +444,53 @@ def _nest_and_index(b: pl.DataFrame, by: list[str]) -> tuple[pl.DataFrame, Cover
     return links, _keyed_index(b.filter(last_at_instant), by)
 
 
+def _row_of(ids: pl.Series, table_ids: pl.Series) -> pl.Series | None:
+    """The row number (Int64) in ``table_ids`` (unique) of each of ``ids``; null where none is
+    (or the id is null). None where the keys are not both integers (or are UInt64, or the
+    table holds a null id): the caller joins.
+
+    * The table's ids are its row numbers (0, 1, …, as the ids of :func:`nest`,
+      :func:`cpu_context` and the CPU tree are): the ids themselves.
+    * Small non-negative ids: a scatter of the row numbers into a dense array and a gather.
+    * Other integers (correlation ids): one numpy binary search on the table's keys, sorted
+      once; about a third of a hash join."""
+    if (not ids.dtype.is_integer() or not table_ids.dtype.is_integer() or pl.UInt64 in (ids.dtype, table_ids.dtype)
+            or table_ids.null_count()):
+        return None
+    n = table_ids.len()
+    if not n or ids.null_count() == ids.len():
+        return pl.Series(values=[None] * ids.len(), dtype=pl.Int64)
+    ids = ids.cast(pl.Int64)
+    if table_ids[0] == 0 and table_ids[-1] == n - 1 and (n == 1 or bool((table_ids.diff(null_behavior="drop") == 1)
+                                                                        .all())):
+        return pl.select(pl.when(ids.is_between(0, n - 1)).then(ids)).to_series()
+    lo, hi = min(int(table_ids.min()), int(ids.min())), max(int(table_ids.max()), int(ids.max()))  # type: ignore[arg-type]
+    if lo >= 0 and hi < 4 * (n + ids.len()) + 1024:
+        dense = pl.repeat(None, hi + 1, dtype=pl.Int64, eager=True)
+        return dense.scatter(table_ids, pl.int_range(n, dtype=pl.Int64, eager=True)).gather(ids)
+    import numpy as np  # lazy: importing the package does not pay for numpy
+
+    keys = table_ids.cast(pl.Int64).to_numpy()
+    order = None if bool(np.all(keys[1:] >= keys[:-1])) else np.argsort(keys, kind="stable")
+    if order is not None:
+        keys = keys[order]
+    q = ids.fill_null(0).to_numpy()
+    at = np.minimum(np.searchsorted(keys, q), n - 1)
+    hit = keys[at] == q
+    if ids.null_count():
+        hit &= ids.is_not_null().to_numpy()
+    rows = pl.Series(at if order is None else order[at], dtype=pl.Int64)
+    return rows if hit.all() else pl.select(pl.when(pl.lit(pl.Series(hit))).then(pl.lit(rows))).to_series()
+
+
 def by_id(ids: pl.Series, table_ids: pl.Series, values: pl.Series) -> pl.Series:
     """``values`` of the row of ``table_ids`` (unique) equal to each of ``ids``; null where
     none is (or ``ids`` is null): a left join of ``ids`` on the table, aligned with ``ids``.
-
-    Where the ids are small non-negative integers (row numbers, as the ids of
-    :func:`nest`, :func:`cpu_context` and the CPU tree are), a scatter into a dense array
-    and a gather: a hash join of millions of rows on ``id`` was 30 % of a CPU index build."""
-    if ids.dtype.is_integer() and table_ids.dtype.is_integer() and table_ids.len():
-        n = table_ids.len()
-        rows = table_ids[0] == 0 and table_ids[-1] == n - 1
-        if rows and (n == 1 or bool((table_ids.diff(null_behavior="drop") == 1).all())):
-            # The table's ids are its row numbers (0, 1, …): a plain gather, O(len(ids)).
-            inside = ids.is_between(0, n - 1)
-            at = pl.select(pl.when(inside).then(ids).otherwise(None)).to_series()
-            return values.gather(at).alias(values.name)
-        lo = min(int(table_ids.min()), int(ids.min()) if ids.null_count() < ids.len() else 0)  # type: ignore[arg-type]
-        hi = max(int(table_ids.max()), int(ids.max()) if ids.null_count() < ids.len() else 0)  # type: ignore[arg-type]
-        if lo >= 0 and hi < 4 * (table_ids.len() + ids.len()) + 1024:
-            dense = pl.repeat(None, hi + 1, dtype=values.dtype, eager=True)
-            return dense.scatter(table_ids, values).gather(ids).alias(values.name)
+    Integer ids are looked up by row number (:func:`_row_of`): a hash join of millions of
+    rows on ``id`` was 30 % of a CPU index build."""
+    rows = _row_of(ids, table_ids)
+    if rows is not None:
+        return values.gather(rows).alias(values.name)
     table = pl.DataFrame({"_id": table_ids, "_v": values})
     joined = ids.cast(table_ids.dtype).to_frame("_id").join(table, on="_id", how="left", maintain_order="left")
     return joined["_v"].alias(values.name)
@@ -473,32 +500,15 @@ def join_unique(left: pl.DataFrame, right: pl.DataFrame, on: str, right_on: str 
     """``left.join(right, left_on=on, right_on=right_on or on, how="left",
     maintain_order="left")`` where ``right``'s key holds each value at most once (the caller
     guarantees it: the first runtime call of each correlation id, :func:`launch_calls`,
-    ``runtime_by_correlation``). Integer keys: each left row's match by one numpy binary search
-    on right's keys (sorted once), then right's other columns gathered, about a third of a
-    hash join on correlation ids. Other keys, an empty frame or a column name on both sides
-    take the join."""
-    import numpy as np  # lazy: importing the package does not pay for numpy
-
+    ``runtime_by_correlation``): each left row's match by row number (:func:`_row_of`), then
+    right's other columns gathered. An empty frame or a column name on both sides take the join."""
     r_on = right_on or on
     rest = [c for c in right.columns if c != r_on]
     if not rest:
         return left
-    lk, rk = left[on], right[r_on]
-    if (left.is_empty() or right.is_empty() or set(rest) & set(left.columns) or not lk.dtype.is_integer()
-            or not rk.dtype.is_integer() or rk.null_count() or lk.dtype == pl.UInt64 or rk.dtype == pl.UInt64):
+    rows = None if left.is_empty() or set(rest) & set(left.columns) else _row_of(left[on], right[r_on])
+    if rows is None:
         return left.join(right, left_on=on, right_on=r_on, how="left", maintain_order="left")
-    keys = rk.cast(pl.Int64).to_numpy()
-    order = None if bool(np.all(keys[1:] >= keys[:-1])) else np.argsort(keys, kind="stable")
-    if order is not None:
-        keys = keys[order]
-    q = lk.cast(pl.Int64).fill_null(0).to_numpy()
-    at = np.minimum(np.searchsorted(keys, q), keys.shape[0] - 1)
-    hit = keys[at] == q
-    if lk.null_count():
-        hit &= lk.is_not_null().to_numpy()
-    rows = pl.Series(at if order is None else order[at], dtype=pl.Int64)
-    if not hit.all():
-        rows = pl.select(pl.when(pl.lit(pl.Series(hit))).then(pl.lit(rows))).to_series()
     return left.hstack(right.select(pl.col(rest).gather(rows)).get_columns())
 
 
