@@ -282,11 +282,14 @@ def test_timeline_gap_row_pairs_match_the_plain_join(overlapping_windows: bool) 
                          "ws": [100, 200, 300, 100, 250], "we": [200, 300, 400, 250, 400]})
     if overlapping_windows:  # window 1 ends after window 2: the searches cannot decide, the join does
         rows = rows.with_columns(we=pl.Series([200, 350, 340, 250, 400]))
-    g = pl.DataFrame({"device": [0, 0, 0, 0, 0, 0, 1, 1, 2],
-                      "start_ns": [120, 190, 150, 200, 10, 450, 240, 90, 100],
-                      "end_ns": [130, 210, 390, 205, 100, 460, 260, 120, 200],
-                      "dur_ns": [10, 20, 240, 5, 90, 10, 20, 30, 100],
-                      "cause": ["a", "b", "c", "d", "e", "f", "g", "h", "i"]})
+    # A gap and a row without a device: the join pairs no null with a null.
+    rows = pl.concat([rows, pl.DataFrame({"y": [5], "device": [None], "ws": [100], "we": [400]},
+                                         schema=rows.schema)])
+    g = pl.DataFrame({"device": [0, 0, 0, 0, 0, 0, 1, 1, 2, None],
+                      "start_ns": [120, 190, 150, 200, 10, 450, 240, 90, 100, 150],
+                      "end_ns": [130, 210, 390, 205, 100, 460, 260, 120, 200, 160],
+                      "dur_ns": [10, 20, 240, 5, 90, 10, 20, 30, 100, 10],
+                      "cause": ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"]})
     got = _svg_charts._overlapping_rows(g, rows)
     want = _plain_overlap_join(g, rows)
     key = ["device", "start_ns", "y"]

@@ -215,8 +215,10 @@ def _overlapping_rows(g: pl.DataFrame, row_frame: pl.DataFrame) -> pl.DataFrame:
     parts = []
     for dev_frame in row_frame.partition_by("device", maintain_order=True):
         dev = dev_frame["device"][0]
+        if dev is None:  # a join on the device pairs no null with a null
+            continue
         win = dev_frame.sort("ws", "y")
-        mine = g.filter(pl.col("device") == dev) if dev is not None else g.filter(pl.col("device").is_null())
+        mine = g.filter(pl.col("device") == dev)
         if not win["we"].is_sorted():
             parts.append(mine.join(win.drop("device"), how="cross")
                          .filter((pl.col("end_ns") > pl.col("ws")) & (pl.col("start_ns") < pl.col("we"))))
