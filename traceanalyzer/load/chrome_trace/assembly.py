@@ -51,6 +51,7 @@ def _finish(table: str, frames: list[pl.DataFrame], base_ns: int) -> pl.DataFram
     if not frames:
         return empty_table(table)
     df = pl.concat(frames, how="vertical", rechunk=False) if len(frames) > 1 else frames[0]
+    frames.clear()  # ``df`` alone holds the pieces now (see ``_rechunk``)
     raw_cols = _RAW_COLS[table]
     exprs: list[pl.Expr] = []
     if "ts" in raw_cols:
@@ -60,9 +61,24 @@ def _finish(table: str, frames: list[pl.DataFrame], base_ns: int) -> pl.DataFram
     df = df.with_columns(exprs).drop([c for c in ("ts", "dur") if c in raw_cols])
     if "end_ns" in schema:
         df = df.with_columns(end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
-    return df.select(
+    df = df.select(
         [pl.col(c).cast(t) if c in df.columns else pl.lit(None, dtype=t).alias(c) for c, t in schema.items()]
-    ).rechunk()
+    )
+    return _rechunk(df)
+
+
+def _rechunk(df: pl.DataFrame) -> pl.DataFrame:
+    """``df.rechunk()`` one column at a time: each column's pieces (the regions' frames) are
+    freed as soon as its copy exists, so the transient is one column, not the table."""
+    if all(s.n_chunks() == 1 for s in df.get_columns()):
+        return df
+    columns: list[pl.Series] = []
+    for name in df.columns:
+        s = df.get_column(name)
+        df = df.drop(name)
+        columns.append(s.rechunk())
+        del s
+    return pl.DataFrame(columns)
 
 
 def _memcpy_kinds(df: pl.DataFrame) -> pl.DataFrame:

@@ -370,6 +370,9 @@ def _read_two_passes(nd: bytes) -> tuple[pl.DataFrame, bool]:
     return top.hstack([c.alias(new) for c, new in zip(a.get_columns(), _ARG_COLS)]), ints_as_text
 
 
+_PLUS = "\x00plus"  # suffix: whether an id column has a value written with a "+"
+
+
 def _fast_tables(
     df: pl.DataFrame, ints_as_text: bool, autograd_array: bool
 ) -> tuple[dict[str, pl.DataFrame], _Stats]:
@@ -377,8 +380,9 @@ def _fast_tables(
     int_cols = ["pid", "tid", "id"] + (["a." + k for k in _INT_ARGS] if ints_as_text else [])
     df = df.hstack([df.get_column("pid").alias("pid_s"), df.get_column("tid").alias("tid_s")])
     # The plain cast of every id column in one query; ``_int_column`` only where it is not enough.
-    casts = df.select(pl.col(int_cols).cast(pl.Int64, strict=False))
-    plus = df.select(pl.col(int_cols).str.starts_with("+").any()).row(0)
+    casts = df.select(pl.col(int_cols).cast(pl.Int64, strict=False),
+                      pl.col(int_cols).str.starts_with("+").any().name.suffix(_PLUS))
+    plus = [casts.get_column(c + _PLUS)[0] for c in int_cols]
     df = df.with_columns(
         casts.get_column(c) if casts.get_column(c).null_count() == df.get_column(c).null_count() and not p
         else _int_column(df.get_column(c))
@@ -394,6 +398,7 @@ def _fast_tables(
             stats.skipped[f"events of phase {ph!r}"] += n
     stats.counters = ph_counts.get("C", 0)
     frames: dict[str, pl.DataFrame] = {}
+    parts: dict[str, pl.LazyFrame] = {}  # each table's query, collected together
     ph = pl.col("ph")
     ts, dur = pl.col("ts"), pl.col("dur")
 
@@ -452,9 +457,9 @@ def _fast_tables(
         for t in df.get_column("_table").drop_nulls().unique(maintain_order=True):
             rows = pl.col("_table") == t
             if t == _OTHER:
-                frames["other_events"] = _other_frame(_part(df, rows, _OTHER_COLS), stats)
+                parts["other_events"] = _part(df, rows, _OTHER_COLS)
             else:
-                frames[t] = _x_frame(t, df, rows)
+                parts[t] = _x_frame(t, df, rows)
     # Flow endpoints.
     if counts["n_fl"]:
         for what, n in (("flow events without a numeric ts", counts["fl_no_ts"]),
@@ -462,22 +467,33 @@ def _fast_tables(
             if n:
                 stats.skipped[what] += n
         kind = pl.col("cat").replace_strict(FLOW_KIND, default=pl.col("cat"), return_dtype=pl.String).fill_null("None")
-        frames["flows"] = _typed("flows", df.lazy().filter(is_fl & ts_ok).select(
-            kind.alias("kind"), "ph", "id", "ts", "pid", "tid").collect())
+        parts["flows"] = df.lazy().filter(is_fl & ts_ok).select(
+            _typed_exprs("flows", [kind, "ph", "id", "ts", "pid", "tid"]))
     # Allocator instant events.
     if counts["n_mem"]:
         for what, n in (("[memory] events without ts or args", counts["mem_no_ts"]),
                         (_OUT_OF_RANGE_MEM, counts["mem_far"])):
             if n:
                 stats.skipped[what] += n
-        frames["memory_events"] = _typed("memory_events", df.lazy().filter(is_mem & ts_ok).select(
+        parts["memory_events"] = df.lazy().filter(is_mem & ts_ok).select(_typed_exprs("memory_events", [
             "ts", "pid", "tid", _A("Device Type"), _A("Device Id"), _A("Addr"), _A("Bytes"),
-            _A("Total Allocated"), _A("Total Reserved"), (pl.col("name") == "[OutOfMemory]").alias("oom"),
-        ).collect())
+            _A("Total Allocated"), _A("Total Reserved"), pl.col("name") == "[OutOfMemory]"]))
     if counts["n_th"]:
-        frames["threads"] = _typed("threads", df.lazy().filter(is_th).select(
-            "pid", "tid", _A("name").fill_null("None").alias("name")).collect())
+        parts["threads"] = df.lazy().filter(is_th).select(
+            _typed_exprs("threads", ["pid", "tid", _A("name").fill_null("None")]))
+    # Every table of the region in one call (the queries run side by side).
+    for t, out in zip(parts, pl.collect_all(parts.values()), strict=True):
+        if t == "other_events":
+            frames[t] = _other_frame(out, stats)
+        else:
+            frames[t] = _check_dims(out)
     return frames, stats
+
+
+def _typed_exprs(table: str, columns: list[str | pl.Expr]) -> list[pl.Expr]:
+    """``columns`` renamed positionally to the raw columns of ``table`` and cast."""
+    return [(pl.col(c) if isinstance(c, str) else c).cast(dtype).alias(new)
+            for c, (new, dtype) in zip(columns, _RAW_SCHEMAS[table].items(), strict=True)]
 
 
 def _typed(table: str, df: pl.DataFrame) -> pl.DataFrame:
@@ -506,15 +522,17 @@ _OTHER_COLS = ["_xcat", "name", "ts", "dur", "pid_s", "tid_s", "a.correlation", 
                "a.wait_on_cuda_event_record_corr_id"]
 
 
-def _part(df: pl.DataFrame, rows: pl.Expr, columns: list[str]) -> pl.DataFrame:
+def _part(df: pl.DataFrame, rows: pl.Expr, columns: list[str]) -> pl.LazyFrame:
     """The ``rows`` of ``df`` with only ``columns`` (``_xcat`` as ``cat``, null names as ``""``)."""
     part = df.lazy().filter(rows).select(columns)
     if "name" in columns:
         part = part.with_columns(pl.col("name").fill_null(""))
-    return part.rename({"_xcat": "cat"}).collect() if "_xcat" in columns else part.collect()
+    return part.rename({"_xcat": "cat"}) if "_xcat" in columns else part
 
 
-def _x_frame(t: str, df: pl.DataFrame, rows: pl.Expr) -> pl.DataFrame:
+def _x_exprs(t: str) -> tuple[list[pl.Expr], list[str]]:
+    """The select of table ``t`` from a region's frame (its raw columns, cast), and the raw
+    columns that hold a list of ints as text (checked by :func:`_check_dims`)."""
     ext = pl.coalesce(_A("External id"), _A("external id"))
     comm_dtype = pl.when(_A("Collective name").is_not_null()).then(_A("dtype"))
     device = pl.coalesce(_A("device"), pl.col("pid"))
@@ -557,12 +575,35 @@ def _x_frame(t: str, df: pl.DataFrame, rows: pl.Expr) -> pl.DataFrame:
     cols = [_json_dims(c[len(_DIMS_MARK):]) if isinstance(c, str) and c.startswith(_DIMS_MARK) else c for c in cols]
     exprs = [(pl.col(c) if isinstance(c, str) else c).cast(dtype).alias(new)
              for c, (new, dtype) in zip(cols, schema.items())]
-    # One query: the rows filtered with only the columns the table reads (projection pushdown).
-    out = (df.lazy().filter(rows).with_columns(pl.col("name").fill_null(""), cat=pl.col("_xcat"))
-           .select(exprs).collect())
-    if dims and out.select(pl.any_horizontal(pl.col(dims).str.contains(_DIMS_TEXT).not_()).any()).item():
-        raise _NotFast(f"{dims} not lists of ints")
-    return out
+    return exprs, dims
+
+
+# Built once: building the expressions costs as much as running them on a small region.
+_X_EXPRS = {t: _x_exprs(t) for t in dict.fromkeys(CAT_TABLE.values())}
+
+
+_BAD_DIMS = "\x00bad dims"  # a scalar column of _x_frame's query: see _check_dims
+
+
+def _x_frame(t: str, df: pl.DataFrame, rows: pl.Expr) -> pl.LazyFrame:
+    """The rows of table ``t`` with only the columns it reads: one lazy query (projection
+    pushdown), collected with the region's other tables. Where the table has list-of-ints
+    fields, a scalar column says whether one of them is not such a list (``_check_dims``)."""
+    exprs, dims = _X_EXPRS[t] if t in _X_EXPRS else _x_exprs(t)
+    lf = df.lazy().filter(rows).with_columns(pl.col("name").fill_null(""), cat=pl.col("_xcat")).select(exprs)
+    if dims:
+        lf = lf.with_columns(pl.any_horizontal(pl.col(dims).str.contains(_DIMS_TEXT).not_()).any().alias(_BAD_DIMS))
+    return lf
+
+
+def _check_dims(out: pl.DataFrame) -> pl.DataFrame:
+    """``out`` (an ``_x_frame``) without its check column, or :class:`_NotFast` where a
+    list-of-ints field is not one."""
+    if _BAD_DIMS not in out.columns:
+        return out
+    if out.height and out.get_column(_BAD_DIMS)[0]:
+        raise _NotFast("list-of-ints fields that are not lists of ints")
+    return out.drop(_BAD_DIMS)
 
 
 def _other_frame(p: pl.DataFrame, stats: _Stats) -> pl.DataFrame:
