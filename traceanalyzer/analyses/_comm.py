@@ -175,18 +175,22 @@ def _linked_ops(t: TraceTables, k: pl.DataFrame, ctx: pl.DataFrame) -> pl.DataFr
         ops = model.cpu_ops
         idx = need.arg_true()
         rt = launch_calls(model)
-        pts = join_unique(k[idx].select("correlation"), rt, "correlation")
+        pts = join_unique(k.select(pl.col("correlation").gather(idx)), rt, "correlation")
         op_id = op_index(t).lookup(pts.select("pid", "tid", "ts_ns"))
-        # Op ids are row numbers of model.cpu_ops: the op's columns by a gather, not a join.
-        got = ops.select("external_id", "name", *[pl.col(c).alias(a) for c, a in _OP_META.items()]).select(
-            pl.all().gather(op_id))
         # Only a communication op links (its row number stands in for its External id:
-        # negative, never a real one); elsewhere every column is null. One query.
-        hit = pl.col("_hit")
-        got = got.with_columns(_hit=contains_by_name(got, COMM_OP_RE).fill_null(False)).select(
-            *[pl.when(hit).then(pl.col(c)).alias(c) for c in j.columns if c != "_ext"],
-            pl.when(hit).then(-1 - op_id).alias("_ext"))
-        j = j.with_row_index("_i").update(got.with_columns(_i=idx.cast(pl.UInt32)), on="_i", how="left").drop("_i")
+        # negative, never a real one); elsewhere the row keeps its nulls (update() takes no
+        # null). Which ops are communication ops, by their distinct names, then the columns
+        # of the linked ones only (a few of the kernels: not every column of every op).
+        is_comm_op = ops.select(contains_by_name(ops, COMM_OP_RE).fill_null(False)).to_series()
+        at = is_comm_op.gather(op_id).fill_null(False).arg_true()
+        if at.len():
+            linked_op = op_id.gather(at)
+            # Op ids are row numbers of model.cpu_ops: the op's columns by a gather, not a join.
+            got = ops.select("name", *[pl.col(c).alias(a) for c, a in _OP_META.items()]).select(
+                pl.all().gather(linked_op))
+            got = got.select(*[c for c in j.columns if c != "_ext"]).with_columns(
+                _ext=-1 - linked_op, _i=idx.gather(at).cast(pl.UInt32))
+            j = j.with_row_index("_i").update(got, on="_i", how="left").drop("_i")
     return j
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analyses._intervals import is_comm_kernel
+from traceanalyzer.model import TraceModel
+from traceanalyzer.model.relations import TraceTables, trace_tables
 
 #: CPU ops that run GEMM/conv/attention work (their input dtypes are the compute dtypes).
 GEMM_OPS_RE = (
@@ -73,6 +75,19 @@ def on_distinct(df: pl.DataFrame, keys: list[str], **exprs: pl.Expr) -> pl.DataF
     )
 
 
+def kernel_norms(src: TraceModel | TraceTables) -> pl.Series:
+    """Row-aligned with ``model.kernels``: each kernel's :func:`normalize_kernel_names`
+    (``norm``). Built once per run (read-only): several analyses group kernels by it, and
+    each normalisation is a few tens of regex passes over the distinct names."""
+    t = trace_tables(src)
+
+    def build() -> pl.Series:
+        k = t.model.kernels.select("name")
+        return on_distinct(k, ["name"], norm=normalize_kernel_names(pl.col("name")))["norm"]
+
+    return t.get("kernel_norms", build)
+
+
 def normalize_kernel_name(name: str) -> str:
     """Kernel name without template arguments or parameter list, for grouping.
 
@@ -109,6 +124,7 @@ __all__ = [
     "GEMM_OPS_RE",
     "NORM_REDUCE_KERNEL_RE",
     "kernel_class",
+    "kernel_norms",
     "normalize_kernel_name",
     "normalize_kernel_names",
     "on_distinct",

@@ -20,20 +20,26 @@ def device_name_expr() -> pl.Expr:
     return pl.when(kind == "cpu").then(kind).otherwise(kind + ":" + pl.col("device_id").cast(pl.String).fill_null("?"))
 
 
-def with_device_by_time(ev: pl.DataFrame) -> pl.DataFrame:
+def with_device_by_time(ev: pl.DataFrame, code: str | None = None) -> pl.DataFrame:
     """``ev`` (``[memory]`` events) with ``device`` (:func:`device_name_expr`), in time order
     (a stable sort by ``ts_ns``). The name is built once per distinct (device type, id), a
     handful, and joined back by those integers (not formatted per event); events already in
-    time order, as a trace writes them, are not sorted again."""
+    time order, as a trace writes them, are not sorted again. With ``code``, a column of that
+    name is added too: the device's rank among the distinct device names (``UInt32``, from 0
+    in name order), an integer key equal exactly where the names are."""
     if ev.is_empty():
         out = ev.with_columns(device=device_name_expr())
+        if code is not None:
+            out = out.with_columns(pl.lit(None, pl.UInt32).alias(code))
     else:
         keys = ["device_type", "device_id"]
         names = ev.select(keys).unique().with_columns(device=device_name_expr())
+        if code is not None:
+            names = names.with_columns((pl.col("device").rank("dense").cast(pl.UInt32) - 1).alias(code))
         out = ev.drop("device", strict=False).join(names, on=keys, how="left", nulls_equal=True,
                                                    maintain_order="left")
         if "device" in ev.columns:  # with_columns would have replaced it in place
-            out = out.select(ev.columns)
+            out = out.select(ev.columns if code is None else [*ev.columns, code])
     t = out["ts_ns"]
     if t.null_count() == 0 and t.is_sorted():
         return out

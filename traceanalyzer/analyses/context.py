@@ -425,7 +425,9 @@ def _device(model: TraceModel, fams: pl.DataFrame) -> dict[str, Any]:
             "vendor": vendor}
 
 
-def _attention(t: TraceTables, kn: pl.DataFrame, sr: StepsResult) -> tuple[bool, list[str], dict[str, Any]]:
+def _attention(t: TraceTables, kn: pl.DataFrame, op_names: pl.DataFrame,
+               sr: StepsResult) -> tuple[bool, list[str], dict[str, Any]]:
+    """``kn``, ``op_names``: the kernels' and CPU ops' distinct names with their counts."""
     model = t.model
     ops = model.cpu_ops
     ev: list[str] = []
@@ -433,7 +435,7 @@ def _attention(t: TraceTables, kn: pl.DataFrame, sr: StepsResult) -> tuple[bool,
     if fk.height:
         example = fk.sort("ns", descending=True)["name"][0][:60]
         ev.append(f"{int(fk['n'].sum()):,} fused attention kernel(s), e.g. `{example}`")
-    fo = _names(ops.select("name")).filter(pl.col("name").str.contains(FUSED_ATTENTION_OP_RE))
+    fo = op_names.filter(pl.col("name").str.contains(FUSED_ATTENTION_OP_RE))
     if fo.height:
         ev.append(f"{int(fo['n'].sum()):,} fused attention op call(s) ({', '.join(sorted(fo['name'].to_list())[:3])})")
     pattern: dict[str, Any] = {}
@@ -519,7 +521,7 @@ def context(ctx: AnalysisContext[TraceModel]) -> ContextResult:
     fams = _families(kn)
     dev = _device(model, fams)
     arch = dev["device_arch"]
-    fused, aev, pattern = _attention(ctx.tables, kn, sr)
+    fused, aev, pattern = _attention(ctx.tables, kn, ops, sr)
     return ContextResult(
         compiled=compiled,
         compiled_evidence=tuple(cev),

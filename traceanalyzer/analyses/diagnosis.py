@@ -73,7 +73,7 @@ from traceanalyzer.analyses._advice import capture_only_note, engine_sync_move, 
 from traceanalyzer.analyses._comm import comm_classes
 from traceanalyzer.analyses._copysync import runtime_by_correlation
 from traceanalyzer.analyses._intervals import DATALOADER_RE, ms, window_union_lengths
-from traceanalyzer.analyses._kernels import kernel_class, normalize_kernel_names, on_distinct
+from traceanalyzer.analyses._kernels import kernel_class, kernel_norms, on_distinct
 from traceanalyzer.analyses._names import contains_by_name
 from traceanalyzer.analyses._phases import PHASES, USER_DATA_RE
 from traceanalyzer.analyses._steps import assign_steps
@@ -769,7 +769,7 @@ def _comm_ops(t: TraceTables, windows: pl.DataFrame, steady: list[int], device: 
     op around the launch call: ``c10d::allreduce_``, ``record_param_comms`` …), wherever that op
     sits (DDP launches them from inside backward ops on the autograd thread)."""
     model = t.model
-    k = model.kernels.filter(comm_classes(t)["is_comm"])
+    k = model.kernels.with_columns(_k=kernel_norms(t)).filter(comm_classes(t)["is_comm"])
     if device is not None:
         k = k.filter(pl.col("device") == device)
     k = assign_steps(k, windows, "ts_ns").filter(pl.col("window").is_in(steady))
@@ -784,7 +784,7 @@ def _comm_ops(t: TraceTables, windows: pl.DataFrame, steady: list[int], device: 
     k = k.join(ops.select(pl.col("id").alias("_op"), pl.col("name").alias("op"), "input_dims"), on="_op", how="left")
     steps = max(len(steady), 1)
     return (
-        on_distinct(k, ["name"], _k=normalize_kernel_names(pl.col("name")))
+        k.select(pl.exclude("_k"), "_k")
         .with_columns(pl.col("op").fill_null("<no launching CPU op>"))
         .group_by("op", "comm_name")
         .agg(calls=pl.len().cast(pl.Int64), gpu_ns=pl.col("dur_ns").sum(),
@@ -816,7 +816,7 @@ def _top_ops(ph: PhasesResult | None, phase: str | None, by: str, n: int) -> pl.
     after=("gpu_time", "idle_gaps", "kernels", "launches", "syncs", "context", "communication", "queue_length"),
     title="Diagnosis",
     order=1,
-    shared=("gpu_activity", "op_nesting", "runtime_by_correlation", "comm_classes"),
+    shared=("gpu_activity", "op_nesting", "runtime_by_correlation", "comm_classes", "kernel_norms"),
     params={"gpu_bound_pct": 90.0, "mostly_busy_pct": 85.0, "cause_min_pct": 15.0, "dominant_pct": 50.0,
             "minor_pct": 5.0, "top_ops": 10},
 )

@@ -64,6 +64,7 @@ from traceanalyzer.analyses._intervals import (
     ms,
     pct,
 )
+from traceanalyzer.analyses._names import contains_by_name
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
@@ -170,7 +171,7 @@ def _overlap(gaps: pl.DataFrame, merged: pl.DataFrame, by: list[str]) -> pl.Seri
 
 def _blocking_copies(model: TraceModel) -> pl.DataFrame:
     """Memcpy API calls that block the host: synchronous APIs, or any copy to/from pageable memory."""
-    rt = model.runtime.filter(pl.col("name").str.contains(MEMCPY_API_RE))
+    rt = model.runtime.filter(contains_by_name(model.runtime, MEMCPY_API_RE))
     pageable = (
         model.memcpy.filter((pl.col("src") == "Pageable") | (pl.col("dst") == "Pageable"))
         .select("correlation")
@@ -186,17 +187,19 @@ def _host_unions(model: TraceModel, sync_tol_ns: int) -> dict[str, pl.DataFrame]
     """Per launching process, the unions of the synchronising calls (ends extended by the
     tolerance), the blocking memcpy calls and the data-loader ranges: what
     :func:`_classify` overlaps the gaps with (built once for device and stream gaps)."""
+    # The regexes run once per distinct name (runtime and op names repeat), each table
+    # filtered before anything is concatenated.
     rt = model.runtime
-    sync_iv = rt.filter(pl.col("name").str.contains(SYNC_API_RE)).select(
+    sync_iv = rt.filter(contains_by_name(rt, SYNC_API_RE)).select(
         pl.col("pid").alias("launch_pid"), "ts_ns", (pl.col("end_ns") + sync_tol_ns).alias("end_ns")
     )
     memcpy_iv = _blocking_copies(model).select(pl.col("pid").alias("launch_pid"), "ts_ns", "end_ns")
     dl_iv = pl.concat(
         [
-            model.annotations.select("name", "pid", "ts_ns", "end_ns"),
-            model.cpu_ops.select("name", "pid", "ts_ns", "end_ns"),
+            df.filter(contains_by_name(df, DATALOADER_RE)).select(pl.col("pid").alias("launch_pid"), "ts_ns", "end_ns")
+            for df in (model.annotations, model.cpu_ops)
         ]
-    ).filter(pl.col("name").str.contains(DATALOADER_RE)).select(pl.col("pid").alias("launch_pid"), "ts_ns", "end_ns")
+    )
     by = ["launch_pid"]
     return {"sync": merge_intervals(sync_iv, by=by), "memcpy": merge_intervals(memcpy_iv, by=by),
             "dl": merge_intervals(dl_iv, by=by)}

@@ -39,7 +39,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analyses import AnalysisContext, analysis
-from traceanalyzer.analyses._kernels import kernel_class, normalize_kernel_names, on_distinct
+from traceanalyzer.analyses._kernels import kernel_class, kernel_norms
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
@@ -129,7 +129,8 @@ def _ngrams(k: pl.DataFrame, n: int) -> pl.DataFrame:
     ).filter(pl.col("_ok"))
 
 
-@analysis("kernel_sequences", depends_on=("steps",), title="Kernel sequences", order=42, shared=("op_nesting",),
+@analysis("kernel_sequences", depends_on=("steps",), title="Kernel sequences", order=42,
+          shared=("op_nesting", "kernel_norms"),
           params={"min_n": 3, "max_n": 5, "top_n": 20})
 def kernel_sequences(ctx: AnalysisContext[TraceModel]) -> KernelSequencesResult:
     """The most frequent kernel n-grams per steady step, their device time and launching op."""
@@ -141,7 +142,8 @@ def kernel_sequences(ctx: AnalysisContext[TraceModel]) -> KernelSequencesResult:
         raise NotApplicable("no GPU kernels in this trace")
     sr = ctx.need("steps", StepsResult)
     steady = sr.steady_windows()
-    k = assign_steps(model.kernels.select("name", "ts_ns", "dur_ns", "end_ns", "device", "stream", "correlation"),
+    k = assign_steps(model.kernels.select("name", "ts_ns", "dur_ns", "end_ns", "device", "stream", "correlation",
+                                          norm=kernel_norms(ctx.tables)),
                      sr, "ts_ns").filter(pl.col("window").is_in(steady))
     if k.height < min_n:
         raise NotApplicable(f"fewer than {min_n} kernels in the steady steps")
@@ -150,7 +152,7 @@ def kernel_sequences(ctx: AnalysisContext[TraceModel]) -> KernelSequencesResult:
     at = join_unique(k.select("correlation"), rt.select("correlation", "pid", "tid", "ts_ns"), "correlation")
     k = k.with_columns(cpu_op=model.cpu_ops["name"].gather(op_index(ctx.tables).lookup(at.select(
         "pid", "tid", "ts_ns"))) if model.cpu_ops.height else pl.lit(None, pl.String))
-    k = on_distinct(k, ["name"], norm=normalize_kernel_names(pl.col("name")))
+    k = k.select(pl.exclude("norm"), "norm")
     # One id per (normalised name, launching op): the n-grams group by ids, not long strings.
     names = k.select("norm", "cpu_op").unique().sort("norm", "cpu_op", nulls_last=True).with_row_index(
         "nid").with_columns(klass=kernel_class(pl.col("norm")))

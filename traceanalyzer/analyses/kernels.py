@@ -32,7 +32,7 @@ import polars as pl
 from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._comm import comm_classes
 from traceanalyzer.analyses._intervals import SHORT_BINS_NS, dist_stats, histogram, ms, pct, us
-from traceanalyzer.analyses._kernels import normalize_kernel_names, on_distinct
+from traceanalyzer.analyses._kernels import kernel_norms
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
@@ -113,7 +113,8 @@ def _stats_aggs() -> list[pl.Expr]:
     ]
 
 
-@analysis("kernels", depends_on=("steps",), title="Kernels", order=40, shared=("op_nesting", "comm_classes"),
+@analysis("kernels", depends_on=("steps",), title="Kernels", order=40,
+          shared=("op_nesting", "comm_classes", "kernel_norms"),
           params={"top_n": 20, "short_kernel_us": 10.0})
 def kernels(ctx: AnalysisContext[TraceModel]) -> KernelsResult:
     """Kernel counts/durations per (normalised) name, step and launching CPU op; short kernels."""
@@ -125,8 +126,7 @@ def kernels(ctx: AnalysisContext[TraceModel]) -> KernelsResult:
     short_ns = int(short_us * 1000)
     sr = ctx.need("steps", StepsResult)
     # Communication kernels as every analysis counts them (metadata, launching op, name: _comm).
-    k = on_distinct(model.kernels, ["name"], norm=normalize_kernel_names(pl.col("name"))).with_columns(
-        is_comm=comm_classes(ctx.tables)["is_comm"])
+    k = model.kernels.with_columns(norm=kernel_norms(ctx.tables), is_comm=comm_classes(ctx.tables)["is_comm"])
     total = int(k["dur_ns"].sum())
 
     by_name = (

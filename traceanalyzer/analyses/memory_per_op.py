@@ -116,33 +116,37 @@ def _curve(mem: pl.DataFrame, windows: pl.DataFrame, points: int) -> pl.DataFram
     )
 
 
-def _up_the_tree(per: pl.DataFrame, parent: pl.Series, depth: pl.Series) -> pl.DataFrame:
-    """Totals per (op id, device): ``per``'s self sums and peak added / maxed into every
-    enclosing op, deepest level first (a few tens of levels, each vectorised). The ops of a
-    level are final once the level below has been added into them: each step aggregates one
-    level, not the whole table."""
-    rows = per.with_columns(parent_id=parent.gather(per["op"]), depth=depth.gather(per["op"])).rename(
-        {c: f"total_{c}" for c in (*_SUMS, "peak")})
+def _up_the_tree(per: pl.DataFrame, parent: pl.Series, depth: pl.Series, n_dev: int) -> pl.DataFrame:
+    """Totals per (op id, device), keyed ``_k`` = op × ``n_dev`` + device code: ``per``'s self
+    sums and peak added / maxed into every enclosing op, deepest level first (a few tens of
+    levels, each vectorised). The ops of a level are final once the level below has been
+    added into them: each step aggregates one level, not the whole table. One integer key
+    (not op and device name) is what the group-bys hash."""
+
+    def up_keys(frame: pl.DataFrame) -> pl.DataFrame:
+        op, dev = frame["_k"] // n_dev, frame["_k"] % n_dev
+        return frame.with_columns(parent_k=parent.gather(op) * n_dev + dev, depth=depth.gather(op))
+
+    totals = [f"total_{c}" for c in (*_SUMS, "peak")]
+    rows = up_keys(per.select("_k", *[pl.col(c).alias(f"total_{c}") for c in (*_SUMS, "peak")]))
     top = int(rows["depth"].max() or 0)  # type: ignore[arg-type]  # an Int64 max
     if top < 2:
-        return rows.select("op", "device", *[f"total_{c}" for c in _SUMS], "total_peak")
-    cols = rows.columns
+        return rows.select("_k", *totals)
     sums = [pl.col(f"total_{c}").sum() for c in _SUMS]
-    level = {d: part for (d,), part in rows.partition_by("depth", as_dict=True).items()}
+    level = {d: part.drop("depth") for (d,), part in rows.partition_by("depth", as_dict=True).items()}
     for d in range(top, 1, -1):
         cur = level.get(d)
         if cur is None:
             continue
-        child = cur.filter(pl.col("parent_id").is_not_null())
+        child = cur.filter(pl.col("parent_k").is_not_null())
         if child.is_empty():
             continue
-        up = child.group_by("parent_id", "device").agg(*sums, pl.col("total_peak").max()).rename({"parent_id": "op"})
-        up = up.with_columns(parent_id=parent.gather(up["op"]), depth=depth.gather(up["op"])).select(cols)
+        up = child.group_by("parent_k").agg(*sums, pl.col("total_peak").max()).rename({"parent_k": "_k"})
         below = level.get(d - 1)
-        merged = up if below is None else pl.concat([below, up])
-        level[d - 1] = merged.group_by("op", "device").agg(
-            *sums, pl.col("total_peak").max(), pl.col("parent_id").first(), pl.col("depth").first()).select(cols)
-    return pl.concat(list(level.values())).select("op", "device", *[f"total_{c}" for c in _SUMS], "total_peak")
+        if below is not None:
+            up = pl.concat([below.drop("parent_k"), up]).group_by("_k").agg(*sums, pl.col("total_peak").max())
+        level[d - 1] = up_keys(up).drop("depth")
+    return pl.concat([f.select("_k", *totals) for f in level.values()])
 
 
 @analysis("memory_per_op", input="trace", depends_on=("steps",), title="Memory per operator", order=61,
@@ -154,36 +158,42 @@ def memory_per_op(ctx: AnalysisContext[TraceModel]) -> MemoryPerOpResult:
     ev = model.memory_events.filter(~pl.col("oom"))
     if ev.is_empty():
         raise NotApplicable("no [memory] events: profile with profile_memory=True")
-    mem = with_device_by_time(ev)
+    mem = with_device_by_time(ev, code="_dev")
     curve = _curve(mem, ctx.need("steps", StepsResult).windows(), points)
+    # The device names by their codes (the per-op tables below key on op × n_dev + code).
+    dev_names = mem.select("_dev", "device").unique("_dev").sort("_dev")["device"]
+    n_dev = dev_names.len()
     ops = model.cpu_ops
     op_id = (op_index(ctx.tables).lookup(mem.select("ts_ns", "pid", "tid")) if ops.height
              else pl.Series("id", [None] * mem.height, pl.Int64))
-    mem = mem.with_columns(op=op_id)
-    inside = mem.filter(pl.col("op").is_not_null())
+    inside = mem.select("_dev", "bytes", "total_allocated", op=op_id).filter(pl.col("op").is_not_null())
+    n_inside = inside.height
     b = pl.col("bytes")
-    self_ = inside.group_by("op", "device").agg(
+    self_ = inside.group_by(_k=pl.col("op") * n_dev + pl.col("_dev")).agg(
         alloc_count=(b > 0).sum().cast(pl.Int64), alloc_bytes=b.filter(b > 0).sum().cast(pl.Int64),
         free_count=(b < 0).sum().cast(pl.Int64), free_bytes=(-b.filter(b < 0)).sum().cast(pl.Int64),
         peak=pl.col("total_allocated").max())
+    del inside
     if int(self_["alloc_count"].sum()) == 0:
         raise NotApplicable("no allocation ([memory] event) falls inside a CPU op on its thread")
     links = op_links(ctx.tables)
     parent = pl.repeat(None, ops.height, dtype=pl.Int64, eager=True).scatter(links["id"], links["parent_id"])
     depth = pl.repeat(0, ops.height, dtype=pl.Int64, eager=True).scatter(links["id"], links["depth"])
-    total = _up_the_tree(self_, parent, depth)
+    total = _up_the_tree(self_, parent, depth, n_dev)
+    op, dev = total["_k"] // n_dev, (total["_k"] % n_dev).cast(pl.UInt32)
     # The device's allocated bytes just before each call started (0 before its first event).
-    starts = total.select("op", "device").with_columns(ts_ns=ops["ts_ns"].gather(total["op"]))
+    starts = pl.DataFrame([pl.int_range(total.height, dtype=pl.UInt32, eager=True).alias("_r"),
+                           dev.alias("_dev"), ops["ts_ns"].gather(op).alias("ts_ns")])
     level = starts.sort("ts_ns").join_asof(
-        mem.select("device", pl.col("ts_ns").alias("_t"), pl.col("total_allocated").alias("before")).sort("_t"),
-        left_on="ts_ns", right_on="_t", by="device", strategy="backward", allow_exact_matches=False,
+        mem.select("_dev", pl.col("ts_ns").alias("_t"), pl.col("total_allocated").alias("before")).sort("_t"),
+        left_on="ts_ns", right_on="_t", by="_dev", strategy="backward", allow_exact_matches=False,
         check_sortedness=False)  # sorted by time above; the check cannot run with by= groups
+    before = level.sort("_r")["before"]
     calls = (
-        total.join(self_.drop("peak"), on=["op", "device"], how="left")
-        .join(level.select("op", "device", "before"), on=["op", "device"], how="left")
+        total.join(self_.drop("peak"), on="_k", how="left", maintain_order="left")
         .with_columns([pl.col(c).fill_null(0) for c in _SUMS])
-        .with_columns(name=pl.lit(ops["name"]).gather(pl.col("op")),
-                      peak_increase_bytes=(pl.col("total_peak") - pl.col("before").fill_null(0)).clip(lower_bound=0))
+        .with_columns(name=ops["name"].gather(op), device=dev_names.gather(dev),
+                      peak_increase_bytes=(pl.col("total_peak") - before.fill_null(0)).clip(lower_bound=0))
     )
     by_op = (
         calls.group_by("name", "device").agg([
@@ -197,4 +207,4 @@ def memory_per_op(ctx: AnalysisContext[TraceModel]) -> MemoryPerOpResult:
         .sort(["total_alloc_bytes", "peak_increase_bytes", "name", "device"], descending=[True, True, False, False])
     )
     return MemoryPerOpResult(by_op=by_op, curve=curve, n_events=mem.height,
-                             n_outside_ops=mem.height - inside.height, top_n=top_n)
+                             n_outside_ops=mem.height - n_inside, top_n=top_n)

@@ -53,7 +53,7 @@ from traceanalyzer.analyses._intervals import (
     OPTIMIZER_ZERO_RE,
     window_union_lengths,
 )
-from traceanalyzer.analyses._kernels import GEMM_OPS_RE, kernel_class, normalize_kernel_names, on_distinct
+from traceanalyzer.analyses._kernels import GEMM_OPS_RE, kernel_class, kernel_norms, on_distinct
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.context import ContextResult
 from traceanalyzer.analyses.steps import StepsResult
@@ -191,9 +191,9 @@ def _kernel_classes(t: TraceTables, windows: pl.DataFrame, steady: list[int]) ->
         .otherwise(kernel_class(pl.col("name")))
     )
     k = on_distinct(
-        k.select("name", "ts_ns", "dur_ns", "correlation").with_columns(is_comm=comm_classes(t)["is_comm"]),
+        k.select("name", "ts_ns", "dur_ns", "correlation").with_columns(is_comm=comm_classes(t)["is_comm"],
+                                                                        norm=kernel_norms(t)),
         ["name", "is_comm"],
-        norm=normalize_kernel_names(pl.col("name")),
         klass=klass,
         name_precision=pl.when(klass == "gemm").then(gemm_name_precision(pl.col("name"), model.meta.vendor))
         .otherwise(None),
@@ -296,7 +296,7 @@ def _optimizer(t: TraceTables, windows: pl.DataFrame) -> pl.DataFrame:
 
 @analysis(
     "ops", depends_on=("steps",), after=("context",), title="Ops, kernel classes and run facts", order=90,
-    shared=("gpu_activity", "launches", "comm_classes", "op_nesting"),
+    shared=("gpu_activity", "launches", "comm_classes", "op_nesting", "kernel_norms"),
 )
 def ops(ctx: AnalysisContext[TraceModel]) -> OpsResult:
     """Run facts (vendor, devices, profiler flags), op counts, data loading, kernel classes and
