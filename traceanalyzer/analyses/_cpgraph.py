@@ -32,8 +32,9 @@ path may start anywhere): one segmented running maximum over all chains at once.
 (launch, sync, stream wait) feed the offers of the next round; rounds repeat until no offer
 changes, which takes as many rounds as the path switches between chains through a sync (a
 launch edge leads onto the GPU, only a sync leads back). The first round is a few numpy passes
-over the nodes; a later one recomputes only the segments whose offers grew, from the first
-such node on (offers only grow, so the rest keeps its distances). After :data:`MAX_ROUNDS` (a
+over the nodes; the later ones run on the cross edges' ends alone (a node's distance is its
+first-round one or what the offers before it on its chain add, whichever is larger), and one
+last pass gives every node its distance from the final offers. After :data:`MAX_ROUNDS` (a
 window with thousands of syncs) one pass in topological order finishes the job: a Python loop
 over nodes, linear whatever the depth, the fallback only.
 The path is then walked back one chain segment at a time (a Python loop over segments of the
@@ -169,6 +170,21 @@ class CPGraph:
         x_dst_first = np.flatnonzero(np.r_[True, self.x_dst[1:] != self.x_dst[:-1]]).astype(np.int64) \
             if self.x_dst.size else np.zeros(0, np.int64)
         return seg, seg_first, seg_end, x_dst_first, self.x_dst[x_dst_first]
+
+    @functools.cached_property
+    def keys(self) -> tuple[I64, I64, I64, I64, I64]:
+        """``(keys, k_src, k_dst, kseg, kseg_first)``: the nodes at either end of a cross edge
+        (sorted), each cross edge's source and each destination of ``chains`` as an index
+        there, and the keys' segments (numbered anew, from 0) with each one's first key: the
+        nodes :func:`longest_path`'s rounds run on."""
+        import numpy as np
+
+        x_dst_u = self.chains[4]
+        keys, inv = np.unique(np.concatenate([self.x_src, x_dst_u]).astype(np.int64), return_inverse=True)
+        inv = inv.astype(np.int64)
+        s = self.chains[0][keys]
+        first = np.r_[True, s[1:] != s[:-1]]
+        return keys, inv[:self.x_src.size], inv[self.x_src.size:], np.cumsum(first) - 1, np.flatnonzero(first)
 
 
 def _empty_graph(events: pl.DataFrame, sync_source: str) -> CPGraph:
@@ -890,28 +906,45 @@ def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
     offer = floor.copy()
     rounds, converged = 1, True
     dist = _chain_dist(offer, prefix, seg, seg_first, big, off)
-    while g.x_dst.size:
-        cand = dist[g.x_src] + xw
-        best = np.maximum.reduceat(cand, x_dst_first)
-        # Offers differ from the floor only at cross-edge destinations: compared and
-        # updated there. They only grow (so do the distances they come from).
-        new = np.maximum(floor[x_dst_u], best)
-        grew = new != offer[x_dst_u]
-        if not grew.any():
-            break
-        at = x_dst_u[grew]
-        offer[at] = new[grew]
-        if rounds >= max_rounds:
-            # Many chain switches (thousands of syncs in one window): finish with one pass in
-            # topological order instead, linear in nodes and edges whatever the depth.
-            dist, converged = _topological_dist(g, lw, xw, floor)
-            cand = dist[g.x_src] + xw
-            offer = floor.copy()
-            offer[x_dst_u] = np.maximum(floor[x_dst_u], np.maximum.reduceat(cand, x_dst_first))
-            break
-        rounds += 1
-        # Only the segments whose offers grew change, from their first grown node on.
-        _raise_dist(dist, offer, prefix, seg, seg_first, seg_end, big, off, at)
+    if g.x_dst.size:
+        # The rounds read distances only at the cross edges' ends (the "keys"), and run on
+        # those nodes alone: a key's distance is P + the running maximum, over the keys before
+        # it in its segment, of max(offer − P, S), S being the part no round changes (the
+        # running maximum of floor − P over every node: dist − P after the first round). The
+        # distances of every node follow once, from the final offers.
+        keys, k_src, k_dst, kseg, kseg_first = g.keys
+        kp = prefix[keys]
+        kfloor = dist[keys]  # S + P
+        k_offer = offer[keys]
+        k_dist = kfloor
+        koff = kseg * big if float(big) * float(kseg[-1] + 1) < 2.0**62 else None
+        raised = False
+        while True:
+            cand = k_dist[k_src] + xw
+            best = np.maximum.reduceat(cand, x_dst_first)
+            # Offers differ from the floor only at cross-edge destinations: compared and
+            # updated there. They only grow (so do the distances they come from).
+            new = np.maximum(floor[x_dst_u], best)
+            grew = new != offer[x_dst_u]
+            if not grew.any():
+                break
+            offer[x_dst_u[grew]] = new[grew]
+            if rounds >= max_rounds:
+                # Many chain switches (thousands of syncs in one window): finish with one pass in
+                # topological order instead, linear in nodes and edges whatever the depth.
+                dist, converged = _topological_dist(g, lw, xw, floor)
+                cand = dist[g.x_src] + xw
+                offer = floor.copy()
+                offer[x_dst_u] = np.maximum(floor[x_dst_u], np.maximum.reduceat(cand, x_dst_first))
+                raised = False
+                break
+            rounds += 1
+            raised = True
+            k_offer[k_dst[grew]] = new[grew]
+            k_dist = _chain_dist(np.maximum(k_offer, kfloor), kp, kseg, kseg_first, big, koff)
+        del keys, kp, kfloor, k_offer, k_dist, koff
+        if raised:
+            dist = _chain_dist(offer, prefix, seg, seg_first, big, off)
     del prefix, off, floor
     return _extract(g, dist, offer, lw, xw, rounds, converged)
 
@@ -967,28 +1000,6 @@ def _chain_dist(offer: I64, prefix: I64, seg: I64, seg_first: I64, big: np.int64
             m[a:b] = np.maximum.accumulate(v[a:b] + o) - o
     out: I64 = prefix + m
     return out
-
-
-def _raise_dist(dist: I64, offer: I64, prefix: I64, seg: I64, seg_first: I64, seg_end: I64, big: np.int64,
-                off: I64 | None, grew: I64) -> None:
-    """Update ``dist`` in place after the offers at nodes ``grew`` (sorted) went up: in each
-    segment holding one, from the first such node to the segment's end, ``dist[i]`` becomes
-    ``max(dist[i], P[i] + max_{lo ≤ j ≤ i}(offer[j] − P[j]))`` (the nodes before ``lo`` kept their
-    offers, so their part of the maximum is already in ``dist``)."""
-    import numpy as np
-
-    s = seg[grew]
-    first = np.r_[True, s[1:] != s[:-1]]
-    idx = _ranges(grew[first], seg_end[s[first]])
-    if off is None:
-        dist[:] = _chain_dist(offer, prefix, seg, seg_first, big, None)
-        return
-    o = off[idx]
-    p = prefix[idx]
-    m = np.maximum.accumulate(offer[idx] - p + o)
-    m -= o
-    m += p
-    dist[idx] = np.maximum(dist[idx], m)
 
 
 def _extract(g: CPGraph, dist: I64, offer: I64, lw: I64, xw: I64, rounds: int, converged: bool) -> LongestPath:
