@@ -49,6 +49,7 @@ what else is in the graph).
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -81,6 +82,7 @@ if TYPE_CHECKING:
     I32: TypeAlias = npt.NDArray[np.int32]
     F64: TypeAlias = npt.NDArray[np.float64]
     B: TypeAlias = npt.NDArray[np.bool_]
+    I8: TypeAlias = npt.NDArray[np.int8]
 
 #: Edge types (HTA's CPEdgeType).
 OP, DEPENDENCY, LAUNCH, KERNEL_KERNEL, SYNC = 0, 1, 2, 3, 4
@@ -152,6 +154,8 @@ class CPGraph:
     x_event: I32
     events: pl.DataFrame
     sync_source: str  # "cuda_sync events" / "runtime calls" / "none"
+    # Per event, its ``bound`` as an index of BOUND_CLASSES (None: read ``events`` instead).
+    bound_code: I8 | None = None
 
     @property
     def n_nodes(self) -> int:
@@ -170,6 +174,15 @@ class CPGraph:
         x_dst_first = np.flatnonzero(np.r_[True, self.x_dst[1:] != self.x_dst[:-1]]).astype(np.int64) \
             if self.x_dst.size else np.zeros(0, np.int64)
         return seg, seg_first, seg_end, x_dst_first, self.x_dst[x_dst_first]
+
+    @functools.cached_property
+    def window_runs(self) -> tuple[I64, I64, I32]:
+        """``(start, end, window)`` of each run of consecutive nodes of one window."""
+        import numpy as np
+
+        w = self.node_window
+        at = np.flatnonzero(np.r_[True, w[1:] != w[:-1]]).astype(np.int64)
+        return at, np.r_[at[1:], w.size].astype(np.int64), w[at]
 
     @functools.cached_property
     def keys(self) -> tuple[I64, I64, I64, I64, I64]:
@@ -420,6 +433,9 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
     n_cpu = cpu.height
     cpu = cpu.with_columns(event=pl.int_range(pl.len(), dtype=pl.Int64), dl=dl)
     gpu = gpu.with_columns(event=pl.int_range(pl.len(), dtype=pl.Int64) + n_cpu)
+    # The events' bound classes as codes (BOUND_CLASSES' order), for the path's breakdown.
+    bound_code = np.concatenate([np.where(cpu["dl"].to_numpy(), 1, 0), np.where(gpu["is_comm"].to_numpy(), 3, 2)]
+                                ).astype(np.int8)
     events = pl.concat([
         cpu.select("event", "window", "kind", "name", "pid", "tid", pl.lit(None, pl.Int64).alias("device"),
                    pl.lit(None, pl.Int64).alias("stream"), "ts_ns", "end_ns",
@@ -668,7 +684,7 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
         link_type=_ints(nodes["link_type"]), link_event=_ints(nodes["link_event"]),
         link_dl=nodes["link_dl"].to_numpy(), lead=seg_start & (link_w > 0),
         x_src=x_src, x_dst=x_dst, x_w=_i64(x["w"]), x_type=x_type, x_event=_ints(x["ev"]),
-        events=events.drop("window"), sync_source=source,
+        events=events.drop("window"), sync_source=source, bound_code=bound_code,
     )
 
 
@@ -693,10 +709,12 @@ def _inferred_waits(act: pl.DataFrame) -> pl.DataFrame:
     finished within :data:`_TOL_NS` before it started (and after the call ended), that is taken
     as what it waited for (a ``cudaStreamWaitEvent`` on another thread, or the device being
     full). Without it the whole wait would read as launch overhead."""
-    a = act.sort("window", "device", "stream", "gpu_ts_ns", "event").with_columns(
+    a = act.lazy().select("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", "cpu_end_ns", "event").sort(
+        "window", "device", "stream", "gpu_ts_ns", "event").with_columns(
         _prev_end=pl.col("gpu_end_ns").shift(1).over("window", "device", "stream"))
     late = a.filter((pl.col("gpu_ts_ns") - pl.col("cpu_end_ns") > INFERRED_WAIT_NS)
-                    & (pl.col("_prev_end").is_null() | (pl.col("_prev_end") < pl.col("cpu_end_ns"))))
+                    & (pl.col("_prev_end").is_null() | (pl.col("_prev_end") < pl.col("cpu_end_ns")))).collect(
+        engine=_ENGINE)
     empty = pl.DataFrame(schema={"src_event": pl.Int64, "dst": pl.Int64, "src_end": pl.Int64})
     if late.is_empty():
         return empty
@@ -730,10 +748,13 @@ def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame,
     # A launch row per activity, for "the thread's last launch before t" look-ups. (Ties, the
     # activities clipped to their window's end, broken by event number: the same activity
     # whatever the other windows in the graph.)
-    last_act = act.sort("gpu_end_ns", "event").unique("correlation", keep="last").select(
-        "pid", "tid", "cpu_ts_ns", "event", "gpu_end_ns", "stream", "device", "window").sort("cpu_ts_ns", "event")
-    first_act = act.sort("gpu_ts_ns", "event").unique("correlation", keep="first").select(
-        "pid", "tid", "cpu_ts_ns", "event", "stream", "window").sort("cpu_ts_ns", "event")
+    # (The columns read, projected before the sorts.)
+    last_act = act.lazy().select("correlation", "pid", "tid", "cpu_ts_ns", "event", "gpu_end_ns", "stream", "device",
+                                 "window").sort("gpu_end_ns", "event").unique("correlation", keep="last").drop(
+        "correlation").sort("cpu_ts_ns", "event").collect(engine=_ENGINE)
+    first_act = act.lazy().select("correlation", "pid", "tid", "cpu_ts_ns", "event", "gpu_ts_ns", "stream",
+                                  "window").sort("gpu_ts_ns", "event").unique("correlation", keep="first").select(
+        "pid", "tid", "cpu_ts_ns", "event", "stream", "window").sort("cpu_ts_ns", "event").collect(engine=_ENGINE)
     calls = rt.filter(pl.col("name").is_in(list(_SYNC_CALLS)))
     if with_syncs:
         source = "cuda_sync events"
@@ -1008,9 +1029,10 @@ def _extract(g: CPGraph, dist: I64, offer: I64, lw: I64, xw: I64, rounds: int, c
     n = dist.size
     # Where along its segment each node's best start lies: the last j ≤ i at which
     # offer[j] − P[j] reached the running maximum, i.e. offer[j] = dist[j]. A segment's first
-    # node always qualifies (its distance is its offer), so a plain running maximum of the
-    # qualifying indices never reaches back into the previous segment.
-    jstar = np.maximum.accumulate(np.where((offer == dist) | g.seg_start, np.arange(n), 0))
+    # node always qualifies (its distance is its offer), so the last qualifying index never
+    # lies in the previous segment. (Qualifying nodes are few: segment starts and the nodes
+    # a cross edge raised; the walk looks them up by bisection.)
+    starts_at = np.flatnonzero((offer == dist) | g.seg_start).tolist()
     # Best cross edge into each node (the one whose offer won: the first of the largest
     # offers among the edges into it, edges being sorted by destination).
     cand = dist[g.x_src] + xw if g.x_src.size else np.zeros(0, np.int64)
@@ -1021,13 +1043,18 @@ def _extract(g: CPGraph, dist: I64, offer: I64, lw: I64, xw: I64, rounds: int, c
         best_x[g.x_dst[first]] = first
     win = g.node_window
     # Each window's path ends at its first node of largest distance (windows in order): a
-    # maximum per window and a search among the few nodes reaching it, no sort of the nodes.
-    w0 = int(win.min())
-    wmax = np.full(int(win.max()) - w0 + 1, np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(wmax, win - w0, dist)
-    top = np.flatnonzero(dist == wmax[win - w0])
-    _, first_top = np.unique(win[top], return_index=True)
-    ends = top[first_top]
+    # maximum per run of nodes of one window (the chains are grouped by window: few runs),
+    # per window, then the first node reaching it in the first run that does.
+    run_at, run_end, run_win = g.window_runs
+    rmax = np.maximum.reduceat(dist, run_at)
+    w0 = int(run_win.min())
+    wmax = np.full(int(run_win.max()) - w0 + 1, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(wmax, run_win - w0, rmax)
+    top = np.flatnonzero(rmax == wmax[run_win - w0])
+    _, first_top = np.unique(run_win[top], return_index=True)
+    ends = np.asarray([a + int(np.argmax(dist[a:b] == m)) for a, b, m in zip(
+        run_at[top[first_top]].tolist(), run_end[top[first_top]].tolist(), rmax[top[first_top]].tolist(),
+        strict=True)], dtype=np.int64)
     window_len: dict[int, int] = {}
     # Path segments [lo, hi) of node indices, in walk order: their nodes are on the path,
     # their chain links (lo's link excluded) too.
@@ -1041,7 +1068,7 @@ def _extract(g: CPGraph, dist: I64, offer: I64, lw: I64, xw: I64, rounds: int, c
         i = e
         # One iteration per segment of the path (a chain stretch entered by a cross edge).
         for _ in range(n):
-            j = int(jstar[i])
+            j = starts_at[bisect.bisect_right(starts_at, i) - 1]
             seg_lo.append(j)
             seg_hi.append(i + 1)
             if i > j:

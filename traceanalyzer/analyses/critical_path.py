@@ -286,8 +286,8 @@ def _path_edges(g: CPGraph, lp: LongestPath) -> _PathEdges:
     import numpy as np
 
     code = {c: i for i, c in enumerate(_BOUND_NAMES)}
-    bound = g.events["bound"].replace_strict(list(_BOUND_NAMES), list(range(len(_BOUND_NAMES))),
-                                             return_dtype=pl.Int8).to_numpy()
+    bound = g.bound_code if g.bound_code is not None else g.events["bound"].replace_strict(
+        list(_BOUND_NAMES), list(range(len(_BOUND_NAMES))), return_dtype=pl.Int8).to_numpy()
     li = lp.path_links
     l_ev = g.link_event[li]
     l_type = g.link_type[li]
@@ -466,12 +466,14 @@ def _batch_part(g: CPGraph, model: TraceModel, target: str, factor: float, step_
                               else np.zeros(0, np.int64)},
                              schema={"event": pl.Int64, "bound": pl.Int8, "w": pl.Int64})
     del pe, keep_e, key, order, starts
+    # (Grouped with the class as its code, named after: the groups are few.)
     events = (
-        per_event.with_columns(name=ev["name"].gather(per_event["event"]), kind=ev["kind"].gather(per_event["event"]),
-                               bound_by=pl.col("bound").replace_strict(list(range(len(_BOUND_NAMES))),
-                                                                       list(_BOUND_NAMES), return_dtype=pl.String))
-        .group_by("name", "kind", "bound_by")
+        ev.select(pl.col("name", "kind").gather(per_event["event"])).with_columns(per_event["bound"], per_event["w"])
+        .group_by("name", "kind", "bound")
         .agg(total=pl.col("w").sum(), count=pl.len().cast(pl.Int64))
+        .select("name", "kind", pl.col("bound").replace_strict(list(range(len(_BOUND_NAMES))), list(_BOUND_NAMES),
+                                                               return_dtype=pl.String).alias("bound_by"),
+                "total", "count")
     )
     del per_event
 
