@@ -262,12 +262,35 @@ def _batch_cpu(model: TraceModel, windows: pl.DataFrame, batch: list[int]) -> pl
     if not batch:
         return assign_steps(_cpu_events(model, 0, -1), windows, "ts_ns")
     lo, hi = _span(windows, batch)
-    w0, w1 = _bounds_exprs(windows)
-    return assign_steps(_cpu_events(model, lo, hi), windows, "ts_ns").lazy().filter(
-        pl.col("window").is_in(batch)).with_columns(_w0=w0, _w1=w1).with_columns(
+    return _in_batch(_cpu_events(model, lo, hi), windows, batch, "ts_ns").lazy().with_columns(
         ts_ns=pl.col("ts_ns").clip(pl.col("_w0"), pl.col("_w1")), end_ns=pl.col("end_ns").clip(pl.col("_w0"),
                                                                                            pl.col("_w1"))
     ).filter(pl.col("end_ns") > pl.col("ts_ns")).drop("_w0", "_w1").collect(engine=_ENGINE)
+
+
+def _in_batch(df: pl.DataFrame, windows: pl.DataFrame, batch: list[int], ts_col: str) -> pl.DataFrame:
+    """The rows of ``df`` whose ``ts_col`` lies in one of the windows ``batch``, with ``window``
+    and its bounds ``_w0``, ``_w1``: :func:`assign_steps`' window (the last starting at or
+    before the time, if the time is before its end) by one binary search, the bounds gathered
+    with it, and the rows of other windows dropped in the same pass."""
+    import numpy as np
+
+    w = windows.select("window", "start_ns", "end_ns").sort("start_ns", maintain_order=True)
+    if w["start_ns"].null_count() or w["end_ns"].null_count() or df.schema[ts_col] != pl.Int64:
+        w0, w1 = _bounds_exprs(windows)
+        return assign_steps(df, windows, ts_col).drop("step").filter(pl.col("window").is_in(batch)).with_columns(
+            _w0=w0, _w1=w1)
+    starts, ends = _i64(w["start_ns"]), _i64(w["end_ns"])
+    t = df[ts_col]
+    tn = t.fill_null(0).to_numpy()
+    pos = np.searchsorted(starts, tn, side="right") - 1
+    at = np.clip(pos, 0, None)
+    keep = (pos >= 0) & (tn < ends[at]) & w["window"].is_in(batch).to_numpy()[at]
+    if t.null_count():
+        keep &= t.is_not_null().to_numpy()
+    at = at[keep]
+    return df.filter(pl.Series(keep)).with_columns(
+        window=pl.Series(_i64(w["window"])[at]), _w0=pl.Series(starts[at]), _w1=pl.Series(ends[at]))
 
 
 def graph_inputs(t: TraceTables, windows: pl.DataFrame, keep: list[int],
@@ -285,7 +308,7 @@ def graph_inputs(t: TraceTables, windows: pl.DataFrame, keep: list[int],
         "_lrow", "correlation", "cpu_ts_ns", "cpu_dur_ns", "gpu_ts_ns", "device", "stream").sort(
         "device", "stream", "cpu_ts_ns", "gpu_ts_ns").with_columns(
         _prev_started=pl.col("gpu_ts_ns").cum_max().shift(1).over("device", "stream"),
-        _next_launch=pl.col("cpu_ts_ns").shift(-1).over("device", "stream"),
+        _next_launch=pl.when(_same_group(("device", "stream"), -1)).then(pl.col("cpu_ts_ns").shift(-1)),
     ).with_columns(
         queue_empty=(pl.col("_prev_started").is_null() | (pl.col("_prev_started") <= pl.col("cpu_ts_ns")))
         & (pl.col("_next_launch").is_null() | (pl.col("_next_launch") > pl.col("gpu_ts_ns")))
@@ -413,8 +436,7 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
                             "gpu_name", "activity", "gpu_ts_ns", "gpu_end_ns", "device", "stream")[q["_lrow"]]
     lj = lj.with_columns(queue_empty=q["queue_empty"], _prev_end_all=q["_prev_end_all"])
     del q
-    gpu = assign_steps(lj, windows, "cpu_ts_ns").lazy().filter(pl.col("window").is_in(keep)).with_columns(
-        _w0=w0, _w1=w1).with_columns(
+    gpu = _in_batch(lj, windows, keep, "cpu_ts_ns").lazy().with_columns(
         [pl.col(c).clip(pl.col("_w0"), pl.col("_w1")) for c in ("cpu_ts_ns", "cpu_end_ns", "gpu_ts_ns", "gpu_end_ns")]
     ).drop("_w0", "_w1").collect(engine=_ENGINE)
     del lj
@@ -584,8 +606,8 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
 
     # ---- GPU chains per (window, device, stream), kernels by start.
     lg = act.lazy().sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", "event").with_columns(
-        prev_end=pl.col("gpu_end_ns").shift(1).over("window", "device", "stream"),
-        prev_event=pl.col("event").shift(1).over("window", "device", "stream"),
+        prev_end=pl.when(_same_group(("window", "device", "stream"))).then(pl.col("gpu_end_ns").shift(1)),
+        prev_event=pl.when(_same_group(("window", "device", "stream"))).then(pl.col("event").shift(1)),
     )
     if waits.height:
         lg = lg.join(waits.lazy().select(pl.col("dst").alias("event"), pl.col("src_end").alias("wait_end")).group_by(
@@ -688,6 +710,13 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
     )
 
 
+def _same_group(by: tuple[str, ...], lag: int = 1) -> pl.Expr:
+    """Whether a row's ``by`` equal those ``lag`` rows before (null = null), in a frame sorted by
+    ``by``: a ``shift(lag)`` kept where this holds is that shift ``over(by)``, without its
+    group-by."""
+    return pl.all_horizontal([pl.col(c).eq_missing(pl.col(c).shift(lag)) for c in by])
+
+
 def _ints(s: pl.Series) -> I32:
     """A column of node, event, window or type numbers as int32 (all far below 2³¹)."""
     import numpy as np
@@ -711,7 +740,7 @@ def _inferred_waits(act: pl.DataFrame) -> pl.DataFrame:
     full). Without it the whole wait would read as launch overhead."""
     a = act.lazy().select("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", "cpu_end_ns", "event").sort(
         "window", "device", "stream", "gpu_ts_ns", "event").with_columns(
-        _prev_end=pl.col("gpu_end_ns").shift(1).over("window", "device", "stream"))
+        _prev_end=pl.when(_same_group(("window", "device", "stream"))).then(pl.col("gpu_end_ns").shift(1)))
     late = a.filter((pl.col("gpu_ts_ns") - pl.col("cpu_end_ns") > INFERRED_WAIT_NS)
                     & (pl.col("_prev_end").is_null() | (pl.col("_prev_end") < pl.col("cpu_end_ns")))).collect(
         engine=_ENGINE)
@@ -748,13 +777,18 @@ def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame,
     # A launch row per activity, for "the thread's last launch before t" look-ups. (Ties, the
     # activities clipped to their window's end, broken by event number: the same activity
     # whatever the other windows in the graph.)
-    # (The columns read, projected before the sorts.)
-    last_act = act.lazy().select("correlation", "pid", "tid", "cpu_ts_ns", "event", "gpu_end_ns", "stream", "device",
-                                 "window").sort("gpu_end_ns", "event").unique("correlation", keep="last").drop(
-        "correlation").sort("cpu_ts_ns", "event").collect(engine=_ENGINE)
-    first_act = act.lazy().select("correlation", "pid", "tid", "cpu_ts_ns", "event", "gpu_ts_ns", "stream",
-                                  "window").sort("gpu_ts_ns", "event").unique("correlation", keep="first").select(
-        "pid", "tid", "cpu_ts_ns", "event", "stream", "window").sort("cpu_ts_ns", "event").collect(engine=_ENGINE)
+    last_cols = ("pid", "tid", "cpu_ts_ns", "event", "gpu_end_ns", "stream", "device", "window")
+    first_cols = ("pid", "tid", "cpu_ts_ns", "event", "stream", "window")
+    if act["correlation"].n_unique() == act.height:
+        # One activity per launch (the usual case): it is both the first and the last.
+        both = act.select(*last_cols).sort("cpu_ts_ns", "event")
+        last_act, first_act = both, both.select(first_cols)
+    else:
+        # (The columns read, projected before the sorts.)
+        last_act = act.lazy().select("correlation", *last_cols).sort("gpu_end_ns", "event").unique(
+            "correlation", keep="last").drop("correlation").sort("cpu_ts_ns", "event").collect(engine=_ENGINE)
+        first_act = act.lazy().select("correlation", "gpu_ts_ns", *first_cols).sort("gpu_ts_ns", "event").unique(
+            "correlation", keep="first").select(first_cols).sort("cpu_ts_ns", "event").collect(engine=_ENGINE)
     calls = rt.filter(pl.col("name").is_in(list(_SYNC_CALLS)))
     if with_syncs:
         source = "cuda_sync events"
@@ -822,8 +856,10 @@ def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame,
         # call on the stream the event was recorded on (from any thread). A -1 (an event
         # recorded before the trace began) finds nothing: no edge, as in HTA.
         known = ew.filter(pl.col("rec_corr").is_not_null())
+        # (The calls of those correlations only: the first of each is the one kept, the join is inner.)
         q_arg = known.join(rt.select(pl.col("correlation").alias("rec_corr"), pl.col("ts_ns").alias("rec_ts"))
-                           .filter(pl.col("rec_corr").is_not_null()).unique("rec_corr", keep="first"),
+                           .filter(pl.col("rec_corr").is_in(known["rec_corr"].unique().implode()))
+                           .unique("rec_corr", keep="first"),
                            on="rec_corr", how="inner")
         q_arg = q_arg.sort("rec_ts").join_asof(
             last_act.select("device", pl.col("stream").alias("wait_stream"), "cpu_ts_ns", *src_cols),
