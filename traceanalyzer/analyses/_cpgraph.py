@@ -258,14 +258,14 @@ def _span(windows: pl.DataFrame, batch: list[int]) -> tuple[int, int]:
 def _batch_cpu(model: TraceModel, windows: pl.DataFrame, batch: list[int]) -> pl.DataFrame:
     """The CPU events of the windows ``batch``, clipped to their window: an op that outlives
     its step (a thread's long op, a kernel past the next step's start) counts only inside
-    it, so a path never exceeds its step."""
+    it, so a path never exceeds its step. ``_w0``: their window's start."""
     if not batch:
         return assign_steps(_cpu_events(model, 0, -1), windows, "ts_ns")
     lo, hi = _span(windows, batch)
     return _in_batch(_cpu_events(model, lo, hi), windows, batch, "ts_ns").lazy().with_columns(
         ts_ns=pl.col("ts_ns").clip(pl.col("_w0"), pl.col("_w1")), end_ns=pl.col("end_ns").clip(pl.col("_w0"),
                                                                                            pl.col("_w1"))
-    ).filter(pl.col("end_ns") > pl.col("ts_ns")).drop("_w0", "_w1").collect(engine=_ENGINE)
+    ).filter(pl.col("end_ns") > pl.col("ts_ns")).drop("_w1").collect(engine=_ENGINE)
 
 
 def _in_batch(df: pl.DataFrame, windows: pl.DataFrame, batch: list[int], ts_col: str) -> pl.DataFrame:
@@ -513,7 +513,9 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
                                     ).fill_null(False)
     else:
         is_main = pl.struct("pid", "tid").is_in(main.select(pl.struct("pid", "tid")).to_series().implode())
-    b = lb.with_columns(_main=is_main, _w0=w0).with_columns(
+    # (A window's start: the events' own, by row.)
+    w0_sb = cpu["_w0"].gather(sb["event"]) if "_w0" in cpu.columns else w0
+    b = lb.with_columns(is_main.alias("_main"), w0_sb.alias("_w0")).with_columns(
         _gap_from=pl.when(pl.col("first")).then(pl.col("_w0")).otherwise(pl.col("prev_t"))).collect(engine=_ENGINE)
     del sb, blocking
     busy = pl.zeros(b.height, pl.Int64, eager=True).alias("_busy")
@@ -605,16 +607,18 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
         waits = pl.concat([waits, _inferred_waits(act)])
 
     # ---- GPU chains per (window, device, stream), kernels by start.
-    lg = act.lazy().sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", "event").with_columns(
+    # (The columns read below; the join keeps the order: one row per event on its right.)
+    lg = act.lazy().select("event", "window", "correlation", "pid", "tid", "cpu_ts_ns", "gpu_ts_ns", "gpu_end_ns",
+                           "device", "stream", "queue_empty", "_prev_end_all").sort(
+        "window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", "event").with_columns(
         prev_end=pl.when(_same_group(("window", "device", "stream"))).then(pl.col("gpu_end_ns").shift(1)),
         prev_event=pl.when(_same_group(("window", "device", "stream"))).then(pl.col("event").shift(1)),
     )
     if waits.height:
         lg = lg.join(waits.lazy().select(pl.col("dst").alias("event"), pl.col("src_end").alias("wait_end")).group_by(
-            "event").agg(pl.col("wait_end").max()), on="event", how="left")
+            "event").agg(pl.col("wait_end").max()), on="event", how="left", maintain_order="left")
     else:
         lg = lg.with_columns(wait_end=pl.lit(None, pl.Int64))
-    lg = lg.sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", "event")
     w_ok_launch = pl.col("wait_end").is_null() | (pl.col("wait_end") < pl.col("cpu_ts_ns"))
     launch = pl.col("queue_empty") & (pl.col("prev_end").is_null() | (pl.col("prev_end") < pl.col("cpu_ts_ns"))) \
         & w_ok_launch

@@ -152,6 +152,8 @@ def _event_scale(g: CPGraph, target: str, model: TraceModel) -> tuple[np.ndarray
     if target == "launch_overhead":
         return np.zeros(ev.height, dtype=bool), True
     if target in ("cpu", "data_loading"):
+        if g.bound_code is not None:  # a CPU event's class is cpu_bound (0) or data_loading (1)
+            return g.bound_code == (1 if target == "data_loading" else 0), False
         return ((ev["klass"] == "cpu") & ((ev["bound"] == "data_loading") == (target == "data_loading"))).to_numpy(), \
             False
     if target.startswith("kernel:"):
