@@ -225,6 +225,7 @@ class GraphInputs:
     batches: list[list[int]]  # kept windows, in time order, in batches of bounded size
     queue: pl.DataFrame  # _lrow (row of launches()), cpu_ts_ns, queue_empty, _prev_end_all
     k_comm: pl.DataFrame  # correlation, ts_ns, is_comm
+    k_comm_unique: bool  # k_comm's correlations are unique (no nulls): matched by correlation alone
     dl: CoverIndex | None  # the DataLoader ranges (None: none)
     syncs: pl.DataFrame  # cuda_sync records, _call_window: the window of their call in the graph (or null)
     main: pl.DataFrame  # pid, tid: the step's thread(s)
@@ -318,16 +319,29 @@ def graph_inputs(t: TraceTables, windows: pl.DataFrame, keep: list[int],
     ga = gpu_activity(t).lazy().select("device", "stream", pl.col("ts_ns").alias("gpu_ts_ns"), "end_ns",
                                        "correlation").filter(
         pl.col("stream").is_not_null()).sort("device", "stream", "gpu_ts_ns").with_columns(
-        _prev_end_all=pl.col("end_ns").cum_max().shift(1).over("device", "stream")).drop("end_ns").unique(
-        ["device", "stream", "gpu_ts_ns", "correlation"], keep="first")
-    queue = lj.join(ga, on=["device", "stream", "gpu_ts_ns", "correlation"], how="left",
-                    maintain_order="left").select(
+        _prev_end_all=pl.col("end_ns").cum_max().shift(1).over("device", "stream")).drop("end_ns").collect(
+        engine=_ENGINE)
+    if ga["correlation"].null_count() == 0 and ga["correlation"].n_unique() == ga.height:
+        # One activity per correlation (the usual case): the four-key match is the activity
+        # of the launch's correlation where its device, stream and start agree (a join on one
+        # key, several times cheaper than on four; the four keys are unique already).
+        same = pl.all_horizontal([pl.col(c) == pl.col(f"_{c}") for c in ("device", "stream", "gpu_ts_ns")])
+        lq = lj.join(ga.lazy().select("correlation", *[pl.col(c).alias(f"_{c}") for c in
+                                                      ("device", "stream", "gpu_ts_ns")], "_prev_end_all"),
+                     on="correlation", how="left", maintain_order="left").with_columns(
+            _prev_end_all=pl.when(same).then(pl.col("_prev_end_all")))
+    else:
+        lq = lj.join(ga.lazy().unique(["device", "stream", "gpu_ts_ns", "correlation"], keep="first"),
+                     on=["device", "stream", "gpu_ts_ns", "correlation"], how="left", maintain_order="left")
+    queue = lq.select(
         "_lrow", "cpu_ts_ns", queue_empty=pl.col("queue_empty") & (pl.col("_prev_end_all").is_null()
                                                                    | (pl.col("_prev_end_all") < pl.col("cpu_ts_ns"))),
         _prev_end_all="_prev_end_all").collect(engine=_ENGINE)
     comm = comm_classes(t).select("is_comm")
-    k_comm = model.kernels.select("ts_ns", "correlation").with_columns(comm["is_comm"]).unique(
-        ["correlation", "ts_ns"], keep="first")
+    k_comm = model.kernels.select("ts_ns", "correlation").with_columns(comm["is_comm"])
+    k_comm_unique = k_comm["correlation"].null_count() == 0 and k_comm["correlation"].n_unique() == k_comm.height
+    if not k_comm_unique:
+        k_comm = k_comm.unique(["correlation", "ts_ns"], keep="first")
     dl_ranges = pl.concat([
         model.annotations.filter(pl.col("name").str.contains(DATALOADER_RE)).select("pid", "tid", "ts_ns", "end_ns"),
         model.cpu_ops.filter(pl.col("name").str.contains(DATALOADER_RE)).select("pid", "tid", "ts_ns", "end_ns"),
@@ -401,7 +415,8 @@ def graph_inputs(t: TraceTables, windows: pl.DataFrame, keep: list[int],
             _call_window=pl.coalesce("_corr_window", "_time_window")).drop("_srow", "_corr_window", "_time_window")
     else:
         syncs = syncs.with_columns(_call_window=pl.lit(None, pl.Int64))
-    return GraphInputs(windows=windows, batches=batches, queue=queue, k_comm=k_comm, dl=dl, syncs=syncs, main=main)
+    return GraphInputs(windows=windows, batches=batches, queue=queue, k_comm=k_comm, k_comm_unique=k_comm_unique,
+                       dl=dl, syncs=syncs, main=main)
 
 
 def graph_batches(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps: bool,
@@ -444,9 +459,15 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
     # The event table: CPU events, then GPU activities.
     # (Clipped starts lie in the batch's span: the kernels that can match are there.)
     k_comm = inp.k_comm.filter(pl.col("ts_ns").is_between(lo, hi))
-    gpu = gpu.join(k_comm.select("correlation", pl.col("ts_ns").alias("gpu_ts_ns"), "is_comm"),
-                   on=["correlation", "gpu_ts_ns"], how="left", maintain_order="left").with_columns(
-        pl.col("is_comm").fill_null(False))
+    if inp.k_comm_unique:
+        # (A join on the correlation alone, the start compared after: the same match.)
+        gpu = gpu.join(k_comm.select("correlation", pl.col("ts_ns").alias("_k_ts"), "is_comm"), on="correlation",
+                       how="left", maintain_order="left").with_columns(
+            pl.when(pl.col("_k_ts") == pl.col("gpu_ts_ns")).then(pl.col("is_comm")).fill_null(False)).drop("_k_ts")
+    else:
+        gpu = gpu.join(k_comm.select("correlation", pl.col("ts_ns").alias("gpu_ts_ns"), "is_comm"),
+                       on=["correlation", "gpu_ts_ns"], how="left", maintain_order="left").with_columns(
+            pl.col("is_comm").fill_null(False))
     del k_comm
     gpu = on_distinct(gpu, ["gpu_name", "activity", "is_comm"], klass=pl.when(pl.col("activity") != "kernel").then(
         pl.col("activity")).when(pl.col("is_comm")).then(pl.lit("communication")).otherwise(
