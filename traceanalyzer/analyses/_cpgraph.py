@@ -176,6 +176,18 @@ class CPGraph:
         return seg, seg_first, seg_end, x_dst_first, self.x_dst[x_dst_first]
 
     @functools.cached_property
+    def klass_codes(self) -> tuple[I32, dict[str, int]]:
+        """Each event's ``klass`` as a number, and the numbers of the classes (the what-ifs
+        compare numbers, not strings, per target)."""
+        import numpy as np
+
+        names = [c for c in self.events["klass"].unique(maintain_order=True).to_list() if c is not None]
+        codes = self.events["klass"].replace_strict(names, list(range(len(names))), default=-1,
+                                                    return_dtype=pl.Int32).fill_null(-1).to_numpy().astype(np.int32,
+                                                                                                         copy=False)
+        return codes, {c: i for i, c in enumerate(names)}
+
+    @functools.cached_property
     def window_runs(self) -> tuple[I64, I64, I32]:
         """``(start, end, window)`` of each run of consecutive nodes of one window."""
         import numpy as np

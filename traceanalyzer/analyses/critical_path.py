@@ -177,7 +177,8 @@ def _event_scale(g: CPGraph, target: str, model: TraceModel) -> tuple[np.ndarray
     if target not in KERNEL_CLASSES:
         raise _BadTarget(f"unknown target {target!r} (a kernel class: {', '.join(KERNEL_CLASSES)}; cpu, "
                          "data_loading, launch_overhead, op:NAME or kernel:REGEX)")
-    return (ev["klass"] == target).to_numpy(), False
+    codes, code_of = g.klass_codes
+    return codes == code_of.get(target, -1), False
 
 
 class _BadTarget(ValueError):
@@ -210,9 +211,12 @@ def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: Tr
         out[hit] = np.floor(w[hit] / factor)
         return out
 
+    # Weights only shrink: a target with no edge on any path leaves every path as it is (the
+    # lighter weights are made only for a target that has one).
     if launch:
         x_hit = g.x_type == LAUNCH
-        touched = bool(x_hit[base.path_x].any())
+        if not x_hit[base.path_x].any():
+            return _untouched(len(base.window_len))
         xw = lighter(g.x_w, x_hit)
     else:
         # Event -1 (a link of no event) reads the False appended at the end.
@@ -221,15 +225,16 @@ def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: Tr
         if target in ("cpu", "data_loading"):  # the time between a thread's ops is CPU time too
             hit |= (g.link_type == DEPENDENCY) & (g.link_dl == (target == "data_loading"))
         touched = bool(hit[base.path_links].any())
+        # Hand-offs between threads: CPU time of the step's thread.
+        x_hit = g.x_type == DEPENDENCY if target == "cpu" else None
+        if x_hit is not None:
+            touched |= bool(x_hit[base.path_x].any())
+        if not touched:
+            return _untouched(len(base.window_len))
         lw = lighter(g.link_w, hit)
         del hit
-        if target == "cpu":  # hand-offs between threads: CPU time of the step's thread
-            x_hit = g.x_type == DEPENDENCY
-            touched |= bool(x_hit[base.path_x].any())
+        if x_hit is not None:
             xw = lighter(g.x_w, x_hit)
-    if not touched:
-        # Weights only shrink: a target with no edge on any path leaves every path as it is.
-        return _untouched(len(base.window_len))
     new = longest_path(g, lw, xw)
     del lw, xw
     saved = [base.window_len[w] - new.window_len.get(w, 0) for w in base.window_len]
