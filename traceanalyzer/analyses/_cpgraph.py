@@ -550,7 +550,8 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
     w0_sb = cpu["_w0"].gather(sb["event"]) if "_w0" in cpu.columns else w0
     b = lb.with_columns(is_main.alias("_main"), w0_sb.alias("_w0")).with_columns(
         _gap_from=pl.when(pl.col("first")).then(pl.col("_w0")).otherwise(pl.col("prev_t"))).collect(engine=_ENGINE)
-    del sb, blocking
+    del sb, blocking, w0_sb
+    cpu = cpu.drop("_w0", strict=False)
     busy = pl.zeros(b.height, pl.Int64, eager=True).alias("_busy")
     others = cpu.filter(~is_main & pl.col("pid").is_in(main["pid"].implode()))
     if cpu_gaps and others.height:
@@ -1038,6 +1039,7 @@ def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
             k_dist = _chain_dist(np.maximum(k_offer, kfloor), kp, kseg, kseg_first, big, koff)
         del keys, kp, kfloor, k_offer, k_dist, koff
         if raised:
+            del dist  # (the first round's: not held while the last pass runs)
             dist = _chain_dist(offer, prefix, seg, seg_first, big, off)
     del prefix, off, floor
     return _extract(g, dist, offer, lw, xw, rounds, converged)
