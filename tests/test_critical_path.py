@@ -281,8 +281,8 @@ def test_planted_dataloader_stalls_are_on_the_path(name: str) -> None:
 @pytest.mark.parametrize("scale", [1, 2**43])
 def test_longest_path_dp_matches_brute_force(scale: int) -> None:
     """The chain DP against a plain topological longest path on a random chain-structured DAG
-    (at ``2**43`` the segment offsets would overflow: the rounds after the first recompute the
-    chains by blocks instead of the grown segments only)."""
+    (at ``2**43`` the segment offsets would overflow: the running maxima, over every node and
+    over the cross edges' ends in the later rounds, are taken by blocks of segments)."""
     rng = np.random.default_rng(7)
     n = 400
     seg_start = rng.random(n) < 0.1

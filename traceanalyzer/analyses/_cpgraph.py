@@ -32,8 +32,9 @@ path may start anywhere): one segmented running maximum over all chains at once.
 (launch, sync, stream wait) feed the offers of the next round; rounds repeat until no offer
 changes, which takes as many rounds as the path switches between chains through a sync (a
 launch edge leads onto the GPU, only a sync leads back). The first round is a few numpy passes
-over the nodes; a later one recomputes only the segments whose offers grew, from the first
-such node on (offers only grow, so the rest keeps its distances). After :data:`MAX_ROUNDS` (a
+over the nodes; the later ones run on the cross edges' ends alone (a node's distance is its
+first-round one or what the offers before it on its chain add, whichever is larger), and one
+last pass gives every node its distance from the final offers. After :data:`MAX_ROUNDS` (a
 window with thousands of syncs) one pass in topological order finishes the job: a Python loop
 over nodes, linear whatever the depth, the fallback only.
 The path is then walked back one chain segment at a time (a Python loop over segments of the
@@ -48,6 +49,7 @@ what else is in the graph).
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -80,6 +82,7 @@ if TYPE_CHECKING:
     I32: TypeAlias = npt.NDArray[np.int32]
     F64: TypeAlias = npt.NDArray[np.float64]
     B: TypeAlias = npt.NDArray[np.bool_]
+    I8: TypeAlias = npt.NDArray[np.int8]
 
 #: Edge types (HTA's CPEdgeType).
 OP, DEPENDENCY, LAUNCH, KERNEL_KERNEL, SYNC = 0, 1, 2, 3, 4
@@ -151,6 +154,8 @@ class CPGraph:
     x_event: I32
     events: pl.DataFrame
     sync_source: str  # "cuda_sync events" / "runtime calls" / "none"
+    # Per event, its ``bound`` as an index of BOUND_CLASSES (None: read ``events`` instead).
+    bound_code: I8 | None = None
 
     @property
     def n_nodes(self) -> int:
@@ -169,6 +174,42 @@ class CPGraph:
         x_dst_first = np.flatnonzero(np.r_[True, self.x_dst[1:] != self.x_dst[:-1]]).astype(np.int64) \
             if self.x_dst.size else np.zeros(0, np.int64)
         return seg, seg_first, seg_end, x_dst_first, self.x_dst[x_dst_first]
+
+    @functools.cached_property
+    def klass_codes(self) -> tuple[I32, dict[str, int]]:
+        """Each event's ``klass`` as a number, and the numbers of the classes (the what-ifs
+        compare numbers, not strings, per target)."""
+        import numpy as np
+
+        names = [c for c in self.events["klass"].unique(maintain_order=True).to_list() if c is not None]
+        codes = self.events["klass"].replace_strict(names, list(range(len(names))), default=-1,
+                                                    return_dtype=pl.Int32).fill_null(-1).to_numpy().astype(np.int32,
+                                                                                                         copy=False)
+        return codes, {c: i for i, c in enumerate(names)}
+
+    @functools.cached_property
+    def window_runs(self) -> tuple[I64, I64, I32]:
+        """``(start, end, window)`` of each run of consecutive nodes of one window."""
+        import numpy as np
+
+        w = self.node_window
+        at = np.flatnonzero(np.r_[True, w[1:] != w[:-1]]).astype(np.int64)
+        return at, np.r_[at[1:], w.size].astype(np.int64), w[at]
+
+    @functools.cached_property
+    def keys(self) -> tuple[I64, I64, I64, I64, I64]:
+        """``(keys, k_src, k_dst, kseg, kseg_first)``: the nodes at either end of a cross edge
+        (sorted), each cross edge's source and each destination of ``chains`` as an index
+        there, and the keys' segments (numbered anew, from 0) with each one's first key: the
+        nodes :func:`longest_path`'s rounds run on."""
+        import numpy as np
+
+        x_dst_u = self.chains[4]
+        keys, inv = np.unique(np.concatenate([self.x_src, x_dst_u]).astype(np.int64), return_inverse=True)
+        inv = inv.astype(np.int64)
+        s = self.chains[0][keys]
+        first = np.r_[True, s[1:] != s[:-1]]
+        return keys, inv[:self.x_src.size], inv[self.x_src.size:], np.cumsum(first) - 1, np.flatnonzero(first)
 
 
 def _empty_graph(events: pl.DataFrame, sync_source: str) -> CPGraph:
@@ -196,6 +237,7 @@ class GraphInputs:
     batches: list[list[int]]  # kept windows, in time order, in batches of bounded size
     queue: pl.DataFrame  # _lrow (row of launches()), cpu_ts_ns, queue_empty, _prev_end_all
     k_comm: pl.DataFrame  # correlation, ts_ns, is_comm
+    k_comm_unique: bool  # k_comm's correlations are unique (no nulls): matched by correlation alone
     dl: CoverIndex | None  # the DataLoader ranges (None: none)
     syncs: pl.DataFrame  # cuda_sync records, _call_window: the window of their call in the graph (or null)
     main: pl.DataFrame  # pid, tid: the step's thread(s)
@@ -229,16 +271,39 @@ def _span(windows: pl.DataFrame, batch: list[int]) -> tuple[int, int]:
 def _batch_cpu(model: TraceModel, windows: pl.DataFrame, batch: list[int]) -> pl.DataFrame:
     """The CPU events of the windows ``batch``, clipped to their window: an op that outlives
     its step (a thread's long op, a kernel past the next step's start) counts only inside
-    it, so a path never exceeds its step."""
+    it, so a path never exceeds its step. ``_w0``: their window's start."""
     if not batch:
         return assign_steps(_cpu_events(model, 0, -1), windows, "ts_ns")
     lo, hi = _span(windows, batch)
-    w0, w1 = _bounds_exprs(windows)
-    return assign_steps(_cpu_events(model, lo, hi), windows, "ts_ns").lazy().filter(
-        pl.col("window").is_in(batch)).with_columns(_w0=w0, _w1=w1).with_columns(
+    return _in_batch(_cpu_events(model, lo, hi), windows, batch, "ts_ns").lazy().with_columns(
         ts_ns=pl.col("ts_ns").clip(pl.col("_w0"), pl.col("_w1")), end_ns=pl.col("end_ns").clip(pl.col("_w0"),
                                                                                            pl.col("_w1"))
-    ).filter(pl.col("end_ns") > pl.col("ts_ns")).drop("_w0", "_w1").collect(engine=_ENGINE)
+    ).filter(pl.col("end_ns") > pl.col("ts_ns")).drop("_w1").collect(engine=_ENGINE)
+
+
+def _in_batch(df: pl.DataFrame, windows: pl.DataFrame, batch: list[int], ts_col: str) -> pl.DataFrame:
+    """The rows of ``df`` whose ``ts_col`` lies in one of the windows ``batch``, with ``window``
+    and its bounds ``_w0``, ``_w1``: :func:`assign_steps`' window (the last starting at or
+    before the time, if the time is before its end) by one binary search, the bounds gathered
+    with it, and the rows of other windows dropped in the same pass."""
+    import numpy as np
+
+    w = windows.select("window", "start_ns", "end_ns").sort("start_ns", maintain_order=True)
+    if w["start_ns"].null_count() or w["end_ns"].null_count() or df.schema[ts_col] != pl.Int64:
+        w0, w1 = _bounds_exprs(windows)
+        return assign_steps(df, windows, ts_col).drop("step").filter(pl.col("window").is_in(batch)).with_columns(
+            _w0=w0, _w1=w1)
+    starts, ends = _i64(w["start_ns"]), _i64(w["end_ns"])
+    t = df[ts_col]
+    tn = t.fill_null(0).to_numpy()
+    pos = np.searchsorted(starts, tn, side="right") - 1
+    at = np.clip(pos, 0, None)
+    keep = (pos >= 0) & (tn < ends[at]) & w["window"].is_in(batch).to_numpy()[at]
+    if t.null_count():
+        keep &= t.is_not_null().to_numpy()
+    at = at[keep]
+    return df.filter(pl.Series(keep)).with_columns(
+        window=pl.Series(_i64(w["window"])[at]), _w0=pl.Series(starts[at]), _w1=pl.Series(ends[at]))
 
 
 def graph_inputs(t: TraceTables, windows: pl.DataFrame, keep: list[int],
@@ -256,7 +321,7 @@ def graph_inputs(t: TraceTables, windows: pl.DataFrame, keep: list[int],
         "_lrow", "correlation", "cpu_ts_ns", "cpu_dur_ns", "gpu_ts_ns", "device", "stream").sort(
         "device", "stream", "cpu_ts_ns", "gpu_ts_ns").with_columns(
         _prev_started=pl.col("gpu_ts_ns").cum_max().shift(1).over("device", "stream"),
-        _next_launch=pl.col("cpu_ts_ns").shift(-1).over("device", "stream"),
+        _next_launch=pl.when(_same_group(("device", "stream"), -1)).then(pl.col("cpu_ts_ns").shift(-1)),
     ).with_columns(
         queue_empty=(pl.col("_prev_started").is_null() | (pl.col("_prev_started") <= pl.col("cpu_ts_ns")))
         & (pl.col("_next_launch").is_null() | (pl.col("_next_launch") > pl.col("gpu_ts_ns")))
@@ -266,16 +331,29 @@ def graph_inputs(t: TraceTables, windows: pl.DataFrame, keep: list[int],
     ga = gpu_activity(t).lazy().select("device", "stream", pl.col("ts_ns").alias("gpu_ts_ns"), "end_ns",
                                        "correlation").filter(
         pl.col("stream").is_not_null()).sort("device", "stream", "gpu_ts_ns").with_columns(
-        _prev_end_all=pl.col("end_ns").cum_max().shift(1).over("device", "stream")).drop("end_ns").unique(
-        ["device", "stream", "gpu_ts_ns", "correlation"], keep="first")
-    queue = lj.join(ga, on=["device", "stream", "gpu_ts_ns", "correlation"], how="left",
-                    maintain_order="left").select(
+        _prev_end_all=pl.col("end_ns").cum_max().shift(1).over("device", "stream")).drop("end_ns").collect(
+        engine=_ENGINE)
+    if ga["correlation"].null_count() == 0 and ga["correlation"].n_unique() == ga.height:
+        # One activity per correlation (the usual case): the four-key match is the activity
+        # of the launch's correlation where its device, stream and start agree (a join on one
+        # key, several times cheaper than on four; the four keys are unique already).
+        same = pl.all_horizontal([pl.col(c) == pl.col(f"_{c}") for c in ("device", "stream", "gpu_ts_ns")])
+        lq = lj.join(ga.lazy().select("correlation", *[pl.col(c).alias(f"_{c}") for c in
+                                                      ("device", "stream", "gpu_ts_ns")], "_prev_end_all"),
+                     on="correlation", how="left", maintain_order="left").with_columns(
+            _prev_end_all=pl.when(same).then(pl.col("_prev_end_all")))
+    else:
+        lq = lj.join(ga.lazy().unique(["device", "stream", "gpu_ts_ns", "correlation"], keep="first"),
+                     on=["device", "stream", "gpu_ts_ns", "correlation"], how="left", maintain_order="left")
+    queue = lq.select(
         "_lrow", "cpu_ts_ns", queue_empty=pl.col("queue_empty") & (pl.col("_prev_end_all").is_null()
                                                                    | (pl.col("_prev_end_all") < pl.col("cpu_ts_ns"))),
         _prev_end_all="_prev_end_all").collect(engine=_ENGINE)
     comm = comm_classes(t).select("is_comm")
-    k_comm = model.kernels.select("ts_ns", "correlation").with_columns(comm["is_comm"]).unique(
-        ["correlation", "ts_ns"], keep="first")
+    k_comm = model.kernels.select("ts_ns", "correlation").with_columns(comm["is_comm"])
+    k_comm_unique = k_comm["correlation"].null_count() == 0 and k_comm["correlation"].n_unique() == k_comm.height
+    if not k_comm_unique:
+        k_comm = k_comm.unique(["correlation", "ts_ns"], keep="first")
     dl_ranges = pl.concat([
         model.annotations.filter(pl.col("name").str.contains(DATALOADER_RE)).select("pid", "tid", "ts_ns", "end_ns"),
         model.cpu_ops.filter(pl.col("name").str.contains(DATALOADER_RE)).select("pid", "tid", "ts_ns", "end_ns"),
@@ -349,7 +427,8 @@ def graph_inputs(t: TraceTables, windows: pl.DataFrame, keep: list[int],
             _call_window=pl.coalesce("_corr_window", "_time_window")).drop("_srow", "_corr_window", "_time_window")
     else:
         syncs = syncs.with_columns(_call_window=pl.lit(None, pl.Int64))
-    return GraphInputs(windows=windows, batches=batches, queue=queue, k_comm=k_comm, dl=dl, syncs=syncs, main=main)
+    return GraphInputs(windows=windows, batches=batches, queue=queue, k_comm=k_comm, k_comm_unique=k_comm_unique,
+                       dl=dl, syncs=syncs, main=main)
 
 
 def graph_batches(t: TraceTables, windows: pl.DataFrame, keep: list[int], cpu_gaps: bool,
@@ -384,8 +463,7 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
                             "gpu_name", "activity", "gpu_ts_ns", "gpu_end_ns", "device", "stream")[q["_lrow"]]
     lj = lj.with_columns(queue_empty=q["queue_empty"], _prev_end_all=q["_prev_end_all"])
     del q
-    gpu = assign_steps(lj, windows, "cpu_ts_ns").lazy().filter(pl.col("window").is_in(keep)).with_columns(
-        _w0=w0, _w1=w1).with_columns(
+    gpu = _in_batch(lj, windows, keep, "cpu_ts_ns").lazy().with_columns(
         [pl.col(c).clip(pl.col("_w0"), pl.col("_w1")) for c in ("cpu_ts_ns", "cpu_end_ns", "gpu_ts_ns", "gpu_end_ns")]
     ).drop("_w0", "_w1").collect(engine=_ENGINE)
     del lj
@@ -393,9 +471,15 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
     # The event table: CPU events, then GPU activities.
     # (Clipped starts lie in the batch's span: the kernels that can match are there.)
     k_comm = inp.k_comm.filter(pl.col("ts_ns").is_between(lo, hi))
-    gpu = gpu.join(k_comm.select("correlation", pl.col("ts_ns").alias("gpu_ts_ns"), "is_comm"),
-                   on=["correlation", "gpu_ts_ns"], how="left", maintain_order="left").with_columns(
-        pl.col("is_comm").fill_null(False))
+    if inp.k_comm_unique:
+        # (A join on the correlation alone, the start compared after: the same match.)
+        gpu = gpu.join(k_comm.select("correlation", pl.col("ts_ns").alias("_k_ts"), "is_comm"), on="correlation",
+                       how="left", maintain_order="left").with_columns(
+            pl.when(pl.col("_k_ts") == pl.col("gpu_ts_ns")).then(pl.col("is_comm")).fill_null(False)).drop("_k_ts")
+    else:
+        gpu = gpu.join(k_comm.select("correlation", pl.col("ts_ns").alias("gpu_ts_ns"), "is_comm"),
+                       on=["correlation", "gpu_ts_ns"], how="left", maintain_order="left").with_columns(
+            pl.col("is_comm").fill_null(False))
     del k_comm
     gpu = on_distinct(gpu, ["gpu_name", "activity", "is_comm"], klass=pl.when(pl.col("activity") != "kernel").then(
         pl.col("activity")).when(pl.col("is_comm")).then(pl.lit("communication")).otherwise(
@@ -404,6 +488,9 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
     n_cpu = cpu.height
     cpu = cpu.with_columns(event=pl.int_range(pl.len(), dtype=pl.Int64), dl=dl)
     gpu = gpu.with_columns(event=pl.int_range(pl.len(), dtype=pl.Int64) + n_cpu)
+    # The events' bound classes as codes (BOUND_CLASSES' order), for the path's breakdown.
+    bound_code = np.concatenate([np.where(cpu["dl"].to_numpy(), 1, 0), np.where(gpu["is_comm"].to_numpy(), 3, 2)]
+                                ).astype(np.int8)
     events = pl.concat([
         cpu.select("event", "window", "kind", "name", "pid", "tid", pl.lit(None, pl.Int64).alias("device"),
                    pl.lit(None, pl.Int64).alias("stream"), "ts_ns", "end_ns",
@@ -459,9 +546,12 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
                                     ).fill_null(False)
     else:
         is_main = pl.struct("pid", "tid").is_in(main.select(pl.struct("pid", "tid")).to_series().implode())
-    b = lb.with_columns(_main=is_main, _w0=w0).with_columns(
+    # (A window's start: the events' own, by row.)
+    w0_sb = cpu["_w0"].gather(sb["event"]) if "_w0" in cpu.columns else w0
+    b = lb.with_columns(is_main.alias("_main"), w0_sb.alias("_w0")).with_columns(
         _gap_from=pl.when(pl.col("first")).then(pl.col("_w0")).otherwise(pl.col("prev_t"))).collect(engine=_ENGINE)
-    del sb, blocking
+    del sb, blocking, w0_sb
+    cpu = cpu.drop("_w0", strict=False)
     busy = pl.zeros(b.height, pl.Int64, eager=True).alias("_busy")
     others = cpu.filter(~is_main & pl.col("pid").is_in(main["pid"].implode()))
     if cpu_gaps and others.height:
@@ -551,16 +641,18 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
         waits = pl.concat([waits, _inferred_waits(act)])
 
     # ---- GPU chains per (window, device, stream), kernels by start.
-    lg = act.lazy().sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", "event").with_columns(
-        prev_end=pl.col("gpu_end_ns").shift(1).over("window", "device", "stream"),
-        prev_event=pl.col("event").shift(1).over("window", "device", "stream"),
+    # (The columns read below; the join keeps the order: one row per event on its right.)
+    lg = act.lazy().select("event", "window", "correlation", "pid", "tid", "cpu_ts_ns", "gpu_ts_ns", "gpu_end_ns",
+                           "device", "stream", "queue_empty", "_prev_end_all").sort(
+        "window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", "event").with_columns(
+        prev_end=pl.when(_same_group(("window", "device", "stream"))).then(pl.col("gpu_end_ns").shift(1)),
+        prev_event=pl.when(_same_group(("window", "device", "stream"))).then(pl.col("event").shift(1)),
     )
     if waits.height:
         lg = lg.join(waits.lazy().select(pl.col("dst").alias("event"), pl.col("src_end").alias("wait_end")).group_by(
-            "event").agg(pl.col("wait_end").max()), on="event", how="left")
+            "event").agg(pl.col("wait_end").max()), on="event", how="left", maintain_order="left")
     else:
         lg = lg.with_columns(wait_end=pl.lit(None, pl.Int64))
-    lg = lg.sort("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", "event")
     w_ok_launch = pl.col("wait_end").is_null() | (pl.col("wait_end") < pl.col("cpu_ts_ns"))
     launch = pl.col("queue_empty") & (pl.col("prev_end").is_null() | (pl.col("prev_end") < pl.col("cpu_ts_ns"))) \
         & w_ok_launch
@@ -652,8 +744,15 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
         link_type=_ints(nodes["link_type"]), link_event=_ints(nodes["link_event"]),
         link_dl=nodes["link_dl"].to_numpy(), lead=seg_start & (link_w > 0),
         x_src=x_src, x_dst=x_dst, x_w=_i64(x["w"]), x_type=x_type, x_event=_ints(x["ev"]),
-        events=events.drop("window"), sync_source=source,
+        events=events.drop("window"), sync_source=source, bound_code=bound_code,
     )
+
+
+def _same_group(by: tuple[str, ...], lag: int = 1) -> pl.Expr:
+    """Whether a row's ``by`` equal those ``lag`` rows before (null = null), in a frame sorted by
+    ``by``: a ``shift(lag)`` kept where this holds is that shift ``over(by)``, without its
+    group-by."""
+    return pl.all_horizontal([pl.col(c).eq_missing(pl.col(c).shift(lag)) for c in by])
 
 
 def _ints(s: pl.Series) -> I32:
@@ -677,10 +776,12 @@ def _inferred_waits(act: pl.DataFrame) -> pl.DataFrame:
     finished within :data:`_TOL_NS` before it started (and after the call ended), that is taken
     as what it waited for (a ``cudaStreamWaitEvent`` on another thread, or the device being
     full). Without it the whole wait would read as launch overhead."""
-    a = act.sort("window", "device", "stream", "gpu_ts_ns", "event").with_columns(
-        _prev_end=pl.col("gpu_end_ns").shift(1).over("window", "device", "stream"))
+    a = act.lazy().select("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", "cpu_end_ns", "event").sort(
+        "window", "device", "stream", "gpu_ts_ns", "event").with_columns(
+        _prev_end=pl.when(_same_group(("window", "device", "stream"))).then(pl.col("gpu_end_ns").shift(1)))
     late = a.filter((pl.col("gpu_ts_ns") - pl.col("cpu_end_ns") > INFERRED_WAIT_NS)
-                    & (pl.col("_prev_end").is_null() | (pl.col("_prev_end") < pl.col("cpu_end_ns"))))
+                    & (pl.col("_prev_end").is_null() | (pl.col("_prev_end") < pl.col("cpu_end_ns")))).collect(
+        engine=_ENGINE)
     empty = pl.DataFrame(schema={"src_event": pl.Int64, "dst": pl.Int64, "src_end": pl.Int64})
     if late.is_empty():
         return empty
@@ -714,10 +815,18 @@ def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame,
     # A launch row per activity, for "the thread's last launch before t" look-ups. (Ties, the
     # activities clipped to their window's end, broken by event number: the same activity
     # whatever the other windows in the graph.)
-    last_act = act.sort("gpu_end_ns", "event").unique("correlation", keep="last").select(
-        "pid", "tid", "cpu_ts_ns", "event", "gpu_end_ns", "stream", "device", "window").sort("cpu_ts_ns", "event")
-    first_act = act.sort("gpu_ts_ns", "event").unique("correlation", keep="first").select(
-        "pid", "tid", "cpu_ts_ns", "event", "stream", "window").sort("cpu_ts_ns", "event")
+    last_cols = ("pid", "tid", "cpu_ts_ns", "event", "gpu_end_ns", "stream", "device", "window")
+    first_cols = ("pid", "tid", "cpu_ts_ns", "event", "stream", "window")
+    if act["correlation"].n_unique() == act.height:
+        # One activity per launch (the usual case): it is both the first and the last.
+        both = act.select(*last_cols).sort("cpu_ts_ns", "event")
+        last_act, first_act = both, both.select(first_cols)
+    else:
+        # (The columns read, projected before the sorts.)
+        last_act = act.lazy().select("correlation", *last_cols).sort("gpu_end_ns", "event").unique(
+            "correlation", keep="last").drop("correlation").sort("cpu_ts_ns", "event").collect(engine=_ENGINE)
+        first_act = act.lazy().select("correlation", "gpu_ts_ns", *first_cols).sort("gpu_ts_ns", "event").unique(
+            "correlation", keep="first").select(first_cols).sort("cpu_ts_ns", "event").collect(engine=_ENGINE)
     calls = rt.filter(pl.col("name").is_in(list(_SYNC_CALLS)))
     if with_syncs:
         source = "cuda_sync events"
@@ -785,8 +894,10 @@ def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame,
         # call on the stream the event was recorded on (from any thread). A -1 (an event
         # recorded before the trace began) finds nothing: no edge, as in HTA.
         known = ew.filter(pl.col("rec_corr").is_not_null())
+        # (The calls of those correlations only: the first of each is the one kept, the join is inner.)
         q_arg = known.join(rt.select(pl.col("correlation").alias("rec_corr"), pl.col("ts_ns").alias("rec_ts"))
-                           .filter(pl.col("rec_corr").is_not_null()).unique("rec_corr", keep="first"),
+                           .filter(pl.col("rec_corr").is_in(known["rec_corr"].unique().implode()))
+                           .unique("rec_corr", keep="first"),
                            on="rec_corr", how="inner")
         q_arg = q_arg.sort("rec_ts").join_asof(
             last_act.select("device", pl.col("stream").alias("wait_stream"), "cpu_ts_ns", *src_cols),
@@ -890,28 +1001,46 @@ def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
     offer = floor.copy()
     rounds, converged = 1, True
     dist = _chain_dist(offer, prefix, seg, seg_first, big, off)
-    while g.x_dst.size:
-        cand = dist[g.x_src] + xw
-        best = np.maximum.reduceat(cand, x_dst_first)
-        # Offers differ from the floor only at cross-edge destinations: compared and
-        # updated there. They only grow (so do the distances they come from).
-        new = np.maximum(floor[x_dst_u], best)
-        grew = new != offer[x_dst_u]
-        if not grew.any():
-            break
-        at = x_dst_u[grew]
-        offer[at] = new[grew]
-        if rounds >= max_rounds:
-            # Many chain switches (thousands of syncs in one window): finish with one pass in
-            # topological order instead, linear in nodes and edges whatever the depth.
-            dist, converged = _topological_dist(g, lw, xw, floor)
-            cand = dist[g.x_src] + xw
-            offer = floor.copy()
-            offer[x_dst_u] = np.maximum(floor[x_dst_u], np.maximum.reduceat(cand, x_dst_first))
-            break
-        rounds += 1
-        # Only the segments whose offers grew change, from their first grown node on.
-        _raise_dist(dist, offer, prefix, seg, seg_first, seg_end, big, off, at)
+    if g.x_dst.size:
+        # The rounds read distances only at the cross edges' ends (the "keys"), and run on
+        # those nodes alone: a key's distance is P + the running maximum, over the keys before
+        # it in its segment, of max(offer − P, S), S being the part no round changes (the
+        # running maximum of floor − P over every node: dist − P after the first round). The
+        # distances of every node follow once, from the final offers.
+        keys, k_src, k_dst, kseg, kseg_first = g.keys
+        kp = prefix[keys]
+        kfloor = dist[keys]  # S + P
+        k_offer = offer[keys]
+        k_dist = kfloor
+        koff = kseg * big if float(big) * float(kseg[-1] + 1) < 2.0**62 else None
+        raised = False
+        while True:
+            cand = k_dist[k_src] + xw
+            best = np.maximum.reduceat(cand, x_dst_first)
+            # Offers differ from the floor only at cross-edge destinations: compared and
+            # updated there. They only grow (so do the distances they come from).
+            new = np.maximum(floor[x_dst_u], best)
+            grew = new != offer[x_dst_u]
+            if not grew.any():
+                break
+            offer[x_dst_u[grew]] = new[grew]
+            if rounds >= max_rounds:
+                # Many chain switches (thousands of syncs in one window): finish with one pass in
+                # topological order instead, linear in nodes and edges whatever the depth.
+                dist, converged = _topological_dist(g, lw, xw, floor)
+                cand = dist[g.x_src] + xw
+                offer = floor.copy()
+                offer[x_dst_u] = np.maximum(floor[x_dst_u], np.maximum.reduceat(cand, x_dst_first))
+                raised = False
+                break
+            rounds += 1
+            raised = True
+            k_offer[k_dst[grew]] = new[grew]
+            k_dist = _chain_dist(np.maximum(k_offer, kfloor), kp, kseg, kseg_first, big, koff)
+        del keys, kp, kfloor, k_offer, k_dist, koff
+        if raised:
+            del dist  # (the first round's: not held while the last pass runs)
+            dist = _chain_dist(offer, prefix, seg, seg_first, big, off)
     del prefix, off, floor
     return _extract(g, dist, offer, lw, xw, rounds, converged)
 
@@ -969,37 +1098,16 @@ def _chain_dist(offer: I64, prefix: I64, seg: I64, seg_first: I64, big: np.int64
     return out
 
 
-def _raise_dist(dist: I64, offer: I64, prefix: I64, seg: I64, seg_first: I64, seg_end: I64, big: np.int64,
-                off: I64 | None, grew: I64) -> None:
-    """Update ``dist`` in place after the offers at nodes ``grew`` (sorted) went up: in each
-    segment holding one, from the first such node to the segment's end, ``dist[i]`` becomes
-    ``max(dist[i], P[i] + max_{lo ≤ j ≤ i}(offer[j] − P[j]))`` (the nodes before ``lo`` kept their
-    offers, so their part of the maximum is already in ``dist``)."""
-    import numpy as np
-
-    s = seg[grew]
-    first = np.r_[True, s[1:] != s[:-1]]
-    idx = _ranges(grew[first], seg_end[s[first]])
-    if off is None:
-        dist[:] = _chain_dist(offer, prefix, seg, seg_first, big, None)
-        return
-    o = off[idx]
-    p = prefix[idx]
-    m = np.maximum.accumulate(offer[idx] - p + o)
-    m -= o
-    m += p
-    dist[idx] = np.maximum(dist[idx], m)
-
-
 def _extract(g: CPGraph, dist: I64, offer: I64, lw: I64, xw: I64, rounds: int, converged: bool) -> LongestPath:
     import numpy as np
 
     n = dist.size
     # Where along its segment each node's best start lies: the last j ≤ i at which
     # offer[j] − P[j] reached the running maximum, i.e. offer[j] = dist[j]. A segment's first
-    # node always qualifies (its distance is its offer), so a plain running maximum of the
-    # qualifying indices never reaches back into the previous segment.
-    jstar = np.maximum.accumulate(np.where((offer == dist) | g.seg_start, np.arange(n), 0))
+    # node always qualifies (its distance is its offer), so the last qualifying index never
+    # lies in the previous segment. (Qualifying nodes are few: segment starts and the nodes
+    # a cross edge raised; the walk looks them up by bisection.)
+    starts_at = np.flatnonzero((offer == dist) | g.seg_start).tolist()
     # Best cross edge into each node (the one whose offer won: the first of the largest
     # offers among the edges into it, edges being sorted by destination).
     cand = dist[g.x_src] + xw if g.x_src.size else np.zeros(0, np.int64)
@@ -1010,13 +1118,18 @@ def _extract(g: CPGraph, dist: I64, offer: I64, lw: I64, xw: I64, rounds: int, c
         best_x[g.x_dst[first]] = first
     win = g.node_window
     # Each window's path ends at its first node of largest distance (windows in order): a
-    # maximum per window and a search among the few nodes reaching it, no sort of the nodes.
-    w0 = int(win.min())
-    wmax = np.full(int(win.max()) - w0 + 1, np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(wmax, win - w0, dist)
-    top = np.flatnonzero(dist == wmax[win - w0])
-    _, first_top = np.unique(win[top], return_index=True)
-    ends = top[first_top]
+    # maximum per run of nodes of one window (the chains are grouped by window: few runs),
+    # per window, then the first node reaching it in the first run that does.
+    run_at, run_end, run_win = g.window_runs
+    rmax = np.maximum.reduceat(dist, run_at)
+    w0 = int(run_win.min())
+    wmax = np.full(int(run_win.max()) - w0 + 1, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(wmax, run_win - w0, rmax)
+    top = np.flatnonzero(rmax == wmax[run_win - w0])
+    _, first_top = np.unique(run_win[top], return_index=True)
+    ends = np.asarray([a + int(np.argmax(dist[a:b] == m)) for a, b, m in zip(
+        run_at[top[first_top]].tolist(), run_end[top[first_top]].tolist(), rmax[top[first_top]].tolist(),
+        strict=True)], dtype=np.int64)
     window_len: dict[int, int] = {}
     # Path segments [lo, hi) of node indices, in walk order: their nodes are on the path,
     # their chain links (lo's link excluded) too.
@@ -1030,7 +1143,7 @@ def _extract(g: CPGraph, dist: I64, offer: I64, lw: I64, xw: I64, rounds: int, c
         i = e
         # One iteration per segment of the path (a chain stretch entered by a cross edge).
         for _ in range(n):
-            j = int(jstar[i])
+            j = starts_at[bisect.bisect_right(starts_at, i) - 1]
             seg_lo.append(j)
             seg_hi.append(i + 1)
             if i > j:

@@ -152,6 +152,8 @@ def _event_scale(g: CPGraph, target: str, model: TraceModel) -> tuple[np.ndarray
     if target == "launch_overhead":
         return np.zeros(ev.height, dtype=bool), True
     if target in ("cpu", "data_loading"):
+        if g.bound_code is not None:  # a CPU event's class is cpu_bound (0) or data_loading (1)
+            return g.bound_code == (1 if target == "data_loading" else 0), False
         return ((ev["klass"] == "cpu") & ((ev["bound"] == "data_loading") == (target == "data_loading"))).to_numpy(), \
             False
     if target.startswith("kernel:"):
@@ -175,7 +177,8 @@ def _event_scale(g: CPGraph, target: str, model: TraceModel) -> tuple[np.ndarray
     if target not in KERNEL_CLASSES:
         raise _BadTarget(f"unknown target {target!r} (a kernel class: {', '.join(KERNEL_CLASSES)}; cpu, "
                          "data_loading, launch_overhead, op:NAME or kernel:REGEX)")
-    return (ev["klass"] == target).to_numpy(), False
+    codes, code_of = g.klass_codes
+    return codes == code_of.get(target, -1), False
 
 
 class _BadTarget(ValueError):
@@ -208,9 +211,12 @@ def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: Tr
         out[hit] = np.floor(w[hit] / factor)
         return out
 
+    # Weights only shrink: a target with no edge on any path leaves every path as it is (the
+    # lighter weights are made only for a target that has one).
     if launch:
         x_hit = g.x_type == LAUNCH
-        touched = bool(x_hit[base.path_x].any())
+        if not x_hit[base.path_x].any():
+            return _untouched(len(base.window_len))
         xw = lighter(g.x_w, x_hit)
     else:
         # Event -1 (a link of no event) reads the False appended at the end.
@@ -219,15 +225,16 @@ def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: Tr
         if target in ("cpu", "data_loading"):  # the time between a thread's ops is CPU time too
             hit |= (g.link_type == DEPENDENCY) & (g.link_dl == (target == "data_loading"))
         touched = bool(hit[base.path_links].any())
+        # Hand-offs between threads: CPU time of the step's thread.
+        x_hit = g.x_type == DEPENDENCY if target == "cpu" else None
+        if x_hit is not None:
+            touched |= bool(x_hit[base.path_x].any())
+        if not touched:
+            return _untouched(len(base.window_len))
         lw = lighter(g.link_w, hit)
         del hit
-        if target == "cpu":  # hand-offs between threads: CPU time of the step's thread
-            x_hit = g.x_type == DEPENDENCY
-            touched |= bool(x_hit[base.path_x].any())
+        if x_hit is not None:
             xw = lighter(g.x_w, x_hit)
-    if not touched:
-        # Weights only shrink: a target with no edge on any path leaves every path as it is.
-        return _untouched(len(base.window_len))
     new = longest_path(g, lw, xw)
     del lw, xw
     saved = [base.window_len[w] - new.window_len.get(w, 0) for w in base.window_len]
@@ -286,8 +293,8 @@ def _path_edges(g: CPGraph, lp: LongestPath) -> _PathEdges:
     import numpy as np
 
     code = {c: i for i, c in enumerate(_BOUND_NAMES)}
-    bound = g.events["bound"].replace_strict(list(_BOUND_NAMES), list(range(len(_BOUND_NAMES))),
-                                             return_dtype=pl.Int8).to_numpy()
+    bound = g.bound_code if g.bound_code is not None else g.events["bound"].replace_strict(
+        list(_BOUND_NAMES), list(range(len(_BOUND_NAMES))), return_dtype=pl.Int8).to_numpy()
     li = lp.path_links
     l_ev = g.link_event[li]
     l_type = g.link_type[li]
@@ -466,12 +473,14 @@ def _batch_part(g: CPGraph, model: TraceModel, target: str, factor: float, step_
                               else np.zeros(0, np.int64)},
                              schema={"event": pl.Int64, "bound": pl.Int8, "w": pl.Int64})
     del pe, keep_e, key, order, starts
+    # (Grouped with the class as its code, named after: the groups are few.)
     events = (
-        per_event.with_columns(name=ev["name"].gather(per_event["event"]), kind=ev["kind"].gather(per_event["event"]),
-                               bound_by=pl.col("bound").replace_strict(list(range(len(_BOUND_NAMES))),
-                                                                       list(_BOUND_NAMES), return_dtype=pl.String))
-        .group_by("name", "kind", "bound_by")
+        ev.select(pl.col("name", "kind").gather(per_event["event"])).with_columns(per_event["bound"], per_event["w"])
+        .group_by("name", "kind", "bound")
         .agg(total=pl.col("w").sum(), count=pl.len().cast(pl.Int64))
+        .select("name", "kind", pl.col("bound").replace_strict(list(range(len(_BOUND_NAMES))), list(_BOUND_NAMES),
+                                                               return_dtype=pl.String).alias("bound_by"),
+                "total", "count")
     )
     del per_event
 
