@@ -7,6 +7,7 @@ parses options, calls these and prints the terminal summaries of :mod:`traceanal
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -30,7 +31,39 @@ def load(path: str | Path, use_cache: bool | None = None) -> Model:
     the model cache (:mod:`traceanalyzer.store.cache`): an unchanged file is read back from its
     Arrow IPC entry. ``use_cache=False`` parses the file and leaves the cache alone; None
     follows ``TRACEANALYZER_NO_CACHE``."""
+    _warm_up()
     return _cached_load(path, use_cache)
+
+
+_warming: threading.Thread | None = None
+
+
+def _warm_up() -> None:
+    """Once per process, import in a background thread what the analyses and rules import
+    on first use (numpy, the ``numpy.ma`` polars imports the first time it reads numpy data,
+    every analysis and rule module) while the caller parses its input. Those imports are
+    Python work that holds the GIL; after the load they would delay the first analyses
+    while the second core waits, during the load they fill the time the decoder leaves
+    it. The thread only imports: anything it does not finish, the first user imports
+    itself (the import system makes both wait for one import), and a failure there is
+    that user's to report."""
+    global _warming
+    if _warming is not None:
+        return
+
+    def work() -> None:
+        try:
+            import numpy.ma  # noqa: F401
+
+            from traceanalyzer import analyses, rules
+
+            analyses.discover()
+            rules.discover()
+        except Exception:  # noqa: BLE001, S110 - the real import, later, reports it
+            pass
+
+    _warming = threading.Thread(target=work, name="traceanalyzer-warm-up", daemon=True)
+    _warming.start()
 
 
 def build_report(model: Model, config: Config | None = None, source: str | None = None) -> Report:
