@@ -735,17 +735,39 @@ def test_lazy_bracket_scan_equals_numpy_scan() -> None:
 def test_plain_trace_load_does_not_import_numpy(tmp_path: Path) -> None:
     """numpy's import (0.14 s) is kept off the loader's path for a plain trace: its framing
     scans are pure Python. (The analyses import it when they run: the critical path's
-    longest-path pass needs it on every GPU trace.)"""
+    longest-path pass needs it on every GPU trace; ``pipeline.load`` imports it in a
+    background thread while the loader runs, see the next test.)"""
     import subprocess
     import sys
 
     p = write(tmp_path, "t.json.gz", kineto_text(doc_of(modern_events(3))))
-    code = ("import sys; from traceanalyzer.pipeline import load\n"
-            "model = load(sys.argv[1], use_cache=False)\n"
+    code = ("import sys; from traceanalyzer.load import load\n"
+            "model = load(sys.argv[1])\n"
             "assert model.kernels.height > 0\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'numpy')[:3])")
     out = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_pipeline_load_warms_up_the_analyses_in_the_background(tmp_path: Path) -> None:
+    """``pipeline.load`` starts one thread per process that imports numpy and every analysis
+    and rule module while the input is parsed; the model and the registries are the same."""
+    import subprocess
+    import sys
+
+    p = write(tmp_path, "t.json.gz", kineto_text(doc_of(modern_events(3))))
+    code = ("import sys, threading\n"
+            "from traceanalyzer import pipeline\n"
+            "model = pipeline.load(sys.argv[1], use_cache=False)\n"
+            "first = pipeline._warming\n"
+            "pipeline.load(sys.argv[1], use_cache=False)\n"
+            "assert pipeline._warming is first, 'one warm-up thread per process'\n"
+            "first.join(60)\n"
+            "mods = set(sys.modules)\n"
+            "print(model.kernels.height > 0, 'numpy.ma' in mods, 'traceanalyzer.analyses.critical_path' in mods,\n"
+            "      'traceanalyzer.rules.blocking_copies' in mods)")
+    out = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True"] * 4, out.stdout + out.stderr
 
 
 @pytest.mark.parametrize("where", ["early", "middle", "last"])

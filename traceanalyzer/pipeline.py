@@ -12,12 +12,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from traceanalyzer.analyses import Results, run_analyses
+from traceanalyzer.analyses import discover as discover_analyses
 from traceanalyzer.config import Config
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.model import Model
 from traceanalyzer.report import registry as renderer_registry
 from traceanalyzer.report.document import Report
 from traceanalyzer.rules import Finding, Severity, run_rules
+from traceanalyzer.rules import discover as discover_rules
 from traceanalyzer.rules import registry as rule_registry
 from traceanalyzer.store.cache import load as _cached_load
 from traceanalyzer.store.results import for_model as _result_cache
@@ -55,10 +57,8 @@ def _warm_up() -> None:
         try:
             import numpy.ma  # noqa: F401
 
-            from traceanalyzer import analyses, rules
-
-            analyses.discover()
-            rules.discover()
+            discover_analyses()
+            discover_rules()
         except Exception:  # noqa: BLE001, S110 - the real import, later, reports it
             pass
 
