@@ -784,8 +784,7 @@ def _comm_ops(t: TraceTables, windows: pl.DataFrame, steady: list[int], device: 
     k = k.join(ops.select(pl.col("id").alias("_op"), pl.col("name").alias("op"), "input_dims"), on="_op", how="left")
     steps = max(len(steady), 1)
     return (
-        k.select(pl.exclude("_k"), "_k")
-        .with_columns(pl.col("op").fill_null("<no launching CPU op>"))
+        k.with_columns(pl.col("op").fill_null("<no launching CPU op>"))
         .group_by("op", "comm_name")
         .agg(calls=pl.len().cast(pl.Int64), gpu_ns=pl.col("dur_ns").sum(),
              n_shapes=pl.col("input_dims").n_unique().cast(pl.Int64),

@@ -152,7 +152,6 @@ def kernel_sequences(ctx: AnalysisContext[TraceModel]) -> KernelSequencesResult:
     at = join_unique(k.select("correlation"), rt.select("correlation", "pid", "tid", "ts_ns"), "correlation")
     k = k.with_columns(cpu_op=model.cpu_ops["name"].gather(op_index(ctx.tables).lookup(at.select(
         "pid", "tid", "ts_ns"))) if model.cpu_ops.height else pl.lit(None, pl.String))
-    k = k.select(pl.exclude("norm"), "norm")
     # One id per (normalised name, launching op): the n-grams group by ids, not long strings.
     names = k.select("norm", "cpu_op").unique().sort("norm", "cpu_op", nulls_last=True).with_row_index(
         "nid").with_columns(klass=kernel_class(pl.col("norm")))

@@ -496,12 +496,6 @@ def _typed_exprs(table: str, columns: list[str | pl.Expr]) -> list[pl.Expr]:
             for c, (new, dtype) in zip(columns, _RAW_SCHEMAS[table].items(), strict=True)]
 
 
-def _typed(table: str, df: pl.DataFrame) -> pl.DataFrame:
-    """Rename a selection positionally to the raw columns of ``table`` and cast."""
-    schema = _RAW_SCHEMAS[table]
-    return df.select(pl.col(old).cast(dtype).alias(new) for old, (new, dtype) in zip(df.columns, schema.items()))
-
-
 _DIMS_MARK = "\x00dims:"  # in _x_frame's column list: ``_json_dims`` of that args field
 
 
@@ -613,11 +607,11 @@ def _other_frame(p: pl.DataFrame, stats: _Stats) -> pl.DataFrame:
     if unknown.height:
         for c, n in unknown.group_by("scat", maintain_order=True).len().iter_rows():
             stats.unknown_cats[c] += n
-    return _typed("other_events", p.select(
+    return p.select(_typed_exprs("other_events", [
         "scat", "name", "ts", "dur", pl.col("pid_s").fill_null("None"), pl.col("tid_s").fill_null("None"),
-        pl.lit(None, pl.String).alias("args"),  # only counter events keep theirs: decoded exactly
+        pl.lit(None, pl.String),  # args: only counter events keep theirs, decoded exactly
         _A("correlation"), _A("wait_on_stream"), _A("wait_on_cuda_event_record_corr_id"),
-    ))
+    ]))
 
 
 def _decode_region(region: bytes, sep_nd: bytes, sep_nl: bytes, autograd: bool,
