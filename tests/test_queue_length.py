@@ -205,28 +205,3 @@ def test_queue_length_differs_from_hta_where_documented() -> None:
     assert h["time_weighted_mean"] == pytest.approx(612.325) and ours["mean_queue"] == pytest.approx(682.765, abs=0.01)
     h25, ours25 = by_stream[25]  # no graph launch, nothing after the range: the same
     assert ours25["max_queue"] == h25["max"] == 4
-
-
-def test_p95_per_stream_matches_the_group_by_p95() -> None:
-    """The numpy p95 of every stream at once equals _p95 per group, on a known case and on
-    random ones (ties of levels, one-row streams, many streams)."""
-    import numpy as np
-
-    from traceanalyzer.analyses.queue_length import _p95, _p95_per_stream
-
-    # Stream (0, 7): levels 0 (10 ns), 2 (80 ns), 5 (10 ns): 95 % of 100 ns is reached at level 5.
-    # Stream (1, 7): one segment.
-    st = pl.DataFrame({"device": [0, 0, 0, 1], "stream": [7, 7, 7, 7], "queue": [5, 0, 2, 3],
-                       "dur_ns": [10, 10, 80, 4]})
-    got = _p95_per_stream(st)
-    assert got is not None
-    assert got.sort("device").rows() == [(0, 7, 5), (1, 7, 3)]
-    rng = np.random.default_rng(0)
-    q, w = pl.col("queue"), pl.col("dur_ns")
-    for _ in range(100):
-        n = int(rng.integers(1, 200))
-        st = pl.DataFrame({"device": rng.integers(0, 3, n), "stream": rng.integers(0, 5, n),
-                           "queue": rng.integers(-2, 20, n), "dur_ns": rng.integers(1, 10**9, n)})
-        want = st.group_by("device", "stream").agg(p95_queue=_p95(q, w)).sort("device", "stream")
-        got = _p95_per_stream(st)
-        assert got is not None and got.sort("device", "stream").equals(want)

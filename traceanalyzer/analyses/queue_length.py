@@ -170,36 +170,6 @@ def _p95(level: pl.Expr, dur: pl.Expr) -> pl.Expr:
     return lv.filter(d.cum_sum() >= 0.95 * d.sum()).first()
 
 
-def _p95_per_stream(st: pl.DataFrame) -> pl.DataFrame | None:
-    """``device, stream, p95_queue``: :func:`_p95` of each (device, stream) of the segments
-    ``st`` (``queue``, ``dur_ns`` > 0), by one numpy sort of every stream's segments by
-    (stream, level) instead of a sort per stream inside a group-by. The running time per
-    stream only grows, so the 95 % mark is crossed once: at the row after the stream's rows
-    still below it. None where a key is null or not an integer (the caller aggregates)."""
-    import numpy as np  # lazy: importing the package does not pay for numpy
-
-    coded = group_codes(st, ["device", "stream"]) if st.height else None
-    if coded is None or st["queue"].null_count() or st["dur_ns"].null_count():
-        return None
-    g = coded[0]
-    q, w = st["queue"].to_numpy(), st["dur_ns"].to_numpy()
-    order = np.lexsort((q, g))
-    gs, qs, ws = g[order], q[order], w[order]
-    cw = np.cumsum(ws)
-    starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])
-    sizes = np.diff(np.r_[starts, gs.shape[0]])
-    base = cw[starts] - ws[starts]  # time of the streams before each one
-    total = cw[starts + sizes - 1] - base
-    # As _p95 compares them: the integer running sum against a float threshold.
-    reached = (cw - np.repeat(base, sizes)) >= np.repeat(0.95 * total, sizes)
-    below = np.add.reduceat((~reached).astype(np.int64), starts)
-    at = starts + below
-    p95 = pl.Series("p95_queue", np.where(below < sizes, qs[np.minimum(at, gs.shape[0] - 1)], 0), dtype=pl.Int64)
-    found = pl.Series(below < sizes)
-    keys = st.select("device", "stream").select(pl.all().gather(pl.Series(order[starts])))
-    return keys.with_columns(pl.when(found).then(p95).otherwise(None).alias("p95_queue"))
-
-
 @analysis("queue_length", depends_on=("steps",), title="Launch queue length", order=52,
           shared=("gpu_activity", "launches"), params={"full_queue": 1024}, wide=True)
 def queue_length(ctx: AnalysisContext[TraceModel]) -> QueueLengthResult:
@@ -215,21 +185,21 @@ def queue_length(ctx: AnalysisContext[TraceModel]) -> QueueLengthResult:
     w = pl.col("dur_ns")
     q = pl.col("queue")
     st = seg.filter(pl.col("window").is_in(steady))
-    p95 = _p95_per_stream(st)
-    aggs = {"window_ns": w.sum(), "_area": (q * w).sum(), "max_queue": q.max(), "empty_ns": w.filter(q <= 0).sum(),
-            "full_ns": w.filter(q >= full_queue).sum()}
-    if p95 is None:
-        aggs["p95_queue"] = _p95(q, w)
     per_stream = (
-        st.group_by("device", "stream").agg(**aggs)
+        st.group_by("device", "stream").agg(
+            window_ns=w.sum(),
+            _area=(q * w).sum(),
+            p95_queue=_p95(q, w),
+            max_queue=q.max(),
+            empty_ns=w.filter(q <= 0).sum(),
+            full_ns=w.filter(q >= full_queue).sum(),
+        )
         .with_columns(
             mean_queue=(pl.col("_area") / pl.col("window_ns")).round(3),
             empty_pct_of_window=(pl.col("empty_ns") * 100.0 / pl.col("window_ns")).round(3),
             full_pct_of_window=(pl.col("full_ns") * 100.0 / pl.col("window_ns")).round(3),
         )
     )
-    if p95 is not None:
-        per_stream = per_stream.join(p95, on=["device", "stream"], how="left")
     totals = queued.group_by("device", "stream").agg(launches=pl.len(), gpu_ns=pl.col("gpu_dur_ns").sum())
     per_stream = (
         totals.join(per_stream, on=["device", "stream"], how="left", nulls_equal=True)
