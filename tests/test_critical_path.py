@@ -300,7 +300,7 @@ def test_longest_path_dp_matches_brute_force(scale: int) -> None:
     g = CPGraph(node_event=np.arange(n, dtype=np.int32), node_window=z, seg_start=seg_start,
                 link_w=link_w, link_type=z, link_event=z - 1, link_dl=np.zeros(n, dtype=bool), lead=lead,
                 x_src=src, x_dst=dst, x_w=xw, x_type=z[:300] + 4, x_event=z[:300] - 1, events=pl.DataFrame(),
-                sync_source="none")
+                sync_source="none", bound_code=np.zeros(n, dtype=np.int8))
     lp = longest_path(g)
     best = np.where(lead, link_w, 0).astype(np.int64)
     for i in range(n):

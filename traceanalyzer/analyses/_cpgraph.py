@@ -154,8 +154,9 @@ class CPGraph:
     x_event: I32
     events: pl.DataFrame
     sync_source: str  # "cuda_sync events" / "runtime calls" / "none"
-    # Per event, its ``bound`` as an index of BOUND_CLASSES (None: read ``events`` instead).
-    bound_code: I8 | None = None
+    # Per event, its ``bound`` as an index of BOUND_CLASSES (the what-ifs and the path's
+    # breakdown compare codes, not the strings of ``events``).
+    bound_code: I8
 
     @property
     def n_nodes(self) -> int:
@@ -216,7 +217,7 @@ def _empty_graph(events: pl.DataFrame, sync_source: str) -> CPGraph:
     import numpy as np
 
     z, z32, f = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=bool)
-    return CPGraph(z32, z32, f, z, z32, z32, f, f, z32, z32, z, z32, z32, events, sync_source)
+    return CPGraph(z32, z32, f, z, z32, z32, f, f, z32, z32, z, z32, z32, events, sync_source, np.zeros(0, np.int8))
 
 
 #: Graph nodes per batch of step windows (two per event, at least one window a batch): each

@@ -152,10 +152,8 @@ def _event_scale(g: CPGraph, target: str, model: TraceModel) -> tuple[np.ndarray
     if target == "launch_overhead":
         return np.zeros(ev.height, dtype=bool), True
     if target in ("cpu", "data_loading"):
-        if g.bound_code is not None:  # a CPU event's class is cpu_bound (0) or data_loading (1)
-            return g.bound_code == (1 if target == "data_loading" else 0), False
-        return ((ev["klass"] == "cpu") & ((ev["bound"] == "data_loading") == (target == "data_loading"))).to_numpy(), \
-            False
+        # A CPU event's bound is cpu_bound (code 0) or data_loading (1); a kernel's is 2 or 3.
+        return g.bound_code == (1 if target == "data_loading" else 0), False
     if target.startswith("kernel:"):
         rx = target[len("kernel:"):]
         try:
@@ -293,8 +291,7 @@ def _path_edges(g: CPGraph, lp: LongestPath) -> _PathEdges:
     import numpy as np
 
     code = {c: i for i, c in enumerate(_BOUND_NAMES)}
-    bound = g.bound_code if g.bound_code is not None else g.events["bound"].replace_strict(
-        list(_BOUND_NAMES), list(range(len(_BOUND_NAMES))), return_dtype=pl.Int8).to_numpy()
+    bound = g.bound_code
     li = lp.path_links
     l_ev = g.link_event[li]
     l_type = g.link_type[li]
