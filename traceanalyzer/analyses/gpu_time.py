@@ -132,8 +132,12 @@ def gpu_time(ctx: AnalysisContext[TraceModel]) -> GpuTimeResult:
         raise NotApplicable("no GPU activity in this trace (no kernels, memcpy or memset)")
     sr = ctx.need("steps", StepsResult)
     windows = sr.windows()
-    act = gpu_activity_classes(ctx.tables).filter(pl.col("device").is_not_null())
-    levels = [(c, act.filter(pl.col("category") == c)) for c in DEVICE_CATEGORIES]
+    # The columns read below, then the rows: each filter copies every column it is given.
+    act = gpu_activity_classes(ctx.tables).select("device", "ts_ns", "end_ns", "category").filter(
+        pl.col("device").is_not_null())
+    # One filter per category, read by the three breakdowns below.
+    by_cat = {c: act.filter(pl.col("category") == c) for c in DEVICE_CATEGORIES}
+    levels = list(by_cat.items())
     ex = exclusive_breakdown(levels, windows, ["device"], "idle")
     ex = ex.join(windows.select("window", "step", (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns")), on="window")
     busy = pl.sum_horizontal([pl.col(f"{c}_ns") for c in DEVICE_CATEGORIES])
@@ -153,7 +157,7 @@ def gpu_time(ctx: AnalysisContext[TraceModel]) -> GpuTimeResult:
 
     # HTA-comparable: per device, first to last activity.
     all_m = device_union(ctx.tables)  # = merge_intervals(act, by=["device"]): the same rows
-    comp_m = merge_intervals(act.filter(pl.col("category") == "compute"), by=["device"])
+    comp_m = merge_intervals(by_cat["compute"], by=["device"])
     span = (
         all_m.group_by("device")
         .agg(
@@ -174,14 +178,15 @@ def gpu_time(ctx: AnalysisContext[TraceModel]) -> GpuTimeResult:
         .sort("device")
     )
 
-    tb = _tb_breakdown(model, act, windows)
+    tb = _tb_breakdown(model, by_cat, windows)
     tb_steady = tb.filter(pl.col("window").is_in(sr.steady_windows()))
     cols = [f"{c}_ns" for c in (*TB_CATEGORIES, "other")] + ["total_ns"]
     tb_avg = {c: round(float(tb_steady[c].mean()), 1) for c in cols} if tb_steady.height else {}  # type: ignore[arg-type]
     return GpuTimeResult(per_device, per_step, span, tb, tb_avg, steady_busy, vendor=ctx.model.meta.vendor)
 
 
-def _tb_breakdown(model: TraceModel, act: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+def _tb_breakdown(model: TraceModel, by_cat: dict[str, pl.DataFrame], windows: pl.DataFrame) -> pl.DataFrame:
+    """tb_plugin's breakdown per window; ``by_cat``: the device activity of each category."""
     iv = ["ts_ns", "end_ns"]
     cpu = pl.concat(
         [
@@ -190,14 +195,14 @@ def _tb_breakdown(model: TraceModel, act: pl.DataFrame, windows: pl.DataFrame) -
         ]
     )
     levels = [
-        ("kernel", act.filter(pl.col("category") == "compute").select(iv)),
-        ("memcpy", act.filter(pl.col("category") == "memcpy").select(iv)),
-        ("memset", act.filter(pl.col("category") == "memset").select(iv)),
+        ("kernel", by_cat["compute"].select(iv)),
+        ("memcpy", by_cat["memcpy"].select(iv)),
+        ("memset", by_cat["memset"].select(iv)),
         (
             "communication",
             pl.concat(
                 [
-                    act.filter(pl.col("category") == "communication").select(iv),
+                    by_cat["communication"].select(iv),
                     cpu.filter(contains_by_name(cpu, CPU_COMM_RE)).select(iv),
                 ]
             ),

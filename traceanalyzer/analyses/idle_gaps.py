@@ -159,19 +159,31 @@ def _next_activity(gaps: pl.DataFrame, act: pl.DataFrame, by: list[str]) -> pl.D
     )
 
 
-def _overlap(gaps: pl.DataFrame, merged: pl.DataFrame, by: list[str]) -> pl.Series:
-    """Length of each gap ``[start_ns, end_ns)`` covered by ``merged`` (a union of intervals
-    per ``by``, :func:`~traceanalyzer.timeutil.merge_intervals`)."""
-    if gaps.is_empty():
-        return pl.Series("o", [], dtype=pl.Int64)
-    lo = covered_before(merged, gaps.select([*by, pl.col("start_ns").alias("t")]), by, presorted=True)
-    hi = covered_before(merged, gaps.select([*by, pl.col("end_ns").alias("t")]), by, presorted=True)
-    return (hi - lo).fill_null(0)
+def _overlaps(frames: list[pl.DataFrame], merged: pl.DataFrame, by: list[str], presorted: bool) -> list[pl.Series]:
+    """Length of each gap ``[start_ns, end_ns)`` of each frame covered by ``merged`` (a union
+    of intervals per ``by``, :func:`~traceanalyzer.timeutil.merge_intervals`), one series
+    aligned with each frame: both ends of every gap of every frame in one
+    :func:`covered_before` (its cost is mostly per call; each point's value is its own)."""
+    pts = pl.concat([f.select([*by, pl.col(c).alias("t")]) for f in frames for c in ("start_ns", "end_ns")])
+    cov = covered_before(merged, pts, by, presorted=presorted)
+    out, at = [], 0
+    for f in frames:
+        n = f.height
+        out.append((cov.slice(at + n, n) - cov.slice(at, n)).fill_null(0))
+        at += 2 * n
+    return out
 
 
-def _blocking_copies(model: TraceModel) -> pl.DataFrame:
-    """Memcpy API calls that block the host: synchronous APIs, or any copy to/from pageable memory."""
-    rt = model.runtime.filter(contains_by_name(model.runtime, MEMCPY_API_RE))
+def _named(names: pl.Series, pattern: str) -> pl.Expr:
+    """``pl.col("name").str.contains(pattern)`` as membership in the matching ones of
+    ``names`` (the table's distinct names: the regex runs once per name; nulls stay null)."""
+    return pl.col("name").is_in(names.filter(names.str.contains(pattern)).implode())
+
+
+def _blocking_copies(model: TraceModel, names: pl.Series) -> pl.DataFrame:
+    """Memcpy API calls that block the host: synchronous APIs, or any copy to/from pageable
+    memory (``names``: the runtime's distinct names)."""
+    rt = model.runtime.filter(_named(names, MEMCPY_API_RE))
     pageable = (
         model.memcpy.filter((pl.col("src") == "Pageable") | (pl.col("dst") == "Pageable"))
         .select("correlation")
@@ -190,10 +202,11 @@ def _host_unions(model: TraceModel, sync_tol_ns: int) -> dict[str, pl.DataFrame]
     # The regexes run once per distinct name (runtime and op names repeat), each table
     # filtered before anything is concatenated.
     rt = model.runtime
-    sync_iv = rt.filter(contains_by_name(rt, SYNC_API_RE)).select(
+    names = rt["name"].unique()  # for both runtime tests
+    sync_iv = rt.filter(_named(names, SYNC_API_RE)).select(
         pl.col("pid").alias("launch_pid"), "ts_ns", (pl.col("end_ns") + sync_tol_ns).alias("end_ns")
     )
-    memcpy_iv = _blocking_copies(model).select(pl.col("pid").alias("launch_pid"), "ts_ns", "end_ns")
+    memcpy_iv = _blocking_copies(model, names).select(pl.col("pid").alias("launch_pid"), "ts_ns", "end_ns")
     dl_iv = pl.concat(
         [
             df.filter(contains_by_name(df, DATALOADER_RE)).select(pl.col("pid").alias("launch_pid"), "ts_ns", "end_ns")
@@ -206,31 +219,45 @@ def _host_unions(model: TraceModel, sync_tol_ns: int) -> dict[str, pl.DataFrame]
 
 
 def _classify(
-    gaps: pl.DataFrame,
+    frames: list[tuple[pl.DataFrame, pl.DataFrame | None]],
     launch: pl.DataFrame,
     host: dict[str, pl.DataFrame],
-    device_merged: pl.DataFrame | None,
-) -> pl.DataFrame:
-    """Add launch columns, ``queued`` and ``cause`` to gaps carrying ``next_correlation``
-    (``host``: :func:`_host_unions`)."""
-    g = join_unique(gaps, launch, "next_correlation", "correlation")
-    g = g.with_columns(
-        queued=pl.col("launch_ts_ns").is_not_null() & (pl.col("launch_ts_ns") < pl.col("start_ns"))
-    )
+) -> list[pl.DataFrame]:
+    """Add launch columns, ``queued`` and ``cause`` to each gap frame carrying
+    ``next_correlation``; ``frames``: (gaps, the device union their other streams' busy time
+    is read from, or None) (``host``: :func:`_host_unions`). The frames' host overlaps are
+    computed together, one :func:`covered_before` per host union."""
+    gs = [
+        join_unique(gaps, launch, "next_correlation", "correlation").with_columns(
+            queued=pl.col("launch_ts_ns").is_not_null() & (pl.col("launch_ts_ns") < pl.col("start_ns"))
+        )
+        for gaps, _ in frames
+    ]
     # The host overlaps where the launching process is known, 0 elsewhere, put back in the
-    # gaps' row order (the callers sort the gaps by their own unique keys afterwards).
-    known = g["launch_pid"].is_not_null()
-    has, at = g.filter(known), known.arg_true()
-    g = g.with_columns(
-        pl.zeros(g.height, pl.Int64, eager=True).scatter(at, _overlap(has, host[k], ["launch_pid"])).alias(f"_{k}")
-        for k in ("sync", "memcpy", "dl")
-    )
-    if device_merged is not None and g.height:
-        lo = covered_before(device_merged, g.select("device", pl.col("start_ns").alias("t")), ["device"])
-        hi = covered_before(device_merged, g.select("device", pl.col("end_ns").alias("t")), ["device"])
-        g = g.with_columns(other_streams_busy_ns=(hi - lo))
-    else:
-        g = g.with_columns(other_streams_busy_ns=pl.lit(0, pl.Int64))
+    # gaps' row order.
+    known = [g["launch_pid"].is_not_null() for g in gs]
+    has = [g.filter(k) for g, k in zip(gs, known)]
+    over = {k: _overlaps(has, host[k], ["launch_pid"], presorted=True) for k in ("sync", "memcpy", "dl")}
+    del has
+    out = []
+    for i, (g, (_, device_merged)) in enumerate(zip(gs, frames)):
+        at = known[i].arg_true()
+        g = g.with_columns(
+            pl.zeros(g.height, pl.Int64, eager=True).scatter(at, over[k][i]).alias(f"_{k}")
+            for k in ("sync", "memcpy", "dl")
+        )
+        if device_merged is not None and g.height:
+            g = g.with_columns(other_streams_busy_ns=_overlaps([g.select("device", "start_ns", "end_ns")],
+                                                               device_merged, ["device"], presorted=False)[0])
+        else:
+            g = g.with_columns(other_streams_busy_ns=pl.lit(0, pl.Int64))
+        out.append(_with_cause(g))
+    return out
+
+
+def _with_cause(g: pl.DataFrame) -> pl.DataFrame:
+    """``cause`` from the launch, ``queued``, the host overlaps ``_sync, _memcpy, _dl`` (then
+    dropped) and ``other_streams_busy_ns`` (see the module docstring)."""
     best = pl.max_horizontal("_sync", "_memcpy", "_dl")
     # The cause's position in CAUSES, then its name by one gather (a chain of string
     # literals builds a string column per branch).
@@ -394,28 +421,30 @@ def idle_gaps(ctx: AnalysisContext[TraceModel]) -> IdleGapsResult:
 
     # The shared union when the stream / length filters above dropped nothing.
     dev_m = device_union(ctx.tables) if act.height == n_dev else merge_intervals(act, by=["device"])
+    # Gap tables come out of gaps_between sorted by (*by, start_ns), as merge_intervals sorts
+    # its union, and every step below keeps the row order: dgaps stays sorted by (device,
+    # start_ns) and sgaps by (device, stream, start_ns) (unique keys) without a sort, which
+    # would gather every column of these, the analysis' widest frames.
     dgaps = _next_activity(gaps_between(dev_m, ["device"]), act, ["device"])
     # first / last activity per device, for the window idle outside any gap (per_step)
     dev_gpu = dev_m.group_by("device").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
-    host = _host_unions(model, tol_ns)
-    dgaps = _classify(dgaps, launch, host, None)
-    dgaps = assign_steps(dgaps, sr, "start_ns").sort(["device", "start_ns"])
-
     str_m = merge_intervals(act, by=["device", "stream"])
     sgaps = _next_activity(gaps_between(str_m, ["device", "stream"]), act, ["device", "stream"])
+    del act, str_m
+    host = _host_unions(model, tol_ns)
     # Busy time of the *other* streams during a stream gap = device coverage (this one is idle).
-    sgaps = _classify(sgaps, launch, host, dev_m)
+    dgaps, sgaps = _classify([(dgaps, None), (sgaps, dev_m)], launch, host)
+    dgaps = assign_steps(dgaps, sr, "start_ns")
     # The per-event inputs are done with: free them before the tables below are built (on
     # a big trace these frames are a few hundred MB).
-    del act, launch, dev_m, str_m, host
-    # One attribution pass for both tables (the as-of state is built once). dgaps stays
-    # sorted by (device, start_ns); sgaps keeps the column order it has always had
-    # (``stream`` after ``cause``).
+    del launch, dev_m, host
+    # One attribution pass for both tables (the as-of state is built once). sgaps keeps
+    # the column order it has always had (``stream`` after ``cause``).
     d_attr, s_attr = _attribution([dgaps, sgaps], ctx.tables)
     dgaps = dgaps.hstack(d_attr)
     sgaps = sgaps.select(pl.exclude("stream"), "stream").hstack(s_attr)
     del d_attr, s_attr
-    sgaps = assign_steps(sgaps, sr, "start_ns").sort(["device", "stream", "start_ns"])
+    sgaps = assign_steps(sgaps, sr, "start_ns")
 
     per_device = _per(dgaps, ["device"])
     per_stream = _per(sgaps, ["device", "stream"])

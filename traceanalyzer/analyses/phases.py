@@ -202,7 +202,10 @@ def phase_context(t: TraceTables, windows: pl.DataFrame) -> PhaseContext:
     named = model.threads.filter(pl.col("name").str.contains("(?i)autograd")).select("pid", "tid")
     with_bwd = bwd_ops.select("pid", "tid").unique().join(step_threads, on=["pid", "tid"], how="anti")
     bwd_threads = pl.concat([named, with_bwd]).unique()
-    on_bwd_threads = ops.join(bwd_threads, on=["pid", "tid"], how="semi")
+    # The rows of those threads' tids first (a one-column test), then the exact (pid, tid)
+    # semi join on them: a two-key join over every op row-encodes both keys of each.
+    on_bwd_threads = ops.filter(pl.col("tid").is_in(bwd_threads["tid"].implode())).join(
+        bwd_threads, on=["pid", "tid"], how="semi")
     # fwdbwd flow ends: the deepest op covering the flow's end point is a backward op.
     fends = model.flows.filter((pl.col("kind") == "fwdbwd") & (pl.col("ph") == "f")).select("pid", "tid", "ts_ns")
     flow_ops = pl.DataFrame(schema=_IV)
@@ -561,8 +564,12 @@ def phases(ctx: AnalysisContext[TraceModel]) -> PhasesResult:
     gpu = pl.DataFrame()
     primary: int | None = None
     if model.has_gpu:
-        a = gpu_activity_classes(ctx.tables).filter(pl.col("device").is_not_null())
-        rt = runtime_by_correlation(ctx.tables)
+        # The columns read below, then the rows: a filter or a gather copies every column
+        # it is given.
+        a = gpu_activity_classes(ctx.tables).select(
+            "name", "ts_ns", "dur_ns", "end_ns", "device", "correlation", "activity", "category"
+        ).filter(pl.col("device").is_not_null())
+        rt = runtime_by_correlation(ctx.tables).select("correlation", "api_ts_ns", "pid", "tid")
         a = join_unique(a, rt, "correlation")
         ph = pc.classify(a.select("pid", "tid", pl.col("api_ts_ns").alias("t")))
         htod = (pl.col("activity") == "memcpy") & pl.col("name").str.contains(r"HtoD|H2D|M2D")
@@ -572,7 +579,9 @@ def phases(ctx: AnalysisContext[TraceModel]) -> PhasesResult:
             .otherwise(pl.col("phase"))
         )
         act = a.rename({"name": "gpu_name"})
-        glevels = [(p, a.filter(pl.col("phase") == p).select("device", "ts_ns", "end_ns")) for p in GPU_PRECEDENCE]
+        a_iv = a.select("device", "ts_ns", "end_ns", "phase")
+        glevels = [(p, a_iv.filter(pl.col("phase") == p).drop("phase")) for p in GPU_PRECEDENCE]
+        del a_iv
         gpu = exclusive_breakdown(glevels, windows, ["device"], "idle")
         gpu = gpu.join(windows.select("window", "step", (pl.col("end_ns") - pl.col("start_ns")).alias("total_ns")),
                        on="window").select("window", "step", "device", *[f"{p}_ns" for p in PHASES], "idle_ns",

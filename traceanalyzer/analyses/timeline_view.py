@@ -211,8 +211,9 @@ def timeline_view(ctx: AnalysisContext[TraceModel]) -> TimelineViewResult:
     gpu = gpu.join(lane_key, on=["device", "stream"], how="inner")
 
     # Who launched each GPU item: its runtime call, and the user frame (or CPU op) around that call.
-    la = launches(ctx.tables).filter(pl.col("correlation").is_not_null()).select(
-        "correlation", "pid", "tid", pl.col("cpu_ts_ns").alias("ts_ns")).unique("correlation", keep="first")
+    # The first launch of each correlation id (a filter: no group table, as unique() builds).
+    la = launches(ctx.tables).select("correlation", "pid", "tid", pl.col("cpu_ts_ns").alias("ts_ns")).filter(
+        pl.col("correlation").is_not_null() & pl.col("correlation").is_first_distinct())
     gpu = gpu.drop("ts_ns", "end_ns").join(la, on="correlation", how="left", maintain_order="left")
     pts = gpu.select("pid", "tid", "ts_ns")
     tree, index = cpu_tree_index(ctx.tables)
@@ -232,12 +233,14 @@ def timeline_view(ctx: AnalysisContext[TraceModel]) -> TimelineViewResult:
     if thread.height:
         pid, tid = int(thread["pid"][0]), int(thread["tid"][0])
         cols = ["name", "ts_ns", "end_ns", "pid", "tid"]
+        # Each table's rows of the thread and window first: the kind column and the concat
+        # then cover those alone.
+        keep = ((pl.col("pid") == pid) & (pl.col("tid") == tid) & (pl.col("end_ns") > lo) & (pl.col("ts_ns") < hi)
+                & ~pl.col("name").str.starts_with("ProfilerStep#"))
         cpu = pl.concat([
-            model.cpu_ops.select(cols).with_columns(kind=pl.lit("cpu_op")),
-            model.annotations.select(cols).with_columns(kind=pl.lit("annotation")),
-            model.runtime.select(cols).with_columns(kind=pl.lit("runtime")),
-        ]).filter((pl.col("pid") == pid) & (pl.col("tid") == tid) & (pl.col("end_ns") > lo) & (pl.col("ts_ns") < hi)
-                  & ~pl.col("name").str.starts_with("ProfilerStep#"))
+            df.select(cols).filter(keep).with_columns(kind=pl.lit(kind))
+            for df, kind in ((model.cpu_ops, "cpu_op"), (model.annotations, "annotation"), (model.runtime, "runtime"))
+        ])
         cpu = cpu.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
         depth = nest_depth(cpu.select("id", "ts_ns", "end_ns", "pid", "tid"))
         cpu = cpu.join(depth, on="id", how="left").with_columns(pl.col("depth").fill_null(1))

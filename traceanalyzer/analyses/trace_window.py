@@ -184,8 +184,10 @@ def trace_window(ctx: AnalysisContext[TraceModel]) -> TraceWindowResult:
             label = pl.col("name").str.extract(r"#(\d+)$").cast(pl.Int64, strict=False)
             df = df.filter(~pl.col("name").str.contains(_STEP_NAME_RE) | label.is_in(list(steps)))
         if name == "flows":
-            both = df.group_by("kind", "id").agg(pl.col("ph").n_unique().alias("_n")).filter(pl.col("_n") >= 2)
-            df = df.join(both.select("kind", "id"), on=["kind", "id"], how="semi")
+            # Flows with both ends in the window: a window count per (kind, id), no group table
+            # joined back (null keys match nothing, as in a join).
+            df = df.filter(pl.col("kind").is_not_null() & pl.col("id").is_not_null()
+                           & (pl.col("ph").n_unique().over("kind", "id") >= 2))
         events[name] = df
     return TraceWindowResult(
         spec=spec.text(), source=source, start_ns=start, end_ns=end, trace_start_ns=t0,
