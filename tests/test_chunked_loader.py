@@ -1089,3 +1089,24 @@ def test_args_fields_read_where_their_key_is_late_or_escaped() -> None:
               b'"args": {"Ext\\u0065rnal id": 9}}'
     frames, _ = _fast_chunk(escaped, False, ArgKeys())
     assert frames["cpu_ops"]["external_id"].to_list() == [9]
+
+
+def test_args_name_read_only_where_a_thread_name_event_can_be() -> None:
+    """``"name"`` is every event's own key, so ``_present`` reads the args ``name`` (only a
+    thread_name event's is read) where the text holds ``thread_name"``, and where no other
+    field is there (the struct is never empty); the thread's name is read either way."""
+    from traceanalyzer.load.chrome_trace.ndjson import ArgKeys, _fast_chunk, _present
+
+    ops = b"\n".join(orjson.dumps(X("cpu_op", f"op{i}", i, 1, **{"External id": i})) for i in range(3))
+    assert _present(ops, False, ArgKeys()) == ["External id"]
+    thread = orjson.dumps({"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "worker"}})
+    seen = ArgKeys()
+    seen.fields = frozenset({"External id", "name"})  # an earlier region had a thread_name event
+    assert _present(ops, False, seen) == ["External id"]
+    assert _present(ops + b"\n" + thread, False, seen) == ["External id", "name"]
+    frames, _ = _fast_chunk(ops + b"\n" + thread, False, ArgKeys())
+    assert frames["threads"].rows() == [(1, 2, "worker")]
+    bare = orjson.dumps(X("cpu_op", "bare", 1, 1))
+    assert _present(bare, False, ArgKeys()) == ["name"]
+    frames, _ = _fast_chunk(bare, False, ArgKeys())
+    assert frames["cpu_ops"]["name"].to_list() == ["bare"]

@@ -45,6 +45,13 @@ from traceanalyzer.load.chrome_trace.vocabulary import (
 _NL_TO_TAB = bytes.maketrans(b"\n\r", b"\t\t")
 
 
+def _nl_to_tab(text: bytes) -> bytes:
+    """``text`` with LF/CR as TAB (see :data:`_NL_TO_TAB`). Without a CR, ``replace`` of the
+    one byte: it copies the text once and finds each LF with ``memchr``, several times
+    faster than ``translate``'s pass over every byte."""
+    return text.translate(_NL_TO_TAB) if b"\r" in text else text.replace(b"\n", b"\t")
+
+
 # args fields read as integers (``_int``/``_num`` in the simple path).
 _INT_ARGS = (
     "External id", "external id", "Sequence number", "Fwd thread id", "Ev Idx", "Profiler Event Index",
@@ -124,8 +131,12 @@ _RX_TOP = _rx(_any_of(_SUSPECT_TOP))
 # args fields read as text whose columns tell a blurred value (see :func:`_screen`).
 _STR_SCREENED = ("Collective name", "dtype", "Process Group Name", "Process Group Description")
 # The args patterns by field (the first, a string ``args``, is keyed by ``args``).
+# Each without its leading ``"``: Python's ``re`` finds a literal prefix by scanning for its
+# first character, and ``"`` is everywhere (a match without the ``"`` is one more place
+# where the slow path decides).
 _ARG_SCREENS = dict(zip(("args", *_STR_SCREENED[:2], "Process Group", "grid", "block", "Input Dims", "Input Strides",
-                         "Input type", "Concrete Inputs"), (_rx(p) for p in _SUSPECT_ARGS), strict=True))
+                         "Input type", "Concrete Inputs"), (_rx(p.removeprefix('"')) for p in _SUSPECT_ARGS),
+                        strict=True))
 _NON_STRING_TEXT = r"^(?:[-0-9\[{]|true$|false$)"
 
 
@@ -150,6 +161,8 @@ def _nd_schema(args: Any) -> dict[str, Any]:
 
 
 _ARGS_SCHEMAS = (_args_schema(False), _args_schema(True))
+# An args field the region does not hold: a null column (the expressions built once).
+_NULL_ARGS = [{k: pl.lit(None, dtype).alias("a." + k) for k, dtype in schema.items()} for schema in _ARGS_SCHEMAS]
 # Two passes: ``args`` as the reader's JSON text, then those texts as NDJSON of their own.
 _ND_TOP_SCHEMA = _nd_schema(pl.String)
 _ND_TOP_COLS = [k for k in _ND_TOP_SCHEMA if k != "args"]
@@ -217,17 +230,14 @@ def _screen(nd: bytes, df: pl.DataFrame, backslash: bool) -> None:
         raise _NotFast("a value of a type the reader would blur")
 
 
-def _screen_top(nd: bytes, df: pl.DataFrame) -> None:
-    """Raise :class:`_NotFast` where a name, cat or ph read (``df``) may be the reader's text
-    of a non-string (``_SUSPECT_TOP``): only where one reads like one is the chunk scanned."""
-    name = pl.col("name")
-    flagged = df.select(
-        (name.str.contains(_NON_STRING_TEXT) & ~name.is_in(["[memory]", "[OutOfMemory]"])).any()
-        | pl.col("cat").str.contains(_NON_STRING_TEXT).any()
-        | pl.col("ph").str.contains(_NON_STRING_TEXT).any()
-    ).item()
-    if flagged and _matches(nd, _RX_TOP):
-        raise _NotFast("a value of a type the reader would blur")
+# Whether a name or cat read may be the reader's text of a non-string (``_SUSPECT_TOP``): a
+# scalar of :func:`_fast_tables`' counts query (the phases, few, are checked on the region's
+# distinct phases); only where one reads like one is the chunk scanned (:data:`_RX_TOP`).
+_TOP_FLAG = (
+    (pl.col("name").str.contains(_NON_STRING_TEXT) & ~pl.col("name").is_in(["[memory]", "[OutOfMemory]"])).any()
+    | pl.col("cat").str.contains(_NON_STRING_TEXT).any()
+)
+_NON_STRING_PY = re.compile(r"[-0-9\[{]|true\Z|false\Z")  # _NON_STRING_TEXT, with ``match``
 
 
 def _screen_ids(nd: bytes, other: pl.DataFrame | None) -> None:
@@ -254,9 +264,8 @@ def _fast_chunk(nd: bytes, autograd_array: bool, seen: ArgKeys | None = None) ->
     backslash = b"\\" in nd
     df, ints_as_text = _read(nd, backslash, seen)
     try:
-        _screen_top(nd, df)
         _screen(nd, df, backslash)
-        frames, stats = _fast_tables(df, ints_as_text, autograd_array)
+        frames, stats = _fast_tables(df, ints_as_text, autograd_array, nd)
         del df
         _screen_ids(nd, frames.get("other_events"))
         return frames, stats
@@ -288,24 +297,26 @@ def _present(nd: bytes, backslash: bool, seen: ArgKeys | None) -> list[str]:
     """The args fields to read for the chunk ``nd``: a superset of those whose key it holds
     (a field read but absent is all null). The fields of the file's earlier regions are
     looked for in the chunk's head (a bounded search each); every other key by one scan
-    of Rust's regex engine for all of them."""
+    of Rust's regex engine for all of them. The args ``name`` is read only where a
+    ``thread_name`` event can be (the only one whose ``name`` the tables read): ``"name"``
+    is also every event's own key."""
     if backslash and b"\\u" in nd:  # a key could be written with escapes
         return list(_ARG_NAMES)
-    # "name" is a key of nearly every event (the event's own): always read, so that the
-    # struct is never empty.
-    found = {"name"}
+    found: set[str] = set()
     if seen is not None:
-        found.update(k for k in seen.fields if nd.find(_KEY_TEXT[k], 0, _HEAD) >= 0)
-    rest = [k for k in _ARG_NAMES if k not in found]
-    if rest:
-        text = pl.Series([nd], dtype=pl.Binary).cast(pl.String, strict=False)
-        if text.null_count():  # not UTF-8: the reader refuses it
-            return list(_ARG_NAMES)
-        # ``key"`` (any ``"key"`` holds it): a pattern that starts with ``"`` is scanned
-        # several times more slowly (``"`` is everywhere). Matches do not overlap, but one
-        # cannot hide a ``"key"``: a match ends at a ``"`` and holds no other.
-        hits = text.str.extract_all("(?:" + "|".join(_KEY_RX[k] for k in rest) + ')"').explode().unique()
-        found.update(h[:-1] for h in hits.drop_nulls().to_list())
+        found.update(k for k in seen.fields if k != "name" and nd.find(_KEY_TEXT[k], 0, _HEAD) >= 0)
+    rest = [_KEY_RX[k] for k in _ARG_NAMES if k != "name" and k not in found]
+    text = pl.Series([nd], dtype=pl.Binary).cast(pl.String, strict=False)
+    if text.null_count():  # not UTF-8: the reader refuses it
+        return list(_ARG_NAMES)
+    # ``key"`` (any ``"key"`` holds it): a pattern that starts with ``"`` is scanned
+    # several times more slowly (``"`` is everywhere). Matches do not overlap, but one
+    # cannot hide a ``"key"``: a match ends at a ``"`` and holds no other (and no key
+    # ends with ``thread_name``).
+    hits = text.str.extract_all("(?:" + "|".join([*rest, "thread_name"]) + ')"').explode().unique()
+    found.update("name" if h == 'thread_name"' else h[:-1] for h in hits.drop_nulls().to_list())
+    if not found:  # the struct is never empty
+        found.add("name")
     if seen is not None and not found <= seen.fields:
         seen.fields = seen.fields | found
     return [k for k in _ARG_NAMES if k in found]
@@ -325,9 +336,9 @@ def _read(nd: bytes, backslash: bool, seen: ArgKeys | None) -> tuple[pl.DataFram
         # The reader cuts its columns in pieces of its own; the null columns are one piece:
         # made one piece here, else every expression over both would align them again.
         df = df.rechunk().with_columns(pl.col("args").struct.rename_fields(["a." + k for k in fields])).unnest("args")
-        missing = [k for k in _ARG_NAMES if k not in fields]
+        missing = [_NULL_ARGS[ints_as_text][k] for k in _ARG_NAMES if k not in fields]
         if missing:
-            df = df.with_columns(pl.lit(None, full[k]).alias("a." + k) for k in missing)
+            df = df.with_columns(missing)
         return df.select(*_ND_TOP_COLS, *_ARG_COLS), bool(ints_as_text)
     return _read_two_passes(nd)
 
@@ -370,90 +381,119 @@ def _read_two_passes(nd: bytes) -> tuple[pl.DataFrame, bool]:
     return top.hstack([c.alias(new) for c, new in zip(a.get_columns(), _ARG_COLS)]), ints_as_text
 
 
+_OTHER = "\x00other"  # the _table of a duration event that goes to other_events
 _PLUS = "\x00plus"  # suffix: whether an id column has a value written with a "+"
+# The id columns read as text and cast to Int64, by whether the int args were too.
+_INT_COLS = (["pid", "tid", "id"], ["pid", "tid", "id", *("a." + k for k in _INT_ARGS)])
+
+
+def _cast_int(c: str) -> pl.Expr:
+    return pl.col(c).cast(pl.Int64, strict=False)
+
+
+# The region's row classes (see _fast_tables), built once: building expressions costs as
+# much as running them on a small region.
+_PH, _TS, _DUR = pl.col("ph"), pl.col("ts"), pl.col("dur")
+_IS_X = _PH == "X"
+_IN_RANGE = (_TS.abs() <= MAX_ABS_US) & (_DUR <= MAX_ABS_US)
+_HAS_TS = _IS_X & _TS.is_not_null()
+_TS_OK = _TS.abs() <= MAX_ABS_US
+_IS_FL = (_PH == "s") | (_PH == "f") | (_PH == "t")
+_IS_MEM = ((_PH == "i") | (_PH == "I")) & ((pl.col("name") == "[memory]") | (pl.col("name") == "[OutOfMemory]"))
+_IS_TH = (_PH == "M") & (pl.col("name") == "thread_name")
+_VALID_X = (_IS_X & _TS.is_not_null() & _DUR.is_not_null() & (_DUR >= 0) & _IN_RANGE).fill_null(False)
+_COUNTS = [
+    # A pid/tid this large could be the text of a float that ``_int`` refuses (|v| ≥ 9.2e18):
+    # :func:`_screen` does not scan pids (see :func:`_screen_ids`), so the slow path decides.
+    pl.any_horizontal(_cast_int(c).is_between(-_HUGE_ID, _HUGE_ID).not_() for c in ("pid", "tid")).any().alias("huge"),
+    (_IS_X & _TS.is_null()).sum().alias("no_ts"), (_HAS_TS & _DUR.is_null()).sum().alias("no_dur"),
+    (_HAS_TS & (_DUR < 0)).sum().alias("neg"), (_HAS_TS & (_DUR >= 0) & ~_IN_RANGE).sum().alias("far"),
+    (_IS_FL & _TS.is_null()).sum().alias("fl_no_ts"),
+    (_IS_FL & _TS.is_not_null() & ~_TS_OK).sum().alias("fl_far"), _IS_MEM.sum().alias("n_mem"),
+    (_IS_MEM & _TS.is_null()).sum().alias("mem_no_ts"), (_IS_MEM & _TS.is_not_null() & ~_TS_OK).sum().alias("mem_far"),
+    _IS_TH.sum().alias("n_th"),
+    # The phases in order of first appearance (null included) and their counts.
+    _PH.unique(maintain_order=True).implode().alias("ph_values"), _PH.unique_counts().implode().alias("ph_counts"),
+    _PH.head(100).is_null().all().alias("no_ph_head"), _TOP_FLAG.alias("top"),
+]
+
+
+def _x_table(autograd_array: bool) -> tuple[pl.Expr, pl.Expr]:
+    """The table of each valid duration event (null elsewhere; ``_OTHER`` for other_events),
+    and its category (``_xcat``: a bare event of an autograd array gets one)."""
+    table = pl.col("cat").replace_strict(CAT_TABLE, default=None, return_dtype=pl.String)
+    cat = pl.col("cat")
+    if autograd_array:
+        bare = table.is_null() & cat.is_null()
+        cuda = pl.col("pid_s").str.starts_with("CUDA").fill_null(False)
+        table = (pl.when(bare).then(pl.when(cuda).then(pl.lit("kernels")).otherwise(pl.lit("cpu_ops")))
+                 .otherwise(table))
+        cat = pl.when(bare).then(pl.when(cuda).then(pl.lit("Kernel")).otherwise(pl.lit("Operator"))).otherwise(cat)
+    xname = pl.col("name").fill_null("")
+    table = (
+        pl.when(pl.col("cat") == MTIA_CCP_CAT)
+        .then(
+            pl.when(xname == MTIA_DMA).then(pl.lit("memcpy"))
+            .when(xname.is_in(MTIA_NOT_BUSY)).then(pl.lit(None, pl.String))
+            .otherwise(pl.lit("kernels"))
+        )
+        .otherwise(table)
+        .fill_null(pl.lit(_OTHER))
+    )
+    return pl.when(_VALID_X).then(table).alias("_table"), cat.alias("_xcat")
+
+
+_X_TABLE = {a: _x_table(a) for a in (False, True)}
+_FLOW_KIND = pl.col("cat").replace_strict(FLOW_KIND, default=pl.col("cat"), return_dtype=pl.String).fill_null("None")
 
 
 def _fast_tables(
-    df: pl.DataFrame, ints_as_text: bool, autograd_array: bool
+    df: pl.DataFrame, ints_as_text: bool, autograd_array: bool, nd: bytes
 ) -> tuple[dict[str, pl.DataFrame], _Stats]:
+    """The raw tables of a region read (``df``) and its counts. Also screens the names, cats
+    and phases read (``_SUSPECT_TOP`` in the chunk's text ``nd``)."""
     stats = _Stats(n_events=df.height)
-    int_cols = ["pid", "tid", "id"] + (["a." + k for k in _INT_ARGS] if ints_as_text else [])
+    int_cols = _INT_COLS[ints_as_text]
     df = df.hstack([df.get_column("pid").alias("pid_s"), df.get_column("tid").alias("tid_s")])
     # The plain cast of every id column in one query; ``_int_column`` only where it is not enough.
-    casts = df.select(pl.col(int_cols).cast(pl.Int64, strict=False),
-                      pl.col(int_cols).str.starts_with("+").any().name.suffix(_PLUS))
-    plus = [casts.get_column(c + _PLUS)[0] for c in int_cols]
+    casts = df.select(*(_cast_int(c) for c in int_cols), *(pl.col(c).str.starts_with("+").any().alias(c + _PLUS)
+                                                           for c in int_cols))
     df = df.with_columns(
-        casts.get_column(c) if casts.get_column(c).null_count() == df.get_column(c).null_count() and not p
-        else _int_column(df.get_column(c))
-        for c, p in zip(int_cols, plus, strict=True)
+        casts.get_column(c) if casts.get_column(c).null_count() == df.get_column(c).null_count()
+        and not casts.get_column(c + _PLUS)[0] else _int_column(df.get_column(c))
+        for c in int_cols
     )
-    ph_counts = dict(df.group_by("ph", maintain_order=True).len().iter_rows())
+    counts = df.select(_COUNTS).row(0, named=True)
+    ph_counts = dict(zip(counts["ph_values"], counts["ph_counts"], strict=True))
+    top = counts["top"] or any(ph is not None and _NON_STRING_PY.match(ph) for ph in ph_counts)
+    if top and _matches(nd, _RX_TOP):
+        raise _NotFast("a value of a type the reader would blur")
+    if counts["huge"]:
+        raise _NotFast("a pid/tid past the float range _int reads")
     n_null = ph_counts.pop(None, 0)
     if n_null:
         stats.skipped["events without a phase (ph)"] += n_null
-    stats.no_ph_head = bool(df["ph"].head(100).is_null().all())
+    stats.no_ph_head = bool(counts["no_ph_head"])
     for ph, n in ph_counts.items():
         if ph not in _KNOWN_PH:
             stats.skipped[f"events of phase {ph!r}"] += n
     stats.counters = ph_counts.get("C", 0)
     frames: dict[str, pl.DataFrame] = {}
     parts: dict[str, pl.LazyFrame] = {}  # each table's query, collected together
-    ph = pl.col("ph")
-    ts, dur = pl.col("ts"), pl.col("dur")
+    no_ts, no_dur, neg, far = (counts[k] for k in ("no_ts", "no_dur", "neg", "far"))
+    n_x, n_fl = ph_counts.get("X", 0), sum(ph_counts.get(ph, 0) for ph in ("s", "f", "t"))
 
-    # Every count in one query. Rows are then taken table by table with only the columns
-    # each table reads (lazy, projection pushdown): the frame is wide (one column per args
-    # field), and a filter or partition of all of it would copy every column.
-    is_x = ph == "X"
-    in_range = (ts.abs() <= MAX_ABS_US) & (dur <= MAX_ABS_US)
-    has_ts = is_x & ts.is_not_null()
-    ts_ok = ts.abs() <= MAX_ABS_US
-    is_fl = ph.is_in(["s", "f", "t"])
-    is_mem = ph.is_in(["i", "I"]) & pl.col("name").is_in(["[memory]", "[OutOfMemory]"])
-    is_th = (ph == "M") & (pl.col("name") == "thread_name")
-    counts = df.select(
-        # A pid/tid this large could be the text of a float that ``_int`` refuses (|v| ≥ 9.2e18):
-        # :func:`_screen` does not scan pids (see :func:`_screen_ids`), so the slow path decides.
-        huge=pl.any_horizontal(pl.col("pid", "tid").is_between(-_HUGE_ID, _HUGE_ID).not_()).any(),
-        no_ts=(is_x & ts.is_null()).sum(), no_dur=(has_ts & dur.is_null()).sum(), neg=(has_ts & (dur < 0)).sum(),
-        far=(has_ts & (dur >= 0) & ~in_range).sum(), n_x=is_x.sum(),
-        n_fl=is_fl.sum(), fl_no_ts=(is_fl & ts.is_null()).sum(), fl_far=(is_fl & ts.is_not_null() & ~ts_ok).sum(),
-        n_mem=is_mem.sum(), mem_no_ts=(is_mem & ts.is_null()).sum(),
-        mem_far=(is_mem & ts.is_not_null() & ~ts_ok).sum(), n_th=is_th.sum(),
-    ).row(0, named=True)
-    if counts["huge"]:
-        raise _NotFast("a pid/tid past the float range _int reads")
-    no_ts, no_dur, neg, far, n_x = (counts[k] for k in ("no_ts", "no_dur", "neg", "far", "n_x"))
-
+    # Rows are taken table by table with only the columns each table reads (lazy, projection
+    # pushdown): the frame is wide (one column per args field), and a filter or partition of
+    # all of it would copy every column.
     # Duration events.
     if n_x:
         for what, n in (("duration events without a numeric ts", no_ts), ("duration events without dur", no_dur),
                         ("duration events with negative dur", neg), (_OUT_OF_RANGE_X, far)):
             if n:
                 stats.skipped[what] += n
-        table = pl.col("cat").replace_strict(CAT_TABLE, default=None, return_dtype=pl.String)
-        cat = pl.col("cat")
-        if autograd_array:
-            bare = table.is_null() & cat.is_null()
-            cuda = pl.col("pid_s").str.starts_with("CUDA").fill_null(False)
-            table = (pl.when(bare).then(pl.when(cuda).then(pl.lit("kernels")).otherwise(pl.lit("cpu_ops")))
-                     .otherwise(table))
-            cat = pl.when(bare).then(pl.when(cuda).then(pl.lit("Kernel")).otherwise(pl.lit("Operator"))).otherwise(cat)
-        xname = pl.col("name").fill_null("")
-        table = (
-            pl.when(pl.col("cat") == MTIA_CCP_CAT)
-            .then(
-                pl.when(xname == MTIA_DMA).then(pl.lit("memcpy"))
-                .when(xname.is_in(MTIA_NOT_BUSY)).then(pl.lit(None, pl.String))
-                .otherwise(pl.lit("kernels"))
-            )
-            .otherwise(table)
-            .fill_null(pl.lit(_OTHER))
-        )
-        valid = (is_x & ts.is_not_null() & dur.is_not_null() & (dur >= 0) & in_range).fill_null(False)
         # The table of each valid duration event, null elsewhere; ``_xcat`` its category.
-        df = df.with_columns(_table=pl.when(valid).then(table), _xcat=cat)
+        df = df.with_columns(_X_TABLE[autograd_array])
         for t in df.get_column("_table").drop_nulls().unique(maintain_order=True):
             rows = pl.col("_table") == t
             if t == _OTHER:
@@ -461,25 +501,24 @@ def _fast_tables(
             else:
                 parts[t] = _x_frame(t, df, rows)
     # Flow endpoints.
-    if counts["n_fl"]:
+    if n_fl:
         for what, n in (("flow events without a numeric ts", counts["fl_no_ts"]),
                         (_OUT_OF_RANGE_FLOW, counts["fl_far"])):
             if n:
                 stats.skipped[what] += n
-        kind = pl.col("cat").replace_strict(FLOW_KIND, default=pl.col("cat"), return_dtype=pl.String).fill_null("None")
-        parts["flows"] = df.lazy().filter(is_fl & ts_ok).select(
-            _typed_exprs("flows", [kind, "ph", "id", "ts", "pid", "tid"]))
+        parts["flows"] = df.lazy().filter(_IS_FL & _TS_OK).select(
+            _typed_exprs("flows", [_FLOW_KIND, "ph", "id", "ts", "pid", "tid"]))
     # Allocator instant events.
     if counts["n_mem"]:
         for what, n in (("[memory] events without ts or args", counts["mem_no_ts"]),
                         (_OUT_OF_RANGE_MEM, counts["mem_far"])):
             if n:
                 stats.skipped[what] += n
-        parts["memory_events"] = df.lazy().filter(is_mem & ts_ok).select(_typed_exprs("memory_events", [
+        parts["memory_events"] = df.lazy().filter(_IS_MEM & _TS_OK).select(_typed_exprs("memory_events", [
             "ts", "pid", "tid", _A("Device Type"), _A("Device Id"), _A("Addr"), _A("Bytes"),
             _A("Total Allocated"), _A("Total Reserved"), pl.col("name") == "[OutOfMemory]"]))
     if counts["n_th"]:
-        parts["threads"] = df.lazy().filter(is_th).select(
+        parts["threads"] = df.lazy().filter(_IS_TH).select(
             _typed_exprs("threads", ["pid", "tid", _A("name").fill_null("None")]))
     # Every table of the region in one call (the queries run side by side).
     for t, out in zip(parts, pl.collect_all(parts.values()), strict=True):
@@ -511,7 +550,6 @@ def _json_strings(k: str) -> pl.Expr:
     return pl.when(_A(k).is_null()).then(pl.lit(None, pl.String)).otherwise(enc)
 
 
-_OTHER = "\x00other"  # the _table of a duration event that goes to other_events
 _OTHER_COLS = ["_xcat", "name", "ts", "dur", "pid_s", "tid_s", "a.correlation", "a.wait_on_stream",
                "a.wait_on_cuda_event_record_corr_id"]
 
@@ -619,7 +657,7 @@ def _decode_region(region: bytes, sep_nd: bytes, sep_nl: bytes, autograd: bool,
     """A region of whole events (cut at separators) → raw frames and counts, or None when
     the columnar reader cannot take it exactly (the caller frames it exactly)."""
     try:
-        nd = region.translate(_NL_TO_TAB).replace(sep_nd, sep_nl)
+        nd = _nl_to_tab(region).replace(sep_nd, sep_nl)
         return _fast_chunk(nd, autograd, seen)
     except _NotFast:
         return None
