@@ -268,8 +268,8 @@ def cpu_tree_index(src: TraceModel | TraceTables) -> tuple[pl.DataFrame, CoverIn
 
 
 def build_cpu_tree(model: TraceModel) -> pl.DataFrame:
-    """CPU ops and user annotations (not ProfilerStep#) with nesting: ``id, name, ts_ns, end_ns,
-    pid, tid, source, depth, parent_id``. Pass it to :func:`cpu_chain`/:func:`attribute` when
+    """CPU ops and user annotations (not ProfilerStep#) with nesting: ``id`` (the row number),
+    ``name, ts_ns, end_ns, pid, tid, source, depth, parent_id``. Pass it to :func:`cpu_chain`/:func:`attribute` when
     attributing several point sets of one trace, to build it once."""
     return _build_cpu_tree(model)[0]
 
@@ -331,16 +331,19 @@ def cpu_chain(
     if tree.is_empty() or pts.is_empty():
         return pl.DataFrame({k: [None] * pts.height for k in schema}, schema=schema)
     deepest = index.lookup(pts)
-    node = tree.select("id", "parent_id", "source", "name")
+    # Tree ids are its row numbers (build_cpu_tree): a node's fields are a gather, not a join.
+    parent, source, name = tree["parent_id"], tree["source"], tree["name"]
     levels = []
     cur = pl.DataFrame({"_row": pl.int_range(pts.height, eager=True, dtype=pl.Int64), "id": deepest})
     cur = cur.filter(pl.col("id").is_not_null())
-    for level in range(max_depth):  # one join per nesting level, not per event
+    for level in range(max_depth):  # one step per nesting level, not per event
         if cur.is_empty():
             break
-        cur = cur.join(node, on="id", how="inner")
-        levels.append(cur.select("_row", pl.lit(level, dtype=pl.Int64).alias("level"), "id", "source", "name"))
-        cur = cur.select("_row", pl.col("parent_id").alias("id")).filter(pl.col("id").is_not_null())
+        ids = cur["id"]
+        levels.append(cur.with_columns(pl.lit(level, dtype=pl.Int64).alias("level"), pl.col("id"),
+                                       source.gather(ids), name.gather(ids)).select(
+            "_row", "level", "id", "source", "name"))
+        cur = cur.with_columns(id=parent.gather(ids)).filter(pl.col("id").is_not_null())
     rows = pl.DataFrame({"_row": pl.int_range(pts.height, eager=True, dtype=pl.Int64)})
     if not levels:
         return pl.DataFrame({k: [None] * pts.height for k in schema}, schema=schema)

@@ -1,9 +1,11 @@
-"""The device of a trace's ``[memory]`` events (private to the analyses package): shared by
-``trace_memory`` and ``memory_per_op``."""
+"""The device of a trace's ``[memory]`` events and the op each falls in (private to the
+analyses package): shared by ``trace_memory`` and ``memory_per_op``."""
 
 from __future__ import annotations
 
 import polars as pl
+
+from traceanalyzer.model.relations import TraceTables, op_index
 
 # c10::DeviceType values as written in the [memory] events' "Device Type".
 DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip", 9: "xla", 12: "xpu", 13: "mps", 15: "hpu", 19: "mtia",
@@ -44,3 +46,19 @@ def with_device_by_time(ev: pl.DataFrame, code: str | None = None) -> pl.DataFra
     if t.null_count() == 0 and t.is_sorted():
         return out
     return out.sort("ts_ns", maintain_order=True)
+
+
+def memory_ops(t: TraceTables) -> tuple[pl.DataFrame, pl.Series]:
+    """The trace's ``[memory]`` events but the OOM ones, by :func:`with_device_by_time` with the
+    device code ``_dev``, and aligned with them the ``id`` (row number in ``model.cpu_ops``) of
+    the deepest CPU op on the event's thread whose span covers it (null outside every op).
+    Built once per run (read-only): both memory analyses read them."""
+
+    def build() -> tuple[pl.DataFrame, pl.Series]:
+        model = t.model
+        mem = with_device_by_time(model.memory_events.filter(~pl.col("oom")), code="_dev")
+        if model.cpu_ops.is_empty() or mem.is_empty():
+            return mem, pl.Series("id", [None] * mem.height, pl.Int64)
+        return mem, op_index(t).lookup(mem.select("ts_ns", "pid", "tid"))
+
+    return t.get("memory_ops", build)

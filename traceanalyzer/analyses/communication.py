@@ -39,7 +39,7 @@ import polars as pl
 from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._comm import DTYPE_BYTES, busbw_factor, collective_type, comm_classes
 from traceanalyzer.analyses._intervals import gpu_activity_classes, ms, window_union_lengths
-from traceanalyzer.analyses._kernels import normalize_kernel_names
+from traceanalyzer.analyses._kernels import normalize_kernel_names, on_distinct
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
@@ -157,8 +157,10 @@ def comm_kernels(t: TraceTables) -> pl.DataFrame:
     pg = pl.when(pl.col("op_pg_name").is_not_null()).then(
         pl.col("op_pg_name") + pl.when(pl.col("op_pg_desc").is_not_null()).then(
             pl.lit(" (") + pl.col("op_pg_desc") + pl.lit(")")).otherwise(pl.lit("")))
+    # The type's regexes run once per distinct combination of the texts it reads.
+    k = on_distinct(k, ["comm_name", "op_comm_name", "comm_op", "name", "_ann"], type=ctype)
     return k.with_columns(
-        coll_name=coll_name, type=ctype, group_size=n, pg=pg, dtype=pl.coalesce("comm_dtype", "op_dtype"),
+        coll_name=coll_name, group_size=n, pg=pg, dtype=pl.coalesce("comm_dtype", "op_dtype"),
         # A kernel without a launching op is a collective of its own (keys below any External id).
         coll_key=pl.coalesce(pl.col("comm_op_ext"), -(10 ** 15) - pl.col("_row").cast(pl.Int64)),
     ).with_columns(
@@ -315,7 +317,7 @@ def communication(ctx: AnalysisContext[TraceModel]) -> CommunicationResult:
     ).with_columns(_o=pl.col("comm_signal").replace_strict({s: i for i, s in enumerate(SIGNALS)}, default=9,
                                                            return_dtype=pl.Int64)).sort(
         ["_o", "total_ns"], descending=[False, True]).drop("_o")
-    top_kernels = (k.with_columns(kernel=normalize_kernel_names(pl.col("name")))
+    top_kernels = (on_distinct(k, ["name"], kernel=normalize_kernel_names(pl.col("name")))
                    .group_by("kernel").agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur_ns").sum(),
                                            family=pl.col("comm_family").first(),
                                            type=pl.col("type").mode().sort().first(),

@@ -424,7 +424,11 @@ def _gpu_breakdown(t: TraceTables, reads: AnalysisContext[TraceModel], windows: 
     pieces.append(inter.with_columns(c=pl.lit("edge_input")))
     iv = pl.concat([p.select(pl.col("start_ns").cast(pl.Int64).alias("ts_ns"), pl.col("end_ns").cast(pl.Int64),
                              pl.col("c").cast(pl.String)) for p in pieces])
-    lens = window_union_lengths(iv, windows, ["c"])
+    # The causes by integer codes: the interval unions take their integer-keyed route.
+    labels = sorted(iv["c"].unique().to_list())
+    lens = window_union_lengths(
+        iv.with_columns(pl.col("c").replace_strict({c: i for i, c in enumerate(labels)}, return_dtype=pl.Int64)),
+        windows, ["c"]).with_columns(pl.col("c").replace_strict(dict(enumerate(labels)), return_dtype=pl.String))
     wide = (lens.pivot(on="c", index="window", values="length_ns") if lens.height
             else pl.DataFrame({"window": []}, schema={"window": pl.Int64}))
     for c in ("input", "sync", "host", "other", "edge", "edge_input"):

@@ -126,7 +126,9 @@ def kernels(ctx: AnalysisContext[TraceModel]) -> KernelsResult:
     short_ns = int(short_us * 1000)
     sr = ctx.need("steps", StepsResult)
     # Communication kernels as every analysis counts them (metadata, launching op, name: _comm).
-    k = model.kernels.with_columns(norm=kernel_norms(ctx.tables), is_comm=comm_classes(ctx.tables)["is_comm"])
+    # The columns read below only: the filters copy every column they are given.
+    k = model.kernels.select("name", "ts_ns", "dur_ns", "correlation", norm=kernel_norms(ctx.tables),
+                             is_comm=comm_classes(ctx.tables)["is_comm"])
     total = int(k["dur_ns"].sum())
 
     by_name = (

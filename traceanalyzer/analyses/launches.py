@@ -179,7 +179,8 @@ def launches(ctx: AnalysisContext[TraceModel]) -> LaunchesResult:
         "gpu_name", "activity", "device", "stream", "gpu_ts_ns", "gpu_dur_ns", "launch_delay_ns",
         "start_delay_ns", "shorter_than_launch", "blocking", "is_graph", "n_replayed",
     )
-    calls = t.unique("correlation", keep="first")
+    # One row per call: only its CPU duration is read (a unique of two columns, not of the table).
+    calls = t.select("correlation", "cpu_dur_ns").unique("correlation", keep="first")
     by_api = (
         t.group_by("api")
         .agg(

@@ -31,12 +31,12 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analyses import AnalysisContext, analysis
-from traceanalyzer.analyses._memevents import with_device_by_time
+from traceanalyzer.analyses._memevents import memory_ops
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import op_index, op_links
+from traceanalyzer.model.relations import op_links
 
 _SUMS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes")
 CURVE_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
@@ -150,22 +150,19 @@ def _up_the_tree(per: pl.DataFrame, parent: pl.Series, depth: pl.Series, n_dev: 
 
 
 @analysis("memory_per_op", input="trace", depends_on=("steps",), title="Memory per operator", order=61,
-          shared=("op_nesting", "op_links"), params={"top_n": 30, "curve_points": 50}, wide=True)
+          shared=("op_nesting", "op_links", "memory_ops"), params={"top_n": 30, "curve_points": 50}, wide=True)
 def memory_per_op(ctx: AnalysisContext[TraceModel]) -> MemoryPerOpResult:
     """Allocations, frees and peak increase per operator (self and with nested ops); memory curve per step."""
     model = ctx.model
     top_n, points = int(ctx.params.top_n), int(ctx.params.curve_points)
-    ev = model.memory_events.filter(~pl.col("oom"))
-    if ev.is_empty():
+    if model.memory_events.filter(~pl.col("oom")).is_empty():
         raise NotApplicable("no [memory] events: profile with profile_memory=True")
-    mem = with_device_by_time(ev, code="_dev")
+    mem, op_id = memory_ops(ctx.tables)
     curve = _curve(mem, ctx.need("steps", StepsResult).windows(), points)
     # The device names by their codes (the per-op tables below key on op × n_dev + code).
     dev_names = mem.select("_dev", "device").unique("_dev").sort("_dev")["device"]
     n_dev = dev_names.len()
     ops = model.cpu_ops
-    op_id = (op_index(ctx.tables).lookup(mem.select("ts_ns", "pid", "tid")) if ops.height
-             else pl.Series("id", [None] * mem.height, pl.Int64))
     inside = mem.select("_dev", "bytes", "total_allocated", op=op_id).filter(pl.col("op").is_not_null())
     n_inside = inside.height
     b = pl.col("bytes")

@@ -119,8 +119,9 @@ def _tree_times(iv: pl.DataFrame, self_dev: pl.Series, links: pl.DataFrame | Non
                       "device_self_ns": self_dev.fill_null(0).cast(pl.Int64)})
     child_host = t.filter(pl.col("parent_id").is_not_null()).group_by("parent_id").agg(
         _c=pl.col("host_total_ns").sum())
-    t = t.join(child_host, left_on="id", right_on="parent_id", how="left", maintain_order="left").with_columns(
-        host_self_ns=(pl.col("host_total_ns") - pl.col("_c").fill_null(0)).clip(lower_bound=0)).drop("_c")
+    # Ids are row numbers: each parent's children's time is a scatter, not a join.
+    children = pl.repeat(0, n, dtype=pl.Int64, eager=True).scatter(child_host["parent_id"], child_host["_c"])
+    t = t.with_columns(host_self_ns=(pl.col("host_total_ns") - children).clip(lower_bound=0))
     total = t["device_self_ns"].clone()
     max_depth = int(t["depth"].max() or 0)  # type: ignore[arg-type]  # an Int64 column's max
     for d in range(max_depth, 1, -1):  # deepest level first: a child's total is final before its parent's

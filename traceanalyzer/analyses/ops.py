@@ -54,6 +54,7 @@ from traceanalyzer.analyses._intervals import (
     window_union_lengths,
 )
 from traceanalyzer.analyses._kernels import GEMM_OPS_RE, kernel_class, kernel_norms, on_distinct
+from traceanalyzer.analyses._names import contains_by_name
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.context import ContextResult
 from traceanalyzer.analyses.steps import StepsResult
@@ -164,12 +165,17 @@ class OpsResult:
         return {"Kernel time by class": self.kernel_classes.head(30), "Optimizer per step": self.optimizer}
 
 
-def _ranges(model: TraceModel, pattern: str) -> pl.DataFrame:
-    """User annotations and CPU ops named like ``pattern`` (PyTorch 1.8/1.9 exported
-    ``Optimizer.step#…`` and ``enumerate(DataLoader)#…`` ranges as ops)."""
+def _named(model: TraceModel) -> pl.DataFrame:
+    """User annotations and CPU ops (``name, pid, tid, ts_ns, end_ns``): where :func:`_ranges`
+    looks (PyTorch 1.8/1.9 exported ``Optimizer.step#…`` and ``enumerate(DataLoader)#…``
+    ranges as ops)."""
     cols = ["name", "pid", "tid", "ts_ns", "end_ns"]
-    return pl.concat([model.annotations.select(cols), model.cpu_ops.select(cols)]).filter(
-        pl.col("name").str.contains(pattern))
+    return pl.concat([model.annotations.select(cols), model.cpu_ops.select(cols)])
+
+
+def _ranges(named: pl.DataFrame, pattern: str) -> pl.DataFrame:
+    """The rows of ``named`` (:func:`_named`) named like ``pattern``."""
+    return named.filter(contains_by_name(named, pattern))
 
 
 def _dtype_of(types: pl.Expr) -> pl.Expr:
@@ -204,7 +210,7 @@ def _kernel_classes(t: TraceTables, windows: pl.DataFrame, steady: list[int]) ->
     # op dtype: the innermost GEMM/conv CPU op around the launching runtime call. Innermost, not
     # outermost: under autocast aten::linear receives fp32 tensors and casts them before the
     # aten::addmm/mm that launches the kernel with bf16 inputs.
-    gemm_ops = model.cpu_ops.filter(pl.col("name").str.contains(GEMM_OPS_RE) & pl.col("input_types").is_not_null())
+    gemm_ops = model.cpu_ops.filter(contains_by_name(model.cpu_ops, GEMM_OPS_RE) & pl.col("input_types").is_not_null())
     k = k.with_columns(op_dtype=pl.lit(None, pl.String))
     if gemm_ops.height:
         ops = gemm_ops.select("pid", "tid", "ts_ns", "end_ns", _dtype_of(pl.col("input_types")).alias("_dt")
@@ -231,15 +237,15 @@ def _kernel_classes(t: TraceTables, windows: pl.DataFrame, steady: list[int]) ->
     )
 
 
-def _optimizer_impl(model: TraceModel) -> str:
+def _optimizer_impl(model: TraceModel, rng: pl.DataFrame) -> str:
     """``fused`` / ``foreach`` / ``for-loop`` / ``unknown``, from the ops run inside ``Optimizer.step``
     ranges. Only inside them: ``aten::_fused_sdp_choice``/``_fused_dropout`` (attention, dropout),
     foreach grad clipping and AMP unscaling run outside the optimizer and say nothing about it.
-    A fused optimizer kernel op anywhere (``aten::_fused_adamw_`` …) still counts as fused."""
+    A fused optimizer kernel op anywhere (``aten::_fused_adamw_`` …) still counts as fused.
+    ``rng``: the ``Optimizer.step`` ranges (:func:`_ranges`)."""
     ops = model.cpu_ops
-    if ops.filter(pl.col("name").str.contains(FUSED_OPTIMIZER_RE)).height:
+    if ops.filter(contains_by_name(ops, FUSED_OPTIMIZER_RE)).height:
         return "fused"
-    rng = _ranges(model, OPTIMIZER_STEP_RE)
     if rng.is_empty():
         return "unknown"
     outer = outermost(rng.select("pid", "tid", "ts_ns", "end_ns").with_row_index("ev_order").with_columns(
@@ -255,16 +261,16 @@ def _optimizer_impl(model: TraceModel) -> str:
     return "for-loop"
 
 
-def _optimizer(t: TraceTables, windows: pl.DataFrame) -> pl.DataFrame:
-    model = t.model
+def _optimizer(t: TraceTables, windows: pl.DataFrame, ranges: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """Optimizer work per window; ``ranges``: ``opt`` and ``zero_grad`` ranges (:func:`_ranges`)."""
     w = windows.select("window", "step", "start_ns", "end_ns")
     out = w.select("window", "step")
     # The columns read below, then the rows: a filter copies every column it is given.
     lj = launches(t).select("pid", "tid", "cpu_ts_ns", "gpu_ts_ns", "gpu_dur_ns", "gpu_name", "activity").filter(
         pl.col("gpu_ts_ns").is_not_null()
     )
-    for key, pattern in (("opt", OPTIMIZER_STEP_RE), ("zero_grad", OPTIMIZER_ZERO_RE)):
-        rng = _ranges(model, pattern).select("pid", "tid", "ts_ns", "end_ns")
+    for key in ("opt", "zero_grad"):
+        rng = ranges[key].select("pid", "tid", "ts_ns", "end_ns")
         length = window_union_lengths(rng, w) if rng.height else pl.DataFrame(
             schema={"window": pl.Int64, "length_ns": pl.Int64})
         out = out.join(length.rename({"length_ns": f"{key}_ns"}), on="window", how="left")
@@ -330,7 +336,8 @@ def ops(ctx: AnalysisContext[TraceModel]) -> OpsResult:
     dp = int(both.filter(pl.col("name") == "DataParallel.forward").height) + int(
         model.python_frames.filter(pl.col("name").str.starts_with("nn.Module: DataParallel_")).height)
 
-    dl = _ranges(model, DATALOADER_RE)
+    named = _named(model)
+    dl = _ranges(named, DATALOADER_RE)
     dl_len = window_union_lengths(dl, windows) if dl.height else pl.DataFrame(
         schema={"window": pl.Int64, "length_ns": pl.Int64})
     dataloader = windows.select("window", "step", "dur_ns").join(
@@ -338,19 +345,19 @@ def ops(ctx: AnalysisContext[TraceModel]) -> OpsResult:
         pl.col("dataloader_ns").fill_null(0)).select("window", "step", "dataloader_ns", "dur_ns")
     iters = tuple(sorted(set(dl["name"].to_list())))
 
-    impl = _optimizer_impl(model)
+    opt = _ranges(named, OPTIMIZER_STEP_RE)
+    impl = _optimizer_impl(model, opt)
     opt_names = tuple(sorted({
-        n.split("#", 1)[1].split(".")[0] for n in _ranges(model, OPTIMIZER_STEP_RE)["name"].unique().to_list()
-        if "#" in n}))
-    compiled = bool(
-        model.annotations.filter(pl.col("name").str.contains(COMPILED_RE)).height
-        or model.cpu_ops.filter(pl.col("name").str.contains(COMPILED_RE)).height
-        or model.kernels.filter(pl.col("name").str.starts_with("triton_")).height
-    )
-    graph_launches = int(model.runtime.filter(pl.col("name").str.contains("GraphLaunch")).height)
+        n.split("#", 1)[1].split(".")[0] for n in opt["name"].unique().to_list() if "#" in n}))
+    graph_launches = int(model.runtime.filter(contains_by_name(model.runtime, "GraphLaunch")).height)
     run_ctx = ctx.typed("context", ContextResult)
     if run_ctx is not None:  # one fact, one value: the context analysis decides what "compiled" means
         compiled = bool(run_ctx.compiled)
+    else:
+        compiled = bool(
+            named.filter(contains_by_name(named, COMPILED_RE)).height
+            or model.kernels.filter(pl.col("name").str.starts_with("triton_")).height
+        )
     return OpsResult(
         vendor=model.meta.vendor,
         devices=tuple(devices),
@@ -361,7 +368,7 @@ def ops(ctx: AnalysisContext[TraceModel]) -> OpsResult:
         dataloader=dataloader,
         dataloader_iters=iters,
         kernel_classes=_kernel_classes(ctx.tables, windows, sr.steady_windows()),
-        optimizer=_optimizer(ctx.tables, windows),
+        optimizer=_optimizer(ctx.tables, windows, {"opt": opt, "zero_grad": _ranges(named, OPTIMIZER_ZERO_RE)}),
         optimizer_impl=impl,
         optimizer_names=opt_names,
         compiled=compiled,

@@ -118,9 +118,14 @@ def _segments(queued: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     ev = pl.concat([plus, minus, marks.select(plus.columns)])
     # At one instant: starts on the device (−1) first, then bounds, then launches (+1).
     ev = _sort_events(ev)
+    # Each stream's rows are contiguous after the sort: its running sum is the column's less the
+    # sum before its first row, and its last row has no next one (no window function per stream).
+    first = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in ("device", "stream")])
+    total = pl.col("delta").cum_sum()
     seg = ev.with_columns(
-        queue=pl.col("delta").cum_sum().over("device", "stream"),
-        dur_ns=(pl.col("ts_ns").shift(-1).over("device", "stream") - pl.col("ts_ns")),
+        queue=total - pl.when(first).then(total - pl.col("delta")).forward_fill().fill_null(0),
+        dur_ns=pl.when(first.shift(-1, fill_value=True)).then(None).otherwise(
+            pl.col("ts_ns").shift(-1) - pl.col("ts_ns")),
     ).filter(pl.col("dur_ns") > 0)
     return assign_steps(seg, windows, "ts_ns").filter(pl.col("window").is_not_null())
 
@@ -162,12 +167,16 @@ def span_stats(tables: Any, start_ns: int, end_ns: int, hta_rules: bool = False)
     ).join(n, on=["device", "stream"], how="left", nulls_equal=True).sort("device", "stream")
 
 
-def _p95(level: pl.Expr, dur: pl.Expr) -> pl.Expr:
-    """Time-weighted 95th percentile of ``level`` (per group): the smallest level whose
-    cumulative time, levels sorted, reaches 95 % of the total."""
-    order = level.arg_sort()
-    lv, d = level.gather(order), dur.gather(order)
-    return lv.filter(d.cum_sum() >= 0.95 * d.sum()).first()
+def _p95(seg: pl.DataFrame) -> pl.DataFrame:
+    """Time-weighted 95th percentile of the queue per (device, stream) of ``seg``
+    (``p95_queue``): the smallest level whose cumulative time, levels sorted, reaches 95 % of
+    the total. From the time per (stream, level), a few hundred levels, not the segments:
+    the cumulative time at the end of each level's segments is the same sum."""
+    d = pl.col("_d")
+    return (seg.group_by("device", "stream", "queue").agg(_d=pl.col("dur_ns").sum())
+            .sort("device", "stream", "queue")
+            .group_by("device", "stream", maintain_order=True)
+            .agg(p95_queue=pl.col("queue").filter(d.cum_sum() >= 0.95 * d.sum()).first()))
 
 
 @analysis("queue_length", depends_on=("steps",), title="Launch queue length", order=52,
@@ -189,7 +198,6 @@ def queue_length(ctx: AnalysisContext[TraceModel]) -> QueueLengthResult:
         st.group_by("device", "stream").agg(
             window_ns=w.sum(),
             _area=(q * w).sum(),
-            p95_queue=_p95(q, w),
             max_queue=q.max(),
             empty_ns=w.filter(q <= 0).sum(),
             full_ns=w.filter(q >= full_queue).sum(),
@@ -199,6 +207,7 @@ def queue_length(ctx: AnalysisContext[TraceModel]) -> QueueLengthResult:
             empty_pct_of_window=(pl.col("empty_ns") * 100.0 / pl.col("window_ns")).round(3),
             full_pct_of_window=(pl.col("full_ns") * 100.0 / pl.col("window_ns")).round(3),
         )
+        .join(_p95(st), on=["device", "stream"], how="left", nulls_equal=True)
     )
     totals = queued.group_by("device", "stream").agg(launches=pl.len(), gpu_ns=pl.col("gpu_dur_ns").sum())
     per_stream = (

@@ -30,22 +30,19 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analyses import AnalysisContext, analysis
-from traceanalyzer.analyses._memevents import with_device_by_time
+from traceanalyzer.analyses._memevents import memory_ops, with_device_by_time
 from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
-from traceanalyzer.model.relations import TraceTables, op_index
+from traceanalyzer.model.relations import TraceTables
 from traceanalyzer.units import device_name
 
 
-def _enclosing_ops(ev: pl.DataFrame, t: TraceTables) -> pl.DataFrame:
-    """Add ``op``: the deepest CPU op on the same (pid, tid) whose span covers each event."""
-    model = t.model
-    ops = model.cpu_ops
-    if ops.is_empty() or ev.is_empty():
-        return ev.with_columns(op=pl.lit(None, dtype=pl.String))
-    ids = op_index(t).lookup(ev.select("ts_ns", "pid", "tid"))
+def _enclosing_ops(t: TraceTables) -> pl.DataFrame:
+    """The events but OOMs (:func:`memory_ops`) with ``op``: the name of the deepest CPU op on
+    the same (pid, tid) whose span covers each event."""
+    mem, ids = memory_ops(t)
     # Op ids are row numbers of model.cpu_ops: the name is a gather, not a join.
-    return ev.with_columns(op=ops["name"].gather(ids))
+    return mem.with_columns(op=t.model.cpu_ops["name"].gather(ids))
 
 
 SITES_SCHEMA = {"device": pl.String, "site": pl.String, "site_kind": pl.String, "via": pl.String,
@@ -134,7 +131,8 @@ def _top_sites(model: TraceModel, mem: pl.DataFrame, top_n: int) -> pl.DataFrame
     )
 
 
-@analysis("trace_memory", input="trace", title="Memory (profiler events)", order=60, shared=("op_nesting",),
+@analysis("trace_memory", input="trace", title="Memory (profiler events)", order=60,
+          shared=("op_nesting", "memory_ops"),
           params={"top_n": 15})
 def trace_memory(ctx: AnalysisContext[TraceModel]) -> TraceMemoryResult:
     """Allocated/reserved per device from [memory] events: peaks, per step, top ops."""
@@ -143,9 +141,8 @@ def trace_memory(ctx: AnalysisContext[TraceModel]) -> TraceMemoryResult:
     ev = model.memory_events
     if ev.is_empty():
         raise NotApplicable("no [memory] events: profile with profile_memory=True")
-    ev = with_device_by_time(ev)
-    ooms = ev.filter(pl.col("oom"))
-    mem = _enclosing_ops(ev.filter(~pl.col("oom")), ctx.tables)
+    ooms = with_device_by_time(ev.filter(pl.col("oom")))
+    mem = _enclosing_ops(ctx.tables)
 
     peaks = mem.sort("ts_ns", maintain_order=True).group_by("device", maintain_order=True).agg(
         events=pl.len(),
