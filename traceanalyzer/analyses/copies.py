@@ -392,6 +392,7 @@ def copies(ctx: AnalysisContext[TraceModel]) -> CopiesResult:
     for row in (
         mc.group_by("kind")
         .agg(count=pl.len(), bytes=pl.col("bytes").sum(), gpu_ns=pl.col("dur_ns").sum())
+        .sort("kind", nulls_last=True)  # a mapping in one order whatever the group-by's threads did
         .iter_rows(named=True)
     ):  # one row per direction (≤ 6)
         by_dir[row["kind"]] = {
