@@ -460,6 +460,27 @@ def test_event_limit_refuses_past_it_on_every_path(tmp_path: Path, monkeypatch: 
         assert load_it().cpu_ops.height == 100, name
 
 
+def test_event_limit_counts_the_same_with_regions_in_flight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A region is first counted by a bound (its size over the separator's), replaced by the
+    # decoder's count once it is added: the regions still in flight are settled before the
+    # bound may refuse, so two regions at once refuse at the same region, with the same count,
+    # as one at a time, and a file just at the limit loads.
+    from test_chunked_loader import chunked
+
+    p = tmp_path / "many.json"
+    p.write_bytes(b'{"traceEvents": [\n  ' + b",\n  ".join(_events(3000)) + b"\n]}")
+    monkeypatch.setenv(budget.ENV_MAX_EVENTS, "2999")
+    msgs = set()
+    for workers in (1, 2):
+        with pytest.raises(InputError) as e:
+            chunked(p, 4096, workers)
+        msgs.add(str(e.value))
+    assert len(msgs) == 1 and "more than 2,999 events (3,000 counted by byte" in msgs.pop()
+    monkeypatch.setenv(budget.ENV_MAX_EVENTS, "3000")
+    for workers in (1, 2):
+        assert chunked(p, 4096, workers).cpu_ops.height == 3000
+
+
 def test_event_separators_inside_strings_do_not_refuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Separators counted as events are only a bound: a name full of them is recounted exactly.
     monkeypatch.setenv(budget.ENV_MAX_EVENTS, "20")
