@@ -94,10 +94,11 @@ def _link_parents(b: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     ``(group number · depths + depth) · positions + pos`` (an as-of join by group and
     depth hashes every row: the largest transient of a CPU index build)."""
     # The columns, then the rows: a filter copies every column it is given.
-    starts = b.select([*by, "pos", "id", "depth", "kind"]).filter(pl.col("kind") == 1).drop("kind")
+    starts = b.select([*by, *_carried(b), "pos", "id", "depth", "kind"]).filter(pl.col("kind") == 1).drop("kind")
     keyed = _link_parents_keyed(starts, by)
     if keyed is not None:
         return keyed
+    starts = starts.drop(_carried(starts))
     parents = starts.select([*by, "pos", pl.col("id").alias("parent_id"), pl.col("depth").alias("pdepth")])
     linked = (
         starts.with_columns(pdepth=pl.col("depth") - 1)
@@ -122,7 +123,7 @@ def _link_parents_keyed(starts: pl.DataFrame, by: list[str]) -> pl.DataFrame | N
     d_min, d_max = int(starts["depth"].min()), int(starts["depth"].max())  # type: ignore[arg-type]
     n_depths = d_max - d_min + 2  # depth − d_min + 1 lies in [1, n_depths − 1]; its parent's one below
     n_pos = int(starts["pos"].max()) + 2  # type: ignore[arg-type]
-    g = group_numbers(starts, by)
+    g = _group_numbers(starts, by)
     if (int(g.max()) + 1) * n_depths * n_pos >= 2**62:  # type: ignore[arg-type]
         return None
     # Series operations, not one query: as expressions the sorted key was recomputed per use.
@@ -160,19 +161,34 @@ def _boundaries(intervals: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     return _numbered(_sorted_boundaries(intervals, by))
 
 
+def _carried(df: pl.DataFrame) -> list[str]:
+    """``["_g"]`` where ``df`` carries the group numbers of :func:`_sort_by_time_key`, else ``[]``."""
+    return ["_g"] if "_g" in df.columns else []
+
+
+def _group_numbers(df: pl.DataFrame, by: list[str]) -> pl.Series:
+    """:func:`~traceanalyzer.timeutil.group_numbers` of ``df`` (rows of each group
+    contiguous, groups in sorted order): the ``_g`` column that :func:`_sort_by_time_key`
+    carries along the boundary rows where ``df`` has it (the same numbers: every group of
+    the intervals keeps rows in each table derived from their boundaries), else computed."""
+    return df["_g"] if "_g" in df.columns else group_numbers(df, by)
+
+
 def sorted_boundaries(intervals: pl.DataFrame, by: Sequence[str] = ("pid", "tid")) -> pl.DataFrame:
     """The start and end rows of ``intervals`` (``*by, id, ts_ns, end_ns``, ids unique) in
     nesting order per group: ``*by, id, t, kind`` (1 start, 0 end), ``sec`` (a start's
     −end, an end's −start). At one instant ends come first, starts longer first, ends of
     later-started intervals first; identical intervals nest by ``id`` (see
     :func:`_boundaries`). Sorted by one Int64 key where it fits."""
-    return _sorted_boundaries(intervals, list(by))
+    b = _sorted_boundaries(intervals, list(by))
+    return b.drop(_carried(b))
 
 
 def _sorted_boundaries(intervals: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """The boundary rows of :func:`_boundaries` in order, without ``pos``/``depth``. The
     order is total (ids are unique), so the boundaries of a subset of the intervals are
-    these rows filtered to the subset."""
+    these rows filtered to the subset. Sorted by the Int64 key, the rows also carry ``_g``,
+    the number of their ``by`` group in sorted order (Int64), for the steps after the sort."""
     iv = intervals.select([*by, "id", "ts_ns", "end_ns"]).with_columns(
         end_ns=pl.max_horizontal("end_ns", "ts_ns")
     )
@@ -270,6 +286,7 @@ def _sort_by_time_key(iv: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     return pl.DataFrame(
         [iv[c].gather(at_src) for c in [*by, "id"]]
         + [
+            pl.Series("_g", codes[src] if by else np.zeros(src.shape[0], dtype=np.int64), dtype=pl.Int64),
             pl.Series("t", np.where(is_end, en[src], ts[src]), dtype=pl.Int64),
             pl.Series("kind", (~is_end).astype(np.int8), dtype=pl.Int8),
             pl.Series("sec", np.where(is_end, -ts[src], -en[src]), dtype=pl.Int64),
@@ -379,18 +396,18 @@ def _keyed_index(state: pl.DataFrame, by: list[str]) -> CoverIndex:
     keyed by one Int64 where that fits (see the class)."""
     keys = [*by, "t"]
     if state.is_empty() or any(state[c].null_count() for c in keys):
-        return CoverIndex(state, tuple(by))
+        return CoverIndex(state.drop(_carried(state)), tuple(by))
     t_min, t_max = int(state["t"].min()), int(state["t"].max())  # type: ignore[arg-type]
     # One spare instant after t_max per group holds its closing null row.
     span = t_max - t_min + 2
-    g = group_numbers(state, by)
+    g = _group_numbers(state, by)
     if by:
         groups = state.select(*by, g).filter(pl.col("_g").is_first_distinct())
     else:
         groups = pl.DataFrame({"_g": [0]}, schema={"_g": pl.Int64})
     n_groups = groups.height
     if n_groups * span >= 2**62:
-        return CoverIndex(state, tuple(by))
+        return CoverIndex(state.drop(_carried(state)), tuple(by))
     key = g * span + (state["t"] - t_min)
     closing = pl.DataFrame(
         {
@@ -434,7 +451,7 @@ def _nest_and_index(b: pl.DataFrame, by: list[str]) -> tuple[pl.DataFrame, Cover
     links = _link_parents(b, by)
     parent = by_id(b["id"], links["id"], links["parent_id"].cast(pl.Int64))
     # After a start the interval itself is the deepest; after an end, its parent.
-    b = b.select(*by, "t", current=pl.when(pl.col("kind") == 1).then(pl.col("id")).otherwise(parent))
+    b = b.select(*by, *_carried(b), "t", current=pl.when(pl.col("kind") == 1).then(pl.col("id")).otherwise(parent))
     del parent
     # The state after all boundaries at one instant is what covers that instant: the
     # last boundary row of each (by, t), ``b`` being sorted by them (a filter, not a
@@ -692,6 +709,10 @@ def launches(src: TraceModel | TraceTables) -> pl.DataFrame:
 
 
 def _launches(t: TraceTables) -> pl.DataFrame:
+    # The call names repeat (a handful of distinct APIs over every call): the test runs on
+    # the distinct names, each row is a membership test (half of this join's cost otherwise).
+    names = t.model.runtime["name"].unique()
+    launch_names = names.filter(pl.select(is_launch_api(pl.lit(names))).to_series().fill_null(False))
     rt = t.model.runtime.select(
         pl.col("name").alias("api"),
         pl.col("cat").alias("api_cat"),
@@ -702,7 +723,7 @@ def _launches(t: TraceTables) -> pl.DataFrame:
         "tid",
         "correlation",
         "external_id",
-    ).with_columns(is_launch=is_launch_api(pl.col("api")))
+    ).with_columns(is_launch=pl.col("api").is_in(launch_names.implode()))
     gpu = gpu_activity(t).select(
         pl.col("name").alias("gpu_name"),
         "activity",
