@@ -447,7 +447,7 @@ def test_chain_dist_by_blocks_equals_per_segment_maximum() -> None:
     big = np.int64(2**60)  # 3 segments per block
     assert (_chain_dist(offer, prefix, seg, seg_first, big, None) == want).all()
     small = np.int64(4_001)
-    assert (_chain_dist(offer, prefix, seg, seg_first, small, seg * small) == want).all()
+    assert (_chain_dist(offer, prefix, seg, seg_first, small, prefix - seg * small) == want).all()
 
 
 def _multi_step_trace() -> Trace:

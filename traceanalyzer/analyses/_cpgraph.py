@@ -53,7 +53,7 @@ import bisect
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import polars as pl
 
@@ -175,6 +175,13 @@ class CPGraph:
         x_dst_first = np.flatnonzero(np.r_[True, self.x_dst[1:] != self.x_dst[:-1]]).astype(np.int64) \
             if self.x_dst.size else np.zeros(0, np.int64)
         return seg, seg_first, seg_end, x_dst_first, self.x_dst[x_dst_first]
+
+    @functools.cached_property
+    def x_run(self) -> I64:
+        """Each cross edge's destination as an index into ``chains``' destinations."""
+        import numpy as np
+
+        return np.cumsum(np.r_[True, self.x_dst[1:] != self.x_dst[:-1]]).astype(np.int64) - 1
 
     @functools.cached_property
     def klass_codes(self) -> tuple[I32, dict[str, int]]:
@@ -612,7 +619,8 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
     del parent, lb
     cpu_nodes = b.select(
         "event", (pl.col("kind") == 1).alias("start"), "window",
-        pl.col("first").alias("seg"), "link_w", "link_type", "link_event", "link_dl", "_unexplained")
+        pl.col("first").alias("seg"), "link_w", "link_type", "link_event", "link_dl")
+    unexplained = b["_unexplained"]
     # Hand-offs (with cpu_gaps): another thread's top-level op may have waited for the step's
     # thread (the autograd engine's backward, a worker fed by the loop): a zero-weight edge
     # from the step thread's last node at or before its start. Without it a helper thread, its
@@ -667,28 +675,34 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
         pl.col("_prev_end_all").is_null() | (pl.col("_prev_end_all") < pl.col("cpu_ts_ns"))))
     g = lg.with_columns(_launch=launch, _kk=kk).collect(engine=_ENGINE)
     del act, lg
-    gs = g.lazy().select("event", pl.lit(True).alias("start"), "window",
-                         (~pl.col("_kk")).alias("seg"),
-                         pl.when(pl.col("_kk")).then((pl.col("gpu_ts_ns") - pl.col("prev_end")).clip(lower_bound=0))
-                         .otherwise(0).alias("link_w"),
-                         pl.when(pl.col("_kk")).then(KERNEL_KERNEL).otherwise(OP).alias("link_type"),
-                         pl.when(pl.col("_kk")).then(pl.col("prev_event")).otherwise(-1).alias("link_event"),
-                         pl.lit(False).alias("link_dl"), pl.lit(None, pl.Int64).alias("_unexplained"))
-    ge = g.lazy().select("event", pl.lit(False).alias("start"), "window",
-                         pl.lit(False).alias("seg"), (pl.col("gpu_end_ns") - pl.col("gpu_ts_ns")).alias("link_w"),
-                         pl.lit(OP).alias("link_type"), pl.col("event").alias("link_event"),
-                         pl.lit(False).alias("link_dl"), pl.lit(None, pl.Int64).alias("_unexplained"))
-    # Each activity's start node, then its end node: the two halves interleaved by a gather.
-    half = pl.len() // 2
-    row = pl.int_range(pl.len(), dtype=pl.Int64)
-    gpu_nodes = pl.concat([gs, ge]).select(pl.all().gather(row // 2 + (row % 2) * half))
-    # (Numbers as int32, weights int64: the graph's own types.)
-    casts = (pl.col("event", "window", "link_type", "link_event").cast(pl.Int32), pl.col("link_w").cast(pl.Int64))
-    nodes = pl.concat([cpu_nodes.lazy().with_columns(*casts), gpu_nodes.with_columns(*casts)]).collect(engine=_ENGINE)
-    del cpu_nodes, gpu_nodes, gs, ge
+    # Each activity's start node, then its end node: a start is linked to the previous
+    # activity's end by a kernel-kernel edge (when queued behind it) or begins a segment; an
+    # end to its start by the activity's duration. (Numbers int32, weights int64.)
+    queued: B = g["_kk"].to_numpy()
+    gev = _ints(g["event"])
+    gwin = _ints(g["window"])
+    w_start = _i64(g.select(pl.when(pl.col("_kk")).then((pl.col("gpu_ts_ns") - pl.col("prev_end")).clip(
+        lower_bound=0)).otherwise(0)).to_series())
+    ev_start = _ints(g.select(pl.when(pl.col("_kk")).then(pl.col("prev_event")).otherwise(-1)).to_series())
+
+    # The graph's arrays: the CPU nodes, then each activity's start and end node.
+    nc, ng = cpu_nodes.height, 2 * queued.size
+    no = np.zeros(queued.size, dtype=bool)
+    nodes: dict[str, npt.NDArray[Any]] = {}
+    for col, dtype, at_start, at_end in (
+            ("event", np.int32, gev, gev), ("start", np.bool_, ~no, no), ("window", np.int32, gwin, gwin),
+            ("seg", np.bool_, ~queued, no), ("link_w", np.int64, w_start, _i64(g["gpu_end_ns"] - g["gpu_ts_ns"])),
+            ("link_type", np.int32, np.where(queued, KERNEL_KERNEL, OP), OP), ("link_event", np.int32, ev_start, gev),
+            ("link_dl", np.bool_, no, no)):
+        out = np.empty(nc + ng, dtype=dtype)
+        out[:nc] = cpu_nodes[col].to_numpy()
+        out[nc::2], out[nc + 1::2] = at_start, at_end
+        nodes[col] = out
+    n_gpu_nodes = ng
+    del cpu_nodes, gev, gwin, w_start, ev_start, queued, no
     # Each event's start and end node (events are numbered 0 … n − 1 by row, each has both).
-    node_event = _ints(nodes["event"])
-    node_start = nodes["start"].to_numpy()
+    node_event = nodes["event"]
+    node_start = nodes["start"]
     start_node = np.empty(events.height, dtype=np.int32)
     end_node = np.empty(events.height, dtype=np.int32)
     start_node[node_event[node_start]] = np.flatnonzero(node_start)
@@ -734,16 +748,18 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
     x_src, x_dst, x_type = _ints(x["src"]), _ints(x["dst"]), _ints(x["type"])
     synced = np.zeros(node_event.size, dtype=bool)
     synced[x_dst[x_type == SYNC]] = True
-    link_w = _i64(nodes["link_w"])
-    unexplained = nodes["_unexplained"]
+    link_w = nodes["link_w"]
     if unexplained.null_count() < unexplained.len():
-        link_w = np.where(unexplained.is_not_null().to_numpy() & ~synced, _i64(unexplained.fill_null(0)), link_w)
+        # (Only CPU nodes carry one: the GPU nodes' part is none.)
+        pad = np.zeros(n_gpu_nodes, dtype=bool)
+        link_w = np.where(np.concatenate([unexplained.is_not_null().to_numpy(), pad]) & ~synced,
+                          np.concatenate([_i64(unexplained.fill_null(0)), pad.astype(np.int64)]), link_w)
     del synced, unexplained
-    seg_start = nodes["seg"].to_numpy()
+    seg_start = nodes["seg"]
     return CPGraph(
-        node_event=node_event, node_window=_ints(nodes["window"]), seg_start=seg_start, link_w=link_w,
-        link_type=_ints(nodes["link_type"]), link_event=_ints(nodes["link_event"]),
-        link_dl=nodes["link_dl"].to_numpy(), lead=seg_start & (link_w > 0),
+        node_event=node_event, node_window=nodes["window"], seg_start=seg_start, link_w=link_w,
+        link_type=nodes["link_type"], link_event=nodes["link_event"],
+        link_dl=nodes["link_dl"], lead=seg_start & (link_w > 0),
         x_src=x_src, x_dst=x_dst, x_w=_i64(x["w"]), x_type=x_type, x_event=_ints(x["ev"]),
         events=events.drop("window"), sync_source=source, bound_code=bound_code,
     )
@@ -985,7 +1001,7 @@ def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
         z = np.zeros(0, dtype=np.int64)
         return LongestPath(z, 0, True, {}, z.astype(bool), z, z)
     seg, seg_first, seg_end, x_dst_first, x_dst_u = g.chains
-    w = np.where(g.seg_start, 0, lw).astype(np.int64)
+    w = np.where(g.seg_start, 0, lw)
     csum = np.cumsum(w)
     prefix = csum - np.repeat(csum[seg_first], seg_end - seg_first)  # P: weights from the segment's first node
     del csum
@@ -994,11 +1010,12 @@ def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
     span = int(w.clip(min=0).sum()) + int(xw.clip(min=0).sum() if xw.size else 0) + 1
     del w
     big = np.int64(2 * span + 1)
-    # The offsets, computed once; where they would overflow, _chain_dist offsets by blocks.
-    off = seg * big if float(big) * float(seg[-1] + 1) < 2.0**62 else None
+    # The prefix less the offsets, computed once; where the offsets would overflow,
+    # _chain_dist offsets by blocks.
+    off = prefix - seg * big if float(big) * float(seg[-1] + 1) < 2.0**62 else None
     # A lead (time from the step start to a thread's first op) is where a path may start with
     # that much behind it: the floor of the node's offer.
-    floor = np.where(g.lead, lw, 0).astype(np.int64)
+    floor = np.where(g.lead, lw, 0)
     offer = floor.copy()
     rounds, converged = 1, True
     dist = _chain_dist(offer, prefix, seg, seg_first, big, off)
@@ -1013,7 +1030,7 @@ def longest_path(g: CPGraph, link_w: I64 | None = None, x_w: I64 | None = None,
         kfloor = dist[keys]  # S + P
         k_offer = offer[keys]
         k_dist = kfloor
-        koff = kseg * big if float(big) * float(kseg[-1] + 1) < 2.0**62 else None
+        koff = kp - kseg * big if float(big) * float(kseg[-1] + 1) < 2.0**62 else None
         raised = False
         while True:
             cand = k_dist[k_src] + xw
@@ -1081,20 +1098,23 @@ def _topological_dist(g: CPGraph, lw: I64, xw: I64, floor: I64) -> tuple[I64, bo
 
 def _chain_dist(offer: I64, prefix: I64, seg: I64, seg_first: I64, big: np.int64, off: I64 | None) -> I64:
     """``dist`` along the chains: ``P[i] + max_{j ≤ i in i's segment}(offer[j] − P[j])``, one
-    running maximum over segments offset ``big`` apart (``off``: ``seg · big``), or, where
-    those offsets would overflow, over blocks of segments whose offsets fit."""
+    running maximum over segments offset ``big`` apart (``off``: ``P − seg · big``, so that
+    ``dist = off + running max of (offer − off)``), or, where those offsets would overflow,
+    over blocks of segments whose offsets fit."""
     import numpy as np
 
-    v = offer - prefix
     if off is not None:
-        m = np.maximum.accumulate(v + off) - off
-    else:
-        m = np.empty_like(v)
-        per = max(int(2**62 // int(big)) - 1, 1)  # segments per block
-        bounds = np.r_[seg_first[::per], v.size]
-        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-            o = (seg[a:b] - seg[a]) * big
-            m[a:b] = np.maximum.accumulate(v[a:b] + o) - o
+        d: I64 = offer - off
+        np.maximum.accumulate(d, out=d)
+        d += off
+        return d
+    v = offer - prefix
+    m = np.empty_like(v)
+    per = max(int(2**62 // int(big)) - 1, 1)  # segments per block
+    bounds = np.r_[seg_first[::per], v.size]
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        o = (seg[a:b] - seg[a]) * big
+        m[a:b] = np.maximum.accumulate(v[a:b] + o) - o
     out: I64 = prefix + m
     return out
 
@@ -1111,12 +1131,15 @@ def _extract(g: CPGraph, dist: I64, offer: I64, lw: I64, xw: I64, rounds: int, c
     starts_at = np.flatnonzero((offer == dist) | g.seg_start).tolist()
     # Best cross edge into each node (the one whose offer won: the first of the largest
     # offers among the edges into it, edges being sorted by destination).
+    # (The edges into a node are contiguous: their largest offer per run, then the first
+    # edge of each run that has it.)
     cand = dist[g.x_src] + xw if g.x_src.size else np.zeros(0, np.int64)
     best_x = np.full(n, -1, dtype=np.int64)
     if cand.size:
-        by_dst = np.lexsort((np.arange(cand.size), -cand, g.x_dst))
-        first = by_dst[np.r_[True, g.x_dst[by_dst][1:] != g.x_dst[by_dst][:-1]]]
-        best_x[g.x_dst[first]] = first
+        _, _, _, x_dst_first, x_dst_u = g.chains
+        run = g.x_run
+        top = np.flatnonzero(cand == np.maximum.reduceat(cand, x_dst_first)[run])
+        best_x[x_dst_u] = top[np.r_[True, run[top][1:] != run[top][:-1]]]
     win = g.node_window
     # Each window's path ends at its first node of largest distance (windows in order): a
     # maximum per run of nodes of one window (the chains are grouped by window: few runs),
@@ -1161,9 +1184,8 @@ def _extract(g: CPGraph, dist: I64, offer: I64, lw: I64, xw: I64, rounds: int, c
                 break
             xs.append(k)
             i = int(g.x_src[k])
-    mark = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(mark, np.asarray(seg_lo, dtype=np.int64), 1)
-    np.add.at(mark, np.asarray(seg_hi, dtype=np.int64), -1)
+    mark = np.bincount(np.asarray(seg_lo, dtype=np.int64), minlength=n + 1) - np.bincount(
+        np.asarray(seg_hi, dtype=np.int64), minlength=n + 1)
     on_path = np.cumsum(mark[:-1]) > 0
     path_links = _ranges(np.asarray(link_lo, dtype=np.int64), np.asarray(link_hi, dtype=np.int64))
     return LongestPath(dist, rounds, converged, window_len, on_path, path_links, np.asarray(xs, dtype=np.int64))
