@@ -322,3 +322,29 @@ def test_hit_tables_are_one_chunk(cache_dir: Path) -> None:
     assert isinstance(hit, TraceModel)
     assert hit.kernels.height > 300_000 and hit.kernels.n_chunks() == 1
     assert hit.kernels.equals(big.kernels)
+
+
+@pytest.mark.parametrize("size", [0, 1, 1000, (1 << 20) + 1, 3 * (1 << 20) + 7])
+def test_content_digest_sees_every_byte(tmp_path: Path, size: int) -> None:
+    # GIVEN a file of `size` bytes (one lane up to 1 MiB, two lanes above) and copies of it
+    # with one byte changed at the start, at the lanes' boundary and at the end
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    f = tmp_path / "t.json"
+    f.write_bytes(data)
+    same = tmp_path / "same.json"
+    same.write_bytes(data)
+    # WHEN each is digested
+    digest = cache_mod.content_digest(f)
+    # THEN equal bytes give the same key, and a change anywhere (or a byte more) another
+    assert re.fullmatch(r"[0-9a-f]{64}", digest)
+    assert cache_mod.content_digest(same) == digest
+    positions = sorted({0, size // 2, -(-size // 2), size - 1} & set(range(size)))
+    changed = {digest}
+    for at in positions:
+        other = bytearray(data)
+        other[at] ^= 1
+        f.write_bytes(bytes(other))
+        changed.add(cache_mod.content_digest(f))
+    f.write_bytes(data + b" ")
+    changed.add(cache_mod.content_digest(f))
+    assert len(changed) == len(positions) + 2

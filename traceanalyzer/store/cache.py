@@ -50,6 +50,7 @@ import shutil
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -80,14 +81,17 @@ DEFAULT_MAX_BYTES = 5 << 30
 #: (docs/performance.md, "Model cache").
 IPC_COMPRESSION: Literal["uncompressed", "lz4", "zstd"] = "lz4"
 #: Layout of an entry directory; part of the key, bumped when this module writes differently
-#: (4: the content hash is SHA-256, and results are kept in the entry, :mod:`.results`).
-ENTRY_FORMAT = 4
+#: (4: the content hash is SHA-256, and results are kept in the entry, :mod:`.results`; 5: the
+#: content hash is over two lanes, :func:`content_digest`).
+ENTRY_FORMAT = 5
 ENTRY_FILE = "entry.json"
 MODELS_DIR = "models"
 _TMP_PREFIX = ".tmp-"
 # A temporary directory this old is a crashed writer's: eviction and ``cache clear`` remove it.
 _STALE_TMP_S = 3600.0
 _CHUNK = 1 << 20
+#: Lanes of :func:`content_digest`: one per core of the machines the tool is sized for.
+_LANES = 2
 _KEY = re.compile(r"[0-9a-f]{32}")
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([KMGT]?)i?B?\s*", re.I)
 _UNIT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -129,15 +133,37 @@ def default_max_bytes() -> int:
 
 
 def content_digest(path: Path) -> str:
-    """Hex SHA-256 of the file's bytes, read in 1 MiB chunks (regular files only). SHA-256,
-    not BLAKE2b: CPUs with SHA extensions (most x86 since 2017-2019, ARMv8) hash it ~2x faster,
+    """The file's content key: hex SHA-256 over its size and the SHA-256 of each of its
+    :data:`_LANES` lanes (equal byte ranges, the last one takes the rest), each lane read in
+    1 MiB chunks and hashed on a thread of its own (regular files only). Two lanes halve the
+    wall time of the hash on two cores; hashlib and the reads leave the GIL. SHA-256, not
+    BLAKE2b: CPUs with SHA extensions (most x86 since 2017-2019, ARMv8) hash it ~2x faster,
     and a plain multi-GB trace pays this on every run (docs/performance.md, "Model cache")."""
-    h = hashlib.sha256()
-    f, _ = open_regular(path)
+    f, st = open_regular(path)
     with f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+        fd, size = f.fileno(), st.st_size
+        lane = -(-size // _LANES) if size > _CHUNK else max(size, 1)
+        starts = list(range(0, size, lane)) or [0]
+
+        def digest(start: int) -> bytes:
+            h = hashlib.sha256()
+            buf = bytearray(_CHUNK)
+            view = memoryview(buf)
+            pos, end = start, min(start + lane, size)
+            while pos < end and (n := os.preadv(fd, [view[: min(_CHUNK, end - pos)]], pos)):
+                h.update(view[:n])
+                pos += n
+            return h.digest()
+
+        if len(starts) == 1:
+            lanes = [digest(0)]
+        else:
+            with ThreadPoolExecutor(len(starts), thread_name_prefix="traceanalyzer-digest") as pool:
+                lanes = list(pool.map(digest, starts))
+    top = hashlib.sha256(b"traceanalyzer lanes\0%d\0%d\0" % (size, len(lanes)))
+    for d in lanes:
+        top.update(d)
+    return top.hexdigest()
 
 
 @functools.cache
@@ -161,7 +187,7 @@ def key_parts(path: Path, kind: str) -> dict[str, Any]:
     budget: dict[str, Any] = asdict(PickleBudget.from_env() if kind == "snapshot" else Budget.from_env())
     return {
         "entry_format": ENTRY_FORMAT,
-        "content_sha256": content_digest(path),
+        "content": content_digest(path),
         "kind": kind,
         "loader_version": LOADER_VERSION,
         "traceanalyzer": __version__,
