@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import os
 import re
 import shutil
@@ -53,7 +54,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import orjson
 import polars as pl
@@ -140,26 +141,31 @@ def content_digest(path: Path) -> str:
     BLAKE2b: CPUs with SHA extensions (most x86 since 2017-2019, ARMv8) hash it ~2x faster,
     and a plain multi-GB trace pays this on every run (docs/performance.md, "Model cache")."""
     f, st = open_regular(path)
-    with f:
-        fd, size = f.fileno(), st.st_size
-        lane = -(-size // _LANES) if size > _CHUNK else max(size, 1)
-        starts = list(range(0, size, lane)) or [0]
+    f.close()
+    size = st.st_size
+    lane = -(-size // _LANES) if size > _CHUNK else max(size, 1)
 
-        def digest(start: int) -> bytes:
-            h = hashlib.sha256()
-            buf = bytearray(_CHUNK)
-            view = memoryview(buf)
-            pos, end = start, min(start + lane, size)
-            while pos < end and (n := os.preadv(fd, [view[: min(_CHUNK, end - pos)]], pos)):
+    def digest(start: int) -> bytes:
+        # A handle per lane (portable: no pread on Windows), each checked as the first was.
+        h = hashlib.sha256()
+        view = memoryview(bytearray(_CHUNK))
+        end = min(start + lane, size)
+        handle, _ = open_regular(path)
+        with handle:
+            lf = cast(io.BufferedReader, handle)  # open_regular's handle is an fdopen(fd, "rb")
+            lf.seek(start)
+            pos = start
+            while pos < end and (n := lf.readinto(view[: min(_CHUNK, end - pos)])):
                 h.update(view[:n])
                 pos += n
-            return h.digest()
+        return h.digest()
 
-        if len(starts) == 1:
-            lanes = [digest(0)]
-        else:
-            with ThreadPoolExecutor(len(starts), thread_name_prefix="traceanalyzer-digest") as pool:
-                lanes = list(pool.map(digest, starts))
+    starts = list(range(0, size, lane)) or [0]
+    if len(starts) == 1:
+        lanes = [digest(0)]
+    else:
+        with ThreadPoolExecutor(len(starts), thread_name_prefix="traceanalyzer-digest") as pool:
+            lanes = list(pool.map(digest, starts))
     top = hashlib.sha256(b"traceanalyzer lanes\0%d\0%d\0" % (size, len(lanes)))
     for d in lanes:
         top.update(d)
