@@ -134,6 +134,32 @@ def test_wide_analysis_runs_first_among_the_ready_ones_with_one_worker(
     assert parallel.values == res.values
 
 
+def test_last_reader_of_a_held_table_runs_next_with_one_worker(
+        fake_registry: dict[str, AnalysisSpec]) -> None:
+    """With one worker, once a (wide) analysis has built a shared table that one other analysis
+    also reads, that reader runs next (its table is then dropped), not where ``order`` puts it;
+    a table with several readers still to run does not pull them forward."""
+    starts: list[str] = []
+
+    def make(name: str) -> Any:
+        def run(ctx: AnalysisContext[Any]) -> str:
+            starts.append(name)
+            return name
+        return run
+
+    fake_registry.update({
+        "base": _spec("base", make("base"), order=1),
+        "wide": _spec("wide", make("wide"), ("base",), order=10, shared=("pair", "many"), wide=True),
+        **{f"light{i}": _spec(f"light{i}", make(f"light{i}"), ("base",), order=20 + i) for i in range(3)},
+        "many1": _spec("many1", make("many1"), order=40, shared=("many",)),
+        "many2": _spec("many2", make("many2"), order=41, shared=("many",)),
+        "late": _spec("late", make("late"), ("base",), order=90, shared=("pair",)),
+    })
+    res = run_analyses(FakeModel(), Config(), strict=True, workers=1)
+    assert starts == ["base", "wide", "late", "light0", "light1", "light2", "many1", "many2"]
+    assert list(res.values) == ["base", "wide", "light0", "light1", "light2", "many1", "many2", "late"]
+
+
 def test_parallel_run_records_or_raises_failures(fake_registry: dict[str, AnalysisSpec]) -> None:
     def boom(ctx: AnalysisContext[Any]) -> str:
         raise ValueError("bug")

@@ -437,18 +437,38 @@ def _model_bytes(model: object) -> int:
 
 def _serial_order(order: list[AnalysisSpec], specs: dict[str, AnalysisSpec]) -> list[AnalysisSpec]:
     """The order one worker runs ``order`` in: each time, the first ``wide`` analysis whose
-    inputs (``depends_on``, ``after``) are done, else the first in ``order`` that is ready.
-    Results are the same in any order (analyses are pure); the peak memory is not: every
-    result and shared table still held adds to the working set of the analysis running, so
-    the widest run while the fewest are held."""
+    inputs (``depends_on``, ``after``) are done, else the first ready one that is the last
+    reader of a shared table an earlier one built (running it drops that table), else the
+    first in ``order`` that is ready. Results are the same in any order (analyses are pure);
+    the peak memory is not: every result and shared table still held adds to the working set
+    of the analysis running, so the widest run while the fewest are held, and a table two
+    analyses share is not kept through the rest of the run for a reader that could run next
+    (a wide analysis's by-product, say, whose other reader comes late in ``order``)."""
     todo = sorted(order, key=lambda s: not s.wide)  # stable: dependency order otherwise
+    readers: dict[str, int] = {}
+    for s in order:
+        for key in s.shared:
+            readers[key] = readers.get(key, 0) + 1
+    held: set[str] = set()  # tables an analysis already run has read, with readers still to run
     done: set[str] = set()
     out: list[AnalysisSpec] = []
+
+    def ready(s: AnalysisSpec) -> bool:
+        return all(d in done for d in (*s.depends_on, *s.after) if d in specs)
+
     while todo:
-        spec = next((s for s in todo if all(d in done for d in (*s.depends_on, *s.after) if d in specs)), todo[0])
+        spec = next((s for s in todo if s.wide and ready(s)), None) or next(
+            (s for s in todo if ready(s) and any(k in held and readers[k] == 1 for k in s.shared)), None
+        ) or next((s for s in todo if ready(s)), todo[0])
         todo.remove(spec)
         done.add(spec.name)
         out.append(spec)
+        for key in spec.shared:
+            readers[key] -= 1
+            if readers[key]:
+                held.add(key)
+            else:
+                held.discard(key)
     return out
 
 
