@@ -107,18 +107,24 @@ def test_heavy_analysis_starts_first_among_the_ready_ones(fake_registry: dict[st
     assert starts == ["base", "light0", "light1", "light2", "light3", "long"]
 
 
+def _recorder(starts: list[str]) -> Any:
+    """``make(name)``: an analysis function that appends ``name`` to ``starts`` when it runs
+    and returns it (one worker: no lock needed)."""
+    def make(name: str) -> Any:
+        def run(ctx: AnalysisContext[Any]) -> str:
+            starts.append(name)
+            return name
+        return run
+    return make
+
+
 def test_wide_analysis_runs_first_among_the_ready_ones_with_one_worker(
         fake_registry: dict[str, AnalysisSpec]) -> None:
     """With one worker a wide analysis runs as soon as what it reads is done (``after`` too),
     before lighter ones that are ready, while few results are held; the results keep
     dependency order and are the same as in dependency order."""
     starts: list[str] = []
-
-    def make(name: str) -> Any:
-        def run(ctx: AnalysisContext[Any]) -> str:
-            starts.append(name)
-            return name
-        return run
+    make = _recorder(starts)
 
     fake_registry.update({
         "base": _spec("base", make("base"), order=1),
@@ -140,12 +146,7 @@ def test_last_reader_of_a_held_table_runs_next_with_one_worker(
     also reads, that reader runs next (its table is then dropped), not where ``order`` puts it;
     a table with several readers still to run does not pull them forward."""
     starts: list[str] = []
-
-    def make(name: str) -> Any:
-        def run(ctx: AnalysisContext[Any]) -> str:
-            starts.append(name)
-            return name
-        return run
+    make = _recorder(starts)
 
     fake_registry.update({
         "base": _spec("base", make("base"), order=1),
