@@ -589,28 +589,10 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
     dl_gap = (pl.col("link_type") == DEPENDENCY) & _dataloader_flags(
         inp.dl, b.select("pid", "tid", pl.col("_gap_mid").alias("ts_ns")))
     # Attribution (HTA): start→start and start→end to the source, end→end to the destination,
-    # end→start to the source's parent (the op open between them): the last start at the
-    # depth left open, found by an as-of join on position.
+    # end→start to the source's parent (the op open between them): the last start before it
+    # at the depth left open, in its chain.
     lb = b.lazy().with_columns(link_dl=dl_gap).drop("_gap_mid")
-    # One integer key per (chain, depth) (a chain's rows are contiguous: its number is the
-    # running count of first rows), cheaper to match than window, pid, tid and depth.
-    d_lo, d_hi = b.select(pl.min_horizontal(pl.col("depth").min(), pl.col("prev_depth").min()).alias("lo"),
-                          pl.max_horizontal(pl.col("depth").max(), pl.col("prev_depth").max()).alias("hi")).row(0)
-    span = (d_hi or 0) - (d_lo or 0) + 1
-    keyed = b.lazy().select("pos", "kind", "event", pl.col("first").cast(pl.Int64).cum_sum().alias("_chain"),
-                            "depth", "prev_depth", "prev_kind").with_columns(
-        (pl.col("_chain") * span + pl.col("depth") - (d_lo or 0)).alias("_key"),
-        (pl.col("_chain") * span + pl.col("prev_depth") - (d_lo or 0)).alias("_pkey")).collect(engine=_ENGINE)
-    opened = keyed.lazy().filter(pl.col("kind") == 1).select("pos", "_key", pl.col("event").alias("_parent"))
-    end_start = (pl.col("prev_kind") == 0) & (pl.col("kind") == 1) & ~is_dep
-    par = keyed.lazy().filter(end_start).select("pos", pl.col("_pkey").alias("_key")).join_asof(
-        opened, on="pos", by="_key", strategy="backward", check_sortedness=False).select(
-        "pos", pl.col("_parent").fill_null(-1)).collect(engine=_ENGINE)
-    del keyed, opened
-    # The rows of ``b`` are in ``pos`` order: the parents scattered there.
-    parent = np.full(b.height, -1, dtype=np.int64)
-    parent[par["pos"].to_numpy()] = par["_parent"].to_numpy()
-    del par
+    parent = _open_parents(b)
     b = lb.with_columns(_parent=pl.Series(parent)).with_columns(
         link_event=pl.when(pl.col("first") | (pl.col("link_type") == DEPENDENCY)).then(-1)
         .when(pl.col("prev_kind") == 1).then(pl.col("prev_event"))
@@ -764,6 +746,46 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
         x_src=x_src, x_dst=x_dst, x_w=_i64(x["w"]), x_type=x_type, x_event=_ints(x["ev"]),
         events=events.drop("window"), sync_source=source, bound_code=bound_code,
     )
+
+
+def _open_parents(b: pl.DataFrame) -> I64:
+    """Per boundary row of ``b`` (``first, kind, depth, event`` in chain order, ``first``
+    where a chain begins): at a start that follows an end inside an op (not a top-level
+    op's start), the event of the last start before it in its chain at the depth that end
+    left (the op open there); -1 elsewhere. One integer key per (chain, depth), ranked, and
+    the starts sorted by (key, row): one binary search per row asked (numpy; was an as-of join)."""
+    import numpy as np
+
+    n = b.height
+    parent = np.full(n, -1, dtype=np.int64)
+    if n < 2:
+        return parent
+    kind = b["kind"].to_numpy()
+    depth = b["depth"].cast(pl.Int64).to_numpy()
+    # (A chain's rows are contiguous: its number is the running count of first rows.)
+    chain = np.cumsum(b["first"].to_numpy()).astype(np.int64)
+    d_lo = int(depth.min()) - 1
+    span = int(depth.max()) - d_lo + 1
+    key = chain * span + (depth - d_lo)
+    start = kind == 1
+    # The rows asked: a start after an end whose depth is not 0 (a top-level op's start
+    # follows a dependency edge instead). Their key: their chain at the depth before them.
+    ask = np.flatnonzero(start[1:] & (kind[:-1] == 0) & (depth[:-1] != 0)) + 1
+    if not ask.size:
+        return parent
+    want = chain[ask] * span + (depth[ask - 1] - d_lo)
+    opened = np.flatnonzero(start)
+    uk, rank = np.unique(key[opened], return_inverse=True)
+    comp = rank.astype(np.int64) * (n + 1) + opened
+    order = np.argsort(comp)
+    comp = comp[order]
+    at = np.minimum(np.searchsorted(uk, want), uk.size - 1)
+    known = uk[at] == want
+    j = np.searchsorted(comp, at * (n + 1) + ask, side="right") - 1
+    ok = known & (j >= 0)
+    ok[ok] = comp[j[ok]] // (n + 1) == at[ok]
+    parent[ask[ok]] = b["event"].cast(pl.Int64).to_numpy()[opened[order[j[ok]]]]
+    return parent
 
 
 def _same_group(by: tuple[str, ...], lag: int = 1) -> pl.Expr:

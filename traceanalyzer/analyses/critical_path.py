@@ -465,17 +465,16 @@ def _batch_part(g: CPGraph, model: TraceModel, target: str, factor: float, step_
     del per_class
     # Top events: weights per (event, class) first (integers), then named; an event has one
     # name and kind, so the events of a (name, kind, class) are its rows.
-    # (A sort of one integer key and a segmented sum: several times cheaper than a group-by.)
+    # (One bincount over an integer key, its nonzero sums in key order (the weights counted
+    # are positive; exact in float64 as above): several times cheaper than a group-by or a sort.)
     keep_e = (pe.event >= 0) & (pe.weight_ns > 0) & (pe.type != LAUNCH)
-    key = pe.event[keep_e].astype(np.int64) * nb + pe.bound[keep_e]
-    order = np.argsort(key)
-    key = key[order]
-    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if key.size else np.zeros(0, np.int64)
-    per_event = pl.DataFrame({"event": key[starts] // nb, "bound": (key[starts] % nb).astype(np.int8),
-                              "w": np.add.reduceat(pe.weight_ns[keep_e][order], starts) if key.size
-                              else np.zeros(0, np.int64)},
+    sums = np.bincount(pe.event[keep_e].astype(np.int64) * nb + pe.bound[keep_e], weights=pe.weight_ns[keep_e],
+                       minlength=ev.height * nb)
+    key = np.flatnonzero(sums)
+    per_event = pl.DataFrame({"event": key // nb, "bound": (key % nb).astype(np.int8),
+                              "w": sums[key].astype(np.int64)},
                              schema={"event": pl.Int64, "bound": pl.Int8, "w": pl.Int64})
-    del pe, keep_e, key, order, starts
+    del pe, keep_e, sums, key
     # (Grouped with the class as its code, named after: the groups are few.)
     events = (
         ev.select(pl.col("name", "kind").gather(per_event["event"])).with_columns(per_event["bound"], per_event["w"])
