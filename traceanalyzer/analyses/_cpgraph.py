@@ -562,9 +562,12 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
     del sb, blocking, w0_sb
     cpu = cpu.drop("_w0", strict=False)
     busy = pl.zeros(b.height, pl.Int64, eager=True).alias("_busy")
-    others = cpu.filter(~is_main & pl.col("pid").is_in(main["pid"].implode()))
-    if cpu_gaps and others.height:
-        merged = merge_intervals(others.select("pid", "ts_ns", "end_ns"), by=["pid"])
+    # (The columns read, projected before the filter; read with cpu_gaps only.)
+    others = cpu.lazy().select("pid", "tid", "ts_ns", "end_ns").filter(
+        ~is_main & pl.col("pid").is_in(main["pid"].implode())).select("pid", "ts_ns", "end_ns").collect(
+        engine=_ENGINE) if cpu_gaps else None
+    if others is not None and others.height:
+        merged = merge_intervals(others, by=["pid"])
         # Busy time in [gap start, t): the covered length before t less that before the
         # gap's start, both ends in one pass; only where a gap counts (a lead or the gap
         # before a top-level op, on the step's thread).
@@ -804,9 +807,10 @@ def _sort_rows(df: pl.DataFrame, by: tuple[str, ...]) -> pl.DataFrame:
     keys: list[npt.NDArray[Any]] = []
     for c in reversed(by):  # (lexsort's last key is the first)
         col = df[c]
-        keys.append(col.fill_null(0).to_numpy())
         if col.null_count():
-            keys.append(col.is_not_null().to_numpy())
+            keys += [col.fill_null(0).to_numpy(), col.is_not_null().to_numpy()]
+        else:
+            keys.append(col.to_numpy())
     return df[np.lexsort(keys)] if keys and df.height > 1 else df
 
 
