@@ -326,16 +326,17 @@ def graph_inputs(t: TraceTables, windows: pl.DataFrame, keep: list[int],
     # kernel was the next to start (no later launch on the stream before it began). Kept per
     # launch row (``_lrow``), in the order the graph reads them.
     # (Sorted by numpy, the running maxima per stream too: see _sort_rows.)
-    lj = _sort_rows(launches(t).lazy().with_row_index("_lrow").filter(pl.col("gpu_ts_ns").is_not_null()).select(
+    ls = _sort_rows(launches(t).lazy().with_row_index("_lrow").filter(pl.col("gpu_ts_ns").is_not_null()).select(
         "_lrow", "correlation", "cpu_ts_ns", "cpu_dur_ns", "gpu_ts_ns", "device", "stream").collect(engine=_ENGINE),
         ("device", "stream", "cpu_ts_ns", "gpu_ts_ns"))
-    lj = lj.lazy().with_columns(
-        _prev_started=_prev_running_max(lj, "gpu_ts_ns", ("device", "stream")),
+    lj = ls.lazy().with_columns(
+        _prev_started=_prev_running_max(ls, "gpu_ts_ns", ("device", "stream")),
         _next_launch=pl.when(_same_group(("device", "stream"), -1)).then(pl.col("cpu_ts_ns").shift(-1)),
     ).with_columns(
         queue_empty=(pl.col("_prev_started").is_null() | (pl.col("_prev_started") <= pl.col("cpu_ts_ns")))
         & (pl.col("_next_launch").is_null() | (pl.col("_next_launch") > pl.col("gpu_ts_ns")))
     ).filter(pl.col("cpu_dur_ns") > 0)  # the queue counts every launch; the graph, calls of positive length
+    del ls
     # The stream's previous activity among all of them, orphans (no launch call recorded)
     # included: a kernel queued behind an orphan waited for it, not for its launch.
     ga = _sort_rows(gpu_activity(t).lazy().select("device", "stream", pl.col("ts_ns").alias("gpu_ts_ns"), "end_ns",
