@@ -870,8 +870,9 @@ def _inferred_waits(act: pl.DataFrame) -> pl.DataFrame:
     empty = pl.DataFrame(schema={"src_event": pl.Int64, "dst": pl.Int64, "src_end": pl.Int64})
     if late.is_empty():
         return empty
-    ends = act.select("window", "device", pl.col("stream").alias("src_stream"), pl.col("gpu_end_ns").alias("src_end"),
-                      pl.col("event").alias("src_event")).sort("src_end", "src_event")
+    ends = _sort_rows(act.select("window", "device", pl.col("stream").alias("src_stream"),
+                                 pl.col("gpu_end_ns").alias("src_end"), pl.col("event").alias("src_event")),
+                      ("src_end", "src_event"))
     q = late.select("window", "device", "stream", "cpu_end_ns", pl.col("event").alias("dst"),
                     (pl.col("gpu_ts_ns") + _TOL_NS).alias("_t")).sort("_t")
     # The latest end on the device before the start; another stream's only (a same-stream end
@@ -963,9 +964,10 @@ def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame,
         streams = act.select("window", "device", "stream").unique()
         q = cs.join(streams, on="window").filter(
             (pl.col("kind") == "context") | (pl.col("stream") == pl.col("sync_stream")))
-        last = act.select("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", pl.col("event").alias("src_event"))
-        q = q.sort("s_end").join_asof(last.sort("gpu_ts_ns", "src_event"), left_on="s_end", right_on="gpu_ts_ns",
-                                      by=["window", "device", "stream"], strategy="backward", check_sortedness=False)
+        last = _sort_rows(act.select("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns",
+                                     pl.col("event").alias("src_event")), ("gpu_ts_ns", "src_event"))
+        q = q.sort("s_end").join_asof(last, left_on="s_end", right_on="gpu_ts_ns", by=["window", "device", "stream"],
+                                      strategy="backward", check_sortedness=False)
         q = q.filter(pl.col("src_event").is_not_null() & (pl.col("gpu_end_ns") <= pl.col("end_ns") + _TOL_NS))
         parts.append(q.select("src_event", "call"))
     # Event sync / stream wait: the activity launched before the thread's last event record.
