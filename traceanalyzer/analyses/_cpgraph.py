@@ -757,7 +757,7 @@ def _open_parents(b: pl.DataFrame) -> I64:
     where a chain begins): at a start that follows an end inside an op (not a top-level
     op's start), the event of the last start before it in its chain at the depth that end
     left (the op open there); -1 elsewhere. One integer key per (chain, depth), ranked, and
-    the starts sorted by (key, row): one binary search per row asked (numpy; was an as-of join)."""
+    the starts sorted by (key, row): one binary search per row asked."""
     import numpy as np
 
     n = b.height
