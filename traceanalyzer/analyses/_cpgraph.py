@@ -196,6 +196,17 @@ class CPGraph:
         return codes, {c: i for i, c in enumerate(names)}
 
     @functools.cached_property
+    def link_codes(self) -> tuple[I32, I8]:
+        """Per node, its chain link's event where that link is an op edge (else -1), and what
+        kind of dependency link it is (0 none, 1 outside a DataLoader range, 2 inside): the
+        what-ifs test every link against a target with one look-up each."""
+        import numpy as np
+
+        op_event = np.where(self.link_type == OP, self.link_event, -1).astype(np.int32)
+        dep = np.where(self.link_type == DEPENDENCY, np.where(self.link_dl, 2, 1), 0).astype(np.int8)
+        return op_event, dep
+
+    @functools.cached_property
     def window_runs(self) -> tuple[I64, I64, I32]:
         """``(start, end, window)`` of each run of consecutive nodes of one window."""
         import numpy as np

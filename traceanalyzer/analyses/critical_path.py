@@ -48,7 +48,6 @@ from traceanalyzer.analyses._cpgraph import (
     EDGE_TYPES,
     KERNEL_KERNEL,
     LAUNCH,
-    OP,
     CPGraph,
     LongestPath,
     build_graph,
@@ -221,10 +220,12 @@ def _whatif(g: CPGraph, base: LongestPath, target: str, factor: float, model: Tr
         scaled = np.append(scaled, False)
         cpu = target in ("cpu", "data_loading")  # the time between a thread's ops is CPU time too
 
+        op_event, dep = g.link_codes
+
         def link_hit(at: np.ndarray | slice) -> np.ndarray:
-            hit: np.ndarray = scaled[g.link_event[at]] & (g.link_type[at] == OP)
+            hit: np.ndarray = scaled[op_event[at]]
             if cpu:
-                hit |= (g.link_type[at] == DEPENDENCY) & (g.link_dl[at] == (target == "data_loading"))
+                hit |= dep[at] == (2 if target == "data_loading" else 1)
             return hit
 
         # (Whether a path is hit, from the path's links alone: most targets miss.)
@@ -473,7 +474,7 @@ def _batch_part(g: CPGraph, model: TraceModel, target: str, factor: float, step_
     del pe, keep_e
     keys: list[np.ndarray] = [np.zeros(0, np.int64)]
     sums: list[np.ndarray] = [np.zeros(0, np.float64)]
-    for code in np.unique(k_bound).tolist():
+    for code in np.flatnonzero(np.bincount(k_bound, minlength=nb)).tolist():
         at = k_bound == code
         per = np.bincount(k_ev[at], weights=k_w[at])
         hit = np.flatnonzero(per)
