@@ -734,8 +734,8 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
     if parts:
         # (Sorted by source within a destination: which of tied edges into a node the path
         # walks back through must not depend on the other windows in the graph.)
-        x = pl.concat([p.with_columns(pl.all().cast(pl.Int64)) for p in parts]).unique(["src", "dst"]).sort(
-            "dst", "src")
+        x = _sort_rows(pl.concat([p.with_columns(pl.all().cast(pl.Int64)) for p in parts]).unique(["src", "dst"]),
+                       ("dst", "src"))
     else:
         x = pl.DataFrame(schema={c: pl.Int64 for c in ("src", "dst", "w", "type", "ev")})
     del parts, start_node, end_node
