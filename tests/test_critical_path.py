@@ -14,7 +14,7 @@ from conftest import SHARED_TRACES, needs_shared
 from support.events import PID, STREAM, TID, Trace, x
 
 from traceanalyzer.analyses import run_analyses
-from traceanalyzer.analyses._cpgraph import CPGraph, longest_path
+from traceanalyzer.analyses._cpgraph import CPGraph, _open_parents, _prev_running_max, _sort_rows, longest_path
 from traceanalyzer.analyses.critical_path import CriticalPathResult, graph_and_path, path_tables
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.config import Config
@@ -539,3 +539,42 @@ def test_batches_of_windows_on_sample_traces(name: str, monkeypatch: pytest.Monk
 def test_batches_of_windows_on_hta_traces(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
     n = _batched_equals_one_graph(load_chrome_trace(SHARED_TRACES / "hta" / rel), monkeypatch)
     assert n > 1 or not rel.startswith("trace_diff")
+
+
+def test_sort_rows_and_running_max_match_polars() -> None:
+    """The numpy sort and per-group running maximum the graph uses agree with polars' sort
+    (nulls first) and ``cum_max().shift(1).over(...)`` on keys and values with nulls."""
+    rng = np.random.default_rng(7)
+    n = 2000
+    df = pl.DataFrame({
+        "device": pl.Series(rng.integers(0, 2, n)).set(pl.Series(rng.random(n) < 0.05), None),
+        "stream": pl.Series(rng.integers(0, 4, n)).set(pl.Series(rng.random(n) < 0.05), None),
+        "ts": rng.permutation(n).astype(np.int64),  # unique: the order is total
+        "v": pl.Series(rng.integers(0, 1000, n)).set(pl.Series(rng.random(n) < 0.1), None),
+    })
+    by = ("device", "stream", "ts")
+    got = _sort_rows(df, by)
+    assert got.equals(df.sort(by))
+    want = got.select(pl.col("v").cum_max().shift(1).over("device", "stream")).to_series()
+    assert _prev_running_max(got, "v", ("device", "stream")).equals(want.alias("v"))
+    # Ties keep their row order.
+    tied = pl.DataFrame({"k": [2, 1, 2, 1], "id": [0, 1, 2, 3]})
+    assert _sort_rows(tied, ("k",))["id"].to_list() == [1, 3, 0, 2]
+
+
+def test_open_parents() -> None:
+    """A start after an end inside an op is attributed to the op open there (the last start
+    at that depth in its chain); top-level starts and starts after starts get -1."""
+    # Chain 0: A( B( C() D() ) E() ) F(); chain 1: G( H() I() ). Boundary rows in nesting order.
+    rows = [  # first, kind (1 start, 0 end), event
+        (True, 1, 0), (False, 1, 1), (False, 1, 2), (False, 0, 2), (False, 1, 3), (False, 0, 3), (False, 0, 1),
+        (False, 1, 4), (False, 0, 4), (False, 0, 0), (False, 1, 5), (False, 0, 5),
+        (True, 1, 6), (False, 1, 7), (False, 0, 7), (False, 1, 8), (False, 0, 8), (False, 0, 6),
+    ]
+    b = pl.DataFrame(rows, schema={"first": pl.Boolean, "kind": pl.Int8, "event": pl.Int64}, orient="row")
+    b = b.with_columns(depth=pl.when(pl.col("kind") == 1).then(1).otherwise(-1).cum_sum())
+    want = [-1] * len(rows)
+    want[4] = 1  # D, after C's end: inside B
+    want[7] = 0  # E, after B's end: inside A
+    want[15] = 6  # I, after H's end: inside G (chain 1), not A (chain 0, same depth)
+    assert _open_parents(b).tolist() == want

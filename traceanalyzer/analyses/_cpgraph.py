@@ -196,6 +196,17 @@ class CPGraph:
         return codes, {c: i for i, c in enumerate(names)}
 
     @functools.cached_property
+    def link_codes(self) -> tuple[I32, I8]:
+        """Per node, its chain link's event where that link is an op edge (else -1), and what
+        kind of dependency link it is (0 none, 1 outside a DataLoader range, 2 inside): the
+        what-ifs test every link against a target with one look-up each."""
+        import numpy as np
+
+        op_event = np.where(self.link_type == OP, self.link_event, -1).astype(np.int32)
+        dep = np.where(self.link_type == DEPENDENCY, np.where(self.link_dl, 2, 1), 0).astype(np.int8)
+        return op_event, dep
+
+    @functools.cached_property
     def window_runs(self) -> tuple[I64, I64, I32]:
         """``(start, end, window)`` of each run of consecutive nodes of one window."""
         import numpy as np
@@ -325,22 +336,24 @@ def graph_inputs(t: TraceTables, windows: pl.DataFrame, keep: list[int],
     # empty at the launch (everything launched earlier on the stream had started) and the
     # kernel was the next to start (no later launch on the stream before it began). Kept per
     # launch row (``_lrow``), in the order the graph reads them.
-    lj = launches(t).lazy().with_row_index("_lrow").filter(pl.col("gpu_ts_ns").is_not_null()).select(
-        "_lrow", "correlation", "cpu_ts_ns", "cpu_dur_ns", "gpu_ts_ns", "device", "stream").sort(
-        "device", "stream", "cpu_ts_ns", "gpu_ts_ns").with_columns(
-        _prev_started=pl.col("gpu_ts_ns").cum_max().shift(1).over("device", "stream"),
+    # (Sorted by numpy, the running maxima per stream too: see _sort_rows.)
+    ls = _sort_rows(launches(t).lazy().with_row_index("_lrow").filter(pl.col("gpu_ts_ns").is_not_null()).select(
+        "_lrow", "correlation", "cpu_ts_ns", "cpu_dur_ns", "gpu_ts_ns", "device", "stream").collect(engine=_ENGINE),
+        ("device", "stream", "cpu_ts_ns", "gpu_ts_ns"))
+    lj = ls.lazy().with_columns(
+        _prev_started=_prev_running_max(ls, "gpu_ts_ns", ("device", "stream")),
         _next_launch=pl.when(_same_group(("device", "stream"), -1)).then(pl.col("cpu_ts_ns").shift(-1)),
     ).with_columns(
         queue_empty=(pl.col("_prev_started").is_null() | (pl.col("_prev_started") <= pl.col("cpu_ts_ns")))
         & (pl.col("_next_launch").is_null() | (pl.col("_next_launch") > pl.col("gpu_ts_ns")))
     ).filter(pl.col("cpu_dur_ns") > 0)  # the queue counts every launch; the graph, calls of positive length
+    del ls
     # The stream's previous activity among all of them, orphans (no launch call recorded)
     # included: a kernel queued behind an orphan waited for it, not for its launch.
-    ga = gpu_activity(t).lazy().select("device", "stream", pl.col("ts_ns").alias("gpu_ts_ns"), "end_ns",
-                                       "correlation").filter(
-        pl.col("stream").is_not_null()).sort("device", "stream", "gpu_ts_ns").with_columns(
-        _prev_end_all=pl.col("end_ns").cum_max().shift(1).over("device", "stream")).drop("end_ns").collect(
-        engine=_ENGINE)
+    ga = _sort_rows(gpu_activity(t).lazy().select("device", "stream", pl.col("ts_ns").alias("gpu_ts_ns"), "end_ns",
+                                                  "correlation").filter(pl.col("stream").is_not_null()).collect(
+        engine=_ENGINE), ("device", "stream", "gpu_ts_ns"))
+    ga = ga.with_columns(_prev_end_all=_prev_running_max(ga, "end_ns", ("device", "stream"))).drop("end_ns")
     if ga["correlation"].null_count() == 0 and ga["correlation"].n_unique() == ga.height:
         # One activity per correlation (the usual case): the four-key match is the activity
         # of the launch's correlation where its device, stream and start agree (a join on one
@@ -561,9 +574,12 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
     del sb, blocking, w0_sb
     cpu = cpu.drop("_w0", strict=False)
     busy = pl.zeros(b.height, pl.Int64, eager=True).alias("_busy")
-    others = cpu.filter(~is_main & pl.col("pid").is_in(main["pid"].implode()))
-    if cpu_gaps and others.height:
-        merged = merge_intervals(others.select("pid", "ts_ns", "end_ns"), by=["pid"])
+    # (The columns read, projected before the filter; read with cpu_gaps only.)
+    others = cpu.lazy().select("pid", "tid", "ts_ns", "end_ns").filter(
+        ~is_main & pl.col("pid").is_in(main["pid"].implode())).select("pid", "ts_ns", "end_ns").collect(
+        engine=_ENGINE) if cpu_gaps else None
+    if others is not None and others.height:
+        merged = merge_intervals(others, by=["pid"])
         # Busy time in [gap start, t): the covered length before t less that before the
         # gap's start, both ends in one pass; only where a gap counts (a lead or the gap
         # before a top-level op, on the step's thread).
@@ -588,28 +604,10 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
     dl_gap = (pl.col("link_type") == DEPENDENCY) & _dataloader_flags(
         inp.dl, b.select("pid", "tid", pl.col("_gap_mid").alias("ts_ns")))
     # Attribution (HTA): start→start and start→end to the source, end→end to the destination,
-    # end→start to the source's parent (the op open between them): the last start at the
-    # depth left open, found by an as-of join on position.
+    # end→start to the source's parent (the op open between them): the last start before it
+    # at the depth left open, in its chain.
     lb = b.lazy().with_columns(link_dl=dl_gap).drop("_gap_mid")
-    # One integer key per (chain, depth) (a chain's rows are contiguous: its number is the
-    # running count of first rows), cheaper to match than window, pid, tid and depth.
-    d_lo, d_hi = b.select(pl.min_horizontal(pl.col("depth").min(), pl.col("prev_depth").min()).alias("lo"),
-                          pl.max_horizontal(pl.col("depth").max(), pl.col("prev_depth").max()).alias("hi")).row(0)
-    span = (d_hi or 0) - (d_lo or 0) + 1
-    keyed = b.lazy().select("pos", "kind", "event", pl.col("first").cast(pl.Int64).cum_sum().alias("_chain"),
-                            "depth", "prev_depth", "prev_kind").with_columns(
-        (pl.col("_chain") * span + pl.col("depth") - (d_lo or 0)).alias("_key"),
-        (pl.col("_chain") * span + pl.col("prev_depth") - (d_lo or 0)).alias("_pkey")).collect(engine=_ENGINE)
-    opened = keyed.lazy().filter(pl.col("kind") == 1).select("pos", "_key", pl.col("event").alias("_parent"))
-    end_start = (pl.col("prev_kind") == 0) & (pl.col("kind") == 1) & ~is_dep
-    par = keyed.lazy().filter(end_start).select("pos", pl.col("_pkey").alias("_key")).join_asof(
-        opened, on="pos", by="_key", strategy="backward", check_sortedness=False).select(
-        "pos", pl.col("_parent").fill_null(-1)).collect(engine=_ENGINE)
-    del keyed, opened
-    # The rows of ``b`` are in ``pos`` order: the parents scattered there.
-    parent = np.full(b.height, -1, dtype=np.int64)
-    parent[par["pos"].to_numpy()] = par["_parent"].to_numpy()
-    del par
+    parent = _open_parents(b)
     b = lb.with_columns(_parent=pl.Series(parent)).with_columns(
         link_event=pl.when(pl.col("first") | (pl.col("link_type") == DEPENDENCY)).then(-1)
         .when(pl.col("prev_kind") == 1).then(pl.col("prev_event"))
@@ -632,7 +630,7 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
             "window", "t", pl.col("pos").alias("dst"))
         mains = b.filter(pl.col("_main")).select("window", pl.col("t").alias("_mt"), pl.col("pos").alias("src"))
         if helper.height and mains.height:
-            h = helper.sort("t").join_asof(mains.sort("_mt", "src"), left_on="t", right_on="_mt", by="window",
+            h = helper.sort("t").join_asof(_sort_rows(mains, ("_mt", "src")), left_on="t", right_on="_mt", by="window",
                                            strategy="backward", check_sortedness=False)
             handoff = h.filter(pl.col("src").is_not_null()).select(
                 "src", "dst", pl.lit(0).alias("w"), pl.lit(DEPENDENCY).alias("type"),
@@ -651,9 +649,9 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
 
     # ---- GPU chains per (window, device, stream), kernels by start.
     # (The columns read below; the join keeps the order: one row per event on its right.)
-    lg = act.lazy().select("event", "window", "correlation", "pid", "tid", "cpu_ts_ns", "gpu_ts_ns", "gpu_end_ns",
-                           "device", "stream", "queue_empty", "_prev_end_all").sort(
-        "window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", "event").with_columns(
+    lg = _sort_rows(act.select("event", "window", "correlation", "pid", "tid", "cpu_ts_ns", "gpu_ts_ns", "gpu_end_ns",
+                               "device", "stream", "queue_empty", "_prev_end_all"),
+                    ("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", "event")).lazy().with_columns(
         prev_end=pl.when(_same_group(("window", "device", "stream"))).then(pl.col("gpu_end_ns").shift(1)),
         prev_event=pl.when(_same_group(("window", "device", "stream"))).then(pl.col("event").shift(1)),
     )
@@ -736,8 +734,8 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
     if parts:
         # (Sorted by source within a destination: which of tied edges into a node the path
         # walks back through must not depend on the other windows in the graph.)
-        x = pl.concat([p.with_columns(pl.all().cast(pl.Int64)) for p in parts]).unique(["src", "dst"]).sort(
-            "dst", "src")
+        x = _sort_rows(pl.concat([p.with_columns(pl.all().cast(pl.Int64)) for p in parts]).unique(["src", "dst"]),
+                       ("dst", "src"))
     else:
         x = pl.DataFrame(schema={c: pl.Int64 for c in ("src", "dst", "w", "type", "ev")})
     del parts, start_node, end_node
@@ -765,11 +763,92 @@ def _build_batch(t: TraceTables, inp: GraphInputs, keep: list[int], cpu_gaps: bo
     )
 
 
+def _open_parents(b: pl.DataFrame) -> I64:
+    """Per boundary row of ``b`` (``first, kind, depth, event`` in chain order, ``first``
+    where a chain begins): at a start that follows an end inside an op (not a top-level
+    op's start), the event of the last start before it in its chain at the depth that end
+    left (the op open there); -1 elsewhere. One integer key per (chain, depth), ranked, and
+    the starts sorted by (key, row): one binary search per row asked."""
+    import numpy as np
+
+    n = b.height
+    parent = np.full(n, -1, dtype=np.int64)
+    if n < 2:
+        return parent
+    kind = b["kind"].to_numpy()
+    depth = b["depth"].cast(pl.Int64).to_numpy()
+    # (A chain's rows are contiguous: its number is the running count of first rows.)
+    chain = np.cumsum(b["first"].to_numpy()).astype(np.int64)
+    d_lo = int(depth.min()) - 1
+    span = int(depth.max()) - d_lo + 1
+    key = chain * span + (depth - d_lo)
+    start = kind == 1
+    # The rows asked: a start after an end whose depth is not 0 (a top-level op's start
+    # follows a dependency edge instead). Their key: their chain at the depth before them.
+    ask = np.flatnonzero(start[1:] & (kind[:-1] == 0) & (depth[:-1] != 0)) + 1
+    if not ask.size:
+        return parent
+    want = chain[ask] * span + (depth[ask - 1] - d_lo)
+    opened = np.flatnonzero(start)
+    uk, rank = np.unique(key[opened], return_inverse=True)
+    comp = rank.astype(np.int64) * (n + 1) + opened
+    order = np.argsort(comp)
+    comp = comp[order]
+    at = np.minimum(np.searchsorted(uk, want), uk.size - 1)
+    known = uk[at] == want
+    j = np.searchsorted(comp, at * (n + 1) + ask, side="right") - 1
+    ok = known & (j >= 0)
+    ok[ok] = comp[j[ok]] // (n + 1) == at[ok]
+    parent[ask[ok]] = b["event"].cast(pl.Int64).to_numpy()[opened[order[j[ok]]]]
+    return parent
+
+
 def _same_group(by: tuple[str, ...], lag: int = 1) -> pl.Expr:
     """Whether a row's ``by`` equal those ``lag`` rows before (null = null), in a frame sorted by
     ``by``: a ``shift(lag)`` kept where this holds is that shift ``over(by)``, without its
     group-by."""
     return pl.all_horizontal([pl.col(c).eq_missing(pl.col(c).shift(lag)) for c in by])
+
+
+def _sort_rows(df: pl.DataFrame, by: tuple[str, ...]) -> pl.DataFrame:
+    """``df`` sorted by its integer columns ``by`` (ascending, nulls first), rows that tie on
+    them kept in their order: numpy's lexsort, several times cheaper than polars' sort on
+    several keys of frames this size."""
+    import numpy as np
+
+    keys: list[npt.NDArray[Any]] = []
+    for c in reversed(by):  # (lexsort's last key is the first)
+        col = df[c]
+        if col.null_count():
+            keys += [col.fill_null(0).to_numpy(), col.is_not_null().to_numpy()]
+        else:
+            keys.append(col.to_numpy())
+    return df[np.lexsort(keys)] if keys and df.height > 1 else df
+
+
+def _prev_running_max(df: pl.DataFrame, col: str, by: tuple[str, ...]) -> pl.Series:
+    """``col``'s ``cum_max().shift(1).over(by)`` in ``df``, sorted by ``by`` (each group's rows
+    contiguous): per row, the largest value of its group's rows before it, null at a
+    group's first row and after a null (as polars' running maximum is), by one numpy running
+    maximum per group instead of a group-by."""
+    import numpy as np
+
+    n = df.height
+    if n == 0:
+        return pl.Series(col, [], dtype=pl.Int64)
+    first = df.select(~_same_group(by).alias("f")).to_series().to_numpy().copy()
+    first[0] = True
+    s = df[col].cast(pl.Int64)
+    valid = s.is_not_null().to_numpy()
+    acc = s.fill_null(np.iinfo(np.int64).min).to_numpy().copy()
+    at = np.r_[np.flatnonzero(first), n].tolist()
+    for a, b in zip(at[:-1], at[1:], strict=True):
+        np.maximum.accumulate(acc[a:b], out=acc[a:b])
+    ok = np.zeros(n, dtype=bool)
+    ok[1:] = ~first[1:] & valid[:-1]
+    prev = np.zeros(n, dtype=np.int64)
+    prev[1:] = acc[:-1]
+    return pl.select(pl.when(pl.lit(pl.Series(ok))).then(pl.lit(pl.Series(prev)))).to_series().alias(col)
 
 
 def _ints(s: pl.Series) -> I32:
@@ -793,8 +872,8 @@ def _inferred_waits(act: pl.DataFrame) -> pl.DataFrame:
     finished within :data:`_TOL_NS` before it started (and after the call ended), that is taken
     as what it waited for (a ``cudaStreamWaitEvent`` on another thread, or the device being
     full). Without it the whole wait would read as launch overhead."""
-    a = act.lazy().select("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", "cpu_end_ns", "event").sort(
-        "window", "device", "stream", "gpu_ts_ns", "event").with_columns(
+    a = _sort_rows(act.select("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", "cpu_end_ns", "event"),
+                   ("window", "device", "stream", "gpu_ts_ns", "event")).lazy().with_columns(
         _prev_end=pl.when(_same_group(("window", "device", "stream"))).then(pl.col("gpu_end_ns").shift(1)))
     late = a.filter((pl.col("gpu_ts_ns") - pl.col("cpu_end_ns") > INFERRED_WAIT_NS)
                     & (pl.col("_prev_end").is_null() | (pl.col("_prev_end") < pl.col("cpu_end_ns")))).collect(
@@ -802,8 +881,9 @@ def _inferred_waits(act: pl.DataFrame) -> pl.DataFrame:
     empty = pl.DataFrame(schema={"src_event": pl.Int64, "dst": pl.Int64, "src_end": pl.Int64})
     if late.is_empty():
         return empty
-    ends = act.select("window", "device", pl.col("stream").alias("src_stream"), pl.col("gpu_end_ns").alias("src_end"),
-                      pl.col("event").alias("src_event")).sort("src_end", "src_event")
+    ends = _sort_rows(act.select("window", "device", pl.col("stream").alias("src_stream"),
+                                 pl.col("gpu_end_ns").alias("src_end"), pl.col("event").alias("src_event")),
+                      ("src_end", "src_event"))
     q = late.select("window", "device", "stream", "cpu_end_ns", pl.col("event").alias("dst"),
                     (pl.col("gpu_ts_ns") + _TOL_NS).alias("_t")).sort("_t")
     # The latest end on the device before the start; another stream's only (a same-stream end
@@ -819,7 +899,7 @@ def _dataloader_flags(dl: CoverIndex | None, cpu: pl.DataFrame) -> pl.Series:
     """Per row of ``cpu`` (``pid, tid, ts_ns``): inside a DataLoader range (annotation or op)
     of its thread (``dl``: their cover index, :func:`graph_inputs`)."""
     if dl is None or cpu.is_empty():
-        return pl.Series("dl", [False] * cpu.height, dtype=pl.Boolean)
+        return pl.repeat(False, cpu.height, dtype=pl.Boolean, eager=True).alias("dl")
     return dl.lookup(cpu.select("pid", "tid", "ts_ns"), "ts_ns").is_not_null().alias("dl")
 
 
@@ -836,7 +916,7 @@ def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame,
     first_cols = ("pid", "tid", "cpu_ts_ns", "event", "stream", "window")
     if act["correlation"].n_unique() == act.height:
         # One activity per launch (the usual case): it is both the first and the last.
-        both = act.select(*last_cols).sort("cpu_ts_ns", "event")
+        both = _sort_rows(act.select(*last_cols), ("cpu_ts_ns", "event"))
         last_act, first_act = both, both.select(first_cols)
     else:
         # (The columns read, projected before the sorts.)
@@ -895,9 +975,10 @@ def _sync_calls(syncs: pl.DataFrame, rt: pl.DataFrame, act: pl.DataFrame,
         streams = act.select("window", "device", "stream").unique()
         q = cs.join(streams, on="window").filter(
             (pl.col("kind") == "context") | (pl.col("stream") == pl.col("sync_stream")))
-        last = act.select("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns", pl.col("event").alias("src_event"))
-        q = q.sort("s_end").join_asof(last.sort("gpu_ts_ns", "src_event"), left_on="s_end", right_on="gpu_ts_ns",
-                                      by=["window", "device", "stream"], strategy="backward", check_sortedness=False)
+        last = _sort_rows(act.select("window", "device", "stream", "gpu_ts_ns", "gpu_end_ns",
+                                     pl.col("event").alias("src_event")), ("gpu_ts_ns", "src_event"))
+        q = q.sort("s_end").join_asof(last, left_on="s_end", right_on="gpu_ts_ns", by=["window", "device", "stream"],
+                                      strategy="backward", check_sortedness=False)
         q = q.filter(pl.col("src_event").is_not_null() & (pl.col("gpu_end_ns") <= pl.col("end_ns") + _TOL_NS))
         parts.append(q.select("src_event", "call"))
     # Event sync / stream wait: the activity launched before the thread's last event record.
