@@ -33,6 +33,7 @@ Definitions
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +77,11 @@ class KernelSequencesResult:
         inside a longer candidate that occurs about as often (≥ 90 % as many times: ``a → b`` within
         ``a → b → c``, fusing the longer one fuses it too; a run of one op repeated gives every
         length a few times less often, and only its longest is kept)."""
+        return self._fusion_candidates
+
+    @functools.cached_property
+    def _fusion_candidates(self) -> pl.DataFrame:
+        # Built once per result: the summary, the tables and the unfused_elementwise rule read it.
         f = self.top.filter(pl.col("fusable")).with_columns(_key=pl.col("ops") + " | " + pl.col("sequence"))
         if f.height > 1:
             pairs = f.select("n", "count", "ops", "sequence").join(

@@ -40,6 +40,7 @@ from traceanalyzer.analyses.copies import CopiesResult
 from traceanalyzer.analyses.gpu_time import GpuTimeResult
 from traceanalyzer.analyses.idle_gaps import IdleGapsResult
 from traceanalyzer.analyses.syncs import SyncsResult
+from traceanalyzer.rules import shared
 from traceanalyzer.rules._util import implied_sync, steady, steps_of
 
 EXPLICIT_KINDS = ("stream", "device", "event")
@@ -145,7 +146,14 @@ def blocking_events(results: Results) -> pl.DataFrame:
     """Every host-blocking event of the steady steps, its owner rule and the owned GPU idle
     it covers (``idle_ns``; see the module docstring). ``blocked_ns`` is what the owner counts
     as the CPU wait: every call of an ``item_sync`` point, the synchronize calls of an
-    ``explicit_sync`` / copy-op point, the call itself for a copy."""
+    ``explicit_sync`` / copy-op point, the call itself for a copy. Built once per rules run
+    (the four owners read it)."""
+    inputs = (results.typed("syncs", SyncsResult), results.typed("copies", CopiesResult), steps_of(results),
+              results.typed("idle_gaps", IdleGapsResult), results.typed("gpu_time", GpuTimeResult))
+    return shared(("blocking_events", *map(id, inputs)), lambda: _blocking_events(results))
+
+
+def _blocking_events(results: Results) -> pl.DataFrame:
     pts = sync_points(results)
     syncs = pts.filter(pl.col("owner") != "copies").select(
         "step", "ts_ns", "end_ns", "pid", "tid", "owner", "cause", "site", "apis", "n_calls",
