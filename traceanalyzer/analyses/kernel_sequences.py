@@ -82,8 +82,11 @@ class KernelSequencesResult:
     @functools.cached_property
     def _fusion_candidates(self) -> pl.DataFrame:
         # Built once per result: the summary, the tables and the unfused_elementwise rule read it.
-        f = self.top.filter(pl.col("fusable")).with_columns(_key=pl.col("ops") + " | " + pl.col("sequence"))
-        if f.height > 1:
+        # Lazy: two polars queries where each eager step would be one.
+        fusable = self.top.lazy().filter(pl.col("fusable")).with_columns(
+            _key=pl.col("ops") + " | " + pl.col("sequence")).collect()
+        f = fusable.lazy()
+        if fusable.height > 1:
             pairs = f.select("n", "count", "ops", "sequence").join(
                 f.select(pl.col("n").alias("_n2"), pl.col("count").alias("_c2"), pl.col("ops").alias("_o2"),
                          pl.col("sequence").alias("_s2")),
@@ -93,7 +96,7 @@ class KernelSequencesResult:
                 & pl.col("_s2").str.contains(pl.col("sequence"), literal=True))
             inside = pairs.select((pl.col("ops") + " | " + pl.col("sequence")).alias("_key")).unique()
             f = f.join(inside, on="_key", how="anti")
-        return f.drop("_key").sort(["total_ns", "sequence"], descending=[True, False])
+        return f.drop("_key").sort(["total_ns", "sequence"], descending=[True, False]).collect()
 
     def summary(self) -> list[tuple[str, str]]:
         # One line: the fusion candidate with the most device time, else the most frequent sequence.

@@ -68,7 +68,8 @@ def sync_points(results: Results) -> pl.DataFrame:
     s = results.typed("syncs", SyncsResult)
     if s is None or s.calls.is_empty() or s.points.is_empty():
         return pl.DataFrame(schema=schema)
-    calls = s.calls.with_columns(
+    # One lazy query up to the steady filter: each eager step would be a polars query of its own.
+    calls = s.calls.lazy().with_columns(
         pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64),
         end_ns=pl.col("ts_ns") + pl.col("blocked_ns").fill_null(0),
     ).sort("ts_ns")
@@ -76,9 +77,9 @@ def sync_points(results: Results) -> pl.DataFrame:
     # point that started on its thread at or before it (points of one thread never interleave).
     first = calls.unique(["ts_ns", "cause", "site"], keep="first", maintain_order=True).select(
         "ts_ns", "cause", "site", "pid", "tid")
-    pts = s.points.with_row_index("pt").with_columns(pl.col("pt").cast(pl.Int64)).join(
+    pts = s.points.lazy().with_row_index("pt").with_columns(pl.col("pt").cast(pl.Int64)).join(
         first, on=["ts_ns", "cause", "site"], how="left")
-    if "end_ns" in pts.columns:
+    if "end_ns" in s.points.columns:  # the points' own column (``first`` has none)
         pts = pts.drop("end_ns")
     starts = (pts.filter(pl.col("pid").is_not_null())
               .select("pid", "tid", pl.col("ts_ns").alias("_ps"), "pt").sort("_ps"))
@@ -99,7 +100,7 @@ def sync_points(results: Results) -> pl.DataFrame:
         .otherwise(pl.lit("explicit_sync")),
         end_ns=pl.coalesce("end_ns", pl.col("ts_ns") + pl.col("blocked_ns")),
     ).sort("pt")
-    return steady(pts.select(list(schema)), results, by="step")
+    return steady(pts.select(list(schema)).collect(), results, by="step")
 
 
 def _device(value: Any) -> int | None:
