@@ -201,8 +201,11 @@ class Axes:
         all): a few bytes each, where a ``<rect>`` apiece would weigh ten times more."""
         d = []
         xs, ys = self.xs, self.ys
-        # The boxes of a path usually share their rows: each (y0, y1) is mapped and written once.
+        # The boxes of a path usually share their rows, and their edges and widths (whole pixel
+        # columns) repeat: each (y0, y1) is mapped once and each number written once (num gives
+        # equal numbers one text: 0.0 and -0.0 both read "0").
         rows: dict[tuple[float, float], tuple[str, str]] = {}
+        texts: dict[float, str] = {}
         for x0, x1, y0, y1 in boxes:
             p, q = xs(x0), xs(x1)
             a, b = (q, p) if q < p else (p, q)  # sorted(): the second first only when it is smaller
@@ -211,7 +214,11 @@ class Axes:
                 p, q = ys(y0), ys(y1)
                 c, e = (q, p) if q < p else (p, q)
                 row = rows[(y0, y1)] = (num(c), num(e - c))
-            d.append(f"M{num(a)} {row[0]}h{num(b - a)}v{row[1]}h{num(a - b)}z")
+            w = b - a
+            ta = texts.get(a) or texts.setdefault(a, num(a))
+            tw = texts.get(w) or texts.setdefault(w, num(w))
+            tm = texts.get(-w) or texts.setdefault(-w, num(a - b))
+            d.append(f"M{ta} {row[0]}h{tw}v{row[1]}h{tm}z")
         if not d:
             return
         op = f' fill-opacity="{opacity:.2f}"' if opacity < 1 else ""

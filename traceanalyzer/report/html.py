@@ -558,16 +558,17 @@ def _cell(column: str, value: Any, fmt: ColumnFormat, t0: int | None) -> str:
 
 
 def _column_cells(column: str, values: list[Any], fmt: ColumnFormat, t0: int | None) -> list[str]:
-    """:func:`_cell` of each value of one column; an int or a string the column repeats (a
-    device, a stream, a name) is formatted once. Floats are not reused: ``-0.0 == 0.0``."""
-    seen: dict[int | str, str] = {}
+    """:func:`_cell` of each value of one column; a value the column repeats (a device, a
+    stream, a name, a share) is formatted once. A float zero is formatted each time: ``-0.0``
+    reads differently but equals ``0.0``."""
+    seen: dict[tuple[type, Any], str] = {}  # by type too: 1 and 1.0 read differently
     out = []
     for value in values:
         t = type(value)
-        if t is int or t is str:
-            cell = seen.get(value)
+        if t is int or t is str or (t is float and value):
+            cell = seen.get((t, value))
             if cell is None:
-                cell = seen[value] = _cell(column, value, fmt, t0)
+                cell = seen[(t, value)] = _cell(column, value, fmt, t0)
         else:
             cell = _cell(column, value, fmt, t0)
         out.append(cell)
