@@ -30,6 +30,8 @@ A rule is one module in this package with one decorated function::
   reads no other setting from ``config``: the engine's own (``rules.min_cost_pct``) is read
   by :func:`run_rules`.
 * The docstring is its documentation (``traceanalyzer rules`` prints it).
+* A helper several rules call on the same results (``rules/_util.py``, ``rules/_hostsync.py``)
+  wraps its work in :func:`shared`, which computes it once per :func:`run_rules` call.
 
 Findings are ranked by estimated cost: ms per step first, then bytes, then severity.
 
