@@ -8,6 +8,8 @@ A missing value (``None``) is shown as :data:`MISSING`.
 
 from __future__ import annotations
 
+import functools
+
 #: How an absent number reads in every text output.
 MISSING = "–"
 
@@ -114,6 +116,22 @@ def is_timestamp_column(column: str) -> bool:
     return column.endswith(_TS_SUFFIXES) or column in _TS_NAMES
 
 
+@functools.lru_cache(maxsize=4096)
+def _column_unit(column: str) -> tuple[bool, str]:
+    """(a timestamp column?, the unit its name gives: ``ns``, ``bytes``, ``pct`` or ""), once per name
+    (a table formats each of its cells through :func:`fmt_cell`)."""
+    tokens = column.split("_")
+    if "ns" in tokens[1:]:  # dur_ns, gpu_ns_per_step
+        unit = "ns"
+    elif "bytes" in tokens:  # bytes, peak_bytes, bytes_per_step
+        unit = "bytes"
+    elif "pct" in column:
+        unit = "pct"
+    else:
+        unit = ""
+    return is_timestamp_column(column), unit
+
+
 def fmt_cell(column: str, value: object, t0: int | None = None) -> str:
     """Format one table cell using the unit in its column name (``_ns``, ``bytes``, ``pct``).
 
@@ -126,14 +144,14 @@ def fmt_cell(column: str, value: object, t0: int | None = None) -> str:
     if isinstance(value, float) and value != value:
         return MISSING
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if t0 is not None and is_timestamp_column(column):
+        timestamp, unit = _column_unit(column)
+        if t0 is not None and timestamp:
             return fmt_offset(value, t0)
-        tokens = column.split("_")
-        if "ns" in tokens[1:]:  # dur_ns, gpu_ns_per_step
+        if unit == "ns":
             return fmt_ns(value)
-        if "bytes" in tokens:  # bytes, peak_bytes, bytes_per_step
+        if unit == "bytes":
             return fmt_bytes(value)
-        if "pct" in column:
+        if unit == "pct":
             return fmt_pct(value)
         if isinstance(value, float):
             return f"{value:,.3f}"

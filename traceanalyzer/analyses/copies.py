@@ -52,6 +52,7 @@ from traceanalyzer.analyses._copysync import (
     transfers,
 )
 from traceanalyzer.analyses._intervals import mean_of, pct
+from traceanalyzer.analyses._rows import rows
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
@@ -86,13 +87,13 @@ class CopiesResult:
             "has_stacks": self.has_stacks,
             "stack_hint": self.stack_hint,
             "has_steps": self.has_steps,
-            "by_kind": self.by_kind.to_dicts(),
-            "by_op": self.by_op.to_dicts(),
-            "by_site": self.by_site.to_dicts(),
-            "per_step": self.per_step.to_dicts(),
-            "copies": self.copies.head(cap).to_dicts(),
+            "by_kind": rows(self.by_kind),
+            "by_op": rows(self.by_op),
+            "by_site": rows(self.by_site),
+            "per_step": rows(self.per_step),
+            "copies": rows(self.copies.head(cap)),
             "copies_total": self.copies.height,
-            "transfers": self.transfers.head(cap).to_dicts(),
+            "transfers": rows(self.transfers.head(cap)),
             "transfers_total": self.transfers.height,
             "settings": self.settings,
         }

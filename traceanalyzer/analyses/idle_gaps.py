@@ -44,6 +44,7 @@ gap lengths is given per device.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +94,11 @@ class IdleGapsResult:
     #: The trace's vendor (``TraceMeta.vendor``): how its devices are named in text (not in to_json).
     vendor: str = "unknown"
 
+    @functools.cached_property
+    def _longest_gaps(self) -> pl.DataFrame:
+        """The 50 longest device gaps, longest first: summary.json keeps them, the tables show 20."""
+        return self.device_gaps.sort("dur_ns", descending=True).head(50)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "thresholds": self.thresholds,
@@ -105,7 +111,7 @@ class IdleGapsResult:
             "attribution_annotation": self.attribution_annotation.to_dicts(),
             "n_device_gaps": self.device_gaps.height,
             "n_stream_gaps": self.stream_gaps.height,
-            "longest_gaps": self.device_gaps.sort("dur_ns", descending=True).head(50).to_dicts(),
+            "longest_gaps": self._longest_gaps.to_dicts(),
         }
 
     def summary(self) -> list[tuple[str, str]]:
@@ -134,7 +140,7 @@ class IdleGapsResult:
             "Idle per stream": self.per_stream,
             "Idle per step": self.per_step,
             "Gap length histogram": self.histogram,
-            "Longest gaps": self.device_gaps.sort("dur_ns", descending=True).head(20),
+            "Longest gaps": self._longest_gaps.head(20),
             "What the CPU was doing during long gaps": self.attribution.head(20),
         }
 

@@ -33,6 +33,7 @@ Definitions
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,8 +77,16 @@ class KernelSequencesResult:
         inside a longer candidate that occurs about as often (≥ 90 % as many times: ``a → b`` within
         ``a → b → c``, fusing the longer one fuses it too; a run of one op repeated gives every
         length a few times less often, and only its longest is kept)."""
-        f = self.top.filter(pl.col("fusable")).with_columns(_key=pl.col("ops") + " | " + pl.col("sequence"))
-        if f.height > 1:
+        return self._fusion_candidates
+
+    @functools.cached_property
+    def _fusion_candidates(self) -> pl.DataFrame:
+        # Built once per result: the summary, the tables and the unfused_elementwise rule read it.
+        # Lazy: two polars queries where each eager step would be one.
+        fusable = self.top.lazy().filter(pl.col("fusable")).with_columns(
+            _key=pl.col("ops") + " | " + pl.col("sequence")).collect()
+        f = fusable.lazy()
+        if fusable.height > 1:
             pairs = f.select("n", "count", "ops", "sequence").join(
                 f.select(pl.col("n").alias("_n2"), pl.col("count").alias("_c2"), pl.col("ops").alias("_o2"),
                          pl.col("sequence").alias("_s2")),
@@ -87,7 +96,7 @@ class KernelSequencesResult:
                 & pl.col("_s2").str.contains(pl.col("sequence"), literal=True))
             inside = pairs.select((pl.col("ops") + " | " + pl.col("sequence")).alias("_key")).unique()
             f = f.join(inside, on="_key", how="anti")
-        return f.drop("_key").sort(["total_ns", "sequence"], descending=[True, False])
+        return f.drop("_key").sort(["total_ns", "sequence"], descending=[True, False]).collect()
 
     def summary(self) -> list[tuple[str, str]]:
         # One line: the fusion candidate with the most device time, else the most frequent sequence.
@@ -110,8 +119,9 @@ class KernelSequencesResult:
         if fus.height:  # first: what a compiler would fuse, by device time
             out["Fusion candidates (memory-bound sequences)"] = fus.select(
                 "sequence", "ops", "count_per_step", "pct_of_kernel_time", "gap_ns", "n")
-        for n in sorted(set(self.top["n"].to_list())):
-            out[f"Most frequent {n}-kernel sequences"] = self.top.filter(pl.col("n") == n).drop("n")
+        by_n = self.top.partition_by("n", maintain_order=True, as_dict=True)  # one split, not a filter per n
+        for (n,), part in sorted(by_n.items()):
+            out[f"Most frequent {n}-kernel sequences"] = part.drop("n")
         return out
 
 

@@ -59,6 +59,7 @@ from traceanalyzer.analyses._copysync import (
     transfers,
 )
 from traceanalyzer.analyses._intervals import device_union, mean_of, pct
+from traceanalyzer.analyses._rows import rows
 from traceanalyzer.analyses._steps import assign_steps
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
@@ -113,12 +114,12 @@ class SyncsResult:
             "has_stacks": self.has_stacks,
             "stack_hint": self.stack_hint,
             "has_steps": self.has_steps,
-            "by_cause": self.by_cause.to_dicts(),
-            "by_site": self.by_site.to_dicts(),
-            "per_step": self.per_step.to_dicts(),
-            "points": self.points.head(cap).to_dicts(),
+            "by_cause": rows(self.by_cause),
+            "by_site": rows(self.by_site),
+            "per_step": rows(self.per_step),
+            "points": rows(self.points.head(cap)),
             "points_total": self.points.height,
-            "calls": self.calls.head(cap).to_dicts(),
+            "calls": rows(self.calls.head(cap)),
             "calls_total": self.calls.height,
             "settings": self.settings,
         }

@@ -35,6 +35,7 @@ import polars as pl
 
 from traceanalyzer.analyses import AnalysisContext, analysis
 from traceanalyzer.analyses._callsites import cpu_tree_index, has_stacks, innermost_frames
+from traceanalyzer.analyses._rows import rows
 from traceanalyzer.analyses.idle_gaps import IdleGapsResult
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
@@ -97,10 +98,10 @@ class TimelineViewResult:
             "step": self.step,
             "window_start_ns": self.window_start_ns,
             "window_ns": self.window_ns,
-            "lanes": self.lanes.to_dicts(),
+            "lanes": rows(self.lanes),
             "strings": strings.to_list(),
             "items": items,
-            "gaps": self.gaps.to_dicts(),
+            "gaps": rows(self.gaps),
             "cause_rules": {c: list(r) for c, r in CAUSE_RULES.items()},
             "all_gap_rules": list(ALL_GAP_RULES),
             "n_source_items": self.n_source_items,

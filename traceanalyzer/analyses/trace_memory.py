@@ -101,7 +101,7 @@ def _named(df: pl.DataFrame) -> pl.DataFrame:
     summary.json keeps PyTorch's spelling (``cuda:0``, ``hip:2``)."""
     if "device" not in df.columns or df.is_empty():
         return df
-    names = {d: device_name(d) for d in df["device"].drop_nulls().unique().to_list()}
+    names = {d: device_name(d) for d in set(df["device"].to_list()) if d is not None}  # no polars query
     return df.with_columns(pl.col("device").replace_strict(names, default=None, return_dtype=pl.String))
 
 

@@ -37,9 +37,8 @@ def esc(value: object) -> str:
 
 def num(v: float) -> str:
     """A coordinate: one decimal, never ``nan``/``inf`` (non-finite values are 0, huge ones clamped)."""
-    if not math.isfinite(v):
-        v = 0.0
-    v = min(max(v, -_CLAMP), _CLAMP)
+    if not -_CLAMP <= v <= _CLAMP:  # one test for the usual coordinate (NaN fails it too)
+        v = min(max(v, -_CLAMP), _CLAMP) if math.isfinite(v) else 0.0
     text = f"{v:.1f}"
     if text == "-0.0":
         return "0"
@@ -201,10 +200,25 @@ class Axes:
         """Many rectangles ``(x0, x1, y0, y1)`` of one colour as one ``<path>`` (one hover text for
         all): a few bytes each, where a ``<rect>`` apiece would weigh ten times more."""
         d = []
+        xs, ys = self.xs, self.ys
+        # The boxes of a path usually share their rows, and their edges and widths (whole pixel
+        # columns) repeat: each (y0, y1) is mapped once and each number written once (num gives
+        # equal numbers one text: 0.0 and -0.0 both read "0").
+        rows: dict[tuple[float, float], tuple[str, str]] = {}
+        texts: dict[float, str] = {}
         for x0, x1, y0, y1 in boxes:
-            a, b = sorted((self.xs(x0), self.xs(x1)))
-            c, e = sorted((self.ys(y0), self.ys(y1)))
-            d.append(f"M{num(a)} {num(c)}h{num(b - a)}v{num(e - c)}h{num(a - b)}z")
+            p, q = xs(x0), xs(x1)
+            a, b = (q, p) if q < p else (p, q)  # sorted(): the second first only when it is smaller
+            row = rows.get((y0, y1))
+            if row is None:
+                p, q = ys(y0), ys(y1)
+                c, e = (q, p) if q < p else (p, q)
+                row = rows[(y0, y1)] = (num(c), num(e - c))
+            w = b - a
+            ta = texts.get(a) or texts.setdefault(a, num(a))
+            tw = texts.get(w) or texts.setdefault(w, num(w))
+            tm = texts.get(-w) or texts.setdefault(-w, num(a - b))
+            d.append(f"M{ta} {row[0]}h{tw}v{row[1]}h{tm}z")
         if not d:
             return
         op = f' fill-opacity="{opacity:.2f}"' if opacity < 1 else ""

@@ -181,8 +181,9 @@ def _gap_runs(clipped: pl.DataFrame, px_per_ms: float) -> pl.DataFrame:
                                     "b1": pl.Int64, "idle_ms": pl.Float64})
     a = pl.col("x") * px_per_ms
     b = (pl.col("x") + pl.col("w")) * px_per_ms
-    bins = (
-        clipped.select(pl.col("y").cast(pl.Int64), pl.col("cause").cast(pl.String), a.alias("a"), b.alias("b"))
+    bins = (  # one lazy query: each eager step would be a polars collect of its own
+        clipped.lazy()
+        .select(pl.col("y").cast(pl.Int64), pl.col("cause").cast(pl.String), a.alias("a"), b.alias("b"))
         .filter(pl.col("b") > pl.col("a"))
         .with_columns(bin=pl.int_ranges(pl.col("a").floor().cast(pl.Int64),
                                         (pl.col("b") - 1e-9).floor().cast(pl.Int64) + 1))
@@ -200,6 +201,7 @@ def _gap_runs(clipped: pl.DataFrame, px_per_ms: float) -> pl.DataFrame:
         .agg(b0=pl.col("bin").min(), b1=pl.col("bin").max(), idle_ms=pl.col("cov").sum() / px_per_ms)
         .drop("run")
         .sort("y", "cause", "b0")
+        .collect()
     )
 
 
@@ -226,13 +228,13 @@ def _overlapping_rows(g: pl.DataFrame, row_frame: pl.DataFrame) -> pl.DataFrame:
         # Int64 before the - 1: the searches give unsigned row numbers.
         first = win["we"].search_sorted(mine["start_ns"], side="right").cast(pl.Int64)
         last = win["ws"].search_sorted(mine["end_ns"], side="left").cast(pl.Int64) - 1
-        pairs = (mine.with_columns(_first=first, _last=last)
+        pairs = (mine.lazy().with_columns(_first=first, _last=last)  # one query, one collect
                  .filter(pl.col("_first") <= pl.col("_last"))
                  .with_columns(_i=pl.int_ranges("_first", pl.col("_last") + 1))
                  .explode("_i")
                  .drop("_first", "_last"))
-        w = win.drop("device").with_row_index("_i").with_columns(pl.col("_i").cast(pl.Int64))
-        parts.append(pairs.join(w, on="_i", how="left").drop("_i"))
+        w = win.lazy().drop("device").with_row_index("_i").with_columns(pl.col("_i").cast(pl.Int64))
+        parts.append(pairs.join(w, on="_i", how="left").drop("_i").collect())
     if not parts:
         return g.join(row_frame, on="device")
     return pl.concat(parts, how="vertical")

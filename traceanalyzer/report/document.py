@@ -45,6 +45,15 @@ class Report:
     not_run: dict[str, str] = field(default_factory=dict)
     rule_failures: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    #: Each result's ``to_json()``, built once: summary.json and the page's timeline share it.
+    _result_json: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def result_json(self, name: str) -> Any:
+        """``to_json()`` of the result ``name``, built on first use and then shared by every
+        reader (``to_json``, the renderers): read it, never change it."""
+        if name not in self._result_json:
+            self._result_json[name] = self.results[name].to_json()
+        return self._result_json[name]
 
     def sections(self) -> list[tuple[str, str, Any]]:
         """(name, title, result) for each result, in report order."""
@@ -118,6 +127,7 @@ class Report:
         return "No problem found by the checks that could run" + (f"; no diagnosis: {why}" if why else "")
 
     def to_json(self) -> dict[str, Any]:
+        """The canonical JSON document (its analyses' parts are shared: :meth:`result_json`)."""
         return {
             "schema_version": JSON_SCHEMA_VERSION,
             "tool": {"name": "traceanalyzer", "version": __version__},
@@ -127,7 +137,7 @@ class Report:
             "warnings": list(self.warnings),
             "findings": [f.to_json() for f in self.findings],
             "findings_below_floor": [f.to_json() for f in self.below_floor],
-            "analyses": {name: result.to_json() for name, _, result in self.sections()},
+            "analyses": {name: self.result_json(name) for name, _, _ in self.sections()},
             "skipped_analyses": dict(sorted(self.results.skipped.items())),
             "failed_analyses": dict(sorted(self.results.failed.items())),
             "checks_not_run": dict(sorted(self.not_run.items())),

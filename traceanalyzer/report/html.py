@@ -42,7 +42,6 @@ from traceanalyzer.report.document import JSON_SCHEMA_VERSION, Report, key_evide
 from traceanalyzer.report.fsutil import atomic_write_text
 from traceanalyzer.report.perfetto import perfetto_link
 from traceanalyzer.report.text import ColumnFormat, fmt_column_value, shorten, table_formats
-from traceanalyzer.rules import Finding
 from traceanalyzer.units import fmt_cell, fmt_cost, fmt_ns, fmt_pct
 
 #: Rows shown before a table collapses behind a "show all" button.
@@ -55,7 +54,12 @@ CELL_WIDTH = 160
 
 def esc(value: Any) -> str:
     """Escape anything for HTML text or a quoted attribute."""
-    return html.escape(str(value), quote=True)
+    s = str(value)
+    # Most texts (numbers, names) hold none of the five characters: five membership tests
+    # cost half of html.escape's five replacements.
+    if "&" in s or "<" in s or ">" in s or '"' in s or "'" in s:
+        return html.escape(s, quote=True)
+    return s
 
 
 CSS = """
@@ -553,6 +557,24 @@ def _cell(column: str, value: Any, fmt: ColumnFormat, t0: int | None) -> str:
     return f'<td class="{cls}"{title}>{esc(short)}</td>'
 
 
+def _column_cells(column: str, values: list[Any], fmt: ColumnFormat, t0: int | None) -> list[str]:
+    """:func:`_cell` of each value of one column; a value the column repeats (a device, a
+    stream, a name, a share) is formatted once. A float zero is formatted each time: ``-0.0``
+    reads differently but equals ``0.0``."""
+    seen: dict[tuple[type, Any], str] = {}  # by type too: 1 and 1.0 read differently
+    out = []
+    for value in values:
+        t = type(value)
+        if t is int or t is str or (t is float and value):
+            cell = seen.get((t, value))
+            if cell is None:
+                cell = seen[(t, value)] = _cell(column, value, fmt, t0)
+        else:
+            cell = _cell(column, value, fmt, t0)
+        out.append(cell)
+    return out
+
+
 def table_html(df: pl.DataFrame, ids: _Ids, t0: int | None = None, max_rows: int = MAX_ROWS,
                collapse_after: int = COLLAPSE_AFTER, caption: str | None = None) -> str:
     """A sortable table; more than ``collapse_after`` rows collapse behind a button."""
@@ -565,10 +587,8 @@ def table_html(df: pl.DataFrame, ids: _Ids, t0: int | None = None, max_rows: int
         for c in cols
     )
     shown = df.head(max_rows)
-    body = "".join(
-        "<tr>" + "".join(_cell(c, row[c], fmts[c], t0) for c in cols) + "</tr>"
-        for row in shown.iter_rows(named=True)
-    )
+    columns = [_column_cells(c, shown.get_column(c).to_list(), fmts[c], t0) for c in cols]
+    body = "".join("<tr>" + "".join(cells) + "</tr>" for cells in zip(*columns))
     collapse = collapse_after if shown.height > collapse_after + 3 else 0
     parts = []
     if caption:
@@ -702,14 +722,19 @@ def _evidence(ev: Mapping[str, Any], ids: _Ids, t0: int | None) -> str:
     return _kv(scalars) + "".join(blocks)
 
 
-def _finding_gaps(f: Finding, tv: TimelineViewResult | None) -> list[str]:
-    """Ids of the timeline's gaps that ``f`` prices (by its rule; read from the timeline result)."""
+def gaps_by_rule(tv: TimelineViewResult | None) -> dict[str, list[str]]:
+    """Rule id → ids of the timeline's gaps that its findings price, in the timeline's order
+    (read from the timeline result; a finding's gaps are those of its rule)."""
+    out: dict[str, list[str]] = {}
     if tv is None:
-        return []
-    return [g for g, rules in tv.gap_rules().items() if f.rule_id in rules]
+        return out
+    for gap, rules in tv.gap_rules().items():
+        for rule_id in dict.fromkeys(rules):
+            out.setdefault(rule_id, []).append(gap)
+    return out
 
 
-def _findings(report: Report, ids: _Ids, t0: int | None, tv: TimelineViewResult | None) -> str:
+def _findings(report: Report, ids: _Ids, t0: int | None, gaps_of: Mapping[str, list[str]]) -> str:
     out = ['<section class="card" id="sec-findings"><h2>Findings</h2>']
     if not report.findings:
         out.append('<p class="doc">No findings: none of the checks that could run found a problem.</p>')
@@ -722,7 +747,7 @@ def _findings(report: Report, ids: _Ids, t0: int | None, tv: TimelineViewResult 
         sev = str(f.severity)
         conf = f" · confidence {f.confidence:.0%}" if f.confidence < 1 else ""
         cost = fmt_cost(f.cost_ms_per_step, f.cost_pct_of_step, f.cost_bytes, missing="")
-        gaps = _finding_gaps(f, tv)
+        gaps = gaps_of.get(f.rule_id, [])
         out.append(
             f'<div class="finding sev-{esc(sev)}-b" data-finding="{i - 1}"><div class="head">'
             f'<span class="badge sev-{esc(sev)}">{esc(sev)}</span><span class="title">{i}. {esc(f.title)}</span>'
@@ -770,17 +795,19 @@ def _json_for_html(value: Any) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-def timeline_data(report: Report, tv: TimelineViewResult) -> dict[str, Any]:
-    """What the page's timeline script draws: the timeline result as JSON, each finding's gap ids
-    (in the order the findings are shown) and the colours."""
-    data = tv.to_json()
-    data["findings"] = [{"rule": f.rule_id, "title": f.title, "gaps": _finding_gaps(f, tv)} for f in report.findings]
+def timeline_data(report: Report, gaps_of: Mapping[str, list[str]]) -> dict[str, Any]:
+    """What the page's timeline script draws: the report's ``timeline_view`` result as JSON,
+    each finding's gap ids (``gaps_of``: :func:`gaps_by_rule`; in the order the findings are
+    shown) and the colours."""
+    data = dict(report.result_json("timeline_view"))  # as summary.json holds it (before rounding)
+    data["findings"] = [{"rule": f.rule_id, "title": f.title, "gaps": list(gaps_of.get(f.rule_id, []))}
+                        for f in report.findings]
     data["kind_colors"] = KIND_COLORS
     data["cause_colors"] = CAUSE_COLORS
     return data
 
 
-def _timeline(report: Report, tv: TimelineViewResult | None) -> str:
+def _timeline(report: Report, tv: TimelineViewResult | None, gaps_of: Mapping[str, list[str]]) -> str:
     if tv is None:
         return ""
     what = f"step #{tv.step}" if tv.step is not None else "the device activity span"
@@ -801,7 +828,8 @@ def _timeline(report: Report, tv: TimelineViewResult | None) -> str:
         '<button type="button" class="tl-btn tl-reset">Reset zoom</button><span class="tl-info"></span></div>'
         '<canvas class="tl-canvas" height="120"></canvas><div class="tl-tip" hidden></div>'
         f'<div class="legend"><b>work</b> {kinds}</div><div class="legend"><b>idle gaps</b> {causes}</div></div>'
-        f'<script type="application/json" id="ta-timeline-data">{_json_for_html(timeline_data(report, tv))}</script>'
+        '<script type="application/json" id="ta-timeline-data">'
+        f"{_json_for_html(timeline_data(report, gaps_of))}</script>"
         "</section>"
     )
 
@@ -838,6 +866,7 @@ def to_html(report: Report, charts: list[DrawnSvg] | None = None) -> str:
 
     tv = report.results.values.get("timeline_view")
     timeline = tv if isinstance(tv, TimelineViewResult) else None
+    gaps_of = gaps_by_rule(timeline)
     sections = [sec for sec in report.sections() if sec[0] != "timeline_view"]  # drawn as the timeline card
     toc = ['<a href="#sec-findings">Findings</a>']
     if timeline is not None:
@@ -894,8 +923,8 @@ def to_html(report: Report, charts: list[DrawnSvg] | None = None) -> str:
         _first_screen(report),
         warn,
         f'<nav class="toc">{"".join(toc)}</nav>',
-        _findings(report, ids, t0, timeline),
-        _timeline(report, timeline),
+        _findings(report, ids, t0, gaps_of),
+        _timeline(report, timeline, gaps_of),
         f'<section class="card" id="sec-run-details"><h2>Run details</h2>{_facts(facts)}</section>',
         *body,
         not_run,

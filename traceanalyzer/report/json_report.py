@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from traceanalyzer.analyses._rows import FrameRows
 from traceanalyzer.report import renderer
 from traceanalyzer.report.document import Report
 from traceanalyzer.report.fsutil import atomic_write_bytes
@@ -26,11 +27,12 @@ SIGNIFICANT_DIGITS = 10
 
 
 _LEAVES = (int, str, bool, type(None))
+_LEAF_TYPES = frozenset(_LEAVES)
 
 
 def round_floats(value: Any, digits: int = SIGNIFICANT_DIGITS) -> Any:
     """``value`` with every float rounded to ``digits`` significant digits (NaN/inf → None),
-    recursing through dicts, lists and tuples; everything else unchanged."""
+    recursing through dicts, lists and tuples (copied); everything else unchanged."""
     t = type(value)
     # Exact-type checks first: a summary holds ~10^5 leaves, mostly ints and strings,
     # and skipping the call for them halves the time (subclasses such as numpy
@@ -43,9 +45,27 @@ def round_floats(value: Any, digits: int = SIGNIFICANT_DIGITS) -> Any:
         if value == 0.0:
             return 0.0
         return float(f"{value:.{digits}g}")
+    if t is FrameRows:
+        # A table's rows: only its float and nested columns need a look.
+        out = [row.copy() for row in value]
+        for k in value.inexact:
+            seen: dict[float, float | None] = {}  # a column repeats its values (rates, shares)
+            for row in out:
+                v = row[k]
+                if type(v) is float:
+                    r = seen.get(v)
+                    row[k] = r if r is not None else seen.setdefault(v, round_floats(v, digits))
+                elif type(v) not in _LEAVES:
+                    row[k] = round_floats(v, digits)
+        return out
     if t is dict or isinstance(value, dict):
+        # Leaves only (one C-level pass over the types): a copy, no per-value call.
+        if _LEAF_TYPES.issuperset(map(type, value.values())):
+            return dict(value)
         return {k: v if type(v) in _LEAVES else round_floats(v, digits) for k, v in value.items()}
     if t is list or t is tuple or isinstance(value, (list, tuple)):
+        if _LEAF_TYPES.issuperset(map(type, value)):
+            return list(value)
         return [v if type(v) in _LEAVES else round_floats(v, digits) for v in value]
     return value
 

@@ -30,6 +30,8 @@ A rule is one module in this package with one decorated function::
   reads no other setting from ``config``: the engine's own (``rules.min_cost_pct``) is read
   by :func:`run_rules`.
 * The docstring is its documentation (``traceanalyzer rules`` prints it).
+* A helper several rules call on the same results (``rules/_util.py``, ``rules/_hostsync.py``)
+  wraps its work in :func:`shared`, which computes it once per :func:`run_rules` call.
 
 Findings are ranked by estimated cost: ms per step first, then bytes, then severity.
 
@@ -45,9 +47,10 @@ from __future__ import annotations
 
 import enum
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from traceanalyzer.analyses import Results
 from traceanalyzer.analyses import registry as analysis_registry
@@ -230,6 +233,26 @@ def _why_missing(names: Iterable[str], results: Results, alternatives: bool = Fa
     return f"needs {', '.join(names)}" + (f" (from {' or '.join(kinds)})" if kinds else "")
 
 
+T = TypeVar("T")
+
+#: What the helpers of several rules derive from the same results, kept for one :func:`run_rules` call.
+_RUN_MEMO: ContextVar[dict[Hashable, Any] | None] = ContextVar("traceanalyzer_rules_memo", default=None)
+
+
+def shared(key: Hashable, build: Callable[[], T]) -> T:
+    """``build()``, computed once per :func:`run_rules` call and ``key``: a helper several rules
+    call on the same results (the steady windows, the host-blocking events) runs once. ``key``
+    names the helper and the ``id`` of each result it reads (read through the rule's
+    ``results`` first, so that an undeclared input still raises; results live as long as the
+    run). Outside a run, ``build()`` runs each time. The value is shared: never change it."""
+    memo = _RUN_MEMO.get()
+    if memo is None:
+        return build()
+    if key not in memo:
+        memo[key] = build()
+    return memo[key]  # type: ignore[no-any-return]
+
+
 def run_rules(results: Results, config: Config | None = None, strict: bool = False) -> RuleOutcome:
     """Run every registered rule whose ``needs`` (and one of ``needs_any``) are present.
 
@@ -240,6 +263,14 @@ def run_rules(results: Results, config: Config | None = None, strict: bool = Fal
     ``not_run`` (its input is absent, with the reason) or ``failed`` (it raised: a bug).
     With ``strict`` a failing rule's exception propagates (tests use it).
     """
+    token = _RUN_MEMO.set({})
+    try:
+        return _run_rules(results, config, strict)
+    finally:
+        _RUN_MEMO.reset(token)
+
+
+def _run_rules(results: Results, config: Config | None, strict: bool) -> RuleOutcome:
     config = config or Config()
     floor_pct = float(config.get("rules.min_cost_pct", MIN_COST_PCT))
     out = RuleOutcome()
@@ -270,4 +301,4 @@ def run_rules(results: Results, config: Config | None = None, strict: bool = Fal
     return out
 
 
-__all__ = ["Finding", "Params", "RuleOutcome", "RuleSpec", "Severity", "registry", "rule", "run_rules"]
+__all__ = ["Finding", "Params", "RuleOutcome", "RuleSpec", "Severity", "registry", "rule", "run_rules", "shared"]

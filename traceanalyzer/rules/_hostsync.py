@@ -40,6 +40,7 @@ from traceanalyzer.analyses.copies import CopiesResult
 from traceanalyzer.analyses.gpu_time import GpuTimeResult
 from traceanalyzer.analyses.idle_gaps import IdleGapsResult
 from traceanalyzer.analyses.syncs import SyncsResult
+from traceanalyzer.rules import shared
 from traceanalyzer.rules._util import implied_sync, steady, steps_of
 
 EXPLICIT_KINDS = ("stream", "device", "event")
@@ -67,7 +68,8 @@ def sync_points(results: Results) -> pl.DataFrame:
     s = results.typed("syncs", SyncsResult)
     if s is None or s.calls.is_empty() or s.points.is_empty():
         return pl.DataFrame(schema=schema)
-    calls = s.calls.with_columns(
+    # One lazy query up to the steady filter: each eager step would be a polars query of its own.
+    calls = s.calls.lazy().with_columns(
         pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64),
         end_ns=pl.col("ts_ns") + pl.col("blocked_ns").fill_null(0),
     ).sort("ts_ns")
@@ -75,9 +77,9 @@ def sync_points(results: Results) -> pl.DataFrame:
     # point that started on its thread at or before it (points of one thread never interleave).
     first = calls.unique(["ts_ns", "cause", "site"], keep="first", maintain_order=True).select(
         "ts_ns", "cause", "site", "pid", "tid")
-    pts = s.points.with_row_index("pt").with_columns(pl.col("pt").cast(pl.Int64)).join(
+    pts = s.points.lazy().with_row_index("pt").with_columns(pl.col("pt").cast(pl.Int64)).join(
         first, on=["ts_ns", "cause", "site"], how="left")
-    if "end_ns" in pts.columns:
+    if "end_ns" in s.points.columns:  # the points' own column (``first`` has none)
         pts = pts.drop("end_ns")
     starts = (pts.filter(pl.col("pid").is_not_null())
               .select("pid", "tid", pl.col("ts_ns").alias("_ps"), "pt").sort("_ps"))
@@ -98,7 +100,7 @@ def sync_points(results: Results) -> pl.DataFrame:
         .otherwise(pl.lit("explicit_sync")),
         end_ns=pl.coalesce("end_ns", pl.col("ts_ns") + pl.col("blocked_ns")),
     ).sort("pt")
-    return steady(pts.select(list(schema)), results, by="step")
+    return steady(pts.select(list(schema)).collect(), results, by="step")
 
 
 def _device(value: Any) -> int | None:
@@ -145,7 +147,14 @@ def blocking_events(results: Results) -> pl.DataFrame:
     """Every host-blocking event of the steady steps, its owner rule and the owned GPU idle
     it covers (``idle_ns``; see the module docstring). ``blocked_ns`` is what the owner counts
     as the CPU wait: every call of an ``item_sync`` point, the synchronize calls of an
-    ``explicit_sync`` / copy-op point, the call itself for a copy."""
+    ``explicit_sync`` / copy-op point, the call itself for a copy. Built once per rules run
+    (the four owners read it)."""
+    inputs = (results.typed("syncs", SyncsResult), results.typed("copies", CopiesResult), steps_of(results),
+              results.typed("idle_gaps", IdleGapsResult), results.typed("gpu_time", GpuTimeResult))
+    return shared(("blocking_events", *map(id, inputs)), lambda: _blocking_events(results))
+
+
+def _blocking_events(results: Results) -> pl.DataFrame:
     pts = sync_points(results)
     syncs = pts.filter(pl.col("owner") != "copies").select(
         "step", "ts_ns", "end_ns", "pid", "tid", "owner", "cause", "site", "apis", "n_calls",

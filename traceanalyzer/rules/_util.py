@@ -17,7 +17,7 @@ from traceanalyzer.analyses import Results
 from traceanalyzer.analyses.gpu_time import GpuTimeResult
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.errors import NotApplicable
-from traceanalyzer.rules import Finding, Severity
+from traceanalyzer.rules import Finding, Severity, shared
 
 NS_PER_MS = 1_000_000.0
 
@@ -40,14 +40,16 @@ def median_step_ns(results: Results) -> float:
 
 
 def steady_windows(results: Results) -> list[int]:
-    return list(steps_of(results).steady_windows())
+    sr = steps_of(results)
+    return list(shared(("steady_windows", id(sr)), sr.steady_windows))
 
 
 def steady_steps(results: Results) -> list[int | None]:
     """Step labels of the steady windows (``[None]`` for a trace without steps)."""
     sr = steps_of(results)
-    t = sr.table.filter(pl.col("window").is_in(sr.steady_windows()))
-    return t["step"].to_list()
+    windows = steady_windows(results)
+    return list(shared(("steady_steps", id(sr)),
+                       lambda: sr.table.filter(pl.col("window").is_in(windows))["step"].to_list()))
 
 
 def steady(df: pl.DataFrame, results: Results, by: str = "window") -> pl.DataFrame:
