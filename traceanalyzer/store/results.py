@@ -19,6 +19,12 @@ its analysis did not apply (``NotApplicable``). Never a failure, nor anything co
 one (:func:`~traceanalyzer.analyses.run_analyses` decides). A result the codec has no form for
 is computed again each run (counted in :class:`ResultStats`); it never fails the run.
 
+**Shared derived tables** (:class:`~traceanalyzer.model.derived.DerivedTables`, pure functions
+of the model) whose build is costly for their size (:data:`traceanalyzer.analyses.STORE_TABLE_MIN_S`)
+are kept too, as ``<key>.tab`` entries of the same form keyed by the model's key, the table's
+name, :func:`analysis_source_digest` and the versions: an analysis recomputed for another
+threshold reads back the tables the first run's analyses shared instead of building them alone.
+
 **Entry**: ``models/<model key>/results/<key>.res``: :data:`MAGIC`, the SHA-256 digest of
 the rest, then the rest: an 8-byte length, a JSON header (the key's parts, the encoded value,
 each frame blob's size) and the frames' Arrow IPC blobs. Written to a temporary file renamed
