@@ -348,3 +348,21 @@ def test_content_digest_sees_every_byte(tmp_path: Path, size: int) -> None:
     f.write_bytes(data + b" ")
     changed.add(cache_mod.content_digest(f))
     assert len(changed) == len(positions) + 2
+
+
+def test_before_read_is_called_once_after_the_content_hash(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``before_read`` (the pipeline's warm-up) runs once per load, after the content hash
+    where there is one (a miss and a hit), at once with the cache off."""
+    events: list[str] = []
+    digest = cache_mod.content_digest
+
+    def recording(path: Path) -> str:
+        events.append("hash")
+        return digest(path)
+
+    monkeypatch.setattr(cache_mod, "content_digest", recording)
+    for use_cache in (True, True, False):  # a miss that stores, a hit, the cache off
+        events.clear()
+        model = cache_mod.load(SAMPLE, use_cache=use_cache, before_read=lambda: events.append("before_read"))
+        assert model.kernels.height > 0
+        assert events == (["hash", "before_read"] if use_cache else ["before_read"])

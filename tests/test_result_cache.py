@@ -30,7 +30,7 @@ from traceanalyzer.analyses import CachedOutcome, Results, registry, run_analyse
 from traceanalyzer.cli import cli
 from traceanalyzer.config import Config
 from traceanalyzer.load.cache_version import LOADER_VERSION
-from traceanalyzer.pipeline import build_report, load, write_outputs
+from traceanalyzer.pipeline import build_report, load, report_from_results, write_outputs
 from traceanalyzer.store import cache as cache_mod
 from traceanalyzer.store import results as results_mod
 from traceanalyzer.store.codec import CodecError, Uncodable, decode, encode, resolve_class
@@ -424,3 +424,145 @@ def test_bad_param_value_fails_its_analysis_as_without_cache(cache_dir: Path) ->
     cached = run_analyses(model, bad, cache=for_model(model))
     assert "idle_gaps" in plain.failed and cached.failed == plain.failed
     assert list(cached.values) == list(plain.values)
+
+
+# -- shared derived tables ----------------------------------------------------------------------
+
+@pytest.fixture
+def keep_every_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every shared table built is kept, however cheap its build (the sample traces build theirs
+    in a few milliseconds, under the thresholds)."""
+    monkeypatch.setattr(analyses_mod, "STORE_TABLE_MIN_S", 0.0)
+    monkeypatch.setattr(analyses_mod, "STORE_TABLE_S_PER_BYTE", 0.0)
+
+
+def _table_files(root: Path) -> list[Path]:
+    return sorted((root / "models").glob("*/results/*.tab"))
+
+
+def _assert_same(a: Any, b: Any, where: str) -> None:
+    """``a`` and ``b`` hold the same values: frames and series equal with their dtypes and
+    names, containers and dataclasses field by field."""
+    assert type(a) is type(b), f"{where}: {type(a).__name__} != {type(b).__name__}"
+    if isinstance(a, pl.DataFrame):
+        assert_frame_equal(a, b)
+        assert b.n_chunks() == 1 or b.width == 0, f"{where}: {b.n_chunks()} chunks"
+    elif isinstance(a, pl.Series):
+        assert_series_equal(a, b)
+    elif isinstance(a, (tuple, list)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, dict):
+        assert list(a) == list(b), where
+        for k in a:
+            _assert_same(a[k], b[k], f"{where}[{k!r}]")
+    elif dataclasses.is_dataclass(a):
+        for f in dataclasses.fields(a):
+            _assert_same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}")
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+@pytest.mark.parametrize("path", [SAMPLE, LEGACY], ids=lambda p: p.name)
+def test_partial_hit_reads_shared_tables_back_and_equals_a_fresh_run(
+    path: Path, tmp_path: Path, cache_dir: Path, keep_every_table: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kept: dict[str, Any] = {}
+    put_table = ResultStore.put_table
+
+    def recording(self: ResultStore, key: str, name: str, value: object) -> None:
+        kept[key] = (name, value)
+        put_table(self, key, name, value)
+
+    monkeypatch.setattr(ResultStore, "put_table", recording)
+    _summary(path, tmp_path / "first")
+    files = _table_files(cache_dir)
+    assert files and len(files) == len(kept), "every table built is kept with the thresholds at 0"
+    # Each reads back as the value that was built.
+    model = load(path)
+    store = for_model(model)
+    assert store is not None
+    for key, (name, value) in kept.items():
+        found = store.get_table(key)
+        assert found is not None, name
+        _assert_same(value, found.value, name)
+    # Another threshold reruns idle_gaps and its readers, which read the tables back instead of
+    # building them; the report is a fresh run's.
+    other = Config({"idle_gaps.long_gap_us": 250, "rules.min_cost_pct": 0.5})
+    store = for_model(model)
+    assert store is not None
+    results = run_analyses(model, other, cache=store)
+    assert store.stats.tables_read > 0 and store.stats.tables_stored == 0 and store.stats.damaged == 0
+    write_outputs(report_from_results(model, results, other, source=str(path)), tmp_path / "second", ["json"])
+    monkeypatch.setenv("TRACEANALYZER_NO_CACHE", "1")
+    assert (tmp_path / "second" / "summary.json").read_bytes() == _summary(path, tmp_path / "fresh", other)
+
+
+def test_damaged_table_is_ignored_and_rebuilt(tmp_path: Path, cache_dir: Path, keep_every_table: None,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    _summary(SAMPLE, tmp_path / "first")
+    files = _table_files(cache_dir)
+    assert files
+    for i, f in enumerate(files):
+        data = bytearray(f.read_bytes())
+        if i % 2:
+            data[len(data) // 2] ^= 0x10  # a flipped bit
+        else:
+            del data[len(data) // 3:]  # truncated
+        f.write_bytes(bytes(data))
+    other = Config({"idle_gaps.long_gap_us": 250})
+    model = load(SAMPLE)
+    store = for_model(model)
+    assert store is not None
+    results = run_analyses(model, other, cache=store)
+    assert store.stats.tables_read == 0 and store.stats.damaged > 0
+    write_outputs(report_from_results(model, results, other, source=str(SAMPLE)), tmp_path / "second", ["json"])
+    monkeypatch.setenv("TRACEANALYZER_NO_CACHE", "1")
+    assert (tmp_path / "second" / "summary.json").read_bytes() == _summary(SAMPLE, tmp_path / "fresh", other)
+
+
+def test_table_entry_is_not_a_result_nor_the_reverse(cache_dir: Path) -> None:
+    """A table's file renamed to a result's name (or the reverse) is refused, never used."""
+    model = load(SAMPLE)
+    store = for_model(model)
+    assert store is not None
+    key = store.table_key("some_table")
+    store.put_table(key, "some_table", pl.DataFrame({"a": [1, 2]}))
+    assert store.get(key) is None  # no .res under that key
+    store.path(key).write_bytes(store.path(key, results_mod.TABLE_SUFFIX).read_bytes())
+    assert store.get(key) is None and store.stats.damaged == 1 and not store.path(key).exists()
+    found = store.get_table(key)
+    assert found is not None and found.value.equals(pl.DataFrame({"a": [1, 2]}))
+
+
+def test_only_a_costly_build_is_kept_and_nested_builds_count_for_themselves(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table is kept when its own build (not the tables it asked for) took long enough: here
+    the inner table sleeps past the threshold, the outer one only waits for it."""
+    import time
+
+    monkeypatch.setattr(analyses_mod, "STORE_TABLE_MIN_S", 0.05)
+    monkeypatch.setattr(analyses_mod, "STORE_TABLE_S_PER_BYTE", 0.0)
+    kept: list[str] = []
+
+    class Tables:
+        def table_key(self, name: str) -> str:
+            return name
+
+        def get_table(self, key: str) -> Any:
+            return None
+
+        def put_table(self, key: str, name: str, value: object) -> None:
+            kept.append(name)
+
+    assert isinstance(Tables(), analyses_mod.TableCache)
+    t = analyses_mod._StoredTables(load(SAMPLE), {}, Tables())
+
+    def inner() -> int:
+        time.sleep(0.08)
+        return 1
+
+    assert t.get("outer", lambda: t.get("inner", inner) + 1) == 2
+    assert kept == ["inner"]

@@ -23,11 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser, published as tomli (a dependency there)
-    import tomli as tomllib
-
 from traceanalyzer.errors import ConfigError
 
 T = TypeVar("T", int, float, str, bool)
@@ -61,6 +56,12 @@ class Config:
 
     @classmethod
     def from_file(cls, path: str | Path) -> Config:
+        # Imported here: only a run with --config reads TOML (its regexes cost every run ~3 ms).
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # Python 3.10: the same parser, published as tomli (a dependency there)
+            import tomli as tomllib
+
         p = Path(path)
         try:
             data = tomllib.loads(p.read_text())

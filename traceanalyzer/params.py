@@ -42,6 +42,10 @@ def check_keys(overrides: Mapping[str, Any], origin: str) -> None:
     """Raise :class:`ConfigError` (one line naming ``origin``) for a key whose owner is neither
     a rule nor an analysis, a param the rule or analysis does not declare, or a value that does
     not convert to its default's type."""
+    if not overrides:
+        # Nothing to check: the registries' imports (every analysis and rule module) are then
+        # left to the pipeline's warm-up, which overlaps them with the parse.
+        return
     from traceanalyzer.rules import registry as rule_registry
 
     rules = rule_registry()

@@ -32,9 +32,12 @@ def load(path: str | Path, use_cache: bool | None = None) -> Model:
     """Load any supported input (trace, snapshot, memory timeline), sniffed by content, through
     the model cache (:mod:`traceanalyzer.store.cache`): an unchanged file is read back from its
     Arrow IPC entry. ``use_cache=False`` parses the file and leaves the cache alone; None
-    follows ``TRACEANALYZER_NO_CACHE``."""
-    _warm_up()
-    return _cached_load(path, use_cache)
+    follows ``TRACEANALYZER_NO_CACHE``.
+
+    The warm-up (:func:`_warm_up`) starts once the file's content hash is done: during the
+    hash its imports (numpy's ~0.2 s of GIL-bound work) would hold back the hash's two lanes,
+    which take the GIL back after every 1 MiB they read and hash."""
+    return _cached_load(path, use_cache, before_read=_warm_up)
 
 
 _warming: threading.Thread | None = None
@@ -43,7 +46,8 @@ _warming: threading.Thread | None = None
 def _warm_up() -> None:
     """Once per process, import in a background thread what the analyses and rules import
     on first use (numpy, the ``numpy.ma`` polars imports the first time it reads numpy data,
-    every analysis and rule module) while the caller parses its input. Those imports are
+    every analysis and rule module) while the caller parses its input (the model cache
+    calls it before it reads the entry or the file, see :func:`load`). Those imports are
     Python work that holds the GIL; after the load they would delay the first analyses
     while the second core waits, during the load they fill the time the decoder leaves
     it. The thread only imports: anything it does not finish, the first user imports

@@ -33,8 +33,10 @@ an analysis is one new module plus its test.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar, cast, runtime_checkable
 
 import polars as pl
@@ -76,6 +78,7 @@ def tables_of(result: Any) -> dict[str, pl.DataFrame]:
 
 
 R = TypeVar("R")
+T = TypeVar("T")
 Res = TypeVar("Res", bound=Result)
 
 #: What the registry stores: the runner passes each analysis a context whose model is of the
@@ -294,6 +297,79 @@ class ResultCache(Protocol):
         ...
 
 
+@runtime_checkable
+class TableCache(Protocol):
+    """A :class:`ResultCache` that also keeps the run's shared derived tables
+    (:class:`~traceanalyzer.model.derived.DerivedTables`: pure functions of the model), so a
+    run that recomputes an analysis reads back the tables it shares with the others instead
+    of building them alone (:mod:`traceanalyzer.store.results` is the one on disk).
+    :meth:`get_table` gives an object whose ``value`` is the table, or None; like
+    :meth:`ResultCache.get` and :meth:`ResultCache.put` these never raise."""
+
+    def table_key(self, name: str) -> str: ...
+
+    def get_table(self, key: str) -> Any: ...
+
+    def put_table(self, key: str, name: str, value: object) -> None: ...
+
+
+#: A shared table is kept in a :class:`TableCache` when its build took at least
+#: ``STORE_TABLE_MIN_S + STORE_TABLE_S_PER_BYTE × its size`` (its own work, not the tables it
+#: asked for; the size is polars' estimate of its frames): reading one back costs ~1.5-4 ms per
+#: MB of frames and writing it ~2-9 ms, so the many cheap tables (often large frames, such as
+#: the launch join) are built each run and the costly small ones (the CPU-op tree and nesting,
+#: the communication classes) are read back.
+STORE_TABLE_MIN_S = 0.01
+STORE_TABLE_S_PER_BYTE = 4e-9
+
+
+class _StoredTables(DerivedTables[M]):
+    """The run's :class:`~traceanalyzer.model.derived.DerivedTables`, each table read from
+    ``cache`` where it is kept there, else built (and kept when its build took at least
+    :data:`STORE_TABLE_MIN_S`)."""
+
+    def __init__(self, model: M, readers: Mapping[str, int], cache: TableCache) -> None:
+        super().__init__(model, readers)
+        self._cache = cache
+        self._local = threading.local()  # per thread: the nested builds' seconds, innermost last
+
+    def get(self, key: str, build: Callable[[], T]) -> T:
+        return super().get(key, lambda: self._read_or_build(key, build))
+
+    def _read_or_build(self, key: str, build: Callable[[], T]) -> T:
+        entry = self._cache.table_key(key)
+        found = self._cache.get_table(entry)
+        if found is not None:
+            return cast(T, found.value)
+        stack: list[float] = self._local.__dict__.setdefault("nested", [])
+        stack.append(0.0)
+        start = time.perf_counter()
+        try:
+            value = build()
+        finally:
+            took = time.perf_counter() - start
+            nested = stack.pop()
+            if stack:
+                stack[-1] += took
+        if took - nested >= STORE_TABLE_MIN_S + STORE_TABLE_S_PER_BYTE * _frame_bytes(value):
+            self._cache.put_table(entry, key, value)
+        return value
+
+
+def _frame_bytes(value: object) -> int:
+    """polars' estimate of the bytes of the frames and series in ``value`` (a frame, a series,
+    or tuples, lists, dicts and dataclasses of them)."""
+    if isinstance(value, (pl.DataFrame, pl.Series)):
+        return int(value.estimated_size())
+    if isinstance(value, (tuple, list)):
+        return sum(_frame_bytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_frame_bytes(v) for v in value.values())
+    if is_dataclass(value) and not isinstance(value, type):
+        return sum(_frame_bytes(getattr(value, f.name)) for f in fields(value))
+    return 0
+
+
 #: The input key of a declared input that no registered analysis of this model's kind provides.
 ABSENT = "absent"
 
@@ -374,7 +450,8 @@ def run_analyses(
     for spec in order:
         for key in spec.shared:
             readers[key] = readers.get(key, 0) + 1
-    tables: DerivedTables[Model] = DerivedTables(model, readers)
+    tables: DerivedTables[Model] = (_StoredTables(model, readers, cache) if isinstance(cache, TableCache)
+                                    else DerivedTables(model, readers))
     keyed = _Keyed(cache, _result_keys(order, specs, config, cache)) if cache is not None else None
 
     def finished(spec: AnalysisSpec) -> None:

@@ -51,6 +51,7 @@ import shutil
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -265,17 +266,22 @@ class ModelCache:
             return None
         try:
             doc = orjson.loads(entry_file.read_bytes())
-            tables: dict[str, pl.DataFrame] = {}
-            for name, spec in doc["tables"].items():
+            specs: dict[str, Any] = doc["tables"]
+            blobs = []
+            for name, spec in specs.items():
                 data = (where / f"{name}.arrow").read_bytes()
                 # Checked before polars parses it: a flipped bit never becomes a wrong value, and a
                 # mangled file never reaches the reader (which may panic on one).
                 if _digest(data) != spec["sha256"]:
                     raise ValueError(f"{name}.arrow does not match its digest")
-                df = pl.read_ipc(data)
+                blobs.append(data)
+            # One query for every table: polars reads them side by side and takes the GIL once
+            # (13 reads one after the other each wait for it, behind the warm-up's imports).
+            tables = dict(zip(specs, pl.collect_all([pl.scan_ipc(b) for b in blobs]), strict=True))
+            for name, spec in specs.items():
+                df = tables[name]
                 if df.height != spec["rows"] or schema_doc(df) != spec["schema"]:
                     raise ValueError(f"table {name} differs from {ENTRY_FILE}")
-                tables[name] = df
             model = join_model(doc["model"], tables, path)
         except (KeyboardInterrupt, SystemExit):
             raise
@@ -405,21 +411,28 @@ class ModelCache:
         return len(entries), sum(e.bytes for e in entries)
 
 
-def load(path: str | Path, use_cache: bool | None = None, cache: ModelCache | None = None) -> Model:
+def load(path: str | Path, use_cache: bool | None = None, cache: ModelCache | None = None,
+         before_read: Callable[[], object] | None = None) -> Model:
     """Load ``path`` like :func:`traceanalyzer.load.load`, through the model cache.
 
     ``use_cache``: None follows ``TRACEANALYZER_NO_CACHE``; False loads the file and neither
     reads nor writes the cache. Anything that is not a regular file goes to the loader as is
-    (its one-line refusal is the user's answer)."""
+    (its one-line refusal is the user's answer). ``before_read`` is called once, before the
+    entry or the file is read: after the content hash where there is one (the hash's two lanes
+    want both cores), at once otherwise."""
     if use_cache is None:
         use_cache = cache_enabled()
     p = Path(path)
+    if before_read is None:
+        before_read = _nothing
     if not use_cache or not p.is_file():
+        before_read()
         return load_file(p)
     kind = sniff(p)
     store = cache or ModelCache()
     before = check_regular(p)
     if before.st_size > Budget.from_env().max_input_bytes:
+        before_read()
         return load_file(p, kind=kind)  # its refusal, without hashing the whole file first
     try:
         parts = key_parts(p, kind)
@@ -428,6 +441,7 @@ def load(path: str | Path, use_cache: bool | None = None, cache: ModelCache | No
     except Exception as exc:  # noqa: BLE001 - the loader gives the user's error; the cache just steps aside
         _note(f"not using the cache for {p} ({type(exc).__name__}: {exc})")
         parts = None
+    before_read()
     if parts is None:
         return load_file(p, kind=kind)
     key = key_of(parts)
@@ -448,6 +462,10 @@ def load(path: str | Path, use_cache: bool | None = None, cache: ModelCache | No
         _note(f"stored {key} for {p}")
         remember(model, store.models / key, key)
     return model
+
+
+def _nothing() -> None:
+    pass
 
 
 __all__ = [

@@ -19,6 +19,12 @@ its analysis did not apply (``NotApplicable``). Never a failure, nor anything co
 one (:func:`~traceanalyzer.analyses.run_analyses` decides). A result the codec has no form for
 is computed again each run (counted in :class:`ResultStats`); it never fails the run.
 
+**Shared derived tables** (:class:`~traceanalyzer.model.derived.DerivedTables`, pure functions
+of the model) whose build is costly for their size (:data:`traceanalyzer.analyses.STORE_TABLE_MIN_S`)
+are kept too, as ``<key>.tab`` entries of the same form keyed by the model's key, the table's
+name, :func:`analysis_source_digest` and the versions: an analysis recomputed for another
+threshold reads back the tables the first run's analyses shared instead of building them alone.
+
 **Entry**: ``models/<model key>/results/<key>.res``: :data:`MAGIC`, the SHA-256 digest of
 the rest, then the rest: an 8-byte length, a JSON header (the key's parts, the encoded value,
 each frame blob's size) and the frames' Arrow IPC blobs. Written to a temporary file renamed
@@ -55,6 +61,8 @@ from traceanalyzer.store.codec import CodecError, Uncodable, decode, encode
 RESULT_FORMAT = 2
 RESULTS_DIR = "results"
 SUFFIX = ".res"
+#: Shared derived tables kept beside the results (:meth:`ResultStore.put_table`).
+TABLE_SUFFIX = ".tab"
 MAGIC = b"TARES\x01\n"
 _DIGEST = 32  # SHA-256: in hardware on most CPUs, ~2x BLAKE2b on the large entries
 _LEN = struct.Struct("<Q")
@@ -98,6 +106,8 @@ class ResultStats:
     uncodable: dict[str, str] = field(default_factory=dict)
     damaged: int = 0
     write_errors: int = 0
+    tables_read: int = 0  # shared derived tables read back (:meth:`ResultStore.get_table`)
+    tables_stored: int = 0  # and written (:meth:`ResultStore.put_table`)
 
 
 def _note(text: str) -> None:
@@ -139,83 +149,145 @@ class ResultStore:
             self._names[key] = name
         return key
 
-    def path(self, key: str) -> Path:
-        return self.dir / f"{key}{SUFFIX}"
+    def path(self, key: str, suffix: str = SUFFIX) -> Path:
+        return self.dir / f"{key}{suffix}"
 
     def get(self, key: str) -> CachedOutcome | None:
-        path = self.path(key)
-        try:
-            data = path.read_bytes()
-        except OSError:
+        found = self._read(key, SUFFIX, "result", "running the analysis again")
+        if not isinstance(found, CachedOutcome):
             with self._lock:
                 self.stats.misses += 1
             return None
+        with self._lock:
+            self.stats.hits += 1
+        return found
+
+    def put(self, key: str, outcome: CachedOutcome) -> None:
+        name = self._names.get(key, "?")
+        if self._write(key, SUFFIX, {"analysis": name, "skipped": outcome.skipped}, outcome.value,
+                       f"the result of {name}"):
+            with self._lock:
+                self.stats.stored += 1
+
+    # -- shared derived tables ----------------------------------------------------------------
+
+    def table_key(self, name: str) -> str:
+        """The key of the shared derived table ``name`` of this model
+        (:class:`~traceanalyzer.model.derived.DerivedTables`: a pure function of the model,
+        so its key is the model's, the table's name and the sources that compute it)."""
+        parts = {
+            "result_format": RESULT_FORMAT,
+            "model": self.model_key,
+            "table": name,
+            "sources": analysis_source_digest(),
+            "traceanalyzer": __version__,
+            "polars": pl.__version__,
+        }
+        return hashlib.blake2b(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS), digest_size=16).hexdigest()
+
+    def get_table(self, key: str) -> CachedTable | None:
+        """The table stored under ``key`` (:meth:`table_key`), None when absent or damaged
+        (a damaged one is removed: the caller builds the table again)."""
+        found = self._read(key, TABLE_SUFFIX, "table", "building it again")
+        if not isinstance(found, CachedTable):
+            return None
+        with self._lock:
+            self.stats.tables_read += 1
+        return found
+
+    def put_table(self, key: str, name: str, value: object) -> None:
+        """Keep ``value``, the shared derived table ``name``, under ``key`` (a value the codec
+        has no form for is simply not kept)."""
+        if self._write(key, TABLE_SUFFIX, {"table": name}, value, f"the table {name}"):
+            with self._lock:
+                self.stats.tables_stored += 1
+
+    # -- the entry files ------------------------------------------------------------------------
+
+    def _read(self, key: str, suffix: str, what: str, then: str) -> Any:
+        """The decoded entry ``key`` (:class:`CachedOutcome` or :class:`CachedTable`), None
+        when absent; a damaged one is removed (noted in verbose mode) and counted."""
+        path = self.path(key, suffix)
         try:
-            outcome = _decode_entry(data, key)
+            data = path.read_bytes()
+        except OSError:
+            return None
+        try:
+            return _decode_entry(data, key, table=suffix == TABLE_SUFFIX)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # noqa: BLE001 - any damage (a reader's panic is a BaseException): recompute
-            _note(f"ignoring damaged result {path} ({type(exc).__name__}: {exc}); running the analysis again")
+            _note(f"ignoring damaged {what} {path} ({type(exc).__name__}: {exc}); {then}")
             try:
                 path.unlink()
             except OSError:
                 pass
             with self._lock:
                 self.stats.damaged += 1
-                self.stats.misses += 1
             return None
-        with self._lock:
-            self.stats.hits += 1
-        return outcome
 
-    def put(self, key: str, outcome: CachedOutcome) -> None:
-        name = self._names.get(key, "?")
+    def _write(self, key: str, suffix: str, fields: dict[str, Any], value: object, what: str) -> bool:
+        """Write ``value`` as entry ``key`` (atomically); False when not written (not encodable,
+        the model entry gone, the location refused it)."""
+        name = str(fields.get("analysis", fields.get("table")))
         try:
-            value_doc, blobs = encode(outcome.value)
+            value_doc, blobs = encode(value)
         except Uncodable as exc:
-            _note(f"not caching the result of {name}: {exc}")
-            with self._lock:
-                self.stats.uncodable[name] = str(exc)
-            return
-        header = {"key": key, "analysis": name, "model": self.model_key, "skipped": outcome.skipped,
-                  "value": value_doc, "blobs": [len(b) for b in blobs]}
+            _note(f"not caching {what}: {exc}")
+            if "analysis" in fields:  # a table with no stored form is simply built each run
+                with self._lock:
+                    self.stats.uncodable[name] = str(exc)
+            return False
+        kind = "analysis" if "analysis" in fields else "table"
+        header = {"key": key, kind: fields[kind], "model": self.model_key,
+                  **{k: v for k, v in fields.items() if k != kind}, "value": value_doc,
+                  "blobs": [len(b) for b in blobs]}
         try:
             head = orjson.dumps(header)
         except TypeError as exc:
-            with self._lock:
-                self.stats.uncodable[name] = str(exc)
-            return
+            if "analysis" in fields:
+                with self._lock:
+                    self.stats.uncodable[name] = str(exc)
+            return False
         rest = b"".join([_LEN.pack(len(head)), head, *blobs])
         data = MAGIC + hashlib.sha256(rest).digest() + rest
         tmp = self.dir / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
             if not self.model_dir.is_dir():
-                return  # the model entry was evicted or cleared meanwhile: nothing to attach to
+                return False  # the model entry was evicted or cleared meanwhile: nothing to attach to
             self.dir.mkdir(exist_ok=True, mode=0o700)
             tmp.write_bytes(data)
-            os.replace(tmp, self.path(key))
+            os.replace(tmp, self.path(key, suffix))
         except Exception as exc:  # noqa: BLE001 - a cache that cannot be written never fails the run
-            _note(f"could not write the result of {name} ({type(exc).__name__}: {exc})")
+            _note(f"could not write {what} ({type(exc).__name__}: {exc})")
             try:
                 tmp.unlink()
             except OSError:
                 pass
             with self._lock:
                 self.stats.write_errors += 1
-            return
-        with self._lock:
-            self.stats.stored += 1
+            return False
+        return True
 
     def done(self) -> None:
         """The run is over: evict down to the cache cap if this run stored anything."""
-        if self.stats.stored:
+        if self.stats.stored or self.stats.tables_stored:
             from traceanalyzer.store.cache import ModelCache
 
             ModelCache(self.model_dir.parent.parent).evict(keep=self.model_key)
 
 
-def _decode_entry(data: bytes, key: str) -> CachedOutcome:
-    """The outcome a ``.res`` file holds (:class:`ValueError`/:class:`CodecError` when damaged)."""
+@dataclass(frozen=True)
+class CachedTable:
+    """A shared derived table read back (:meth:`ResultStore.get_table`)."""
+
+    value: Any
+
+
+def _decode_entry(data: bytes, key: str, table: bool = False) -> Any:
+    """The outcome a ``.res`` file holds (:class:`CachedOutcome`), or with ``table`` the
+    :class:`CachedTable` a ``.tab`` file holds (:class:`ValueError`/:class:`CodecError` when
+    damaged)."""
     if not data.startswith(MAGIC):
         raise ValueError("not a result entry")
     digest, rest = data[len(MAGIC):len(MAGIC) + _DIGEST], data[len(MAGIC) + _DIGEST:]
@@ -233,6 +305,12 @@ def _decode_entry(data: bytes, key: str) -> CachedOutcome:
     if pos != len(rest):
         raise ValueError("blob sizes differ from the file")
     value = decode(header["value"], blobs)
+    if table:
+        if not isinstance(header.get("table"), str):
+            raise CodecError("not a table entry")
+        return CachedTable(value)
+    if "analysis" not in header:
+        raise CodecError("not a result entry")
     skipped = header.get("skipped")
     if value is None and not isinstance(skipped, str):
         raise CodecError("neither a result nor a skip reason")
@@ -294,6 +372,8 @@ def result_files(entry_dir: Path) -> tuple[int, int]:
 
 __all__ = [
     "MAGIC",
+    "TABLE_SUFFIX",
+    "CachedTable",
     "RESULTS_DIR",
     "RESULT_FORMAT",
     "ResultStats",
