@@ -402,7 +402,8 @@ def _keyed_index(state: pl.DataFrame, by: list[str]) -> CoverIndex:
     span = t_max - t_min + 2
     g = _group_numbers(state, by)
     if by:
-        groups = state.select(*by, g).filter(pl.col("_g").is_first_distinct())
+        # The rows of a group are contiguous: its first row is where the number changes (no hash).
+        groups = state.select(*by, g).filter(pl.col("_g").ne_missing(pl.col("_g").shift(1)))
     else:
         groups = pl.DataFrame({"_g": [0]}, schema={"_g": pl.Int64})
     n_groups = groups.height
@@ -455,8 +456,9 @@ def _nest_and_index(b: pl.DataFrame, by: list[str]) -> tuple[pl.DataFrame, Cover
     del parent
     # The state after all boundaries at one instant is what covers that instant: the
     # last boundary row of each (by, t), ``b`` being sorted by them (a filter, not a
-    # group_by and a second sort).
-    keys = [*by, "t"]
+    # group_by and a second sort). The carried group number stands for the ``by`` columns
+    # (one comparison instead of one per column).
+    keys = [*(_carried(b) or by), "t"]
     last_at_instant = pl.any_horizontal([pl.col(k).ne_missing(pl.col(k).shift(-1)) for k in keys])
     return links, _keyed_index(b.filter(last_at_instant), by)
 
