@@ -278,18 +278,26 @@ def _sort_by_time_key(iv: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
             }
         )
         order[at] = _sort_boundary_rows(rows, [], lead=["_k"])["_o"].to_numpy()
-    del k, tied
+    del tied
     is_end = order >= n
     src = order % n
     del order
     at_src = pl.Series(src)
+    cs = codes[src] if by else np.zeros(src.shape[0], dtype=np.int64)
+    # The time is the sorted key less its group's offset (a tie reorders rows of one key
+    # only), and the other end of the interval is its start + end less the time: a start's
+    # sec is −end, an end's −start (exact in Int64 arithmetic, which wraps, as two gathers
+    # of both ends and a choice were).
+    t = k - cs * span + t_min
+    del k
+    sec = t - (ts + en)[src]
     return pl.DataFrame(
         [iv[c].gather(at_src) for c in [*by, "id"]]
         + [
-            pl.Series("_g", codes[src] if by else np.zeros(src.shape[0], dtype=np.int64), dtype=pl.Int64),
-            pl.Series("t", np.where(is_end, en[src], ts[src]), dtype=pl.Int64),
+            pl.Series("_g", cs, dtype=pl.Int64),
+            pl.Series("t", t, dtype=pl.Int64),
             pl.Series("kind", (~is_end).astype(np.int8), dtype=pl.Int8),
-            pl.Series("sec", np.where(is_end, -ts[src], -en[src]), dtype=pl.Int64),
+            pl.Series("sec", sec, dtype=pl.Int64),
         ]
     )
 
