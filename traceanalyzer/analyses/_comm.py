@@ -203,10 +203,16 @@ def _comm_classes(t: TraceTables) -> pl.DataFrame:
               "op_pg_name": pl.String, "op_pg_desc": pl.String}
     if k.is_empty():
         return pl.DataFrame(schema=schema)
-    # Names repeat (a few hundred distinct in 100k kernels): the regexes run once per name.
-    names = k.select("name").unique().with_columns(
-        comm_family=family_of(pl.col("name")), _generic=pl.col("name").str.contains(GENERIC_KERNEL_RE).fill_null(False))
-    f = k.select("name", "comm_name").join(names, on="name", how="left", maintain_order="left")
+    # Here, not at the top: _kernels imports _intervals, which imports this module.
+    from traceanalyzer.analyses._kernels import on_distinct
+
+    # Names repeat (a few hundred distinct in 100k kernels): the regexes run once per name
+    # (on_distinct: by the names' categorical codes, half the time of a unique and a join
+    # on the strings). A null name stays unclassified (_generic null), as such a row matched
+    # no name in that join.
+    name = pl.col("name")
+    f = on_distinct(k.select("name", "comm_name"), ["name"], comm_family=family_of(name),
+                    _generic=pl.when(name.is_not_null()).then(name.str.contains(GENERIC_KERNEL_RE).fill_null(False)))
     ctx = _contexts(model)
     if ctx.height:
         linked = _linked_ops(t, k, ctx)

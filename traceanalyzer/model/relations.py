@@ -278,18 +278,26 @@ def _sort_by_time_key(iv: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
             }
         )
         order[at] = _sort_boundary_rows(rows, [], lead=["_k"])["_o"].to_numpy()
-    del k, tied
+    del tied
     is_end = order >= n
     src = order % n
     del order
     at_src = pl.Series(src)
+    cs = codes[src] if by else np.zeros(src.shape[0], dtype=np.int64)
+    # The time is the sorted key less its group's offset (a tie reorders rows of one key
+    # only), and the other end of the interval is its start + end less the time: a start's
+    # sec is −end, an end's −start (exact in Int64 arithmetic, which wraps, as two gathers
+    # of both ends and a choice were).
+    t = k - cs * span + t_min
+    del k
+    sec = t - (ts + en)[src]
     return pl.DataFrame(
         [iv[c].gather(at_src) for c in [*by, "id"]]
         + [
-            pl.Series("_g", codes[src] if by else np.zeros(src.shape[0], dtype=np.int64), dtype=pl.Int64),
-            pl.Series("t", np.where(is_end, en[src], ts[src]), dtype=pl.Int64),
+            pl.Series("_g", cs, dtype=pl.Int64),
+            pl.Series("t", t, dtype=pl.Int64),
             pl.Series("kind", (~is_end).astype(np.int8), dtype=pl.Int8),
-            pl.Series("sec", np.where(is_end, -ts[src], -en[src]), dtype=pl.Int64),
+            pl.Series("sec", sec, dtype=pl.Int64),
         ]
     )
 
@@ -402,7 +410,8 @@ def _keyed_index(state: pl.DataFrame, by: list[str]) -> CoverIndex:
     span = t_max - t_min + 2
     g = _group_numbers(state, by)
     if by:
-        groups = state.select(*by, g).filter(pl.col("_g").is_first_distinct())
+        # The rows of a group are contiguous: its first row is where the number changes (no hash).
+        groups = state.select(*by, g).filter(pl.col("_g").ne_missing(pl.col("_g").shift(1)))
     else:
         groups = pl.DataFrame({"_g": [0]}, schema={"_g": pl.Int64})
     n_groups = groups.height
@@ -455,8 +464,9 @@ def _nest_and_index(b: pl.DataFrame, by: list[str]) -> tuple[pl.DataFrame, Cover
     del parent
     # The state after all boundaries at one instant is what covers that instant: the
     # last boundary row of each (by, t), ``b`` being sorted by them (a filter, not a
-    # group_by and a second sort).
-    keys = [*by, "t"]
+    # group_by and a second sort). The carried group number stands for the ``by`` columns
+    # (one comparison instead of one per column).
+    keys = [*(_carried(b) or by), "t"]
     last_at_instant = pl.any_horizontal([pl.col(k).ne_missing(pl.col(k).shift(-1)) for k in keys])
     return links, _keyed_index(b.filter(last_at_instant), by)
 
