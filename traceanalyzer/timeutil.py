@@ -157,10 +157,18 @@ def group_codes(df: pl.DataFrame, by: Sequence[str]) -> tuple[Any, int] | None:
         total *= r
         if total >= 2**62:
             return None
-        v = col.to_numpy().astype(np.int64) - lo
-        key = v if key is None else key * r + v
+        # One new array per column and the key updated in place: each fresh array of a big
+        # frame costs its page faults (a copy of 1.4 MB ~5 ms on this VM), more than the arithmetic.
+        v = col.to_numpy()
+        v = v - lo if v.dtype == np.int64 else v.astype(np.int64) - lo
+        if key is None:
+            key = v
+        else:
+            key *= r
+            key += v
     uniq = np.sort(pl.Series(key).unique().to_numpy())
-    return np.searchsorted(uniq, key).astype(np.int64), int(uniq.shape[0])
+    # searchsorted's intp is already an int64 on 64-bit platforms: no copy then
+    return np.searchsorted(uniq, key).astype(np.int64, copy=False), int(uniq.shape[0])
 
 
 def sort_within_groups(df: pl.DataFrame, by: Sequence[str], key: str) -> pl.DataFrame:

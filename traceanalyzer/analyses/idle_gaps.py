@@ -180,16 +180,10 @@ def _overlaps(frames: list[pl.DataFrame], merged: pl.DataFrame, by: list[str], p
     return out
 
 
-def _named(names: pl.Series, pattern: str) -> pl.Expr:
-    """``pl.col("name").str.contains(pattern)`` as membership in the matching ones of
-    ``names`` (the table's distinct names: the regex runs once per name; nulls stay null)."""
-    return pl.col("name").is_in(names.filter(names.str.contains(pattern)).implode())
-
-
-def _blocking_copies(model: TraceModel, names: pl.Series) -> pl.DataFrame:
+def _blocking_copies(model: TraceModel) -> pl.DataFrame:
     """Memcpy API calls that block the host: synchronous APIs, or any copy to/from pageable
-    memory (``names``: the runtime's distinct names)."""
-    rt = model.runtime.filter(_named(names, MEMCPY_API_RE))
+    memory."""
+    rt = model.runtime.filter(contains_by_name(model.runtime, MEMCPY_API_RE))
     pageable = (
         model.memcpy.filter((pl.col("src") == "Pageable") | (pl.col("dst") == "Pageable"))
         .select("correlation")
@@ -205,14 +199,14 @@ def _host_unions(model: TraceModel, sync_tol_ns: int) -> dict[str, pl.DataFrame]
     """Per launching process, the unions of the synchronising calls (ends extended by the
     tolerance), the blocking memcpy calls and the data-loader ranges: what
     :func:`_classify` overlaps the gaps with (built once for device and stream gaps)."""
-    # The regexes run once per distinct name (runtime and op names repeat), each table
-    # filtered before anything is concatenated.
+    # The regexes run once per distinct name (runtime and op names repeat; each model
+    # table's distinct names are found once per run, shared with the other analyses), each
+    # table filtered before anything is concatenated.
     rt = model.runtime
-    names = rt["name"].unique()  # for both runtime tests
-    sync_iv = rt.filter(_named(names, SYNC_API_RE)).select(
+    sync_iv = rt.filter(contains_by_name(rt, SYNC_API_RE)).select(
         pl.col("pid").alias("launch_pid"), "ts_ns", (pl.col("end_ns") + sync_tol_ns).alias("end_ns")
     )
-    memcpy_iv = _blocking_copies(model, names).select(pl.col("pid").alias("launch_pid"), "ts_ns", "end_ns")
+    memcpy_iv = _blocking_copies(model).select(pl.col("pid").alias("launch_pid"), "ts_ns", "end_ns")
     dl_iv = pl.concat(
         [
             df.filter(contains_by_name(df, DATALOADER_RE)).select(pl.col("pid").alias("launch_pid"), "ts_ns", "end_ns")

@@ -185,16 +185,26 @@ def phase_context(t: TraceTables, windows: pl.DataFrame) -> PhaseContext:
     ann = model.annotations.filter(~pl.col("name").str.starts_with("ProfilerStep#"))
     # Only these columns are read: selected first (no copy), every filter below copies
     # five columns instead of the op table's dozen.
-    ops = model.cpu_ops.select("name", "pid", "tid", "ts_ns", "end_ns")
-    cpu = pl.concat([ops, ann.select("name", "pid", "tid", "ts_ns", "end_ns")])
-    dl = cpu.filter(pl.col("name").str.contains(DATALOADER_RE))
+    cols = ["name", "pid", "tid", "ts_ns", "end_ns"]
+    ops = model.cpu_ops.select(cols)
+    ann_iv = ann.select(cols)
+
+    def cpu_named(pattern: str) -> pl.DataFrame:
+        """The ops, then the annotations, whose name ``pattern`` matches. The regex runs once
+        per distinct name of the model's tables (found once per table and pattern, and shared
+        with the other analyses that test them): ``ops`` and ``ann_iv`` hold rows of those
+        tables, so membership in their matching names is the regex test."""
+        return pl.concat([ops.filter(contains_by_name(model.cpu_ops, pattern)),
+                          ann_iv.filter(contains_by_name(model.annotations, pattern))])
+
+    dl = cpu_named(DATALOADER_RE)
     dl_user = ann.filter(pl.col("name").str.contains(USER_DATA_RE) & ~pl.col("name").str.contains(DATALOADER_RE))
-    comm = cpu.filter(contains_by_name(cpu, CPU_COMM_RE))
+    comm = cpu_named(CPU_COMM_RE)
     opt = pl.concat([
-        cpu.filter(contains_by_name(cpu, OPTIMIZER_OP_RE)),
-        ann.filter(pl.col("name").str.contains(USER_OPTIMIZER_RE)).select(cpu.columns),
+        cpu_named(OPTIMIZER_OP_RE),
+        ann.filter(pl.col("name").str.contains(USER_OPTIMIZER_RE)).select(cols),
     ])
-    bwd_ops = ops.filter(contains_by_name(ops, BACKWARD_OP_RE))
+    bwd_ops = ops.filter(contains_by_name(model.cpu_ops, BACKWARD_OP_RE))
     # Autograd engine threads: named so, or a non-step thread that runs backward ops.
     step_threads = model.steps.select("pid", "tid").unique()
     if step_threads.is_empty() and ops.height:
@@ -572,7 +582,8 @@ def phases(ctx: AnalysisContext[TraceModel]) -> PhasesResult:
         rt = runtime_by_correlation(ctx.tables).select("correlation", "api_ts_ns", "pid", "tid")
         a = join_unique(a, rt, "correlation")
         ph = pc.classify(a.select("pid", "tid", pl.col("api_ts_ns").alias("t")))
-        htod = (pl.col("activity") == "memcpy") & pl.col("name").str.contains(r"HtoD|H2D|M2D")
+        # by distinct name of the shared table ``a`` was taken from (kernel names are long)
+        htod = (pl.col("activity") == "memcpy") & contains_by_name(gpu_activity_classes(ctx.tables), r"HtoD|H2D|M2D")
         a = a.with_columns(phase=ph).with_columns(
             phase=pl.when(pl.col("category") == "communication").then(pl.lit("communication"))
             .when(htod & pl.col("phase").is_in(["forward", "other", "data_loading"])).then(pl.lit("data_loading"))
