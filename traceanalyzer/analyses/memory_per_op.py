@@ -118,6 +118,12 @@ def _curve(mem: pl.DataFrame, windows: pl.DataFrame, points: int) -> pl.DataFram
     )
 
 
+def _sorted_unique(a: np.ndarray) -> np.ndarray:
+    """The distinct values of ``a``, ascending (a sort, not numpy's hash unique: faster here)."""
+    s = np.sort(a)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if s.size else s
+
+
 def _per_call(k: np.ndarray, b: np.ndarray, allocated: np.ndarray, parent: np.ndarray, depth: np.ndarray,
               n_dev: int) -> pl.DataFrame:
     """Self and total sums and peak per (op id, device), keyed ``_k`` = op × ``n_dev`` + device
@@ -126,29 +132,23 @@ def _per_call(k: np.ndarray, b: np.ndarray, allocated: np.ndarray, parent: np.nd
     maxed into every enclosing op (``parent``: -1 at the top), deepest level first (a few tens
     of levels, each one vectorised ``ufunc.at`` over the keys of that depth). The keys are the
     events' and all their ancestors', in key order; exact integer sums (no float bincount)."""
-    uk, inv = np.unique(k, return_inverse=True)
-    self_cols = {c: np.zeros(uk.size, np.int64) for c in _SUMS}
-    np.add.at(self_cols["alloc_count"], inv, (b > 0).astype(np.int64))
-    np.add.at(self_cols["alloc_bytes"], inv, np.where(b > 0, b, 0))
-    np.add.at(self_cols["free_count"], inv, (b < 0).astype(np.int64))
-    np.add.at(self_cols["free_bytes"], inv, np.where(b < 0, -b, 0))
-    peak = np.full(uk.size, _NO_PEAK, np.int64)
-    np.maximum.at(peak, inv, allocated)
     # Every ancestor of a key with events, up to the top.
-    found, frontier = [uk], uk
+    found, frontier = [], _sorted_unique(k)
     while frontier.size:
+        found.append(frontier)
         pop = parent[frontier // n_dev]
         up = pop >= 0
-        frontier = np.unique(pop[up] * n_dev + frontier[up] % n_dev)
-        found.append(frontier)
-    keys = np.unique(np.concatenate(found))
-    at = np.searchsorted(keys, uk)
+        frontier = _sorted_unique(pop[up] * n_dev + frontier[up] % n_dev)
+    keys = _sorted_unique(np.concatenate(found)) if found else k[:0]
+    at = np.searchsorted(keys, k)
     cols = {c: np.zeros(keys.size, np.int64) for c in _SUMS}
-    for c in _SUMS:
-        cols[c][at] = self_cols[c]
-    totals = {c: v.copy() for c, v in cols.items()}
+    np.add.at(cols["alloc_count"], at, (b > 0).astype(np.int64))
+    np.add.at(cols["alloc_bytes"], at, np.where(b > 0, b, 0))
+    np.add.at(cols["free_count"], at, (b < 0).astype(np.int64))
+    np.add.at(cols["free_bytes"], at, np.where(b < 0, -b, 0))
     total_peak = np.full(keys.size, _NO_PEAK, np.int64)
-    total_peak[at] = peak
+    np.maximum.at(total_peak, at, allocated)
+    totals = {c: v.copy() for c, v in cols.items()}
     op = keys // n_dev
     pop, kdepth = parent[op], depth[op]
     has_parent = pop >= 0
