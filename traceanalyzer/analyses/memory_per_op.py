@@ -164,6 +164,23 @@ def _per_call(k: np.ndarray, b: np.ndarray, allocated: np.ndarray, parent: np.nd
         total_peak=pl.when(pl.col("total_peak") != _NO_PEAK).then("total_peak"))
 
 
+def _level_before(mem: pl.DataFrame, dev: np.ndarray, ts: np.ndarray) -> pl.Series:
+    """``total_allocated`` of ``mem``'s (time-ordered ``[memory]`` events) last event on device
+    code ``dev`` strictly before ``ts`` (non-null times), per query; null where none. Of events
+    at one instant, the last in ``mem``'s order. One binary search per device (a handful), on
+    the events' times kept in order: no sort of the queries, no join, no sort back."""
+    m = mem.select("_dev", "ts_ns").with_row_index("_i").filter(pl.col("ts_ns").is_not_null())
+    md, mt, mi = m["_dev"].to_numpy(), m["ts_ns"].to_numpy(), m["_i"].to_numpy().astype(np.int64)
+    rows = np.full(ts.size, -1, np.int64)
+    for d in np.unique(dev):
+        on = md == d
+        q = np.flatnonzero(dev == d)
+        pos = np.searchsorted(mt[on], ts[q], side="left") - 1  # the last event before, not at, the start
+        rows[q] = np.where(pos >= 0, mi[on][np.maximum(pos, 0)], -1)
+    return pl.select(pl.when(pl.lit(pl.Series(rows >= 0))).then(
+        mem["total_allocated"].gather(np.maximum(rows, 0)))).to_series()
+
+
 @analysis("memory_per_op", input="trace", depends_on=("steps",), title="Memory per operator", order=61,
           shared=("op_nesting", "op_links", "memory_ops"), params={"top_n": 30, "curve_points": 50}, wide=True)
 def memory_per_op(ctx: AnalysisContext[TraceModel]) -> MemoryPerOpResult:
@@ -193,13 +210,7 @@ def memory_per_op(ctx: AnalysisContext[TraceModel]) -> MemoryPerOpResult:
     del inside
     op, dev = calls["_k"] // n_dev, (calls["_k"] % n_dev).cast(pl.UInt32)
     # The device's allocated bytes just before each call started (0 before its first event).
-    starts = pl.DataFrame([pl.int_range(calls.height, dtype=pl.UInt32, eager=True).alias("_r"),
-                           dev.alias("_dev"), ops["ts_ns"].gather(op).alias("ts_ns")])
-    level = starts.sort("ts_ns").join_asof(
-        mem.select("_dev", pl.col("ts_ns").alias("_t"), pl.col("total_allocated").alias("before")).sort("_t"),
-        left_on="ts_ns", right_on="_t", by="_dev", strategy="backward", allow_exact_matches=False,
-        check_sortedness=False)  # sorted by time above; the check cannot run with by= groups
-    before = level.sort("_r")["before"]
+    before = _level_before(mem, dev.to_numpy(), ops["ts_ns"].gather(op).to_numpy())
     calls = calls.with_columns(
         name=ops["name"].gather(op), device=dev_names.gather(dev),
         peak_increase_bytes=(pl.col("total_peak") - before.fill_null(0)).clip(lower_bound=0))
