@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from traceanalyzer.analyses import AnalysisContext, analysis
@@ -39,6 +40,7 @@ from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import op_links
 
 _SUMS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes")
+_NO_PEAK = np.iinfo(np.int64).min  # a null total_allocated: below every value, never the max
 CURVE_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "device": pl.String, "window": pl.Int64, "step": pl.Int64, "point": pl.Int64, "t_ns": pl.Int64,
     "allocated_bytes": pl.Int64, "reserved_bytes": pl.Int64,
@@ -116,37 +118,67 @@ def _curve(mem: pl.DataFrame, windows: pl.DataFrame, points: int) -> pl.DataFram
     )
 
 
-def _up_the_tree(per: pl.DataFrame, parent: pl.Series, depth: pl.Series, n_dev: int) -> pl.DataFrame:
-    """Totals per (op id, device), keyed ``_k`` = op × ``n_dev`` + device code: ``per``'s self
-    sums and peak added / maxed into every enclosing op, deepest level first (a few tens of
-    levels, each vectorised). The ops of a level are final once the level below has been
-    added into them: each step aggregates one level, not the whole table. One integer key
-    (not op and device name) is what the group-bys hash."""
+def _sorted_unique(a: np.ndarray) -> np.ndarray:
+    """The distinct values of ``a``, ascending (a sort, not numpy's hash unique: faster here)."""
+    s = np.sort(a)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if s.size else s
 
-    def up_keys(frame: pl.DataFrame) -> pl.DataFrame:
-        op, dev = frame["_k"] // n_dev, frame["_k"] % n_dev
-        return frame.with_columns(parent_k=parent.gather(op) * n_dev + dev, depth=depth.gather(op))
 
-    totals = [f"total_{c}" for c in (*_SUMS, "peak")]
-    rows = up_keys(per.select("_k", *[pl.col(c).alias(f"total_{c}") for c in (*_SUMS, "peak")]))
-    top = int(rows["depth"].max() or 0)  # type: ignore[arg-type]  # an Int64 max
-    if top < 2:
-        return rows.select("_k", *totals)
-    sums = [pl.col(f"total_{c}").sum() for c in _SUMS]
-    level = {d: part.drop("depth") for (d,), part in rows.partition_by("depth", as_dict=True).items()}
-    for d in range(top, 1, -1):
-        cur = level.get(d)
-        if cur is None:
-            continue
-        child = cur.filter(pl.col("parent_k").is_not_null())
-        if child.is_empty():
-            continue
-        up = child.group_by("parent_k").agg(*sums, pl.col("total_peak").max()).rename({"parent_k": "_k"})
-        below = level.get(d - 1)
-        if below is not None:
-            up = pl.concat([below.drop("parent_k"), up]).group_by("_k").agg(*sums, pl.col("total_peak").max())
-        level[d - 1] = up_keys(up).drop("depth")
-    return pl.concat([f.select("_k", *totals) for f in level.values()])
+def _per_call(k: np.ndarray, b: np.ndarray, allocated: np.ndarray, parent: np.ndarray, depth: np.ndarray,
+              n_dev: int) -> pl.DataFrame:
+    """Self and total sums and peak per (op id, device), keyed ``_k`` = op × ``n_dev`` + device
+    code, from the events inside ops (``k`` their key, ``b`` their bytes, ``allocated`` their
+    ``total_allocated``, nulls as 0 and as the int64 minimum): the self sums and peak added /
+    maxed into every enclosing op (``parent``: -1 at the top), deepest level first (a few tens
+    of levels, each one vectorised ``ufunc.at`` over the keys of that depth). The keys are the
+    events' and all their ancestors', in key order; exact integer sums (no float bincount)."""
+    # Every ancestor of a key with events, up to the top.
+    found, frontier = [], _sorted_unique(k)
+    while frontier.size:
+        found.append(frontier)
+        pop = parent[frontier // n_dev]
+        up = pop >= 0
+        frontier = _sorted_unique(pop[up] * n_dev + frontier[up] % n_dev)
+    keys = _sorted_unique(np.concatenate(found)) if found else k[:0]
+    at = np.searchsorted(keys, k)
+    cols = {c: np.zeros(keys.size, np.int64) for c in _SUMS}
+    np.add.at(cols["alloc_count"], at, (b > 0).astype(np.int64))
+    np.add.at(cols["alloc_bytes"], at, np.where(b > 0, b, 0))
+    np.add.at(cols["free_count"], at, (b < 0).astype(np.int64))
+    np.add.at(cols["free_bytes"], at, np.where(b < 0, -b, 0))
+    total_peak = np.full(keys.size, _NO_PEAK, np.int64)
+    np.maximum.at(total_peak, at, allocated)
+    totals = {c: v.copy() for c, v in cols.items()}
+    op = keys // n_dev
+    pop, kdepth = parent[op], depth[op]
+    has_parent = pop >= 0
+    pidx = np.searchsorted(keys, np.where(has_parent, pop, 0) * n_dev + keys % n_dev)
+    for d in range(int(kdepth.max(initial=0)), 1, -1):
+        sel = np.flatnonzero((kdepth == d) & has_parent)
+        for v in totals.values():
+            np.add.at(v, pidx[sel], v[sel])
+        np.maximum.at(total_peak, pidx[sel], total_peak[sel])
+    return pl.DataFrame({
+        "_k": keys, **cols, **{f"total_{c}": v for c, v in totals.items()},
+        "total_peak": total_peak}).with_columns(
+        total_peak=pl.when(pl.col("total_peak") != _NO_PEAK).then("total_peak"))
+
+
+def _level_before(mem: pl.DataFrame, dev: np.ndarray, ts: np.ndarray) -> pl.Series:
+    """``total_allocated`` of ``mem``'s (time-ordered ``[memory]`` events) last event on device
+    code ``dev`` strictly before ``ts`` (non-null times), per query; null where none. Of events
+    at one instant, the last in ``mem``'s order. One binary search per device (a handful), on
+    the events' times kept in order: no sort of the queries, no join, no sort back."""
+    m = mem.select("_dev", "ts_ns").with_row_index("_i").filter(pl.col("ts_ns").is_not_null())
+    md, mt, mi = m["_dev"].to_numpy(), m["ts_ns"].to_numpy(), m["_i"].to_numpy().astype(np.int64)
+    rows = np.full(ts.size, -1, np.int64)
+    for d in np.unique(dev):
+        on = md == d
+        q = np.flatnonzero(dev == d)
+        pos = np.searchsorted(mt[on], ts[q], side="left") - 1  # the last event before, not at, the start
+        rows[q] = np.where(pos >= 0, mi[on][np.maximum(pos, 0)], -1)
+    return pl.select(pl.when(pl.lit(pl.Series(rows >= 0))).then(
+        mem["total_allocated"].gather(np.maximum(rows, 0)))).to_series()
 
 
 @analysis("memory_per_op", input="trace", depends_on=("steps",), title="Memory per operator", order=61,
@@ -165,33 +197,23 @@ def memory_per_op(ctx: AnalysisContext[TraceModel]) -> MemoryPerOpResult:
     ops = model.cpu_ops
     inside = mem.select("_dev", "bytes", "total_allocated", op=op_id).filter(pl.col("op").is_not_null())
     n_inside = inside.height
-    b = pl.col("bytes")
-    self_ = inside.group_by(_k=pl.col("op") * n_dev + pl.col("_dev")).agg(
-        alloc_count=(b > 0).sum().cast(pl.Int64), alloc_bytes=b.filter(b > 0).sum().cast(pl.Int64),
-        free_count=(b < 0).sum().cast(pl.Int64), free_bytes=(-b.filter(b < 0)).sum().cast(pl.Int64),
-        peak=pl.col("total_allocated").max())
-    del inside
-    if int(self_["alloc_count"].sum()) == 0:
+    if not bool((inside["bytes"] > 0).any()):
         raise NotApplicable("no allocation ([memory] event) falls inside a CPU op on its thread")
     links = op_links(ctx.tables)
-    parent = pl.repeat(None, ops.height, dtype=pl.Int64, eager=True).scatter(links["id"], links["parent_id"])
-    depth = pl.repeat(0, ops.height, dtype=pl.Int64, eager=True).scatter(links["id"], links["depth"])
-    total = _up_the_tree(self_, parent, depth, n_dev)
-    op, dev = total["_k"] // n_dev, (total["_k"] % n_dev).cast(pl.UInt32)
+    parent = np.full(ops.height, -1, np.int64)
+    parent[links["id"].to_numpy()] = links["parent_id"].fill_null(-1).to_numpy()
+    depth = np.zeros(ops.height, np.int64)
+    depth[links["id"].to_numpy()] = links["depth"].to_numpy()
+    calls = _per_call(
+        (inside["op"] * n_dev + inside["_dev"]).to_numpy(), inside["bytes"].fill_null(0).to_numpy(),
+        inside["total_allocated"].fill_null(_NO_PEAK).to_numpy(), parent, depth, n_dev)
+    del inside
+    op, dev = calls["_k"] // n_dev, (calls["_k"] % n_dev).cast(pl.UInt32)
     # The device's allocated bytes just before each call started (0 before its first event).
-    starts = pl.DataFrame([pl.int_range(total.height, dtype=pl.UInt32, eager=True).alias("_r"),
-                           dev.alias("_dev"), ops["ts_ns"].gather(op).alias("ts_ns")])
-    level = starts.sort("ts_ns").join_asof(
-        mem.select("_dev", pl.col("ts_ns").alias("_t"), pl.col("total_allocated").alias("before")).sort("_t"),
-        left_on="ts_ns", right_on="_t", by="_dev", strategy="backward", allow_exact_matches=False,
-        check_sortedness=False)  # sorted by time above; the check cannot run with by= groups
-    before = level.sort("_r")["before"]
-    calls = (
-        total.join(self_.drop("peak"), on="_k", how="left", maintain_order="left")
-        .with_columns([pl.col(c).fill_null(0) for c in _SUMS])
-        .with_columns(name=ops["name"].gather(op), device=dev_names.gather(dev),
-                      peak_increase_bytes=(pl.col("total_peak") - before.fill_null(0)).clip(lower_bound=0))
-    )
+    before = _level_before(mem, dev.to_numpy(), ops["ts_ns"].gather(op).to_numpy())
+    calls = calls.with_columns(
+        name=ops["name"].gather(op), device=dev_names.gather(dev),
+        peak_increase_bytes=(pl.col("total_peak") - before.fill_null(0)).clip(lower_bound=0))
     by_op = (
         calls.group_by("name", "device").agg([
             pl.len().cast(pl.Int64).alias("calls"),
