@@ -26,9 +26,8 @@ Definitions
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import polars as pl
 
 from traceanalyzer.analyses import AnalysisContext, analysis
@@ -39,8 +38,11 @@ from traceanalyzer.errors import NotApplicable
 from traceanalyzer.model import TraceModel
 from traceanalyzer.model.relations import op_links
 
+if TYPE_CHECKING:  # numpy is imported when the analysis runs, not when the CLI discovers it
+    import numpy as np
+
 _SUMS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes")
-_NO_PEAK = np.iinfo(np.int64).min  # a null total_allocated: below every value, never the max
+_NO_PEAK = -(2**63)  # int64's minimum; a null total_allocated: below every value, never the max
 CURVE_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "device": pl.String, "window": pl.Int64, "step": pl.Int64, "point": pl.Int64, "t_ns": pl.Int64,
     "allocated_bytes": pl.Int64, "reserved_bytes": pl.Int64,
@@ -120,6 +122,7 @@ def _curve(mem: pl.DataFrame, windows: pl.DataFrame, points: int) -> pl.DataFram
 
 def _sorted_unique(a: np.ndarray) -> np.ndarray:
     """The distinct values of ``a``, ascending (a sort, not numpy's hash unique: faster here)."""
+    import numpy as np
     s = np.sort(a)
     return s[np.concatenate(([True], s[1:] != s[:-1]))] if s.size else s
 
@@ -132,6 +135,7 @@ def _per_call(k: np.ndarray, b: np.ndarray, allocated: np.ndarray, parent: np.nd
     maxed into every enclosing op (``parent``: -1 at the top), deepest level first (a few tens
     of levels, each one vectorised ``ufunc.at`` over the keys of that depth). The keys are the
     events' and all their ancestors', in key order; exact integer sums (no float bincount)."""
+    import numpy as np
     # Every ancestor of a key with events, up to the top.
     found, frontier = [], _sorted_unique(k)
     while frontier.size:
@@ -169,6 +173,7 @@ def _level_before(mem: pl.DataFrame, dev: np.ndarray, ts: np.ndarray) -> pl.Seri
     code ``dev`` strictly before ``ts`` (non-null times), per query; null where none. Of events
     at one instant, the last in ``mem``'s order. One binary search per device (a handful), on
     the events' times kept in order: no sort of the queries, no join, no sort back."""
+    import numpy as np
     m = mem.select("_dev", "ts_ns").with_row_index("_i").filter(pl.col("ts_ns").is_not_null())
     md, mt, mi = m["_dev"].to_numpy(), m["ts_ns"].to_numpy(), m["_i"].to_numpy().astype(np.int64)
     rows = np.full(ts.size, -1, np.int64)
@@ -185,6 +190,7 @@ def _level_before(mem: pl.DataFrame, dev: np.ndarray, ts: np.ndarray) -> pl.Seri
           shared=("op_nesting", "op_links", "memory_ops"), params={"top_n": 30, "curve_points": 50}, wide=True)
 def memory_per_op(ctx: AnalysisContext[TraceModel]) -> MemoryPerOpResult:
     """Allocations, frees and peak increase per operator (self and with nested ops); memory curve per step."""
+    import numpy as np
     model = ctx.model
     top_n, points = int(ctx.params.top_n), int(ctx.params.curve_points)
     if model.memory_events.filter(~pl.col("oom")).is_empty():
