@@ -288,7 +288,7 @@ def _same(a: Any, b: Any, where: str = "") -> None:
     elif isinstance(a, float) and math.isnan(a):
         assert math.isnan(b), where
     else:
-        assert a == b, where
+        assert a == b, f"{where}: {a!r} != {b!r}"
 
 
 def _round_trips(results: Results) -> Iterator[str]:
@@ -440,30 +440,6 @@ def _table_files(root: Path) -> list[Path]:
     return sorted((root / "models").glob("*/results/*.tab"))
 
 
-def _assert_same(a: Any, b: Any, where: str) -> None:
-    """``a`` and ``b`` hold the same values: frames and series equal with their dtypes and
-    names, containers and dataclasses field by field."""
-    assert type(a) is type(b), f"{where}: {type(a).__name__} != {type(b).__name__}"
-    if isinstance(a, pl.DataFrame):
-        assert_frame_equal(a, b)
-        assert b.n_chunks() == 1 or b.width == 0, f"{where}: {b.n_chunks()} chunks"
-    elif isinstance(a, pl.Series):
-        assert_series_equal(a, b)
-    elif isinstance(a, (tuple, list)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_same(x, y, f"{where}[{i}]")
-    elif isinstance(a, dict):
-        assert list(a) == list(b), where
-        for k in a:
-            _assert_same(a[k], b[k], f"{where}[{k!r}]")
-    elif dataclasses.is_dataclass(a):
-        for f in dataclasses.fields(a):
-            _assert_same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}")
-    else:
-        assert a == b, f"{where}: {a!r} != {b!r}"
-
-
 @pytest.mark.parametrize("path", [SAMPLE, LEGACY], ids=lambda p: p.name)
 def test_partial_hit_reads_shared_tables_back_and_equals_a_fresh_run(
     path: Path, tmp_path: Path, cache_dir: Path, keep_every_table: None, monkeypatch: pytest.MonkeyPatch
@@ -486,7 +462,7 @@ def test_partial_hit_reads_shared_tables_back_and_equals_a_fresh_run(
     for key, (name, value) in kept.items():
         found = store.get_table(key)
         assert found is not None, name
-        _assert_same(value, found.value, name)
+        _same(value, found.value, name)
     # Another threshold reruns idle_gaps and its readers, which read the tables back instead of
     # building them; the report is a fresh run's.
     other = Config({"idle_gaps.long_gap_us": 250, "rules.min_cost_pct": 0.5})
